@@ -1,0 +1,7 @@
+"""Dense projection cost: the weight is read once, activations in and out, 2*M*N*K FLOPs."""
+from ..roofline import Cost, nbytes
+
+
+def linear(sh, args) -> Cost:
+    x, w, y = args["x"], args["w"], args["y"]
+    return Cost(nbytes(w, x, y), 2.0 * x.shape[0] * w.shape[0] * w.shape[1])

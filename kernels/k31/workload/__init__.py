@@ -1,0 +1,94 @@
+"""The decode workload: real-text token ids, per-request positions near the target context.
+Protected (the gates and the scorer must see the same workload for every candidate).
+
+Tokenizer (deterministic, no download): the corpus is split into words and single punctuation
+marks (``\\w+|[^\\w\\s]``); the ``vocab - 256`` most frequent pieces get ids 0.. by descending
+frequency (ties: alphabetical); any other piece is spelled as its UTF-8 bytes with ids
+``vocab - 256 + byte``. Frequent words get small ids, as with a real BPE vocabulary, so
+routing sees a Zipf-like mix of tokens instead of uniform random ids.
+
+Requests: request ``i`` reads the corpus from its own seeded offset, one token per decode
+step; its position (tokens already in context) is ``context - jitter_i`` with a seeded jitter
+of at most ``context // 64`` tokens, so requests sit near but not at the same length.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+CORPUS_DIR = Path(__file__).parent / "corpus"
+CORPUS_FILES = ("austen-pride-and-prejudice.txt", "doyle-adventures-of-sherlock-holmes.txt")
+_PIECE = re.compile(r"\w+|[^\w\s]")
+
+
+def corpus_hash() -> str:
+    h = hashlib.sha256()
+    for name in CORPUS_FILES:
+        h.update(name.encode())
+        h.update((CORPUS_DIR / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=4)
+def tokens(vocab: int) -> tuple[int, ...]:
+    text = "\n".join((CORPUS_DIR / n).read_text(encoding="utf-8") for n in CORPUS_FILES)
+    pieces = _PIECE.findall(text)
+    n_words = vocab - 256
+    if n_words <= 0:
+        raise ValueError(f"workload: vocab must exceed 256 byte tokens, got {vocab}")
+    ranked = sorted(Counter(pieces).items(), key=lambda kv: (-kv[1], kv[0]))[:n_words]
+    ids = {p: i for i, (p, _) in enumerate(ranked)}
+    out: list[int] = []
+    for p in pieces:
+        if p in ids:
+            out.append(ids[p])
+        else:
+            out.extend(n_words + b for b in p.encode("utf-8"))
+    return tuple(out)
+
+
+def _draw_int(seed: int, *parts, bound: int) -> int:
+    digest = hashlib.sha256("/".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(digest[:8], "little") % max(1, bound)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``rows`` requests at ``context`` tokens (minus jitter), decoding ``steps`` tokens."""
+
+    vocab: int
+    rows: int
+    context: int
+    steps: int
+    seed: int
+
+    @property
+    def positions(self) -> list[int]:
+        jitter = max(1, self.context // 64)
+        return [max(1, self.context - _draw_int(self.seed, "pos", i, bound=jitter))
+                for i in range(self.rows)]
+
+    @property
+    def max_position(self) -> int:
+        return max(self.positions) + self.steps
+
+    def step_tokens(self, step: int) -> list[int]:
+        toks = tokens(self.vocab)
+        return [toks[(_draw_int(self.seed, "offset", i, bound=len(toks)) + step) % len(toks)]
+                for i in range(self.rows)]
+
+    def step_inputs(self, step: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token ids int64, positions int32) of every request at decode step ``step``."""
+        tok = torch.tensor(self.step_tokens(step), dtype=torch.int64, device=device)
+        pos = torch.tensor([p + step for p in self.positions], dtype=torch.int32, device=device)
+        return tok, pos
+
+    def describe(self) -> dict:
+        return {"rows": self.rows, "context": self.context, "steps": self.steps, "seed": self.seed,
+                "corpus": list(CORPUS_FILES), "corpus_sha256_16": corpus_hash()}

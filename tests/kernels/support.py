@@ -1,0 +1,55 @@
+"""Shared checks for kernel tests: poison the outputs, call the kernel, compare with the
+protected reference by relative RMS and max ulp, and insist every output was written."""
+from __future__ import annotations
+
+import torch
+
+from gates.numerics import bitwise_equal, compare, poison, unwritten
+from kernels.k31 import contracts
+from kernels.k31.config import Dims, Layout, Shapes
+
+AWKWARD_ROWS = (1, 3, 17)
+
+
+def shapes(model: str = "small", layout: str = "unsharded") -> Shapes:
+    return Shapes(Dims.named(model), Layout.named(layout))
+
+
+def run_and_compare(op_name: str, sh: Shapes, args: dict, *, rel_rms: float, max_ulp: float | None = None,
+                    exact: tuple[str, ...] = ()) -> dict:
+    """Run ``op_name``'s kernel on clones of ``args`` (outputs poisoned first) and its reference
+    on the originals; assert every output and state write is within tolerance.
+
+    ``exact`` names outputs that must match bit for bit (indices, counts). Returns the
+    per-tensor :class:`~gates.numerics.Diff` for reporting.
+    """
+    spec = contracts.op(op_name)
+    ref_args = {k: v for k, v in args.items() if k not in spec.outputs}
+    expected = spec.reference(sh, **{k: (v.clone() if isinstance(v, torch.Tensor) else v)
+                                     for k, v in ref_args.items()})
+    run_args = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    for name in spec.outputs:
+        poison(run_args[name])
+    before = {k: run_args[k].clone() for k in spec.inputs if isinstance(run_args.get(k), torch.Tensor)}
+    spec.load_kernel()(sh, **run_args)
+    masks = spec.defined(sh, args) if spec.defined else {}
+    diffs = {}
+    for name in spec.outputs + spec.state:
+        got = run_args[name]
+        want = expected[name]
+        mask = masks.get(name)
+        if name in spec.outputs:
+            sel = got if mask is None else got[mask]
+            assert unwritten(sel) == 0, f"{op_name}: output {name} has {unwritten(sel)} unwritten elements"
+        d = compare(want, got, mask)
+        diffs[name] = d
+        assert d.nan == 0 and d.inf == 0, f"{op_name}: {name} has NaN/Inf: {d}"
+        if name in exact:
+            assert d.differing == 0, f"{op_name}: {name} must match exactly: {d}"
+        else:
+            assert d.rel_rms <= rel_rms, f"{op_name}: {name} rel RMS {d.rel_rms:.3g} > {rel_rms}: {d}"
+            if max_ulp is not None:
+                assert d.max_ulp <= max_ulp, f"{op_name}: {name} max ulp {d.max_ulp} > {max_ulp}: {d}"
+    for k, v in before.items():
+        assert bitwise_equal(v, run_args[k]), f"{op_name}: kernel wrote its input {k}"
+    return diffs
