@@ -66,6 +66,7 @@ class Diff:
     nan: int  # NaN in the candidate where the reference has none
     inf: int
     signed_zero_only: bool  # every differing element is +0 vs -0
+    float: bool = True  # a floating-point tensor (max_ulp/rel_rms meaningful)
 
     @property
     def identical(self) -> bool:
@@ -88,8 +89,8 @@ def compare(ref: torch.Tensor, got: torch.Tensor, mask: torch.Tensor | None = No
     differing_mask = _element_differs(ref, got)
     differing = int(differing_mask.sum())
     if not ref.dtype.is_floating_point:
-        return Diff(ref.numel(), differing, float(differing > 0), float(differing > 0), 0, 0,
-                    False)
+        return Diff(ref.numel(), differing, float(differing > 0), differing / ref.numel(), 0, 0,
+                    False, float=False)
     r, g = ref.double(), got.double()
     nan = int((torch.isnan(g) & ~torch.isnan(r)).sum())
     inf = int((torch.isinf(g) & ~torch.isinf(r)).sum())

@@ -50,8 +50,9 @@ class DecodeStep:
         self.next_token = buf(rows, dtype=torch.int64)
         self.routing = buf(max(1, len(d.moe_layers)), rows, d.top_k, dtype=torch.int32)
         self.route_w = buf(rows, d.top_k, dtype=torch.float32)
-        # residual stream
-        self.snaps = buf(d.max_snapshots, rows, H)
+        # residual stream; snapshot slots are zeroed once so a slot not yet written this step
+        # holds the same bytes on every run (the gates hash whole state tensors)
+        self.snaps = torch.zeros(d.max_snapshots, rows, H, dtype=BF16, device=dev)
         self.partial = buf(rows, H, dtype=torch.float32)
         self.x = buf(rows, H)
         self.attn_out = buf(rows, H)

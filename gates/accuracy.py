@@ -1,0 +1,206 @@
+"""``kern test REV --vs BASE``: the accuracy gate, end to end.
+
+Shell: resolve revisions, check protected paths, check out worktrees, run side A (record;
+cached per base commit and tap definition) and side B (replay) in their own subprocesses,
+load what they measured. Core: ``verdict.judge`` over that evidence. Output: the report as
+lines by section (the last starts with the verdict) or one JSON object.
+"""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from . import checkout, verdict
+from .sides import run_side
+
+
+@dataclass
+class TestRequest:
+    repo: Path
+    rev: str
+    base: str
+    settings: dict  # the parsed kern.yaml
+    profile: dict  # the profile for this machine
+    runs_dir: Path
+    cuda: bool
+
+
+def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
+    return [p for p in paths if any(fnmatch.fnmatch(p, g) for g in protected)]
+
+
+def tap_spec(req: TestRequest) -> dict:
+    prof, tgt, t = req.profile, req.settings["target"], req.settings["test"]
+    return {"model": prof["model"], "layout": prof["layout"], "seed": tgt["seed"],
+            "weight_sets": tgt["weight_sets"], "context": prof["test_context"],
+            "steps": prof["test_steps"], "rows": list(prof["test_rows"]),
+            "budget_mb": t["snapshot_budget_mb"]}
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def run_test(req: TestRequest, progress=None) -> dict:
+    t0 = time.monotonic()
+    base_sha = checkout.resolve(req.repo, req.base)
+    rev_sha = checkout.resolve(req.repo, req.rev)
+    paths = checkout.changed_paths(req.repo, base_sha, rev_sha)
+    prot = protected_changed(paths, req.settings["protected"])
+    from kernels.k31 import contracts  # the harness's own registry maps paths to ops
+
+    tree_paths = [p for p in paths if p.startswith("kernels/")]
+    touched = contracts.ops_touched_by(tree_paths)
+    spec = tap_spec(req)
+    timeout = float(req.settings["test"]["timeout_s"])
+    a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
+    b_tree = checkout.checkout(req.repo, rev_sha, req.runs_dir)
+    key = _digest({"spec": spec, "touched": sorted(touched) if touched is not None else None,
+                   "cuda": req.cuda})
+    a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
+    rec = a_dir / "record.json"
+    if not (rec.exists() and (a_dir / "kept_a.pt").exists()):
+        a_dir.mkdir(parents=True, exist_ok=True)
+        a_spec = {**spec, "role": "record",
+                  "touched": sorted(touched) if touched is not None else None}
+        a = run_side("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"))
+        a_kind, a_wall, a_tail = a.kind, a.wall_s, a.log_tail
+        if not a.ok:  # keep its log, but never let a failed recording look cached
+            failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S"))
+            a_dir.rename(failed)
+            a_dir = failed
+    else:
+        a_kind, a_wall, a_tail = "ok", 0.0, ""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
+    b_dir.mkdir(parents=True, exist_ok=True)
+    if a_kind == "ok":
+        b = run_side("tap", b_tree, {**spec, "role": "replay", "record": str(a_dir)},
+                     b_dir / "result.json", timeout, _tagged(progress, "B replay"))
+        b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
+    else:
+        b_kind, b_wall, b_res, b_tail = "not run", 0.0, None, ""
+    a_res = json.loads(rec.read_text()) if a_kind == "ok" else None
+    ev = {"outcome_a": a_kind, "outcome_b": b_kind, "protected_changed": prot,
+          "same_setup": (b_res or {}).get("same_setup", True)}
+    th = req.settings["test"]
+    if a_res and b_res:
+        la = torch.load(a_dir / "logits_a.pt")
+        la2 = torch.load(a_dir / "logits_a2.pt")
+        lb = torch.load(b_dir / "logits_b.pt")
+        ev["tap"] = verdict.tap_diff(a_res["pass"], b_res["pass"])
+        ev["logits"] = verdict.logit_stats(la, lb, th["near_tie_factor"])
+        ev["noise"] = verdict.logit_stats(la, la2, th["near_tie_factor"])
+        ev["noise_tap"] = verdict.tap_diff(a_res["pass"], a_res["repeat"])
+        ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
+        v = verdict.judge(ev, th)
+    else:
+        ev["tap"] = ev["logits"] = None
+        v = verdict.judge({**ev, "tap": verdict.tap_diff({"runs": {}}, {"runs": {}}),
+                           "logits": verdict.logit_stats({}, {}, 1.0)}, th)
+    return {
+        "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
+        "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
+        "spec": spec, "wall_s": time.monotonic() - t0, "a_wall_s": a_wall, "b_wall_s": b_wall,
+        "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
+        "b_log_tail": b_tail[-2000:] if b_kind not in ("ok", "not run") else "",
+        "a_log_tail": a_tail[-2000:] if a_kind != "ok" else "",
+        "a_dir": str(a_dir), "b_dir": str(b_dir),
+        "environment": (b_res or a_res or {}).get("environment"),
+    }
+
+
+def _short(sha: str) -> str:
+    return sha[:12] if sha != checkout.WORKTREE else "worktree"
+
+
+def _tagged(progress, tag):
+    if progress is None:
+        return None
+    return lambda line, t: progress(f"{tag} {t:5.0f}s  {line}")
+
+
+# ------------------------------------------------------------------ report
+def report_lines(res: dict, limit: int = 8) -> list[str]:
+    """One fact per line by section; equal things counted, different things worst first."""
+    ev = res["evidence"]
+    touched = (", ".join(res["touched_ops"]) or "none") if isinstance(res["touched_ops"], list) \
+        else "all (a file no single op owns changed)"
+    out = [f"diff       {_short(res['base'])} → {_short(res['rev'])}: {len(res['changed'])} file(s) changed; "
+           f"ops touched: {touched}"]
+    if ev.get("protected_changed"):
+        out.append(f"diff       protected: {', '.join(ev['protected_changed'])}")
+    a_time = " (cached)" if res["a_cached"] else f" {res['a_wall_s']:.0f}s"
+    out.append(f"diff       sides: A {ev['outcome_a']}{a_time}, B {ev['outcome_b']} {res['b_wall_s']:.0f}s")
+    for side in ("a", "b"):
+        if res.get(f"{side}_log_tail"):
+            last = [ln for ln in res[f"{side}_log_tail"].strip().splitlines() if ln.strip()][-1:]
+            out.append(f"diff       {side.upper()}'s last words: {last[0][:160] if last else '(none)'} "
+                       f"(log in {res[f'{side}_dir']})")
+    tap = ev.get("tap")
+    if tap:
+        spec = res["spec"]
+        out.append(f"tap        {len(spec['rows'])} batch sizes {spec['rows']} x {spec['steps']} steps, "
+                   f"context {spec['context']}: {tap['calls']} op calls")
+        if tap["differ_raw"] == 0 and not tap["sequence"]:
+            out.append(f"tap        {tap['calls']} op calls bit-identical")
+        else:
+            out.append(f"tap        {tap['calls'] - tap['differ_raw']} equal, {tap['differ_raw']} differ "
+                       f"({tap['differ_value']} in value); first at {tap['first_difference']}")
+            worst = sorted(tap["by_op"].items(), key=lambda kv: -kv[1]["raw"])
+            for op, c in [w for w in worst if w[1]["raw"]][:limit]:
+                out.append(f"tap        {op}: {c['raw']} of {c['calls']} calls differ")
+        for s in tap["sequence"][:limit]:
+            out.append(f"tap        sequence: {s}")
+        for s in (tap["unwritten"] + tap["nonfinite"] + tap["outside"])[:limit]:
+            out.append(f"tap        defect: {s}")
+    local = ev.get("local")
+    if local and local["ops"]:
+        ops = sorted(local["ops"].items(), key=lambda kv: -kv[1]["rel_rms"])
+        for op, o in ops[:limit]:
+            at = f", worst at {o['worst_site']}" if o["worst_site"] else ""
+            out.append(f"local      {op}: {o['calls']} calls, {o['differing']} elements differ, max ulp "
+                       f"{verdict.fmt(o['max_ulp'])}, rel RMS {verdict.fmt(o['rel_rms'])}, NaN/Inf {o['nan']}{at}")
+        for d in (local["defects"] + local["diverged"])[:limit]:
+            out.append(f"local      {d}")
+    elif tap and tap["differ_raw"]:
+        out.append("local      not run (no recorded call to pin)")
+    lg = ev.get("logits")
+    if lg:
+        out.append(f"logits     {lg['rows']} rows: argmax flips {lg['flips_confident']} confident, "
+                   f"{lg['flips_near_tie']} near-tie; KL max {verdict.fmt(lg['kl_max'])}, mean "
+                   f"{verdict.fmt(lg['kl_mean'])}; max |Δ| {verdict.fmt(lg['max_ulps'])} ulp of A's top logit")
+        for w in [w for w in lg["worst"] if w["kl"] > 0 or w["flip"]][:min(limit, 3)]:
+            flip = (", FLIP (near-tie)" if w["near_tie"] else ", FLIP (confident)") if w["flip"] else ""
+            out.append(f"logits     {w['at']}: KL {verdict.fmt(w['kl'])}, margin {w['margin']:.3g}, "
+                       f"rms Δ {w['rms_delta']:.3g}{flip}")
+    nz = ev.get("noise")
+    if nz:
+        nt = ev["noise_tap"]
+        if nt["differ_raw"] == 0 and nz["identical"]:
+            out.append("noise      A re-run from restored state: bit-reproducible")
+        else:
+            out.append(f"noise      A vs A: {nt['differ_raw']} op calls differ, KL max {verdict.fmt(nz['kl_max'])}, "
+                       f"flips {nz['flips_near_tie'] + nz['flips_confident']}")
+    if local and local["ops"]:
+        breaks = local["reference_breaks"]
+        worst = sorted(local["ops"].items(), key=lambda kv: -kv[1]["ref_rel_rms"])
+        for op, o in worst[:limit]:
+            out.append(f"reference  {op}: rel RMS {verdict.fmt(o['ref_rel_rms'])}, max ulp {verdict.fmt(o['ref_max_ulp'])}")
+        for b in breaks[:limit]:
+            out.append(f"reference  exceeded: {b}")
+        if not breaks:
+            out.append(f"reference  {len(local['ops'])} op(s) within tolerance")
+    elif tap and tap["differ_raw"] == 0:
+        out.append("reference  unchanged ops: nothing to check")
+    for r in res["reasons"][1:]:
+        out.append(f"why        {r}")
+    out.append(f"{res['verdict']}" + (f": {res['reasons'][0]}" if res["reasons"] else "")
+               + f"  ({res['wall_s']:.0f}s)")
+    return out

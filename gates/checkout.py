@@ -1,0 +1,48 @@
+"""Revisions as directories: a detached git worktree per commit under ``runs/worktrees``.
+
+A thin shell over git (no decisions). A worktree is made once per commit and reused; the
+work tree itself (uncommitted edits) is the revision ``WORKTREE``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+
+WORKTREE = "WORKTREE"
+
+
+class RevisionError(ValueError):
+    """A revision the user named does not exist or cannot be checked out."""
+
+
+def resolve(repo: Path, rev: str) -> str:
+    if rev == WORKTREE:
+        return WORKTREE
+    try:
+        return git.Repo(repo).git.rev_parse("--verify", f"{rev}^{{commit}}")
+    except git.GitCommandError:
+        raise RevisionError(f"revision: {rev!r} is not a commit of {repo}") from None
+
+
+def checkout(repo: Path, sha: str, runs: Path) -> Path:
+    """A directory holding ``sha``'s tree (``WORKTREE``: the repository itself)."""
+    if sha == WORKTREE:
+        return Path(repo).resolve()
+    path = (runs / "worktrees" / sha[:12]).resolve()
+    if (path / ".git").exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    r = git.Repo(repo)
+    r.git.worktree("prune")
+    r.git.worktree("add", "--detach", "--force", str(path), sha)
+    return path
+
+
+def changed_paths(repo: Path, base: str, rev: str) -> list[str]:
+    r = git.Repo(repo)
+    if rev == WORKTREE:
+        out = r.git.diff("--name-only", base)
+        untracked = r.untracked_files
+        return sorted(set(out.splitlines()) | set(untracked))
+    return sorted(set(r.git.diff("--name-only", base, rev).splitlines()))

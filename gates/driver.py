@@ -1,0 +1,202 @@
+"""The entry point of one side's subprocess: ``python -m gates.driver MODE --tree T --spec J``.
+
+The harness starts it with a minimal environment in the harness root; it loads the revision's
+kernel tree from ``--tree``, builds the seeded model on the device and does one job, writing
+one JSON document to ``--out`` (and tensors next to it where the mode records them). It
+decides nothing: verdicts and statistics are computed by the harness from what it writes.
+
+Modes:
+  run      every batch size: one eager step (NaN and poison checks), graph capture and timed
+           replays, peak memory; the per-op profile at --profile-rows; the whole step's error
+           against the reference ops at --ref-rows.
+  tap      (gates/tap.py) record or replay the accuracy gate's tap.
+  bench    (gates/bench_side.py) timed rounds for the scorer, driven over stdin.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from .tree import open_tree, prepare_interpreter
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gates.driver")
+    ap.add_argument("mode", choices=("run", "tap", "bench"))
+    ap.add_argument("--tree", required=True)
+    ap.add_argument("--spec", required=True, help="JSON: the side's Spec and mode options")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default=None)
+    args = ap.parse_args(argv)
+    prepare_interpreter()
+    open_tree(args.tree)
+    import torch
+
+    spec = json.loads(Path(args.spec).read_text()) if args.spec.endswith(".json") else json.loads(args.spec)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.mode == "run":
+        result = run_mode(spec, device)
+    elif args.mode == "tap":
+        from . import tap
+
+        result = tap.side_main(spec, device, out.parent)
+    else:
+        from . import bench_side
+
+        result = bench_side.side_main(spec, device)
+    out.write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+def run_mode(opts: dict, device: str) -> dict:
+    import torch
+
+    from .numerics import unwritten
+    from .profile import Omit, OpClock
+    from .session import Side, Spec, environment, log
+    from .timing import Timer, read_bandwidth
+
+    spec = Spec.from_dict(opts)
+    side = Side(spec, device)
+    dev = side.device
+    result = {"environment": environment(dev), "spec": opts, "build_s": side.build_s,
+              "weights_gib": side.model.weights.nbytes() / 2**30,
+              "state_gib": side.model.state.nbytes() / 2**30,
+              "workload": side.workload.describe(), "buckets": {}}
+    bw = read_bandwidth(dev)
+    result["read_bandwidth_Bps"] = bw
+    replays = int(opts.get("replays", 20))
+    for rows in spec.rows:
+        step = side.step(rows)
+        side.set_inputs(step, 0)
+        for t in (step.logits, step.top_val):
+            t.fill_(float("nan"))
+        t0 = time.monotonic()
+        step.run()
+        side.sync()
+        first_s = time.monotonic() - t0
+        nan = int(torch.isnan(step.logits).sum()) + int(torch.isinf(step.logits).sum())
+        entry = {"first_run_s": first_s, "nan_or_inf_logits": nan,
+                 "unwritten_logits": unwritten(step.logits),
+                 "logits_std": float(step.logits.float().std()),
+                 "residual_rms": float(step.x.float().pow(2).mean().sqrt())}
+        entry["routing"] = routing_summary(step, side.shapes)
+        timer = Timer(step.run, dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+            timer.capture()
+        n_sets = 4
+
+        def between(i, step=step):
+            side.set_inputs(step, 1 + i % n_sets)
+
+        times = timer.measure(replays if dev.type == "cuda" else 2, between)
+        entry["times_ms"] = times
+        entry["median_ms"] = sorted(times)[len(times) // 2]
+        if dev.type == "cuda":
+            entry["peak_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
+        log(f"rows {rows}: median {entry['median_ms']:.3f} ms, NaN/Inf {nan}")
+        result["buckets"][str(rows)] = entry
+        del timer, step
+    prow = int(opts.get("profile_rows", 0))
+    if prow:
+        result["profile"] = profile(side, prow, OpClock, Omit, Timer, bw, leave_one_out=bool(opts.get("free", True)))
+    rrow = int(opts.get("ref_rows", 0))
+    if rrow:
+        result["reference_error"] = reference_error(side, rrow)
+    return result
+
+
+def routing_summary(step, sh) -> dict:
+    """Experts this rank touched per MoE layer, and load per expert (max and mean over the
+    touched ones), so a workload whose routing collapses is visible."""
+    import torch
+
+    ids = step.routing.long()
+    e0, n = sh.expert_first, sh.experts
+    touched, max_load, mean_load = [], [], []
+    for layer_ids in ids:
+        loc = layer_ids[(layer_ids >= e0) & (layer_ids < e0 + n)] - e0
+        counts = torch.bincount(loc.flatten(), minlength=n) if loc.numel() else torch.zeros(n)
+        nz = counts[counts > 0].float()
+        touched.append(int((counts > 0).sum()))
+        max_load.append(int(counts.max()) if counts.numel() else 0)
+        mean_load.append(float(nz.mean()) if nz.numel() else 0.0)
+    return {"experts_on_rank": n, "touched_per_layer": touched,
+            "touched_mean": sum(touched) / max(1, len(touched)),
+            "max_load_per_layer": max_load, "mean_load_per_layer": mean_load}
+
+
+def profile(side, rows: int, OpClock, Omit, Timer, bandwidth, leave_one_out=True) -> dict:
+    """Per op row: events around each op in one eager step, roofline floor, and the time saved
+    by re-capturing the step without that row."""
+    from .session import log
+
+    snap = side.rows_snapshot(rows)
+    clock = OpClock(side.shapes, side.device)
+    step = side.step(rows, hook=clock)
+    side.set_inputs(step, 0)
+    step.run()  # compile everything first
+    side.restore_rows(snap)
+    clock.calls.clear()
+    step.run()
+    table = clock.table()
+    side.restore_rows(snap)
+    plain = side.step(rows)
+    side.set_inputs(plain, 0)
+    timer = Timer(plain.run, side.device)
+    timer.capture()
+    n = 10 if side.device.type == "cuda" else 1
+    full = sorted(timer.measure(n))[n // 2]
+    del timer
+    out = {"rows": rows, "step_ms": full, "ops": {}}
+    for row, r in sorted(table.items(), key=lambda kv: -kv[1]["ms"]):
+        floor_ms = r["bytes"] / bandwidth * 1e3 if bandwidth else None
+        out["ops"][row] = {**r, "floor_ms": floor_ms,
+                           "pct_of_floor": (floor_ms / r["ms"] * 100) if floor_ms and r["ms"] else None}
+    if leave_one_out:
+        for row in out["ops"]:
+            st = side.step(rows, hook=Omit(row))
+            side.set_inputs(st, 0)
+            timer = Timer(st.run, side.device)
+            timer.capture()
+            without = sorted(timer.measure(n))[n // 2]
+            out["ops"][row]["free_ms"] = full - without
+            del timer, st
+            log(f"profile: without {row}: {without:.3f} ms (full {full:.3f})")
+    side.restore_rows(snap)
+    return out
+
+
+def reference_error(side, rows: int) -> dict:
+    """The whole step on the tree's kernels vs on the reference ops, from the same state."""
+    import torch
+
+    snap = side.rows_snapshot(rows)
+    k = side.step(rows, "kernel")
+    side.set_inputs(k, 0)
+    k.run()
+    side.restore_rows(snap)
+    r = side.step(rows, "reference")
+    side.set_inputs(r, 0)
+    r.run()
+    side.restore_rows(snap)
+    a, b = r.logits.double(), k.logits.double()
+    rel = float((a - b).pow(2).mean().sqrt() / a.pow(2).mean().sqrt())
+    pa, lb = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+    kl = (pa.exp() * (pa - lb)).sum(-1)
+    agree = float((a.argmax(-1) == b.argmax(-1)).double().mean())
+    return {"rows": rows, "logits_rel_rms": rel, "kl_max": float(kl.max()),
+            "kl_mean": float(kl.mean()), "argmax_agreement": agree,
+            "max_abs_diff": float((a - b).abs().max()),
+            "finite": bool(torch.isfinite(b).all()) and not math.isnan(rel)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Where one step spends its time, per op, attributed by the op the dispatcher ran (and so
+by the module that launched it), never by kernel name.
+
+* ``OpClock``: a dispatcher hook that puts device events around every op call and computes
+  each call's roofline cost (bytes, FLOPs) from its arguments.
+* ``Omit``: a hook that leaves one op out, for the leave-one-out 'free' column (the step
+  re-captured without it), because per-call events inflate small ops.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import torch
+
+DENSE = "dense projections (cuBLAS)"
+
+
+def row_of(spec) -> str:
+    """The profile row an op belongs to: dense projections are one row, as published."""
+    return DENSE if spec.family == "dense" else spec.name
+
+
+class OpClock:
+    def __init__(self, sh, device: torch.device, costs: bool = True):
+        self.sh, self.device, self.costs = sh, device, costs
+        self.calls = []  # (row, spec, site, start, end, cost)
+
+    def __call__(self, spec, site, args, run):
+        if self.device.type == "cuda":
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            run()
+            e.record()
+        else:
+            s = time.perf_counter()
+            run()
+            e = time.perf_counter()
+        cost = spec.load_roofline()(self.sh, args) if self.costs else None
+        self.calls.append((row_of(spec), spec, site, s, e, cost))
+
+    def table(self) -> dict:
+        """Per row: ms, calls, bytes, flops, and the modules that launched it."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        out: dict = defaultdict(lambda: {"ms": 0.0, "calls": 0, "bytes": 0.0, "flops": 0.0,
+                                         "modules": set()})
+        for row, spec, _site, s, e, cost in self.calls:
+            ms = s.elapsed_time(e) if self.device.type == "cuda" else (e - s) * 1e3
+            r = out[row]
+            r["ms"] += ms
+            r["calls"] += 1
+            if cost is not None:
+                r["bytes"] += cost.bytes
+                r["flops"] += cost.flops
+            r["modules"].add(spec.kernel.split(":")[0])
+        return {k: {**v, "modules": sorted(v["modules"])} for k, v in out.items()}
+
+
+class Omit:
+    """Leave every op of profile row ``row`` out of the step (its outputs stay as they were)."""
+
+    def __init__(self, row: str):
+        self.row = row
+
+    def __call__(self, spec, site, args, run):
+        if row_of(spec) != self.row:
+            run()

@@ -1,0 +1,145 @@
+"""One side's process: a revision's tree, its model on one device, the workload and steps.
+
+Runs inside the side's subprocess (see ``gates/driver.py``) after ``tree.open_tree``; the
+model, weights, caches and workload come from the tree's protected modules, the step and
+kernels from the tree. Nothing here decides a verdict.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Progress:
+    """Rate-limited progress lines on stderr for long builds."""
+
+    def __init__(self, every_s: float = 5.0):
+        self.every_s, self.last = every_s, 0.0
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s or done == total:
+            self.last = now
+            log(f"building {what}: {done}/{total}")
+
+
+@dataclass
+class Spec:
+    """What a side builds, as plain data (from kern.yaml's profile)."""
+
+    model: str  # "full" | "small"
+    layout: str
+    seed: int
+    weight_sets: int
+    context: int
+    steps: int
+    rows: list  # batch sizes this side will run
+    state_dtype: str = "bf16"
+
+    @staticmethod
+    def from_dict(d: dict) -> "Spec":
+        return Spec(**{k: d[k] for k in Spec.__dataclass_fields__ if k in d})
+
+
+class Side:
+    """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
+
+    def __init__(self, spec: Spec, device: str, hook=None):
+        from kernels.k31 import model as kmodel
+        from kernels.k31.config import Dims, Layout
+        from kernels.k31.workload import Workload
+
+        self.spec, self.device = spec, torch.device(device)
+        self.dims = Dims.named(spec.model, kda_state_dtype=spec.state_dtype)
+        self.layout = Layout.named(spec.layout)
+        self.max_rows = max(spec.rows)
+        self.workload = Workload(self.dims.vocab, self.max_rows, spec.context, spec.steps + 8,
+                                 spec.seed)
+        t0 = time.monotonic()
+        log(f"building {spec.model} model, layout {spec.layout}, {self.max_rows} rows, "
+            f"context {spec.context} on {self.device}")
+        self.model = kmodel.build_model(
+            self.dims, self.layout, rows=self.max_rows, max_position=self.workload.max_position,
+            seed=spec.seed, weight_sets=spec.weight_sets, device=self.device, progress=Progress())
+        self.build_s = time.monotonic() - t0
+        log(f"built in {self.build_s:.1f}s: weights {self.model.weights.nbytes() / 2**30:.2f} GiB, "
+            f"state {self.model.state.nbytes() / 2**30:.2f} GiB")
+        self.hook = hook
+
+    @property
+    def shapes(self):
+        return self.model.shapes
+
+    def step(self, rows: int, mode: str = "kernel", hook=None):
+        from kernels.k31.dispatch import Ops
+        from kernels.k31.step import DecodeStep
+
+        return DecodeStep(self.model, rows, Ops(self.shapes, mode, hook))
+
+    def set_inputs(self, step, index: int) -> None:
+        """Workload step ``index`` for the first ``step.rows`` requests."""
+        tok, pos = self.workload.step_inputs(index, self.device)
+        step.tokens.copy_(tok[:step.rows])
+        step.pos.copy_(pos[:step.rows])
+
+    def fresh_state(self) -> None:
+        """Rebuild the decode state from its seed (bit-identical to the first build)."""
+        from kernels.k31.state import build_state
+
+        self.model.state = build_state(self.shapes, rows=self.max_rows,
+                                       max_position=self.workload.max_position,
+                                       seed=self.spec.seed, device=self.device)
+
+    def rows_snapshot(self, rows: int) -> dict:
+        """The per-row recurrent state of the first ``rows`` requests (KDA state, conv window).
+        With it restored, a step at the same position recomputes the same outputs: the caches
+        are only read below each row's position and its own slot is rewritten."""
+        st = self.model.state
+        snap = {}
+        for name in ("kda_state", "conv_window"):
+            for layer, t in getattr(st, name).items():
+                snap[(name, layer)] = t[:rows].clone()
+        return snap
+
+    def restore_rows(self, snap: dict) -> None:
+        st = self.model.state
+        for (name, layer), t in snap.items():
+            getattr(st, name)[layer][:t.shape[0]].copy_(t)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def environment(device) -> dict:
+    """GPU, SM count, driver, clocks (when readable), torch and triton versions."""
+    import platform
+    import subprocess
+
+    import triton
+
+    env = {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+           "host": platform.node(), "device": str(device)}
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        env.update(gpu=p.name, sm_count=p.multi_processor_count,
+                   memory_gib=round(p.total_memory / 2**30, 1), cuda=torch.version.cuda)
+        try:
+            q = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,"
+                 "power.draw,temperature.gpu", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=10)
+            env["nvidia_smi"] = q.stdout.strip()
+        except (OSError, subprocess.SubprocessError) as e:
+            env["nvidia_smi"] = f"unreadable: {e}"
+    else:
+        env["gpu"] = None
+        env["note"] = "CPU (Triton interpreter): times are mechanics only, not GPU scores"
+    return env

@@ -1,0 +1,108 @@
+"""Running one side (a revision's driver) in its own subprocess, with a minimal environment
+and a wall-clock limit. A crash, hang or illegal memory access of a candidate ends its
+process, never the caller's."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HARNESS_ROOT = Path(__file__).resolve().parent.parent
+# Variables a side may see. API keys and everything else of the user's environment stay out.
+_PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR",
+         "TRITON_INTERPRET", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+         "NVSHMEM_DISABLE_NVLS", "CUDA_HOME", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+
+
+def side_env(extra: dict | None = None) -> dict:
+    env = {k: os.environ[k] for k in _PASS if k in os.environ}
+    env["PYTHONPATH"] = str(HARNESS_ROOT)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONHASHSEED"] = "0"
+    # multicast stays off everywhere (it can take shared GPUs out of service)
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    kind: str  # "ok" | "crash" | "timeout" | "illegal-memory-access" | "oom" | "error"
+    returncode: int | None
+    wall_s: float
+    result: dict | None
+    log_tail: str
+    log_path: Path
+
+
+def classify(returncode: int | None, timed_out: bool, tail: str) -> str:
+    """What ended a side: pure, from the exit status and the end of its log."""
+    if timed_out:
+        return "timeout"
+    if returncode == 0:
+        return "ok"
+    low = tail.lower()
+    if "illegal memory access" in low or "misaligned address" in low or "illegal address" in low:
+        return "illegal-memory-access"
+    if "out of memory" in low:
+        return "oom"
+    if returncode is not None and returncode < 0:
+        return f"crash (signal {signal.Signals(-returncode).name})" if -returncode in \
+            signal.valid_signals() else "crash"
+    return "error" if "Traceback" in tail else "crash"
+
+
+def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
+             progress=None) -> Outcome:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spec_path = out.with_suffix(".spec.json")
+    spec_path.write_text(json.dumps(spec, indent=1))
+    log_path = out.with_suffix(".log")
+    cmd = [sys.executable, "-m", "gates.driver", mode, "--tree", str(tree), "--spec",
+           str(spec_path), "--out", str(out)]
+    t0 = time.monotonic()
+    timed_out = False
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdout=logf,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=2.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.monotonic() - t0 > timeout_s:
+                        timed_out = True
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                        break
+                    if progress:
+                        progress(_last_line(log_path), time.monotonic() - t0)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    wall = time.monotonic() - t0
+    tail = log_path.read_text(errors="replace")[-4000:]
+    kind = classify(proc.returncode, timed_out, tail)
+    result = None
+    if kind == "ok" and out.exists():
+        result = json.loads(out.read_text())
+    elif kind == "ok":
+        kind = "error"
+    return Outcome(kind == "ok", kind, proc.returncode, wall, result, tail, log_path)
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+        return lines[-1] if lines else ""
+    except OSError:
+        return ""

@@ -1,0 +1,394 @@
+"""The accuracy gate's tap, run inside one side's subprocess.
+
+Role ``record`` (side A, the base): for every batch size of the tap and every decode step,
+run the step eagerly with every op's outputs poisoned first; after each op call hash its
+outputs (raw bytes and values, over the rows it defines), its state views and the part of
+each state tensor outside the view, and count unwritten elements. For the ops the diff
+touches, also keep full copies (activation inputs, outputs, state after) up to a snapshot
+budget. Save every step's logits. Then run everything again from the restored state (the
+noise floor: is A reproducible?).
+
+Role ``replay`` (side B, the candidate): the same free run (hashes and logits: bit identity
+and end to end); if anything differs, a pinned pass where every recorded call of A gets A's
+inputs, runs B's kernel inside guard bands, is compared with A's outputs and with the
+protected reference, and is then overwritten with A's outputs so that later calls stay on
+A's trajectory (cut-local).
+
+Weights and state tensors are never copied: they are identical on both sides by construction
+(protected seeded generation, verified by hash) and state stays identical under pinning.
+Everything written is measurement; the verdict is made by the harness.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from .fingerprint import raw_hash, value_hash
+from .numerics import compare, poison, unwritten
+from .session import Side, Spec, environment, log
+
+GUARD = 256  # elements of canary on each side of a guarded output
+CANARY = 0xA5
+
+
+# ------------------------------------------------------------------ helpers
+def _storage_ptrs(model) -> set[int]:
+    """Storages of weights and state: arguments living there are never copied."""
+    ptrs = set()
+    w = model.weights
+    objs = [w.embed, w.lm_head, *w.mix, *w.attn, *w.mlp]
+    for o in objs:
+        ts = [o] if isinstance(o, torch.Tensor) else list(vars(o).values())
+        for t in ts:
+            if isinstance(t, torch.Tensor):
+                ptrs.add(t.untyped_storage().data_ptr())
+    for _, t in model.state.tensors():
+        ptrs.add(t.untyped_storage().data_ptr())
+    return ptrs
+
+
+def _is_bulk(t, ptrs) -> bool:
+    return t.untyped_storage().data_ptr() in ptrs
+
+
+def _outside_hash(t: torch.Tensor) -> str | None:
+    """Hash of the part of ``t``'s base tensor outside the view (rows past a ``[:rows]``
+    slice): a kernel writing there writes state that is not its own."""
+    base = t._base if t._base is not None else None
+    if base is None or base.shape[1:] != t.shape[1:] or not base.is_contiguous():
+        return None
+    if t.data_ptr() != base.data_ptr() or t.shape[0] >= base.shape[0]:
+        return None
+    return raw_hash(base[t.shape[0]:])
+
+
+def _masks(spec, sh, args):
+    return spec.defined(sh, args) if spec.defined else {}
+
+
+def _combined(hashes) -> str:
+    return hashlib.sha256("|".join(hashes).encode()).hexdigest()[:24]
+
+
+def weights_hash(model) -> str:
+    w = model.weights
+    parts = [raw_hash(w.embed), raw_hash(w.lm_head)]
+    seen = set()
+    for o in [*w.mix, *w.attn, *w.mlp]:
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        parts += [raw_hash(t) for t in vars(o).values() if isinstance(t, torch.Tensor)]
+    return _combined(parts)
+
+
+def state_hash(model) -> str:
+    return _combined(f"{k}={raw_hash(t)}" for k, t in model.state.tensors())
+
+
+class CallLog:
+    """One pass's per-call measurements."""
+
+    def __init__(self):
+        self.calls = []
+
+    def add(self, **kw):
+        self.calls.append(kw)
+
+
+class TapHook:
+    """Dispatcher hook of a free pass: poison, run, hash; optionally keep full copies."""
+
+    def __init__(self, side: Side, keep: set | None, budget_bytes: float, store: dict,
+                 run_key: str):
+        self.side, self.keep, self.budget, self.store = side, keep, budget_bytes, store
+        self.ptrs = _storage_ptrs(side.model)
+        self.log = CallLog()
+        self.used = 0.0
+        self.run_key = run_key
+        self.budget_hit = False
+
+    def __call__(self, spec, site, args, run):
+        sh = self.side.shapes
+        for name in spec.outputs:
+            poison(args[name])
+        want = self.keep is None or spec.name in self.keep
+        index = len(self.log.calls)
+        kept = None
+        if want and not self.budget_hit:
+            inputs = {k: args[k].clone() for k in spec.inputs
+                      if isinstance(args.get(k), torch.Tensor) and not _is_bulk(args[k], self.ptrs)}
+            kept = {"inputs": inputs}
+        outside = {k: _outside_hash(args[k]) for k in spec.state}
+        big_before = {k: args[k].clone() for k in spec.state if _is_big(args[k])} \
+            if kept is not None else {}
+        run()
+        masks = _masks(spec, sh, args)
+        entry = {"i": index, "op": spec.name, "site": site, "outputs": {}, "state": {},
+                 "unwritten": {}, "nonfinite": {}, "outside_changed": []}
+        for name in spec.outputs:
+            t = args[name]
+            m = masks.get(name)
+            sel = t if m is None else t[m]
+            entry["outputs"][name] = (raw_hash(sel), value_hash(sel))
+            entry["unwritten"][name] = unwritten(sel)
+            if sel.dtype.is_floating_point:
+                entry["nonfinite"][name] = int(torch.isinf(sel.float()).sum())
+        for name in spec.state:
+            entry["state"][name] = (raw_hash(args[name]), value_hash(args[name]))
+            if outside[name] is not None and _outside_hash(args[name]) != outside[name]:
+                entry["outside_changed"].append(name)
+        if kept is not None:
+            kept["outputs"] = {k: args[k].clone() for k in spec.outputs}
+            kept["state"] = {k: args[k].clone() for k in spec.state if not _is_big(args[k])}
+            kept["big_state"] = {k: written_rows(v, args[k]) for k, v in big_before.items()}
+            size = sum(_nbytes(v) for part in kept.values() for v in part.values())
+            if self.used + size > self.budget:
+                self.budget_hit = True
+            else:
+                self.used += size
+                self.store[(self.run_key, index)] = kept
+                entry["kept"] = True
+        self.log.add(**entry)
+
+
+def _is_big(t: torch.Tensor) -> bool:
+    """Caches: tensors of pages (kept as the rows a call writes, not whole)."""
+    return t.dim() >= 2 and t.numel() > (1 << 22)
+
+
+def _nbytes(v) -> float:
+    if isinstance(v, torch.Tensor):
+        return v.numel() * v.element_size()
+    if isinstance(v, tuple):
+        return sum(_nbytes(x) for x in v)
+    return 0.0
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """A big state tensor as ``[rows, bytes]`` (a row = its last dimension)."""
+    return t.reshape(-1, t.shape[-1]).view(torch.uint8).reshape(-1, t.shape[-1] * t.element_size())
+
+
+def written_rows(before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row indices, their new contents) of a big state tensor that a call changed."""
+    changed = (_rows(before) != _rows(after)).any(dim=1).nonzero().flatten()
+    return changed, after.reshape(-1, after.shape[-1])[changed].clone()
+
+
+# ------------------------------------------------------------------ passes
+def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store) -> dict:
+    """All runs and steps; per call hashes, per step logits. Restores rows between runs."""
+    out = {"runs": {}, "logits": {}}
+    for rows in runs:
+        side.model.state.restore(snap)
+        key = f"r{rows}"
+        hook = TapHook(side, keep, budget, store, key)
+        step = side.step(rows, hook=hook)
+        for s in range(steps):
+            side.set_inputs(step, s)
+            hook.run_key = f"{key}s{s}"
+            step.run()
+            out["logits"][f"{rows}:{s}"] = step.logits.detach().float().cpu().clone()
+        side.sync()
+        out["runs"][key] = {"calls": hook.log.calls, "kept_bytes": hook.used,
+                            "budget_hit": hook.budget_hit}
+        log(f"tap: rows {rows}: {len(hook.log.calls)} op calls")
+    side.model.state.restore(snap)
+    return out
+
+
+def side_main(opts: dict, device: str, outdir: Path) -> dict:
+    role = opts["role"]
+    spec = Spec.from_dict(opts)
+    side = Side(spec, device)
+    # every run starts from the whole initial state (caches included), so a run's hashes do
+    # not depend on which runs came before it
+    snap = side.model.state.snapshot()
+    runs, steps = list(opts["rows"]), int(opts["steps"])
+    t0 = time.monotonic()
+    result = {"environment": environment(side.device), "role": role, "spec": opts,
+              "build_s": side.build_s, "weights_hash": weights_hash(side.model),
+              "state_hash": state_hash(side.model)}
+    if role == "record":
+        keep = None if opts.get("touched") is None else set(opts["touched"])
+        store: dict = {}
+        first = free_pass(side, runs, steps, snap, keep, opts["budget_mb"] * 2**20, store)
+        torch.save(first.pop("logits"), outdir / "logits_a.pt")
+        torch.save(store, outdir / "kept_a.pt")
+        result["pass"] = first
+        repeat = free_pass(side, runs, steps, snap, set(), 0, {})
+        torch.save(repeat.pop("logits"), outdir / "logits_a2.pt")
+        result["repeat"] = repeat
+    else:
+        record = json.loads((Path(opts["record"]) / "record.json").read_text())
+        free = free_pass(side, runs, steps, snap, set(), 0, {})
+        torch.save(free.pop("logits"), outdir / "logits_b.pt")
+        result["pass"] = free
+        result["same_setup"] = (record["weights_hash"] == result["weights_hash"]
+                                and record["state_hash"] == result["state_hash"])
+        if _differs(record["pass"], free) and result["same_setup"]:
+            kept = torch.load(Path(opts["record"]) / "kept_a.pt", weights_only=False)
+            result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept, opts)
+    result["wall_s"] = time.monotonic() - t0
+    return result
+
+
+def _differs(a: dict, b: dict) -> bool:
+    for key, run in a["runs"].items():
+        other = b["runs"].get(key)
+        if other is None or len(other["calls"]) != len(run["calls"]):
+            return True
+        for x, y in zip(run["calls"], other["calls"]):
+            if x["outputs"] != y["outputs"] or x["state"] != y["state"]:
+                return True
+    return False
+
+
+def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: dict) -> dict:
+    """Cut-local: B's kernels on A's recorded inputs, compared with A and the reference."""
+    from kernels.k31 import contracts
+    from kernels.k31.dispatch import Ops
+
+    sh = side.shapes
+    kernels = Ops(sh, "kernel")
+    ptrs = _storage_ptrs(side.model)
+    results = []
+    for rows in runs:
+        side.model.state.restore(snap)
+        key = f"r{rows}"
+        a_calls = record["runs"][key]["calls"]
+        state = {"i": 0, "diverged": None, "step": 0}
+
+        def hook(spec, site, args, run):
+            i = state["i"]
+            state["i"] += 1
+            if state["diverged"] is not None:
+                run()
+                return
+            if i >= len(a_calls) or a_calls[i]["op"] != spec.name or a_calls[i]["site"] != site:
+                state["diverged"] = {"call": i, "why": "op sequence differs from A",
+                                     "b": f"{site} {spec.name}"}
+                run()
+                return
+            a = a_calls[i]
+            rec = kept.get((f"{key}s{state['step']}", i))
+            if rec is None:
+                for name in spec.outputs:
+                    poison(args[name])
+                run()
+                masks = _masks(spec, sh, args)
+                same = all(raw_hash(args[n] if masks.get(n) is None else args[n][masks[n]])
+                           == a["outputs"][n][0] for n in spec.outputs)
+                same = same and all(raw_hash(args[n]) == a["state"][n][0] for n in spec.state)
+                if not same:
+                    state["diverged"] = {"call": i, "why": "an op without a recording differs "
+                                         "(outside the snapshot budget, or an op the diff does "
+                                         "not touch)", "b": f"{site} {spec.name}"}
+                return
+            for name, t in rec["inputs"].items():
+                args[name].copy_(t)
+            state_before = {k: args[k].clone() for k in spec.state if not _is_big(args[k])}
+            big_before = {k: args[k].clone() for k in spec.state if _is_big(args[k])}
+            in_hash = {k: raw_hash(args[k]) for k in spec.inputs
+                       if isinstance(args.get(k), torch.Tensor) and not _is_bulk(args[k], ptrs)}
+            outside = {k: _outside_hash(args[k]) for k in spec.state}
+            guarded, canaries = _guard(spec, args)
+            run_args = {**args, **guarded}
+            kernels.implementation(spec.name)(sh, **run_args)  # B's kernel
+            for name, t in guarded.items():
+                args[name].copy_(t)
+            entry = {"call": i, "op": spec.name, "site": site, "rows": rows,
+                     "outputs": {}, "state": {}, "reference": {}, "wrote_inputs": [],
+                     "guard_broken": _canaries_broken(canaries), "outside_changed": []}
+            for k, h in in_hash.items():
+                if raw_hash(args[k]) != h:
+                    entry["wrote_inputs"].append(k)
+            for k in spec.state:
+                if outside[k] is not None and _outside_hash(args[k]) != outside[k]:
+                    entry["outside_changed"].append(k)
+            masks = _masks(spec, sh, args)
+            for name in spec.outputs:
+                entry["outputs"][name] = compare(rec["outputs"][name], args[name],
+                                                 masks.get(name)).as_dict()
+                entry["outputs"][name]["unwritten"] = unwritten(
+                    args[name] if masks.get(name) is None else args[name][masks[name]])
+            for name in spec.state:
+                if name in rec["state"]:
+                    entry["state"][name] = compare(rec["state"][name], args[name]).as_dict()
+            b_written = {k: written_rows(v, args[k]) for k, v in big_before.items()}
+            for name, (a_idx, a_rows) in rec["big_state"].items():
+                b_idx, b_rows = b_written[name]
+                if not torch.equal(a_idx.to(b_idx.device), b_idx):
+                    entry["state"][name] = {"written_rows_differ": True, "a_rows": int(a_idx.numel()),
+                                            "b_rows": int(b_idx.numel()), "differing": -1}
+                else:
+                    entry["state"][name] = compare(a_rows.to(b_rows.device), b_rows).as_dict()
+            # the protected reference on the same inputs and state-before
+            ref_args = {k: v for k, v in args.items() if k not in spec.outputs}
+            for k, v in state_before.items():
+                ref_args[k] = v.clone()
+            for k, v in big_before.items():
+                ref_args[k] = v  # the reference writes caches in place: give it the copy
+            expected = contracts.op(spec.name).reference(sh, **ref_args)
+            for name in spec.outputs:
+                entry["reference"][name] = compare(expected[name], args[name],
+                                                   masks.get(name)).as_dict()
+            for name in spec.state:
+                if name in state_before:
+                    entry["reference"][name] = compare(expected[name], args[name]).as_dict()
+            for name, (b_idx, b_rows) in b_written.items():
+                ref_rows = expected[name].reshape(-1, b_rows.shape[-1])[b_idx]
+                entry["reference"][name] = compare(ref_rows, b_rows).as_dict()
+            results.append(entry)
+            # pin: A's outputs and state after, so later calls see A's trajectory
+            for name, t in rec["outputs"].items():
+                args[name].copy_(t)
+            for name, t in rec["state"].items():
+                args[name].copy_(t)
+            for name, (a_idx, a_rows) in rec["big_state"].items():
+                args[name].copy_(big_before[name])
+                args[name].reshape(-1, a_rows.shape[-1])[a_idx.to(a_rows.device)] = a_rows
+
+        step = side.step(rows, hook=hook)
+        for s in range(steps):
+            state["step"] = s
+            side.set_inputs(step, s)
+            step.run()
+        side.sync()
+        if state["diverged"] is not None:
+            state["diverged"]["rows"] = rows
+            results.append({"diverged": state["diverged"]})
+    side.model.state.restore(snap)
+    return {"calls": results}
+
+
+def _guard(spec, args):
+    """Outputs replaced by views into larger buffers whose ends hold a canary pattern."""
+    guarded, canaries = {}, []
+    for name in spec.outputs:
+        t = args[name]
+        if not t.is_contiguous():
+            continue
+        flat = torch.empty(t.numel() + 2 * GUARD, dtype=t.dtype, device=t.device)
+        flat.view(torch.uint8).fill_(CANARY)
+        view = flat[GUARD:GUARD + t.numel()].view(t.shape)
+        poison(view)
+        guarded[name] = view
+        canaries.append((name, flat))
+    return guarded, canaries
+
+
+def _canaries_broken(canaries) -> list[str]:
+    broken = []
+    for name, flat in canaries:
+        raw = flat.view(torch.uint8)
+        es = flat.element_size()
+        head, tail = raw[:GUARD * es], raw[-GUARD * es:]
+        if bool((head != CANARY).any()) or bool((tail != CANARY).any()):
+            broken.append(name)
+    return broken

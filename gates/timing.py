@@ -1,0 +1,87 @@
+"""Timing one decode step: a CUDA graph of the whole step, replayed and timed with events.
+
+The timed region is exactly one replay of the whole step's graph; between replays (outside
+it) the inputs change to the next workload set. On the CPU the step runs eagerly and a host
+clock times it (mechanics only, never a GPU score).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import torch
+
+
+class Timer:
+    """Times ``run`` (one step) ``n`` times, calling ``between(i)`` untimed before each."""
+
+    def __init__(self, run: Callable[[], None], device: torch.device):
+        self.run, self.device = run, device
+        self.graph = None
+
+    def capture(self, warmup: int = 2) -> None:
+        if self.device.type != "cuda":
+            return
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(warmup):
+                self.run()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        torch.cuda.synchronize(self.device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            self.run()
+        torch.cuda.synchronize(self.device)
+        self.graph = g
+
+    def once(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.run()
+
+    def measure(self, n: int, between: Callable[[int], None] | None = None) -> list[float]:
+        """Milliseconds per call, one sample per call."""
+        out = []
+        if self.device.type == "cuda":
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+            for i in range(n):
+                if between:
+                    between(i)
+                starts[i].record()
+                self.once()
+                ends[i].record()
+            torch.cuda.synchronize(self.device)
+            out = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+        else:
+            for i in range(n):
+                if between:
+                    between(i)
+                t = time.perf_counter()
+                self.once()
+                out.append((time.perf_counter() - t) * 1e3)
+        return out
+
+
+def read_bandwidth(device: torch.device, gib: float = 1.0, reps: int = 10) -> float | None:
+    """Streaming read bandwidth (bytes/s): sum of a large bf16 tensor, median of ``reps``."""
+    if device.type != "cuda":
+        return None
+    n = int(gib * 2**30 // 2)
+    x = torch.randn(n, device=device, dtype=torch.bfloat16)
+    out = torch.empty((), device=device, dtype=torch.float32)
+    for _ in range(3):
+        torch.sum(x, dtype=torch.float32, out=out)
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        torch.sum(x, dtype=torch.float32, out=out)
+        e.record()
+        torch.cuda.synchronize(device)
+        times.append(s.elapsed_time(e) / 1e3)
+    del x
+    times.sort()
+    return n * 2 / times[len(times) // 2]

@@ -1,0 +1,48 @@
+"""Load a revision's kernel tree into this process (the subprocess of one side).
+
+The gate driver's own modules come from the harness installation; only ``kernels`` comes
+from the tree under test. ``open_tree`` must run before anything imports ``kernels``.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+class TreeError(RuntimeError):
+    """The revision's tree cannot be loaded (the candidate commit must fix it)."""
+
+
+def open_tree(root: str | Path):
+    root = Path(root).resolve()
+    if not (root / "kernels" / "k31" / "__init__.py").exists():
+        raise TreeError(f"tree: expected kernels/k31/ under {root}, found none")
+    if "kernels" in sys.modules:
+        loaded = Path(sys.modules["kernels"].__file__).resolve().parent.parent
+        if loaded != root:
+            raise TreeError(f"tree: kernels already imported from {loaded}, wanted {root}")
+    sys.path.insert(0, str(root))
+    import kernels  # noqa: F401  (resolved from root now)
+
+    got = Path(kernels.__file__).resolve().parent.parent
+    if got != root:
+        raise TreeError(f"tree: kernels resolved to {got}, expected {root}")
+    return root
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def prepare_interpreter() -> None:
+    """Without a GPU the Triton kernels run in the interpreter; set before triton imports."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+    except ImportError:
+        pass

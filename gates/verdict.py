@@ -1,0 +1,272 @@
+"""The accuracy gate's decisions: pure functions over what the two sides measured.
+
+``logit_stats`` compares two sets of logits row by row; ``tap_diff`` compares two free passes
+call by call; ``judge`` turns all evidence into a verdict (first match wins):
+
+    FAIL                    crash, illegal memory access, timeout, NaN/Inf, an output not
+                            fully written, writes outside declared outputs, a confident
+                            argmax flip, KL over the limit, reference tolerance exceeded,
+                            a protected file changed
+    PASS bit-identical      every op output, state write and logits row equal byte for byte
+    PASS value-identical    equal except +0 / -0
+    PASS logit evidence     KL within kl_pass, flips only near-ties (and few), cut-local and
+                            reference checks clean
+    PASS within noise floor A is not bit-reproducible and B stays inside A-vs-A's band
+    INCONCLUSIVE            otherwise
+
+Exit codes: PASS 0, FAIL 1, INCONCLUSIVE 2.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
+
+
+@dataclass
+class Verdict:
+    name: str  # e.g. "PASS bit-identical"
+    reasons: list = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT[self.name.split()[0]]
+
+
+# ------------------------------------------------------------------ logits
+def logit_stats(a_logits: dict, b_logits: dict, near_tie_factor: float) -> dict:
+    """Row-by-row comparison of ``{"rows:step": [rows, vocab] f32}`` logits, A vs B."""
+    rows_total = flips_near = flips_real = 0
+    kl_max = kl_sum = 0.0
+    ulp_max = 0.0
+    nonfinite = 0
+    worst = []
+    missing = sorted(set(a_logits) - set(b_logits))
+    for key in sorted(a_logits, key=_key_order):
+        if key not in b_logits:
+            continue
+        a, b = a_logits[key].double(), b_logits[key].double()
+        if a.shape != b.shape:
+            missing.append(key)
+            continue
+        fin = torch.isfinite(b).all(dim=-1)
+        nonfinite += int((~fin).sum())
+        top2 = a.topk(2, dim=-1)
+        margin = top2.values[:, 0] - top2.values[:, 1]
+        delta = torch.where(torch.isfinite(b), b - a, torch.full_like(a, float("inf")))
+        rms = delta.pow(2).mean(-1).sqrt()
+        la, lb = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+        kl = (la.exp() * (la - lb)).sum(-1)
+        kl = torch.where(fin, kl, torch.full_like(kl, float("inf")))
+        top_ulp = _f32_ulp(top2.values[:, 0])
+        ulps = delta.abs().max(-1).values / top_ulp
+        flip = a.argmax(-1) != b.argmax(-1)
+        near = flip & (margin <= near_tie_factor * rms)
+        rows_total += a.shape[0]
+        flips_near += int(near.sum())
+        flips_real += int((flip & ~near).sum())
+        kl_max = max(kl_max, float(kl.max()))
+        kl_sum += float(kl.clamp(max=1e30).sum())
+        ulp_max = max(ulp_max, float(ulps.max()))
+        for r in range(a.shape[0]):
+            worst.append({"at": f"rows {key.split(':')[0]} step {key.split(':')[1]} row {r}",
+                          "kl": float(kl[r]), "flip": bool(flip[r]),
+                          "near_tie": bool(near[r]), "margin": float(margin[r]),
+                          "rms_delta": float(rms[r]), "max_ulps": float(ulps[r])})
+    worst.sort(key=lambda w: (not (w["flip"] and not w["near_tie"]), -w["kl"]))
+    return {"rows": rows_total, "flips_near_tie": flips_near, "flips_confident": flips_real,
+            "kl_max": kl_max, "kl_mean": kl_sum / max(1, rows_total), "max_ulps": ulp_max,
+            "nonfinite_rows": nonfinite, "missing": missing,
+            "identical": ulp_max == 0.0 and flips_near + flips_real == 0 and not missing,
+            "worst": worst[:64]}
+
+
+def _f32_ulp(x: torch.Tensor) -> torch.Tensor:
+    mag = x.abs().clamp_min(2.0 ** -126)
+    return torch.exp2(torch.floor(torch.log2(mag)) - 23)
+
+
+def _key_order(k: str):
+    r, s = k.split(":")
+    return int(r), int(s)
+
+
+# ------------------------------------------------------------------ tap
+def tap_diff(a_pass: dict, b_pass: dict) -> dict:
+    """Compare two free passes call by call: which ops differ (raw / value), defects of B."""
+    calls = differ_raw = differ_value = 0
+    first = None
+    by_op: dict = {}
+    sequence = []
+    unwritten, nonfinite, outside = [], [], []
+    for key, run in a_pass["runs"].items():
+        brun = b_pass["runs"].get(key)
+        if brun is None:
+            sequence.append(f"{key}: B did not run")
+            continue
+        if len(brun["calls"]) != len(run["calls"]):
+            sequence.append(f"{key}: A made {len(run['calls'])} op calls, B {len(brun['calls'])}")
+        for x, y in zip(run["calls"], brun["calls"]):
+            calls += 1
+            where = f"{key} {y['site']}"
+            for name, n in y["unwritten"].items():
+                if n:
+                    unwritten.append(f"{y['op']}.{name} at {where}: {n} elements not written")
+            for name, n in y.get("nonfinite", {}).items():
+                base_n = x.get("nonfinite", {}).get(name, 0)
+                if n > base_n:  # some outputs hold -inf by contract (indexer padding)
+                    nonfinite.append(f"{y['op']}.{name} at {where}: {n} Inf where A has {base_n}")
+            for name in y.get("outside_changed", []):
+                outside.append(f"{y['op']} wrote {name} outside its rows at {where}")
+            if x["op"] != y["op"] or x["site"] != y["site"]:
+                sequence.append(f"{key} call {x['i']}: A ran {x['site']}, B ran {y['site']}")
+                break
+            raw = x["outputs"] != y["outputs"] or x["state"] != y["state"]
+            val = _values(x) != _values(y)
+            if raw:
+                differ_raw += 1
+                op = by_op.setdefault(y["op"], {"raw": 0, "value": 0, "calls": 0})
+                op["raw"] += 1
+                op["value"] += int(val)
+                if first is None:
+                    first = where
+            if val:
+                differ_value += 1
+            by_op.setdefault(y["op"], {"raw": 0, "value": 0, "calls": 0})["calls"] += 1
+    return {"calls": calls, "differ_raw": differ_raw, "differ_value": differ_value,
+            "first_difference": first, "by_op": by_op, "sequence": sequence,
+            "unwritten": unwritten, "nonfinite": nonfinite, "outside": outside}
+
+
+def _values(call: dict) -> tuple:
+    return ({k: v[1] for k, v in call["outputs"].items()},
+            {k: v[1] for k, v in call["state"].items()})
+
+
+# ------------------------------------------------------------------ cut-local + reference
+def local_summary(pinned: dict | None, tolerances: dict) -> dict:
+    """Per op: worst cut-local difference vs A and vs the reference; defects; tolerance breaks."""
+    if not pinned:
+        return {"ops": {}, "defects": [], "reference_breaks": [], "diverged": []}
+    ops: dict = {}
+    defects, breaks, diverged = [], [], []
+    for c in pinned["calls"]:
+        if "diverged" in c:
+            d = c["diverged"]
+            diverged.append(f"rows {d['rows']}: pinning stopped at call {d['call']} ({d['b']}): {d['why']}")
+            continue
+        where = f"{c['site']} (rows {c['rows']})"
+        if c["wrote_inputs"]:
+            defects.append(f"{c['op']} wrote its inputs {c['wrote_inputs']} at {where}")
+        if c["guard_broken"]:
+            defects.append(f"{c['op']} wrote past the end of {c['guard_broken']} at {where}")
+        if c["outside_changed"]:
+            defects.append(f"{c['op']} wrote {c['outside_changed']} outside its rows at {where}")
+        o = ops.setdefault(c["op"], {"calls": 0, "differing": 0, "max_ulp": 0.0, "rel_rms": 0.0,
+                                     "nan": 0, "unwritten": 0, "ref_rel_rms": 0.0,
+                                     "ref_max_ulp": 0.0, "worst_site": None})
+        o["calls"] += 1
+        for name, d in {**c["outputs"], **c["state"]}.items():
+            if d.get("written_rows_differ"):
+                defects.append(f"{c['op']} wrote different {name} rows than A "
+                               f"({d['b_rows']} vs {d['a_rows']}) at {where}")
+                continue
+            o["differing"] += d["differing"]
+            o["nan"] += d["nan"] + d["inf"]
+            o["unwritten"] += d.get("unwritten", 0)
+            if d["rel_rms"] > o["rel_rms"]:
+                o["worst_site"] = where
+            o["max_ulp"] = max(o["max_ulp"], d["max_ulp"])
+            o["rel_rms"] = max(o["rel_rms"], d["rel_rms"])
+        tol = {**tolerances.get("default", {}), **tolerances.get(c["op"], {})}
+        for name, d in c["reference"].items():
+            o["ref_rel_rms"] = max(o["ref_rel_rms"], d["rel_rms"])
+            o["ref_max_ulp"] = max(o["ref_max_ulp"], d["max_ulp"])
+            broke = _breaks(name, d, tol)
+            if broke:
+                breaks.append(f"{c['op']}.{name} at {where}: {broke}")
+    return {"ops": ops, "defects": defects, "reference_breaks": breaks, "diverged": diverged}
+
+
+def _breaks(name: str, d: dict, tol: dict) -> str | None:
+    if d["nan"] or d["inf"]:
+        return f"NaN/Inf against the reference ({d['nan']} NaN, {d['inf']} Inf)"
+    exact = tol.get("exact") or tol.get("exact_output") == name
+    if exact and d["differing"]:
+        return f"{d['differing']} of {d['numel']} elements differ, expected exact"
+    frac = tol.get("max_differing_frac")
+    if frac is not None and not d.get("float", True) and d["differing"] > frac * max(1, d["numel"]):
+        return f"{d['differing']} of {d['numel']} elements differ (> {frac:g} of them)"
+    limit = tol.get("rel_rms")
+    if limit is not None and not exact and d["rel_rms"] > limit:
+        return f"relative RMS {d['rel_rms']:.3g} > tolerance {limit:g}"
+    return None
+
+
+# ------------------------------------------------------------------ judge
+def judge(ev: dict, th: dict) -> Verdict:
+    """``ev``: outcome_b, outcome_a, protected_changed, same_setup, tap (tap_diff),
+    logits (logit_stats B vs A), noise (logit_stats A vs A2), noise_tap (tap_diff A vs A2),
+    local (local_summary). ``th``: kern.yaml's test section."""
+    r: list[str] = []
+    if ev.get("protected_changed"):
+        r.append("protected files changed: " + ", ".join(ev["protected_changed"]))
+    if ev["outcome_a"] != "ok":
+        return Verdict("INCONCLUSIVE", [f"the base side did not finish: {ev['outcome_a']}"])
+    if ev["outcome_b"] != "ok":
+        r.append(f"candidate side ended: {ev['outcome_b']}")
+        return Verdict("FAIL", r)
+    if not ev.get("same_setup", True):
+        r.append("the candidate built different weights or state than the base "
+                 "(protected generation changed)")
+    tap, lg, local = ev["tap"], ev["logits"], ev.get("local") or local_summary(None, {})
+    r += [f"output not fully written: {u}" for u in tap["unwritten"][:8]]
+    r += [f"non-finite output: {u}" for u in tap["nonfinite"][:8]]
+    r += [f"wrote outside its declared outputs: {u}" for u in tap["outside"][:8]]
+    r += local["defects"][:8]
+    if lg["nonfinite_rows"]:
+        r.append(f"{lg['nonfinite_rows']} logits rows with NaN/Inf")
+    if lg["flips_confident"]:
+        r.append(f"{lg['flips_confident']} confident argmax flip(s)")
+    if lg["kl_max"] > th["kl_fail"]:
+        r.append(f"KL(A||B) max {lg['kl_max']:.3g} > limit {th['kl_fail']:g}")
+    r += [f"reference tolerance exceeded: {b}" for b in local["reference_breaks"][:8]]
+    if lg["missing"]:
+        r.append(f"candidate produced no logits for {lg['missing'][:4]}")
+    if r:
+        return Verdict("FAIL", r)
+    if tap["differ_raw"] == 0 and not tap["sequence"] and lg["identical"]:
+        return Verdict("PASS bit-identical", [f"{tap['calls']} op calls and {lg['rows']} logits rows equal byte for byte"])
+    if tap["differ_value"] == 0 and not tap["sequence"] and lg["max_ulps"] == 0:
+        return Verdict("PASS value-identical", ["only the sign of zeros differs"])
+    near_frac = lg["flips_near_tie"] / max(1, lg["rows"])
+    clean = not local["diverged"] or not tap["by_op"]
+    if lg["kl_max"] <= th["kl_pass"] and near_frac <= th["max_near_tie_flips"]:
+        why = [f"KL max {lg['kl_max']:.3g} <= {th['kl_pass']:g}",
+               f"{lg['flips_near_tie']} near-tie flip(s) of {lg['rows']} rows, no confident flip"]
+        if not clean:
+            return Verdict("INCONCLUSIVE", why + ["cut-local could not pin every differing call: "
+                                                  + "; ".join(local["diverged"][:2])])
+        return Verdict("PASS logit evidence", why)
+    noise = ev.get("noise")
+    noise_tap = ev.get("noise_tap") or {}
+    if noise and noise_tap.get("differ_raw", 0) > 0:
+        band = max(noise["kl_max"], 1e-30) * 2.0
+        if lg["kl_max"] <= band and near_frac <= th["max_near_tie_flips"]:
+            return Verdict("PASS within noise floor",
+                           [f"KL max {lg['kl_max']:.3g} within A-vs-A band {band:.3g}"])
+    reasons = [f"KL max {lg['kl_max']:.3g} between kl_pass {th['kl_pass']:g} and kl_fail {th['kl_fail']:g}"
+               if lg["kl_max"] > th["kl_pass"] else
+               f"{lg['flips_near_tie']} near-tie flips ({near_frac:.1%} > {th['max_near_tie_flips']:.1%})"]
+    return Verdict("INCONCLUSIVE", reasons)
+
+
+def fmt(x: float) -> str:
+    if x == 0:
+        return "0"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.3g}"

@@ -1,0 +1,176 @@
+"""Argument parsing of each verb, delegating to the module that does the work."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("ops", help="list every op: module, reference, kernel, test, roofline",
+                       description="List every op of the kernel tree with where its kernel, "
+                                   "protected reference, test and roofline formula live.")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_ops)
+
+    p = sub.add_parser(
+        "test", help="the accuracy gate: REV against BASE",
+        description="Run REV (the candidate) against BASE (default main), each in its own "
+                    "subprocess and worktree, over the seeded tap workload. Prints one fact per "
+                    "line by section (diff, tap, local, logits, noise, reference); the last line "
+                    "starts with the verdict. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE.")
+    p.add_argument("rev", help="the candidate: a git revision, or WORKTREE for uncommitted edits")
+    p.add_argument("--vs", default="main", dest="base", help="the base revision (default: main)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.add_argument("--out", default=None, help="also write the full result JSON here")
+    p.set_defaults(func=cmd_test)
+
+    p = sub.add_parser(
+        "step", help="build the model and time the decode step at every bucket",
+        description="Build the seeded model for REV's tree, run the step at every bucket of the "
+                    "profile (NaN checks, graph replays, peak memory), the per-op profile at "
+                    "--profile-rows and the whole step's error against the reference ops at "
+                    "--ref-rows. On the CPU: the small config through the interpreter (times are "
+                    "mechanics only, not GPU scores).")
+    p.add_argument("rev", nargs="?", default="WORKTREE", help="revision (default: the work tree)")
+    p.add_argument("--rows", default=None, help="comma-separated batch sizes (default: the profile's buckets)")
+    p.add_argument("--context", type=int, default=None, help="tokens in context per request")
+    p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--profile-rows", type=int, default=0)
+    p.add_argument("--ref-rows", type=int, default=0)
+    p.add_argument("--state-dtype", default="bf16", choices=("bf16", "f32"))
+    p.add_argument("--out", default=None, help="write the result JSON here")
+    p.set_defaults(func=cmd_step)
+
+
+def op_table() -> list[dict]:
+    import inspect
+
+    from kernels.k31 import contracts
+
+    rows = []
+    for spec in contracts.OPS.values():
+        try:
+            doc = (inspect.getdoc(spec.load_roofline()) or "").strip()
+            formula = " ".join(doc.split("\n\n")[0].split()) if doc else "(formula undocumented)"
+        except (ImportError, AttributeError) as e:
+            formula = f"(missing: {e})"
+        rows.append({
+            "op": spec.name, "family": spec.family, "summary": spec.summary,
+            "kernel": spec.kernel, "reference": f"kernels.k31.reference:{spec.reference.__name__}",
+            "test": spec.test, "roofline": spec.roofline, "formula": formula,
+            "inputs": list(spec.inputs), "outputs": list(spec.outputs), "state": list(spec.state),
+        })
+    return rows
+
+
+def cmd_ops(args) -> int:
+    rows = op_table()
+    if args.json:
+        json.dump({"ops": rows}, sys.stdout, indent=1)
+        print()
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} ops of kernels/k31", show_lines=False)
+    for col in ("op", "kernel", "reference", "test", "roofline formula"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(r["op"], r["kernel"], r["reference"].split(":")[1], r["test"], r["formula"])
+    Console(width=200).print(t)
+    return 0
+
+
+def _context(args):
+    """(repo, settings, profile, cuda, runs dir) for a verb that runs kernels."""
+    from pathlib import Path
+
+    import torch
+
+    from .settings import load
+
+    repo = Path(args.repo).resolve()
+    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
+    cuda = torch.cuda.is_available()
+    runs = repo / "runs"
+    runs.mkdir(exist_ok=True)
+    return repo, settings, settings.profile(cuda), cuda, runs
+
+
+def _progress(console):
+    import time
+
+    state = {"last": 0.0}
+
+    def show(line: str) -> None:
+        now = time.monotonic()
+        if now - state["last"] >= 3.0:
+            state["last"] = now
+            console.print(f"[dim]… {line[:150]}[/dim]", highlight=False)
+
+    return show
+
+
+def cmd_test(args) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from gates.accuracy import TestRequest, report_lines, run_test
+    from gates.checkout import RevisionError
+
+    repo, settings, prof, cuda, runs = _context(args)
+    err = Console(stderr=True)
+    try:
+        res = run_test(TestRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda),
+                       progress=None if args.json else _progress(err))
+    except RevisionError as e:
+        err.print(f"kern test: {e}")
+        return 2
+    res["kern_yaml_sha256_16"] = settings.digest
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1, default=str))
+    if args.json:
+        print(json.dumps(res, default=str))
+    else:
+        for line in report_lines(res):
+            print(line)
+        if args.out:
+            print(f"wrote      {args.out}")
+    return res["exit_code"]
+
+
+def cmd_step(args) -> int:
+    from pathlib import Path
+
+    from gates import checkout
+    from gates.sides import run_side
+
+    repo, settings, prof, cuda, runs = _context(args)
+    sha = checkout.resolve(repo, args.rev)
+    tree = checkout.checkout(repo, sha, runs)
+    tgt = settings["target"]
+    rows = [int(x) for x in args.rows.split(",")] if args.rows else list(prof["buckets"])
+    spec = {"model": prof["model"], "layout": prof["layout"], "seed": tgt["seed"],
+            "weight_sets": tgt["weight_sets"], "context": args.context or prof["context"],
+            "steps": 1, "rows": rows, "replays": args.replays, "profile_rows": args.profile_rows,
+            "ref_rows": args.ref_rows, "state_dtype": args.state_dtype}
+    out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
+    res = run_side("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
+                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
+    if not res.ok:
+        print(f"kern step: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
+              file=sys.stderr)
+        return 1
+    r = res.result
+    note = "" if cuda else "  (CPU interpreter: mechanics only, not a GPU time)"
+    for b, e in r["buckets"].items():
+        print(f"rows {int(b):4d}  median {e['median_ms']:9.3f} ms  NaN/Inf {e['nan_or_inf_logits']}  "
+              f"experts touched/layer {e['routing']['touched_mean']:.0f}{note}")
+    if "reference_error" in r:
+        re_ = r["reference_error"]
+        print(f"reference  rows {re_['rows']}: logits rel RMS {re_['logits_rel_rms']:.3g}, KL max "
+              f"{re_['kl_max']:.3g}, argmax agreement {re_['argmax_agreement']:.3f}")
+    print(f"wrote {out}")
+    return 0

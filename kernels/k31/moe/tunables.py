@@ -1,0 +1,33 @@
+"""MoE kernel knobs (see kernels/k31/tunables.py for the format; keep the dict a literal)."""
+
+TUNABLES = {
+    # moe.router: one program per row over every expert (padded to a power of two).
+    "moe.router.num_warps": (4, (1, 2, 4, 8)),
+    # moe.experts: pairs are grouped per local expert into blocks of block_m rows (padding
+    # rows are computed on zeros and never stored to y). FC1 programs cover fc1_block_n
+    # intermediate columns (their gate and up rows both) over K = latent in fc1_block_k steps;
+    # FC2 programs cover fc2_block_n latent columns over K = expert_inter in fc2_block_k steps.
+    # block_k counts K elements (two per weight byte) and must be a multiple of 32 (one scale).
+    "moe.experts.block_m": (16, (16, 32, 64)),
+    "moe.experts.fc1_block_n": (64, (32, 64, 128)),
+    "moe.experts.fc1_block_k": (128, (64, 128, 256)),
+    "moe.experts.fc1_num_warps": (4, (2, 4, 8)),
+    "moe.experts.fc1_num_stages": (3, (1, 2, 3, 4, 5)),
+    "moe.experts.fc2_block_n": (64, (32, 64, 128)),
+    "moe.experts.fc2_block_k": (128, (64, 128, 256)),
+    "moe.experts.fc2_num_warps": (4, (2, 4, 8)),
+    "moe.experts.fc2_num_stages": (3, (1, 2, 3, 4, 5)),
+    # grouping: programs own group_block_e local experts and scan the pairs group_block_p at a
+    # time; each also maps group_block_b blocks to their expert.
+    "moe.experts.group_block_e": (16, (8, 16, 32, 64)),
+    "moe.experts.group_block_p": (128, (64, 128, 256, 512)),
+    "moe.experts.group_block_b": (64, (32, 64, 128, 256)),
+    # moe.combine: one program per (row, block_d latent columns).
+    "moe.combine.block_d": (512, (256, 512, 1024, 2048)),
+    "moe.combine.num_warps": (4, (1, 2, 4, 8)),
+    # moe.latent_norm: one program per row, the whole row in registers.
+    "moe.latent_norm.num_warps": (8, (2, 4, 8, 16)),
+    # moe.situ: one program per (row, block intermediate columns).
+    "moe.situ.block": (1024, (256, 512, 1024, 2048, 4096)),
+    "moe.situ.num_warps": (4, (1, 2, 4, 8)),
+}
