@@ -26,7 +26,7 @@ from .tree import open_tree, prepare_interpreter
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gates.driver")
-    ap.add_argument("mode", choices=("run", "tap", "bench"))
+    ap.add_argument("mode", choices=("run", "tap", "bench", "store"))
     ap.add_argument("--tree", required=True)
     ap.add_argument("--spec", required=True, help="JSON: the side's Spec and mode options")
     ap.add_argument("--out", required=True)
@@ -46,12 +46,30 @@ def main(argv=None) -> int:
         from . import tap
 
         result = tap.side_main(spec, device, out.parent)
+    elif args.mode == "store":
+        result = store_mode(spec, device, out)
     else:
         from . import bench_side
 
         result = bench_side.side_main(spec, device)
     out.write_text(json.dumps(result, indent=1, default=str))
     return 0
+
+
+def store_mode(opts: dict, device: str, out: Path) -> dict:
+    """Build the model once and share it with the bench sides through CUDA IPC; serve until
+    stdin closes or says 'quit'."""
+    from .session import Side, Spec, log, save_shared
+
+    side = Side(Spec.from_dict(opts), device)
+    path = out.with_suffix(".ipc")
+    save_shared(side.model, path)
+    print(json.dumps({"ready": str(path), "build_s": side.build_s}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "quit":
+            break
+    log("store: done")
+    return {"shared": str(path), "build_s": side.build_s}
 
 
 def run_mode(opts: dict, device: str) -> dict:

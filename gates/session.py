@@ -51,7 +51,7 @@ class Spec:
 class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 
-    def __init__(self, spec: Spec, device: str, hook=None):
+    def __init__(self, spec: Spec, device: str, hook=None, attach: str | None = None):
         from kernels.k31 import model as kmodel
         from kernels.k31.config import Dims, Layout
         from kernels.k31.workload import Workload
@@ -63,13 +63,17 @@ class Side:
         self.workload = Workload(self.dims.vocab, self.max_rows, spec.context, spec.steps + 8,
                                  spec.seed)
         t0 = time.monotonic()
-        log(f"building {spec.model} model, layout {spec.layout}, {self.max_rows} rows, "
-            f"context {spec.context} on {self.device}")
-        self.model = kmodel.build_model(
-            self.dims, self.layout, rows=self.max_rows, max_position=self.workload.max_position,
-            seed=spec.seed, weight_sets=spec.weight_sets, device=self.device, progress=Progress())
+        if attach:
+            log(f"attaching to the shared model of {attach}")
+            self.model = load_shared(attach)
+        else:
+            log(f"building {spec.model} model, layout {spec.layout}, {self.max_rows} rows, "
+                f"context {spec.context} on {self.device}")
+            self.model = kmodel.build_model(
+                self.dims, self.layout, rows=self.max_rows, max_position=self.workload.max_position,
+                seed=spec.seed, weight_sets=spec.weight_sets, device=self.device, progress=Progress())
         self.build_s = time.monotonic() - t0
-        log(f"built in {self.build_s:.1f}s: weights {self.model.weights.nbytes() / 2**30:.2f} GiB, "
+        log(f"ready in {self.build_s:.1f}s: weights {self.model.weights.nbytes() / 2**30:.2f} GiB, "
             f"state {self.model.state.nbytes() / 2**30:.2f} GiB")
         self.hook = hook
 
@@ -116,6 +120,33 @@ class Side:
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def save_shared(model, path) -> None:
+    """Write the model's tensors as CUDA IPC handles (the writer must stay alive while
+    readers use them)."""
+    import io
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  registers the CUDA tensor reductions
+
+    buf = io.BytesIO()
+    ForkingPickler(buf, protocol=4).dump(model)
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+    import os
+
+    os.replace(tmp, path)
+
+
+def load_shared(path):
+    import pickle
+
+    import torch.multiprocessing  # noqa: F401
+
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 def environment(device) -> dict:

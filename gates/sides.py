@@ -106,3 +106,89 @@ def _last_line(path: Path) -> str:
         return lines[-1] if lines else ""
     except OSError:
         return ""
+
+
+class SideError(RuntimeError):
+    """A side process died, hung or answered with an error."""
+
+    def __init__(self, kind: str, message: str, log_path: Path):
+        super().__init__(message)
+        self.kind, self.log_path = kind, log_path
+
+
+class Interactive:
+    """A side process driven by JSON lines (bench sides, the model store)."""
+
+    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str):
+        import queue
+        import threading
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        spec_path = workdir / f"{name}.spec.json"
+        spec_path.write_text(json.dumps(spec, indent=1))
+        self.log_path = workdir / f"{name}.log"
+        self._log = open(self.log_path, "w")
+        cmd = [sys.executable, "-m", "gates.driver", mode, "--tree", str(tree), "--spec",
+               str(spec_path), "--out", str(workdir / f"{name}.json")]
+        self.proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                     start_new_session=True)
+        self._lines: "queue.Queue[str | None]" = queue.Queue()
+
+        def pump():
+            for line in self.proc.stdout:
+                self._lines.put(line)
+            self._lines.put(None)
+
+        threading.Thread(target=pump, daemon=True).start()
+
+    def read(self, timeout_s: float) -> dict:
+        import queue
+
+        try:
+            line = self._lines.get(timeout=timeout_s)
+        except queue.Empty:
+            self.kill()
+            raise SideError("timeout", f"{self.name}: no answer within {timeout_s:.0f}s",
+                            self.log_path) from None
+        if line is None:
+            self.proc.wait()
+            tail = self.log_path.read_text(errors="replace")[-3000:]
+            kind = classify(self.proc.returncode, False, tail)
+            raise SideError(kind, f"{self.name} ended ({kind}): {_last_words(tail)}", self.log_path)
+        return json.loads(line)
+
+    def request(self, obj: dict, timeout_s: float) -> dict:
+        try:
+            self.proc.stdin.write(json.dumps(obj) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # read() reports how the process ended
+        reply = self.read(timeout_s)
+        if not reply.get("ok", True):
+            raise SideError("error", f"{self.name}: {reply.get('error')}", self.log_path)
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.write('{"cmd": "quit"}\nquit\n')
+                self.proc.stdin.flush()
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self._log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+
+def _last_words(tail: str) -> str:
+    lines = [ln for ln in tail.strip().splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else "(no output)"

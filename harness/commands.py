@@ -26,6 +26,26 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser(
+        "bench", help="the scorer: median step time per bucket, weighted score; --vs for A/B",
+        description="Capture the decode step as one CUDA graph per bucket and time many replays "
+                    "(inputs change and outputs are checked between replays, untimed). One line per "
+                    "bucket (median, p10-p90, cv, %% of the roofline floor), the score last. With "
+                    "--vs BASE: interleaved A B B A rounds, per-bucket and score deltas with a "
+                    "bootstrap interval, the A-vs-A noise band, faster/within noise/slower and the "
+                    "guard. On the CPU the small config runs through the interpreter: mechanics only.")
+    p.add_argument("rev", nargs="?", default="WORKTREE", help="revision to score (default: the work tree)")
+    p.add_argument("--vs", default=None, dest="base", help="A/B against this base (e.g. main)")
+    p.add_argument("--baseline", action="append", default=[], choices=("eager", "compile"),
+                   help="also time the step on the reference ops (eager) or torch.compile of it")
+    p.add_argument("--peers", action="store_true",
+                   help="also time peer libraries at the same shapes (KDA decode vs fla-core)")
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--replays", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
         "step", help="build the model and time the decode step at every bucket",
         description="Build the seeded model for REV's tree, run the step at every bucket of the "
                     "profile (NaN checks, graph replays, peak memory), the per-op profile at "
@@ -174,3 +194,33 @@ def cmd_step(args) -> int:
               f"{re_['kl_max']:.3g}, argmax agreement {re_['argmax_agreement']:.3f}")
     print(f"wrote {out}")
     return 0
+
+
+def cmd_bench(args) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from gates.bench import BenchRequest, report_lines, run_bench
+    from gates.checkout import RevisionError
+
+    repo, settings, prof, cuda, runs = _context(args)
+    err = Console(stderr=True)
+    try:
+        res = run_bench(BenchRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
+                                     tuple(args.baseline), args.rounds, args.replays, args.peers),
+                        progress=lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False))
+    except RevisionError as e:
+        err.print(f"kern bench: {e}")
+        return 2
+    res["kern_yaml_sha256_16"] = settings.digest
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1, default=str))
+    if args.json:
+        print(json.dumps(res, default=str))
+    else:
+        for line in report_lines(res):
+            print(line)
+        if args.out:
+            print(f"wrote      {args.out}")
+    return 0 if res["outcome"] == "ok" else 1

@@ -85,27 +85,14 @@ def build_state(sh: Shapes, *, rows: int, max_position: int, seed: int, device,
     st = DecodeState(rows=rows, capacity=pages_per_row * d.page_size, block_table=block_table,
                      kda_state={}, conv_window={}, kv_cache={}, kv_scale={}, idx_cache={},
                      idx_scale={})
-    h0 = sh.layout.rank * sh.kda_heads
-    D, I = d.kda_head_dim, sh.kda_inner
     sdt = STATE_DTYPES[d.kda_state_dtype]
-    done, total = 0, len(d.kda_layers) + len(d.mla_layers)
     for layer in d.kda_layers:
-        # state rows of global head h of request row: contiguous [D*D] blocks per (row, head)
-        starts = torch.tensor([(row * d.kda_heads + h0 + h) * D * D for row in range(rows)
-                               for h in range(sh.kda_heads)], dtype=torch.int64, device=device)
-        st.kda_state[layer] = (draw((seed, "kda_state", layer), starts, D * D, std=0.05)
-                               .reshape(rows, sh.kda_heads, D, D).to(sdt))
-        # conv window: global channels of this rank's heads for q, k, v
-        chans = [p * d.kda_heads * D + h0 * D + c for p in range(3) for c in range(I)]
-        ch = torch.tensor(chans, dtype=torch.int64, device=device)
-        gl = 3 * d.kda_heads * D
-        starts = ((torch.arange(rows * (d.conv_taps - 1), device=device) * gl).unsqueeze(1)
-                  + ch.unsqueeze(0)).reshape(-1)
-        win = draw((seed, "conv", layer), starts, 1).reshape(rows, d.conv_taps - 1, 3 * I)
-        st.conv_window[layer] = win.to(torch.bfloat16)
-        done += 1
-        if progress:
-            progress("state", done, total)
+        st.kda_state[layer] = torch.empty(rows, sh.kda_heads, d.kda_head_dim, d.kda_head_dim,
+                                          dtype=sdt, device=device)
+        st.conv_window[layer] = torch.empty(rows, d.conv_taps - 1, 3 * sh.kda_inner,
+                                            dtype=torch.bfloat16, device=device)
+    refill_recurrent(st, sh, rows, seed)
+    done, total = 0, len(d.mla_layers)
     for layer in d.mla_layers:
         kv = torch.empty(n_pages, d.page_size, d.cache_row, dtype=formats.FP8, device=device)
         kvs = torch.empty(n_pages, d.page_size, dtype=torch.float32, device=device)
@@ -119,3 +106,26 @@ def build_state(sh: Shapes, *, rows: int, max_position: int, seed: int, device,
         if progress:
             progress("state", done, total)
     return st
+
+
+def refill_recurrent(st: DecodeState, sh: Shapes, rows: int, seed: int) -> None:
+    """Rewrite the KDA state and conv window of requests ``0 .. rows-1`` with their initial
+    seeded values (the scorer's output check restarts a batch from here without keeping a
+    copy of tens of GB)."""
+    d = sh.dims
+    device = st.block_table.device
+    h0 = sh.layout.rank * sh.kda_heads
+    D, I = d.kda_head_dim, sh.kda_inner
+    chans = torch.tensor([p * d.kda_heads * D + h0 * D + c for p in range(3) for c in range(I)],
+                         dtype=torch.int64, device=device)
+    gl = 3 * d.kda_heads * D
+    for layer in d.kda_layers:
+        # state of global head h of request row: a contiguous [D*D] block per (row, head)
+        starts = ((torch.arange(rows, device=device) * d.kda_heads).unsqueeze(1)
+                  + h0 + torch.arange(sh.kda_heads, device=device)).reshape(-1) * (D * D)
+        st.kda_state[layer][:rows] = (draw((seed, "kda_state", layer), starts, D * D, std=0.05)
+                                      .reshape(rows, sh.kda_heads, D, D))
+        starts = ((torch.arange(rows * (d.conv_taps - 1), device=device) * gl).unsqueeze(1)
+                  + chans.unsqueeze(0)).reshape(-1)
+        st.conv_window[layer][:rows] = draw((seed, "conv", layer), starts, 1).reshape(
+            rows, d.conv_taps - 1, 3 * I)

@@ -1,0 +1,224 @@
+"""``kern bench [REV] [--vs BASE]``: the scorer.
+
+Shell: check out the revisions, start one side process per revision (and, on a GPU when
+both sides' protected model code agrees, one store process that builds the model once and
+shares it over CUDA IPC), drive interleaved rounds A B B A, collect replay times and their
+output checks. Core: ``stats`` turns the samples into medians, the score, a bootstrap
+interval, the A-vs-A noise band, a classification and the guard.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import checkout, stats
+from .sides import Interactive, SideError
+
+MODEL_FILES = ("config.py", "formats.py", "synthetic.py", "weights.py", "state.py", "model.py",
+               "workload/__init__.py")
+
+
+def model_digest(tree: Path) -> str:
+    """Hash of the protected code that lays out weights, caches and the workload: two trees
+    with the same digest build the same model and may share one copy of it."""
+    h = hashlib.sha256()
+    for name in MODEL_FILES:
+        p = tree / "kernels" / "k31" / name
+        h.update(name.encode())
+        h.update(p.read_bytes() if p.exists() else b"missing")
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class BenchRequest:
+    repo: Path
+    rev: str
+    base: str | None  # None: score REV alone
+    settings: dict
+    profile: dict
+    runs_dir: Path
+    cuda: bool
+    baselines: tuple = ()  # "eager", "compile"
+    rounds: int | None = None
+    replays: int | None = None
+    peers: bool = False
+
+
+def pattern(rounds: int) -> list[str]:
+    """A B B A per round: each side equally often first, so drift cancels."""
+    return ["A", "B", "B", "A"] * rounds
+
+
+def run_bench(req: BenchRequest, progress=print) -> dict:
+    t0 = time.monotonic()
+    b_cfg, prof = req.settings["bench"], req.profile
+    rounds = req.rounds or b_cfg["rounds"]
+    replays = req.replays or b_cfg["replays"]
+    if not req.cuda:
+        replays = min(replays, 3)
+    buckets, weights = list(prof["buckets"]), list(prof["weights"])
+    timeout = float(b_cfg["timeout_s"])
+    revs = {"B": checkout.resolve(req.repo, req.rev)}
+    if req.base:
+        revs["A"] = checkout.resolve(req.repo, req.base)
+    trees = {k: checkout.checkout(req.repo, sha, req.runs_dir) for k, sha in revs.items()}
+    per_side = pattern(rounds).count("A") if req.base else rounds
+    spec = {"model": prof["model"], "layout": prof["layout"], "seed": req.settings["target"]["seed"],
+            "weight_sets": req.settings["target"]["weight_sets"], "context": prof["context"],
+            "rows": buckets, "steps": per_side * replays + 8 * len(buckets) + 16}
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    work = req.runs_dir / "bench" / f"{stamp}-{revs['B'][:12] if revs['B'] != checkout.WORKTREE else 'worktree'}"
+    digests = {k: model_digest(t) for k, t in trees.items()}
+    shared = req.cuda and len(set(digests.values())) == 1
+    store, sides = None, {}
+    result = {"revs": revs, "digests": digests, "shared_model": shared, "spec": spec,
+              "rounds": rounds, "replays": replays, "buckets": buckets, "weights": weights,
+              "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
+    try:
+        side_spec = dict(spec)
+        if shared:
+            first = "A" if "A" in trees else "B"
+            store = Interactive("store", trees[first], spec, work, "store")
+            ready = store.read(timeout)
+            side_spec["attach"] = ready["ready"]
+            progress(f"store: model built in {ready['build_s']:.0f}s, shared over CUDA IPC")
+        for k in sorted(trees):
+            sides[k] = Interactive("bench", trees[k], side_spec, work, f"side{k}")
+        for k, s in sides.items():
+            r = s.request({"cmd": "prepare"}, timeout)
+            result.setdefault("prepare", {})[k] = {x: r[x] for x in ("capture_s", "build_s")}
+            result["environment"] = r["environment"]
+            result["workload"] = r["workload"]
+            progress(f"side {k}: ready (build {r['build_s']:.0f}s, capture {r['capture_s']:.0f}s)")
+        if req.cuda:  # the read ceiling, measured on this card at the start of the run
+            result["bandwidth"] = {"Bps": sides["B"].request({"cmd": "bandwidth"}, timeout)["Bps"]}
+        samples = {k: {b: [] for b in buckets} for k in sides}
+        blocks = {k: [] for k in sides}  # per visit: {bucket: [ms]}
+        checks = {k: [] for k in sides}
+        order = pattern(rounds) if req.base else ["B"] * rounds
+        for i, k in enumerate(order):
+            visit = {}
+            for b in buckets:
+                r = sides[k].request({"cmd": "time", "bucket": b, "n": replays}, timeout)
+                samples[k][b] += r["times"]
+                visit[b] = r["times"]
+                checks[k].append({"bucket": b, **r["checks"]})
+            blocks[k].append(visit)
+            progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
+        result["verify"] = {k: {b: s.request({"cmd": "verify", "bucket": b}, timeout) for b in buckets}
+                            for k, s in sides.items()}
+        if req.cuda:
+            cost_side = sides["A" if "A" in sides else "B"]
+            result["cost"] = {b: cost_side.request({"cmd": "cost", "bucket": b}, timeout) for b in buckets}
+        if req.peers and req.cuda:
+            result["peers"] = sides["B"].request({"cmd": "peers"}, timeout)
+        for kind in req.baselines:
+            s = sides["B"]
+            result.setdefault("baselines", {})[kind] = {
+                b: s.request({"cmd": "baseline", "kind": kind, "bucket": b, "n": 3 if req.cuda else 1},
+                             timeout * 2) for b in buckets}
+        result["outcome"] = "ok"
+    except SideError as e:
+        result["outcome"] = e.kind
+        result["error"] = str(e)
+        result["log"] = str(e.log_path)
+    finally:
+        for s in sides.values():
+            s.close()
+        if store:
+            store.close()
+    result["wall_s"] = time.monotonic() - t0
+    if result["outcome"] == "ok":
+        result["samples"] = samples
+        result["checks"] = checks
+        result["analysis"] = analyse(samples, blocks, checks, result, req.settings["bench"],
+                                     buckets, weights)
+    result["work_dir"] = str(work)
+    return result
+
+
+def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
+    """Pure: medians, score, checks, and (with two sides) the A/B decision inputs."""
+    out = {"sides": {}}
+    for k, sm in samples.items():
+        summ = {b: stats.bucket_summary(sm[b]) for b in buckets}
+        bad = [c for c in checks[k] if c["unwritten_or_invalid"] or c["nonfinite"] or c["repeated_outputs"]]
+        ver = result.get("verify", {}).get(k, {})
+        out["sides"][k] = {
+            "buckets": summ, "score": stats.score({b: summ[b]["median"] for b in buckets}, buckets, weights),
+            "failed_checks": bad, "graph_matches_eager": all(v.get("equal") for v in ver.values()),
+        }
+    if "A" in samples:
+        a, b = samples["A"], samples["B"]
+        d = stats.bootstrap_delta(a, b, buckets, weights, iters=cfg["bootstrap"], seed=0)
+        first = {bk: [x for v in blocks["A"][0::2] for x in v[bk]] for bk in buckets}
+        last = {bk: [x for v in blocks["A"][1::2] for x in v[bk]] for bk in buckets}
+        band = stats.noise_band(first, last, buckets, weights, floor_pct=cfg["noise_pct"],
+                                iters=cfg["bootstrap"], seed=1) if last[buckets[0]] else \
+            cfg["noise_pct"] / 100 * out["sides"]["A"]["score"]
+        cls = stats.classify(d["low"], d["high"], band)
+        g = stats.guard(a, b, buckets, cfg["guard_pct"], d["buckets"])
+        a_score = out["sides"]["A"]["score"]
+        out["ab"] = {"delta": d, "band": band, "classification": cls, "guard_ok": g.ok,
+                     "guard": g.text(), "delta_pct": d["delta"] / a_score * 100}
+    return out
+
+
+def report_lines(res: dict) -> list[str]:
+    lines = []
+    if res.get("cpu_note"):
+        lines.append(f"note       {res['cpu_note']}")
+    env = res.get("environment") or {}
+    lines.append(f"machine    {env.get('gpu') or 'CPU'}; torch {env.get('torch')}, triton {env.get('triton')}; "
+                 f"model {'shared over CUDA IPC' if res['shared_model'] else 'built per side'}")
+    if res["outcome"] != "ok":
+        lines.append(f"FAILED     {res['outcome']}: {res.get('error')} (log {res.get('log')})")
+        return lines
+    an = res["analysis"]
+    buckets = res["buckets"]
+    cost = res.get("cost") or {}
+    bw = (res.get("bandwidth") or {}).get("Bps")
+    for k in sorted(an["sides"]):
+        sd = an["sides"][k]
+        for b in buckets:
+            s = sd["buckets"][b]
+            floor = ""
+            if b in cost and bw:
+                fl = cost[b]["bytes"] / bw * 1e3
+                floor = f"  floor {fl:.3f} ms ({fl / s['median'] * 100:.0f} % of floor)"
+            lines.append(f"{k} {b:4d} rows  median {s['median']:9.3f} ms  p10–p90 {s['p10']:.3f}–{s['p90']:.3f}"
+                         f"  cv {s['cv'] * 100:.2f} %{floor}")
+        if sd["failed_checks"]:
+            lines.append(f"{k} CHECK FAILED: {sd['failed_checks'][:3]}")
+        if not sd["graph_matches_eager"]:
+            lines.append(f"{k} CHECK FAILED: graph replay differs from the eager step")
+    for kind, per in (res.get("baselines") or {}).items():
+        for b in buckets:
+            r = per[b]
+            if "error" in r:
+                lines.append(f"baseline   {kind} {b} rows: {r['error'][:150]}")
+            else:
+                med = stats.median(r["times"])
+                ratio = med / an["sides"]["B"]["buckets"][b]["median"]
+                lines.append(f"baseline   {kind} {b:4d} rows  {med:9.3f} ms  = {ratio:.2f}x the tree's step")
+    for b, e in ((res.get("peers") or {}).get("kda_decode") or {}).items():
+        if isinstance(e, dict) and "ours_us" in e and "fla_us" in e:
+            lines.append(f"peer       kda decode {int(b):4d} rows: ours {e['ours_us']:.1f} µs, fla-core "
+                         f"{e['fla_us']:.1f} µs (ours/fla {e['ratio_ours_over_fla']:.2f})")
+        else:
+            lines.append(f"peer       kda decode {b}: {e}")
+    if "ab" in an:
+        ab = an["ab"]
+        for b in buckets:
+            d = ab["delta"]["buckets"][b]
+            lines.append(f"delta {b:4d} rows  {d['delta']:+.3f} ms [{d['low']:+.3f}, {d['high']:+.3f}]")
+        sa, sb = an["sides"]["A"]["score"], an["sides"]["B"]["score"]
+        lines.append(f"score      {sa:.3f} → {sb:.3f} ms; noise band ±{ab['band']:.3f} ms")
+        d = ab["delta"]
+        lines.append(f"delta {d['delta']:+.2f} ms ({ab['delta_pct']:+.1f} %) [{d['low']:+.2f}, {d['high']:+.2f}] "
+                     f"{ab['classification']} · {ab['guard']}")
+    else:
+        lines.append(f"score {an['sides']['B']['score']:.3f} ms")
+    return lines

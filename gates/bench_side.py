@@ -1,0 +1,210 @@
+"""One side of the scorer, inside its own subprocess, driven by JSON lines on stdin.
+
+Every timed replay is one CUDA-graph replay of the whole step. Before it (untimed) the step's
+inputs are set to a token/position set never used before in this process and the outputs are
+poisoned; after it (untimed) a device-side check records whether the outputs were fully
+written, finite and different from the previous replay's. So a kernel that caches results
+across replays, or leaves outputs unwritten, shows up as a failed check rather than a faster
+score. ``verify`` re-runs one unseen input from the initial state through the graph and
+eagerly and compares them: the graph computes what the step computes.
+
+The model comes from the side's own build, or from a store process through CUDA IPC when
+both sides' protected model code agrees (``model_digest``), so two sides fit on one GPU.
+
+Commands (one JSON object per line; one JSON reply per line on stdout):
+  {"cmd": "prepare"}                          build/attach, compile and capture every bucket
+  {"cmd": "time", "bucket": B, "n": N}         N timed replays -> {"times": [...], "checks": {...}}
+  {"cmd": "verify", "bucket": B}               graph vs eager on an unseen input
+  {"cmd": "cost", "bucket": B}                 roofline bytes/FLOPs of one step, per op row
+  {"cmd": "baseline", "kind": K, "bucket": B, "n": N}   eager reference step / torch.compile
+  {"cmd": "quit"}
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+
+from .session import Side, Spec, environment, log
+
+_stdout = sys.stdout
+
+
+def reply(obj) -> None:
+    _stdout.write(json.dumps(obj, default=str) + "\n")
+    _stdout.flush()
+
+
+class Bench:
+    def __init__(self, opts: dict, device: str):
+        self.opts = opts
+        self.spec = Spec.from_dict(opts)
+        self.buckets = list(opts["rows"])
+        self.side = Side(self.spec, device, attach=opts.get("attach"))
+        self.dev = self.side.device
+        self.steps, self.timers = {}, {}
+        self.cursor = {}  # next unused input set per bucket
+        self.sums = {}
+
+    def prepare(self) -> dict:
+        from .timing import Timer
+
+        t0 = time.monotonic()
+        for b in self.buckets:
+            step = self.side.step(b)
+            self.side.set_inputs(step, 1)
+            step.run()  # compile every kernel specialization for this bucket
+            timer = Timer(step.run, self.dev)
+            timer.capture()
+            self.steps[b], self.timers[b] = step, timer
+            self.cursor[b] = 2
+            log(f"bench: captured {b} rows")
+        self.side.sync()
+        return {"capture_s": time.monotonic() - t0, "build_s": self.side.build_s,
+                "environment": environment(self.dev), "workload": self.side.workload.describe()}
+
+    def _next_inputs(self, b: int) -> None:
+        step = self.steps[b]
+        i = self.cursor[b]
+        self.cursor[b] += 1
+        if i >= self.side.workload.steps:
+            raise RuntimeError(f"bench: bucket {b} used all {self.side.workload.steps} unique "
+                               f"input sets; raise the workload's steps")
+        self.side.set_inputs(step, i)
+        step.logits.fill_(float("nan"))
+        step.next_token.fill_(-1)
+
+    def time(self, b: int, n: int) -> dict:
+        step, timer = self.steps[b], self.timers[b]
+        stats = torch.zeros(n, 3, dtype=torch.float64, device=self.dev)
+        prev = torch.zeros((), dtype=torch.float64, device=self.dev)
+        vocab = self.side.model.weights.embed.shape[0]
+
+        def between(i):
+            if i > 0:  # check the previous replay's outputs (untimed, on the device)
+                s = step.logits.double().sum()
+                stats[i - 1, 0] = torch.isnan(step.logits).sum() + \
+                    ((step.next_token < 0) | (step.next_token >= vocab)).sum()
+                stats[i - 1, 1] = s
+                stats[i - 1, 2] = (s == prev).double()
+                prev.copy_(s)
+            self._next_inputs(b)
+
+        times = timer.measure(n, between)
+        s = step.logits.double().sum()
+        stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
+            ((step.next_token < 0) | (step.next_token >= vocab)).sum()
+        stats[n - 1, 1] = s
+        stats[n - 1, 2] = (s == prev).double()
+        st = stats.cpu()
+        checks = {"replays": n, "unwritten_or_invalid": int(st[:, 0].sum()),
+                  "nonfinite": int((~torch.isfinite(st[:, 1])).sum()),
+                  "repeated_outputs": int(st[:, 2].sum())}
+        return {"times": times, "checks": checks}
+
+    def verify(self, b: int) -> dict:
+        """Graph replay vs eager step on an unseen input, both from the initial state."""
+        from kernels.k31.state import refill_recurrent
+
+        step, timer = self.steps[b], self.timers[b]
+        st, sh, seed = self.side.model.state, self.side.shapes, self.spec.seed
+        i = self.cursor[b]
+        self.cursor[b] += 1
+        refill_recurrent(st, sh, b, seed)
+        self.side.set_inputs(step, i)
+        step.logits.fill_(float("nan"))
+        timer.once()
+        graph_logits = step.logits.clone()
+        refill_recurrent(st, sh, b, seed)
+        self.side.set_inputs(step, i)
+        step.logits.fill_(float("nan"))
+        step.run()
+        eager = step.logits
+        equal = bool(torch.equal(graph_logits, eager))
+        diff = float((graph_logits.double() - eager.double()).abs().max())
+        return {"equal": equal, "max_abs_diff": diff,
+                "nan": int(torch.isnan(graph_logits).sum())}
+
+    def cost(self, b: int) -> dict:
+        from .profile import OpClock
+
+        clock = OpClock(self.side.shapes, self.dev)
+        step = self.side.step(b, hook=clock)
+        self.side.set_inputs(step, self.cursor[b])
+        step.run()
+        table = clock.table()
+        return {"bytes": sum(r["bytes"] for r in table.values()),
+                "flops": sum(r["flops"] for r in table.values()),
+                "by_op": {k: {"bytes": v["bytes"], "flops": v["flops"]} for k, v in table.items()}}
+
+    def baseline(self, kind: str, b: int, n: int) -> dict:
+        from .timing import Timer
+
+        step = self.side.step(b, mode="reference")
+        self.side.set_inputs(step, self.cursor[b])
+        run = step.run
+        if kind == "compile":
+            try:
+                run = torch.compile(step.run)
+            except Exception as e:  # noqa: BLE001 - report any compile failure as data
+                return {"error": f"torch.compile failed: {type(e).__name__}: {e}"[:500]}
+        try:
+            run()
+            self.side.sync()
+            timer = Timer(run, self.dev)
+            times = timer.measure(n)
+        except Exception as e:  # noqa: BLE001
+            return {"error": f"{kind} baseline failed: {type(e).__name__}: {e}"[:500]}
+        return {"times": times}
+
+
+def side_main(opts: dict, device: str) -> dict:
+    """Serve commands until 'quit'; the driver's JSON result is a summary."""
+    bench = None
+    served = 0
+    sys.stdout = sys.stderr  # stray prints must not corrupt the reply channel
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        msg = json.loads(line)
+        cmd = msg.get("cmd")
+        try:
+            if cmd == "quit":
+                reply({"ok": True})
+                break
+            if cmd == "prepare":
+                bench = Bench(opts, device)
+                reply({"ok": True, **bench.prepare()})
+            elif cmd == "time":
+                reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]))})
+            elif cmd == "verify":
+                reply({"ok": True, **bench.verify(int(msg["bucket"]))})
+            elif cmd == "bandwidth":
+                from .timing import read_bandwidth
+
+                reply({"ok": True, "Bps": read_bandwidth(torch.device(device))})
+            elif cmd == "peers":
+                from kernels.k31.reference import BF16  # noqa: F401  (tree loaded)
+
+                from .peers import kda_decode
+
+                side = bench.side
+                dt = torch.float32 if side.dims.kda_state_dtype == "f32" else torch.bfloat16
+                reply({"ok": True, "kda_decode": kda_decode(side.shapes, bench.buckets, side.device, dt)})
+            elif cmd == "cost":
+                reply({"ok": True, **bench.cost(int(msg["bucket"]))})
+            elif cmd == "baseline":
+                reply({"ok": True, **bench.baseline(msg["kind"], int(msg["bucket"]), int(msg["n"]))})
+            else:
+                reply({"ok": False, "error": f"unknown command {cmd!r}"})
+            served += 1
+        except Exception as e:  # noqa: BLE001 - the coordinator decides what an error means
+            import traceback
+
+            traceback.print_exc()
+            reply({"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]})
+            break
+    return {"served": served}

@@ -1,0 +1,130 @@
+"""The scorer's statistics: pure functions over replay times. No clocks, no GPUs.
+
+Samples are milliseconds per replay, grouped ``{bucket: [ms, ...]}`` per side. The score is
+the weighted mean of per-bucket medians. A/B decisions use a bootstrap interval of the score
+difference and a noise band measured from A against A (the first and last A block of each
+A B B A round), never a single number.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    if n == 0:
+        raise ValueError("median of no samples")
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    if not s:
+        raise ValueError("quantile of no samples")
+    pos = q * (len(s) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def cv(xs: list[float]) -> float:
+    m = sum(xs) / len(xs)
+    if len(xs) < 2 or m == 0:
+        return 0.0
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) / m
+
+
+def score(medians: dict, buckets: list[int], weights: list[float]) -> float:
+    """Weighted mean of per-bucket medians (ms)."""
+    return sum(w * medians[b] for b, w in zip(buckets, weights)) / sum(weights)
+
+
+def bucket_summary(samples: list[float]) -> dict:
+    return {"median": median(samples), "p10": quantile(samples, 0.1),
+            "p90": quantile(samples, 0.9), "cv": cv(samples), "n": len(samples)}
+
+
+def bootstrap_delta(a: dict, b: dict, buckets: list[int], weights: list[float], *,
+                    iters: int, seed: int, level: float = 0.95) -> dict:
+    """Bootstrap interval of ``score(B) - score(A)`` and of each bucket's median difference,
+    resampling each side's replays within each bucket independently."""
+    rng = np.random.default_rng(seed)
+    point = {bk: median(b[bk]) - median(a[bk]) for bk in buckets}
+    point_score = score({bk: median(b[bk]) for bk in buckets}, buckets, weights) - \
+        score({bk: median(a[bk]) for bk in buckets}, buckets, weights)
+    lo_q, hi_q = (1 - level) / 2, 1 - (1 - level) / 2
+    total = np.zeros(iters)
+    per = {}
+    for bk, w in zip(buckets, weights):
+        xa, xb = np.asarray(a[bk], dtype=float), np.asarray(b[bk], dtype=float)
+        ma = np.median(xa[rng.integers(0, len(xa), (iters, len(xa)))], axis=1)
+        mb = np.median(xb[rng.integers(0, len(xb), (iters, len(xb)))], axis=1)
+        d = mb - ma
+        per[bk] = {"delta": point[bk], "low": float(np.quantile(d, lo_q)),
+                   "high": float(np.quantile(d, hi_q))}
+        total += w * d
+    total /= sum(weights)
+    return {"delta": point_score, "low": float(np.quantile(total, lo_q)),
+            "high": float(np.quantile(total, hi_q)), "buckets": per}
+
+
+def noise_band(a_first: dict, a_last: dict, buckets: list[int], weights: list[float], *,
+               floor_pct: float, iters: int, seed: int) -> float:
+    """How far A moves against itself (ms of score): the larger of the A-vs-A interval's
+    reach from zero and ``floor_pct`` of A's score."""
+    d = bootstrap_delta(a_first, a_last, buckets, weights, iters=iters, seed=seed)
+    a_score = score({bk: median(a_first[bk] + a_last[bk]) for bk in buckets}, buckets, weights)
+    return max(abs(d["low"]), abs(d["high"]), floor_pct / 100.0 * a_score)
+
+
+def classify(low: float, high: float, band: float) -> str:
+    """``faster`` when the whole interval lies below ``-band``, ``slower`` when above
+    ``+band``, else ``within noise``."""
+    if high < -band:
+        return "faster"
+    if low > band:
+        return "slower"
+    return "within noise"
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    ok: bool
+    worst_bucket: int | None
+    worst_pct: float
+
+    def text(self) -> str:
+        if self.ok:
+            return "guard ok"
+        return f"guard: {self.worst_pct:+.1f} % at {self.worst_bucket} rows"
+
+
+def guard(a: dict, b: dict, buckets: list[int], limit_pct: float, per_bucket_ci: dict) -> GuardResult:
+    """No bucket may be slower than ``limit_pct`` (point estimate) while its interval lies
+    above zero (confidently slower)."""
+    worst, worst_pct = None, -math.inf
+    bad = False
+    for bk in buckets:
+        ma = median(a[bk])
+        pct = (median(b[bk]) - ma) / ma * 100.0
+        if pct > worst_pct:
+            worst, worst_pct = bk, pct
+        if pct > limit_pct and per_bucket_ci[bk]["low"] > 0:
+            bad = True
+    return GuardResult(not bad, worst, worst_pct)
+
+
+def decide(classification: str, guard_ok: bool, accuracy_pass: bool) -> tuple[bool, str]:
+    """The merge rule: accuracy passes, the score improves beyond the noise, the guard holds."""
+    if not accuracy_pass:
+        return False, "accuracy"
+    if classification == "slower":
+        return False, "slower"
+    if classification == "within noise":
+        return False, "within noise"
+    if not guard_ok:
+        return False, "guard"
+    return True, "faster"
