@@ -21,7 +21,9 @@ _PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TR
 
 def side_env(extra: dict | None = None) -> dict:
     env = {k: os.environ[k] for k in _PASS if k in os.environ}
-    env["PYTHONPATH"] = str(HARNESS_ROOT)
+    # the harness first; then whatever site the user runs the harness from (carried wheels)
+    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS_ROOT)] + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONHASHSEED"] = "0"
     # multicast stays off everywhere (it can take shared GPUs out of service)
