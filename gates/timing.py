@@ -71,14 +71,13 @@ def read_bandwidth(device: torch.device, gib: float = 1.0, reps: int = 10) -> fl
         return None
     n = int(gib * 2**30 // 2)
     x = torch.randn(n, device=device, dtype=torch.bfloat16)
-    out = torch.empty((), device=device, dtype=torch.float32)
     for _ in range(3):
-        torch.sum(x, dtype=torch.float32, out=out)
+        x.sum(dtype=torch.float32)
     times = []
     for _ in range(reps):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        torch.sum(x, dtype=torch.float32, out=out)
+        x.sum(dtype=torch.float32)
         e.record()
         torch.cuda.synchronize(device)
         times.append(s.elapsed_time(e) / 1e3)
