@@ -1,0 +1,193 @@
+"""``kern report`` and ``kern status``: read the ledger, print or write what it says.
+
+A thin shell: it opens ``runs/ledger.sqlite`` under ``--repo`` (never creating it: a report of
+nothing must not leave a file behind), hands the records to the pure renderers of
+:mod:`harness.journey` and :func:`status_data`, and prints. The clock is read once, here.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import journey
+from .ledger import STATES, Ledger, LedgerError, default_path
+
+NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
+             "(run `kern try REV` or `kern loop` first)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "report", help="the journey table (Markdown, CSV, JSON, HTML)",
+        description="The journey from the ledger (runs/ledger.sqlite under --repo): one table "
+                    "per phase (# | attempt | score change (ms) | result), a note that scores of "
+                    "different phases are not comparable, and a summary of merges and gain. "
+                    "HTML is one self-contained page with main's score over time.")
+    p.add_argument("--format", default="md", choices=("md", "csv", "json", "html"),
+                   help="output format (default: md)")
+    p.add_argument("--lang", default="en", choices=tuple(journey.TEXT),
+                   help="headings' language (default: en)")
+    p.add_argument("--out", default=None, help="write here instead of standard output")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "status", help="main's score, phase, attempts by state, budget used",
+        description="Main's score and phase, attempts by state, budget used against kern.yaml's "
+                    "budgets, and the attempts in flight. Reads the ledger only.")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_status)
+
+
+def _ledger_path(args) -> Path:
+    return default_path(Path(args.repo).resolve())
+
+
+def cmd_report(args) -> int:
+    path = _ledger_path(args)
+    if not path.exists():
+        print(f"kern report: {NO_LEDGER.format(path=path)}", file=sys.stderr)
+        return 1
+    try:
+        with Ledger(path) as led:
+            attempts, phases, scores = led.attempts(), led.phases(), led.scores()
+    except LedgerError as e:
+        print(f"kern report: {e}", file=sys.stderr)
+        return 2
+    if args.format == "md":
+        text = journey.markdown(attempts, phases, lang=args.lang, scores=scores)
+    elif args.format == "csv":
+        text = journey.csv_text(attempts, phases, lang=args.lang)
+    elif args.format == "json":
+        text = json.dumps(journey.json_obj(attempts, phases, scores), indent=1,
+                          ensure_ascii=False) + "\n"
+    else:
+        text = journey.html(attempts, phases, scores, lang=args.lang)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote      {out}  ({len(attempts)} attempts, {len(phases)} phase(s))")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# --------------------------------------------------------------------------- status
+def _hours_between(start: str, now: datetime) -> float | None:
+    try:
+        t = datetime.fromisoformat(start)
+    except (TypeError, ValueError):
+        return None
+    if t.tzinfo is None:  # a naive stamp was written by a naive clock: compare naive
+        now = now.replace(tzinfo=None)
+    return max(0.0, (now - t).total_seconds() / 3600)
+
+
+def status_data(*, path: str, attempts: list, phases: list, current_phase_id: int | None,
+                scores: list, runs: list, run_usage: dict | None, budgets: dict | None,
+                now: datetime) -> dict:
+    """Everything ``kern status`` says, as one object (pure: the caller passes ``now``)."""
+    by_state = {s: 0 for s in STATES}
+    for a in attempts:
+        by_state[a.state] = by_state.get(a.state, 0) + 1
+    phase = next((p for p in phases if p.id == current_phase_id), None)
+    main = next((s for s in reversed(scores) if s.phase_id == current_phase_id), None)
+    run = runs[-1] if runs else None
+    budgets = budgets or {}
+    return {
+        "ledger": path,
+        "phase": None if phase is None else {"id": phase.id, "definition": phase.definition,
+                                              "started_at": phase.started_at},
+        "main": None if main is None else {"score_ms": main.score_ms, "sha": main.sha,
+                                            "at": main.at, "phase": main.phase_id},
+        "attempts": len(attempts),
+        "by_state": {s: n for s, n in by_state.items() if n},
+        "budget": {
+            "attempts": {"used": len(attempts), "limit": budgets.get("attempts")},
+            "tokens": {"used": sum(a.tokens or 0 for a in attempts), "limit": budgets.get("tokens")},
+            "cost_usd": {"used": round(sum(a.cost_usd or 0.0 for a in attempts), 6), "limit": None},
+            "wall_hours": {"used": None if run is None else _hours_between(run.started_at, now),
+                           "limit": budgets.get("wall_hours")},
+        },
+        "run": None if run is None else {"id": run.id, "started_at": run.started_at,
+                                          "host": run.host, "usage": run_usage},
+        "in_flight": [{"#": a.number, "state": a.state, "target": a.target, "title": a.title,
+                       "backend": a.backend, "since": a.updated_at}
+                      for a in attempts if a.state in ("queued", "running", "judging")],
+    }
+
+
+def _used(u: dict, fmt: str = "{}") -> str:
+    used = "?" if u["used"] is None else fmt.format(u["used"])
+    return used + ("" if u["limit"] is None else " / " + fmt.format(u["limit"]))
+
+
+def status_lines(d: dict) -> list[str]:
+    """One fact per line, sections aligned; the last line is main's score."""
+    out = [f"{'ledger':<10} {d['ledger']}"]
+    p = d["phase"]
+    out.append(f"{'phase':<10} " + ("none yet (no score definition recorded)" if p is None else
+                                    f"{p['id']} · {journey._describe(p['definition'])} "
+                                    f"(since {p['started_at']})"))
+    states = " · ".join(f"{s} {n}" for s, n in d["by_state"].items())
+    out.append(f"{'attempts':<10} {d['attempts']}" + (f": {states}" if states else ""))
+    b = d["budget"]
+    out.append(f"{'budget':<10} attempts {_used(b['attempts'])} · tokens {_used(b['tokens'])} · "
+               f"cost ${b['cost_usd']['used']:.2f} · wall {_used(b['wall_hours'], '{:.1f}')} h"
+               + (" (since run started)" if d["run"] else ""))
+    if d.get("config_problem"):
+        out.append(f"{'':<10} limits unknown: {d['config_problem']}")
+    if d["run"]:
+        r = d["run"]
+        u = r["usage"] or {}
+        out.append(f"{'run':<10} #{r['id']} on {r['host']} since {r['started_at']}: "
+                   f"{u.get('attempts', 0)} attempts, {u.get('tokens', 0)} tokens")
+    if d["in_flight"]:
+        for i, a in enumerate(d["in_flight"]):
+            out.append(f"{'in flight' if i == 0 else '':<10} #{a['#']} {a['state']:<8} "
+                       f"{a['target'] or '-'}: {a['title']} (since {a['since']})")
+    else:
+        out.append(f"{'in flight':<10} none")
+    m = d["main"]
+    out.append(f"{'main':<10} " + ("no score recorded yet" if m is None else
+                                   f"{m['score_ms']:.3f} ms (phase {m['phase']}, {m['sha'][:12]}, "
+                                   f"{m['at']})"))
+    return out
+
+
+def cmd_status(args) -> int:
+    path = _ledger_path(args)
+    if not path.exists():
+        msg = NO_LEDGER.format(path=path)
+        if args.json:
+            print(json.dumps({"ledger": str(path), "exists": False, "message": msg}))
+        else:
+            print(f"{'ledger':<10} {msg}")
+        return 0
+    from .settings import SettingsError, load
+
+    cfg = Path(args.config)
+    # Status is read-only diagnosis: a missing or broken kern.yaml costs only the limits.
+    try:
+        budgets, config_problem = load(cfg if cfg.is_absolute() else Path(args.repo).resolve() / cfg
+                                       ).data.get("budgets"), None
+    except SettingsError as e:
+        budgets, config_problem = None, str(e).splitlines()[0]
+    try:
+        with Ledger(path) as led:
+            runs = led.runs()
+            snap = dict(path=str(path), attempts=led.attempts(), phases=led.phases(),
+                        current_phase_id=led.current_phase_id(), scores=led.scores(), runs=runs,
+                        run_usage=led.usage(runs[-1].id) if runs else None)
+    except LedgerError as e:
+        print(f"kern status: {e}", file=sys.stderr)
+        return 2
+    d = status_data(**snap, budgets=budgets, now=datetime.now(timezone.utc))
+    d["config_problem"] = config_problem
+    if args.json:
+        print(json.dumps({**d, "exists": True}, ensure_ascii=False))
+    else:
+        print("\n".join(status_lines(d)))
+    return 0

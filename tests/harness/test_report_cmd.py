@@ -1,0 +1,112 @@
+"""``kern report`` and ``kern status`` through the real CLI entry point."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from harness import cli, commands, report_cmd
+from harness.ledger import Ledger, default_path
+
+from . import sample
+
+KERN_YAML = str(Path(__file__).resolve().parents[2] / "kern.yaml")
+
+
+@pytest.fixture
+def kern(monkeypatch, capsys):
+    """Run ``kern ARGS`` with report/status registered as the lead will register them (and
+    once only, whether or not harness/commands.py registers them already)."""
+    original = commands.register
+
+    def register(sub):
+        original(sub)
+        if "report" not in sub.choices:
+            report_cmd.register(sub)
+
+    monkeypatch.setattr(commands, "register", register)
+
+    def run(repo: Path, *args: str):
+        code = cli.main(["--repo", str(repo), "--config", KERN_YAML, *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_missing_ledger(kern, tmp_path):
+    code, out, err = kern(tmp_path, "status")
+    assert code == 0 and "no ledger at" in out and "kern loop" in out
+    code, out, _ = kern(tmp_path, "status", "--json")
+    assert json.loads(out)["exists"] is False
+    code, out, err = kern(tmp_path, "report")
+    assert code == 1 and out == "" and "no ledger at" in err and "kern try REV" in err
+    assert not default_path(tmp_path).exists()  # reading never creates the ledger
+
+
+def test_empty_ledger(kern, tmp_path):
+    Ledger(default_path(tmp_path)).close()
+    code, out, _ = kern(tmp_path, "report")
+    assert code == 0 and out == "# Journey\n\nNo attempts yet.\n"
+    code, out, _ = kern(tmp_path, "status")
+    lines = out.splitlines()
+    assert code == 0 and lines[-1] == "main       no score recorded yet"
+    assert "phase      none yet" in out and "attempts   0" in out and "in flight  none" in out
+    assert "budget     attempts 0 / 50 · tokens 0 / 2000000" in out
+
+
+def test_report_formats(kern, tmp_path):
+    sample.build(default_path(tmp_path)).close()
+    code, out, _ = kern(tmp_path, "report")
+    assert code == 0 and out == (Path(__file__).parent / "golden" / "journey.md").read_text()
+    code, out, _ = kern(tmp_path, "report", "--lang", "zh")
+    assert "| # | 尝试 | 分数变化 (ms) | 结果 |" in out
+    code, out, _ = kern(tmp_path, "report", "--format", "json")
+    assert json.loads(out)["phases"][1]["rows"][-1]["result"] == "waiting on #13"
+    code, out, _ = kern(tmp_path, "report", "--format", "csv")
+    assert out.splitlines()[0].startswith("phase,#,attempt,score change (ms),result")
+    dest = tmp_path / "out" / "journey.html"
+    code, out, _ = kern(tmp_path, "report", "--format", "html", "--out", str(dest))
+    assert code == 0 and out.startswith(f"wrote      {dest}")
+    assert "data:image/png;base64," in dest.read_text()
+
+
+def test_status(kern, tmp_path):
+    led = sample.build(default_path(tmp_path))
+    led.close()
+    code, out, _ = kern(tmp_path, "status")
+    lines = out.splitlines()
+    assert code == 0
+    assert lines[-1] == "main       51.200 ms (phase 2, c00000000001, 2026-01-10T09:03:00+00:00)"
+    assert lines[1].startswith("phase      2 · buckets 16,32,64,128,256 · context 262144")
+    assert ("attempts   14: running 1 · waiting 1 · merged 3 · abandoned 6 · not done 1 · "
+            "crashed 1 · timed out 1") in out
+    assert "budget     attempts 14 / 50 · tokens 50000 / 2000000 · cost $0.50" in out
+    assert "in flight  #13 running  moe.experts: MoE experts: persistent grid" in out
+    code, out, _ = kern(tmp_path, "status", "--json")
+    d = json.loads(out)
+    assert d["main"]["score_ms"] == 51.2 and d["phase"]["id"] == 2
+    assert d["by_state"]["merged"] == 3 and [a["#"] for a in d["in_flight"]] == [13]
+    assert d["budget"]["tokens"] == {"used": 50000, "limit": 2000000}
+
+
+def test_status_data_is_pure(tmp_path):
+    led = sample.build(tmp_path / "l.sqlite")
+    kw = dict(path="x", attempts=led.attempts(), phases=led.phases(),
+              current_phase_id=led.current_phase_id(), scores=led.scores(), runs=led.runs(),
+              run_usage=led.usage(1), budgets={"attempts": 50, "tokens": 10, "wall_hours": 72})
+    now = datetime(2026, 1, 10, 20, 0, tzinfo=timezone.utc)
+    d = report_cmd.status_data(**kw, now=now)
+    assert d == report_cmd.status_data(**kw, now=now)
+    assert d["budget"]["wall_hours"] == {"used": pytest.approx(11 + 59 / 60), "limit": 72}
+    assert report_cmd.status_lines(d)[-1].startswith("main       51.200 ms")
+
+
+def test_status_without_kern_yaml(kern, tmp_path, capsys):
+    sample.build(default_path(tmp_path)).close()
+    code = cli.main(["--repo", str(tmp_path), "--config", str(tmp_path / "absent.yaml"), "status"])
+    out = capsys.readouterr().out
+    assert code == 0 and "limits unknown" in out and "absent.yaml" in out
+    assert out.splitlines()[-1].startswith("main       51.200 ms")
