@@ -98,6 +98,9 @@ def run_test(req: TestRequest, progress=None) -> dict:
         ev["logits"] = verdict.logit_stats(la, lb, th["near_tie_factor"])
         ev["noise"] = verdict.logit_stats(la, la2, th["near_tie_factor"])
         ev["noise_tap"] = verdict.tap_diff(a_res["pass"], a_res["repeat"])
+        if (a_dir / "logits_aref.pt").exists():
+            ev["band"] = verdict.logit_stats(la, torch.load(a_dir / "logits_aref.pt"),
+                                             th["near_tie_factor"])
         ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
         v = verdict.judge(ev, th)
     else:
@@ -180,6 +183,10 @@ def report_lines(res: dict, limit: int = 8) -> list[str]:
             flip = (", FLIP (near-tie)" if w["near_tie"] else ", FLIP (confident)") if w["flip"] else ""
             out.append(f"logits     {w['at']}: KL {verdict.fmt(w['kl'])}, margin {w['margin']:.3g}, "
                        f"rms Δ {w['rms_delta']:.3g}{flip}")
+    bd = ev.get("band")
+    if bd:
+        out.append(f"noise      A vs A with the touched ops on the reference (the band): KL max "
+                   f"{verdict.fmt(bd['kl_max'])}, flips {bd['flips_near_tie'] + bd['flips_confident']}")
     nz = ev.get("noise")
     if nz:
         nt = ev["noise_tap"]

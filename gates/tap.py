@@ -181,13 +181,39 @@ def written_rows(before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tenso
 
 
 # ------------------------------------------------------------------ passes
-def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store) -> dict:
-    """All runs and steps; per call hashes, per step logits. Restores rows between runs."""
+class ReferenceFor:
+    """Wraps a tap hook: the named ops run on the protected reference instead of the tree's
+    kernels (the 'same model, other rounding' band of the touched ops)."""
+
+    def __init__(self, names: set, inner):
+        from kernels.k31.dispatch import _as_kernel
+
+        self.names, self.inner, self._as_kernel = names, inner, _as_kernel
+        self.log = inner.log
+
+    def __call__(self, spec, site, args, run):
+        if spec.name in self.names:
+            ref = self._as_kernel(spec)
+            sh = self.inner.side.shapes
+            return self.inner(spec, site, args, lambda: ref(sh, **args))
+        return self.inner(spec, site, args, run)
+
+    def __setattr__(self, k, v):
+        if k == "run_key":
+            self.inner.run_key = v
+        object.__setattr__(self, k, v)
+
+
+def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store,
+              reference_ops: set | None = None) -> dict:
+    """All runs and steps; per call hashes, per step logits. Restores state between runs."""
     out = {"runs": {}, "logits": {}}
     for rows in runs:
         side.model.state.restore(snap)
         key = f"r{rows}"
         hook = TapHook(side, keep, budget, store, key)
+        if reference_ops:
+            hook = ReferenceFor(reference_ops, hook)
         step = side.step(rows, hook=hook)
         for s in range(steps):
             side.set_inputs(step, s)
@@ -195,8 +221,9 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
             step.run()
             out["logits"][f"{rows}:{s}"] = step.logits.detach().float().cpu().clone()
         side.sync()
-        out["runs"][key] = {"calls": hook.log.calls, "kept_bytes": hook.used,
-                            "budget_hit": hook.budget_hit}
+        base = hook.inner if reference_ops else hook
+        out["runs"][key] = {"calls": base.log.calls, "kept_bytes": base.used,
+                            "budget_hit": base.budget_hit}
         log(f"tap: rows {rows}: {len(hook.log.calls)} op calls")
     side.model.state.restore(snap)
     return out
@@ -224,6 +251,16 @@ def side_main(opts: dict, device: str, outdir: Path) -> dict:
         repeat = free_pass(side, runs, steps, snap, set(), 0, {})
         torch.save(repeat.pop("logits"), outdir / "logits_a2.pt")
         result["repeat"] = repeat
+        # the band: A with the touched ops on the reference (all ops when unknown)
+        ref_ops = keep if keep is not None else None
+        if ref_ops is None:
+            from kernels.k31 import contracts
+
+            ref_ops = set(contracts.OPS)
+        if ref_ops:
+            band = free_pass(side, runs, steps, snap, set(), 0, {}, reference_ops=ref_ops)
+            torch.save(band.pop("logits"), outdir / "logits_aref.pt")
+            result["band_ops"] = sorted(ref_ops)
     else:
         record = json.loads((Path(opts["record"]) / "record.json").read_text())
         free = free_pass(side, runs, steps, snap, set(), 0, {})

@@ -11,7 +11,9 @@ call by call; ``judge`` turns all evidence into a verdict (first match wins):
     PASS value-identical    equal except +0 / -0
     PASS logit evidence     KL within kl_pass, flips only near-ties (and few), cut-local and
                             reference checks clean
-    PASS within noise floor A is not bit-reproducible and B stays inside A-vs-A's band
+    PASS within noise floor B stays inside band_factor x the floor: the larger of A vs A (if
+                            A is not reproducible) and A vs A-with-the-touched-ops-on-the-
+                            reference (the model's own sensitivity to rounding)
     INCONCLUSIVE            otherwise
 
 Exit codes: PASS 0, FAIL 1, INCONCLUSIVE 2.
@@ -229,10 +231,14 @@ def judge(ev: dict, th: dict) -> Verdict:
     r += local["defects"][:8]
     if lg["nonfinite_rows"]:
         r.append(f"{lg['nonfinite_rows']} logits rows with NaN/Inf")
-    if lg["flips_confident"]:
+    band = ev.get("band")  # A with the touched ops on the reference: the model's own sensitivity
+    band_kl = band["kl_max"] if band else 0.0
+    kl_limit = max(th["kl_fail"], th["band_factor"] * band_kl)
+    if lg["flips_confident"] and not (band and band["flips_confident"]):
         r.append(f"{lg['flips_confident']} confident argmax flip(s)")
-    if lg["kl_max"] > th["kl_fail"]:
-        r.append(f"KL(A||B) max {lg['kl_max']:.3g} > limit {th['kl_fail']:g}")
+    if lg["kl_max"] > kl_limit:
+        r.append(f"KL(A||B) max {lg['kl_max']:.3g} > limit {kl_limit:.3g} "
+                 f"(max of kl_fail and {th['band_factor']:g} x the reference band)")
     r += [f"reference tolerance exceeded: {b}" for b in local["reference_breaks"][:8]]
     if lg["missing"]:
         r.append(f"candidate produced no logits for {lg['missing'][:4]}")
@@ -244,6 +250,13 @@ def judge(ev: dict, th: dict) -> Verdict:
         return Verdict("PASS value-identical", ["only the sign of zeros differs"])
     near_frac = lg["flips_near_tie"] / max(1, lg["rows"])
     clean = not local["diverged"] or not tap["by_op"]
+    if tap["sequence"]:
+        return Verdict("INCONCLUSIVE", ["the candidate runs a different op sequence, so no op "
+                                        "can be checked against A or the reference: "
+                                        + tap["sequence"][0]])
+    if lg["flips_confident"]:
+        return Verdict("INCONCLUSIVE", [f"{lg['flips_confident']} confident flip(s), but the "
+                                        f"reference band flips too ({band['flips_confident']})"])
     if lg["kl_max"] <= th["kl_pass"] and near_frac <= th["max_near_tie_flips"]:
         why = [f"KL max {lg['kl_max']:.3g} <= {th['kl_pass']:g}",
                f"{lg['flips_near_tie']} near-tie flip(s) of {lg['rows']} rows, no confident flip"]
@@ -253,11 +266,14 @@ def judge(ev: dict, th: dict) -> Verdict:
         return Verdict("PASS logit evidence", why)
     noise = ev.get("noise")
     noise_tap = ev.get("noise_tap") or {}
-    if noise and noise_tap.get("differ_raw", 0) > 0:
-        band = max(noise["kl_max"], 1e-30) * 2.0
-        if lg["kl_max"] <= band and near_frac <= th["max_near_tie_flips"]:
+    floor = max(band_kl, noise["kl_max"] if noise and noise_tap.get("differ_raw", 0) else 0.0)
+    if floor > 0 and clean:
+        limit = th["band_factor"] * floor
+        band_near = (band["flips_near_tie"] / max(1, band["rows"])) if band else 0.0
+        if lg["kl_max"] <= limit and near_frac <= max(th["max_near_tie_flips"], th["band_factor"] * band_near):
             return Verdict("PASS within noise floor",
-                           [f"KL max {lg['kl_max']:.3g} within A-vs-A band {band:.3g}"])
+                           [f"KL max {lg['kl_max']:.3g} within {th['band_factor']:g} x the floor {floor:.3g} "
+                            f"(A with the touched ops on the reference{', and A vs A' if noise_tap.get('differ_raw') else ''})"])
     reasons = [f"KL max {lg['kl_max']:.3g} between kl_pass {th['kl_pass']:g} and kl_fail {th['kl_fail']:g}"
                if lg["kl_max"] > th["kl_pass"] else
                f"{lg['flips_near_tie']} near-tie flips ({near_frac:.1%} > {th['max_near_tie_flips']:.1%})"]

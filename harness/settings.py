@@ -32,6 +32,7 @@ _SCHEMA: dict[str, tuple] = {
     "test.kl_pass": (_NUM, True),
     "test.kl_fail": (_NUM, True),
     "test.near_tie_factor": (_NUM, True),
+    "test.band_factor": (_NUM, True),
     "test.max_near_tie_flips": (_NUM, True),
     "test.reference": (dict, True),
     "bench.warmup": (int, True),

@@ -4,7 +4,7 @@
   ``formats.py``); biases and decay parameters f32.
 * Scales keep activations at unit-order RMS through all layers: projections draw from
   ``N(0, 1/fan_in)`` so a unit-RMS input gives a unit-RMS output; sublayer outputs are scaled
-  to ~0.5 RMS; ``lm_head`` gives logits with standard deviation ``Dims.logit_std``.
+  to ``Dims.branch_scale`` RMS (the full model's sum over ranks); ``lm_head`` gives logits with standard deviation ``Dims.logit_std``.
 * Every value comes from ``synthetic.draw`` by global index, so rank r holds exactly its slice
   of the one global model (heads, experts, intermediate columns, vocabulary rows).
 * To fit one GPU, layers of one kind share weights cyclically from ``weight_sets`` distinct
@@ -150,7 +150,7 @@ def build_weights(sh: Shapes, *, seed: int, weight_sets: int, device,
             gamma=dr.vector(("kda", s, "gamma"), D, mean=1.0, std=0.1),
             # generated as [I_global, H] (contiguous per head), stored transposed
             o_proj=dr.rows(("kda", s, "o"), _head_rows(kda_heads, D), H,
-                           std=0.5 * inv(d.kda_heads * D)).t().contiguous(),
+                           std=d.branch_scale * inv(d.kda_heads * D)).t().contiguous(),
         )
 
     def mla(s: int) -> MlaWeights:
@@ -178,7 +178,7 @@ def build_weights(sh: Shapes, *, seed: int, weight_sets: int, device,
             w_idxk=dr.vector(("mla", s, "w_idxk"), d.idx_dim, mean=1.0, std=0.1),
             q_b=q_b, w_uk=w_uk, w_uv=w_uv,
             o_proj=dr.rows(("mla", s, "o"), _head_rows(mla_heads, d.v_dim), H,
-                           std=0.5 * inv(d.mla_heads * d.v_dim)).t().contiguous(),
+                           std=d.branch_scale * inv(d.mla_heads * d.v_dim)).t().contiguous(),
         )
 
     def experts(s: int, which: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,11 +219,11 @@ def build_weights(sh: Shapes, *, seed: int, weight_sets: int, device,
             lat_down=dr.rows(("moe", s, "down"), range(d.latent), H, std=inv(H)),
             w1=w1, s1=s1, w2=w2, s2=s2,
             gamma_lat=dr.vector(("moe", s, "gamma"), d.latent, mean=1.0, std=0.1),
-            lat_up=dr.rows(("moe", s, "up"), range(H), d.latent, std=0.5 * inv(d.latent)),
+            lat_up=dr.rows(("moe", s, "up"), range(H), d.latent, std=d.branch_scale * inv(d.latent)),
             shared_up=torch.cat([
                 dr.rows(("moe", s, "sh_gate"), s_rows, H, std=inv(H)),
                 dr.rows(("moe", s, "sh_up"), s_rows, H, std=inv(H))]),
-            shared_down=dr.rows(("moe", s, "sh_down"), s_rows, H, std=0.5 * inv(S)).t().contiguous(),
+            shared_down=dr.rows(("moe", s, "sh_down"), s_rows, H, std=d.branch_scale * inv(S)).t().contiguous(),
         )
 
     def dense_mlp(s: int) -> DenseMlpWeights:
@@ -232,7 +232,7 @@ def build_weights(sh: Shapes, *, seed: int, weight_sets: int, device,
         return DenseMlpWeights(
             up=torch.cat([dr.rows(("mlp", s, "gate"), rows, H, std=inv(H)),
                           dr.rows(("mlp", s, "up"), rows, H, std=inv(H))]),
-            down=dr.rows(("mlp", s, "down"), rows, H, std=0.5 * inv(d.dense_inter)).t().contiguous(),
+            down=dr.rows(("mlp", s, "down"), rows, H, std=d.branch_scale * inv(d.dense_inter)).t().contiguous(),
         )
 
     def cyclic(layers, make) -> dict[int, object]:
