@@ -54,10 +54,8 @@ def pattern(rounds: int) -> list[str]:
 def run_bench(req: BenchRequest, progress=print) -> dict:
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
-    rounds = req.rounds or b_cfg["rounds"]
-    replays = req.replays or b_cfg["replays"]
-    if not req.cuda:
-        replays = min(replays, 3)
+    rounds = req.rounds or prof.get("rounds") or b_cfg["rounds"]
+    replays = req.replays or prof.get("replays") or b_cfg["replays"]
     buckets, weights = list(prof["buckets"]), list(prof["weights"])
     timeout = float(b_cfg["timeout_s"])
     revs = {"B": checkout.resolve(req.repo, req.rev)}

@@ -62,9 +62,10 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="write the result JSON here")
     p.set_defaults(func=cmd_step)
 
-    from . import report_cmd
+    from . import loop_cmd, report_cmd
 
     report_cmd.register(sub)
+    loop_cmd.register(sub)
 
 
 def op_table() -> list[dict]:

@@ -1,0 +1,228 @@
+"""``kern try``, ``kern loop`` and ``kern profile``: argument parsing and the live view."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "try", help="all gates on one commit, then a ledger row (and a merge if it wins)",
+        description="Scope -> bit-identity/accuracy -> A/B scorer -> guard -> decision -> ledger "
+                    "row -> fast-forward main if accepted (rebased and judged again if main moved).")
+    p.add_argument("rev", help="the commit to judge")
+    p.add_argument("--title", default=None)
+    p.set_defaults(func=cmd_try)
+
+    p = sub.add_parser(
+        "loop", help="the orchestrator: plan, brief agents, judge, merge",
+        description="Run ticks: collect finished attempts and judge them under a GPU lock, plan "
+                    "targets from the latest profile and the journey, render briefs from prompts/, "
+                    "spawn up to loop.concurrency agents. Stops on a budget or when agents report "
+                    "nothing left for loop.stop_after_idle_ticks ticks. State lives in the ledger, "
+                    "so a killed loop resumes where it stopped.")
+    p.add_argument("--every", default=None, help="time between ticks (default: kern.yaml loop.every)")
+    p.add_argument("--tick", action="store_true", help="run one tick and exit (for cron or an agent's /loop)")
+    p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
+    p.add_argument("--wait-agents", type=float, default=0.0,
+                   help="seconds a tick waits for the agents it spawned (demos with fast agents)")
+    p.add_argument("--no-live", action="store_true", help="plain lines instead of the live view")
+    p.add_argument("--report", action="store_true", help="print the journey table when the loop ends")
+    p.add_argument("--demo", action="store_true",
+                   help="work in a fresh repository under runs/demo (a copy of this tree on its own "
+                        "branch 'main'), never on your branches; implies --report")
+    p.set_defaults(func=cmd_loop)
+
+    p = sub.add_parser(
+        "profile", help="what is left in one step: time per op, roofline share, leave-one-out",
+        description="Time every op family in one step (device events around each op, attributed by "
+                    "the op the dispatcher ran, i.e. the module that launched it), with each op's "
+                    "roofline floor and a leave-one-out 'free' column (the step re-captured without "
+                    "that op), printed like the published 'what is left in a 128-row step' table.")
+    p.add_argument("rev", nargs="?", default="WORKTREE")
+    p.add_argument("--rows", type=int, default=None, help="batch size (default 128 on a GPU)")
+    p.add_argument("--no-free", action="store_true", help="skip the leave-one-out column")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=cmd_profile)
+
+
+def _ctx(args, progress=None):
+    from gates.tree import prepare_interpreter
+
+    prepare_interpreter()
+    from . import ledger as L
+    from .commands import _context
+    from .pipeline import Context
+    from .worktrees import Repo
+
+    repo, settings, prof, cuda, runs = _context(args)
+    led = L.Ledger(L.default_path(repo))
+    return Context(Repo(repo), settings.data, prof, runs, cuda, led,
+                   progress=progress or (lambda m: print(f"… {m}", file=sys.stderr)),
+                   settings_digest=settings.digest), settings
+
+
+def cmd_try(args) -> int:
+    from .pipeline import try_commit
+
+    ctx, _ = _ctx(args)
+    number, out = try_commit(ctx, args.rev, title=args.title)
+    a = ctx.ledger.attempt(number)
+    from .journey import result
+
+    print(f"attempt #{number}: {a.title}")
+    if a.delta_ms is not None:
+        print(f"score change {a.delta_ms:+.3f} ms [{a.ci_low:+.3f}, {a.ci_high:+.3f}]")
+    print(result(a))
+    return 0 if out.state == "merged" else 1
+
+
+def demo_repo(src: Path) -> Path:
+    """A fresh git repository under ``src/runs/demo/`` holding this tree and kern.yaml."""
+    import shutil
+
+    import git
+
+    dst = src / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
+    dst.mkdir(parents=True)
+    shutil.copytree(src / "kernels", dst / "kernels",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(src / "kern.yaml", dst / "kern.yaml")
+    (dst / ".gitignore").write_text("runs/\n__pycache__/\n")
+    r = git.Repo.init(dst, initial_branch="main")
+    r.git.add("-A")
+    r.git.commit("-m", "demo: the kernel tree at start", "--author", "kern-loop <kern@loop>")
+    return dst
+
+
+def cmd_loop(args) -> int:
+    from .orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
+    from .settings import parse_duration
+
+    if args.demo:
+        args.repo = str(demo_repo(Path(args.repo).resolve()))
+        args.report = True
+        print(f"demo repository: {args.repo}")
+
+    lines = []
+    ctx, settings = _ctx(args, progress=lambda m: lines.append(m) or print(f"… {m}", file=sys.stderr))
+    try:
+        lock = acquire_loop_lock(ctx.runs)
+    except LoopLocked as e:
+        print(e, file=sys.stderr)
+        return 3
+    orch = Orchestrator(ctx, settings.data)
+    requeued = orch.resume()
+    if requeued:
+        print(f"resumed: re-queued attempts {requeued} left judging by a stopped loop")
+    every = parse_duration(args.every or settings["loop"]["every"]) or 0.0
+    ticks = 1 if args.tick else args.ticks
+    n = 0
+    live = None
+    if not args.no_live and sys.stdout.isatty() and not args.tick:
+        from rich.live import Live
+
+        live = Live(_view(ctx), refresh_per_second=1)
+        live.start()
+    try:
+        while True:
+            rep = orch.tick(wait_for_agents=args.wait_agents)
+            n += 1
+            for num, state, reason in rep.collected:
+                print(f"tick {n}: attempt #{num} {state}{': ' + str(reason) if reason else ''}")
+            for num, target in rep.spawned:
+                print(f"tick {n}: attempt #{num} spawned on {target}")
+            if rep.stop:
+                print(f"stopping: {rep.stop}")
+                break
+            if ticks is not None and n >= ticks:
+                break
+            deadline = time.monotonic() + every
+            while time.monotonic() < deadline:
+                if live:
+                    live.update(_view(ctx))
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    finally:
+        if live:
+            live.stop()
+        lock.close()
+    if args.report:
+        from .journey import markdown
+
+        print()
+        print(markdown(ctx.ledger.attempts(), ctx.ledger.phases(), scores=ctx.ledger.scores()))
+    return 0
+
+
+def _view(ctx):
+    """The live view: running attempts, queue, main's score, recent decisions."""
+    from rich.table import Table
+
+    from . import ledger as L
+    from .journey import result
+
+    led = ctx.ledger
+    t = Table(title=f"kern loop · main {ctx.repo.main_sha()[:10]}")
+    t.add_column("#")
+    t.add_column("target")
+    t.add_column("state")
+    t.add_column("result")
+    phase = led.current_phase_id()
+    score = led.main_score(phase) if phase else None
+    for a in led.attempts()[-12:]:
+        t.add_row(str(a.number), a.target or "-", a.state, result(a) if a.state in L.FINAL else "")
+    t.caption = f"main score: {score:.3f} ms" if score else "main score: not measured yet"
+    return t
+
+
+def cmd_profile(args) -> int:
+    from gates import checkout
+    from gates.profile import DENSE  # noqa: F401
+    from gates.sides import run_side
+
+    from .commands import _context
+
+    repo, settings, prof, cuda, runs = _context(args)
+    sha = checkout.resolve(repo, args.rev)
+    tree = checkout.checkout(repo, sha, runs)
+    rows = args.rows or (128 if cuda else max(prof["buckets"]))
+    spec = {"model": prof["model"], "layout": prof["layout"], "seed": settings["target"]["seed"],
+            "weight_sets": settings["target"]["weight_sets"], "context": prof["context"],
+            "steps": 1, "rows": [rows], "replays": 10 if cuda else 1, "profile_rows": rows,
+            "free": not args.no_free}
+    out = Path(args.out) if args.out else runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
+    res = run_side("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
+                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
+    if not res.ok:
+        print(f"kern profile: the step ended with {res.kind}; log {res.log_path}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(res.result["profile"], default=str))
+        return 0
+    for line in profile_lines(res.result, cuda):
+        print(line)
+    return 0
+
+
+def profile_lines(result: dict, cuda: bool) -> list[str]:
+    p = result["profile"]
+    bw = result.get("read_bandwidth_Bps")
+    lines = [f"What is left in a {p['rows']}-row step ({p['step_ms']:.3f} ms, one CUDA graph)"
+             if cuda else f"What is left in a {p['rows']}-row step (CPU interpreter: mechanics only, "
+                          f"not GPU times)"]
+    if bw:
+        lines.append(f"read bandwidth measured at the start: {bw / 1e12:.2f} TB/s")
+    lines.append(f"{'op':34s} {'ms':>9s} {'calls':>6s} {'floor ms':>9s} {'% floor':>8s} {'free ms':>8s}  module")
+    total = 0.0
+    for name, r in p["ops"].items():
+        total += r["ms"]
+        floor = f"{r['floor_ms']:.3f}" if r.get("floor_ms") is not None else "-"
+        pct = f"{r['pct_of_floor']:.0f}" if r.get("pct_of_floor") else "-"
+        free = f"{r['free_ms']:.3f}" if r.get("free_ms") is not None else "-"
+        mods = ", ".join(m.replace("kernels.k31.", "") for m in r["modules"])
+        lines.append(f"{name:34s} {r['ms']:9.3f} {r['calls']:6d} {floor:>9s} {pct:>8s} {free:>8s}  {mods}")
+    lines.append(f"{'sum of per-op events':34s} {total:9.3f}   (per-call events inflate small ops; see free)")
+    return lines

@@ -1,0 +1,328 @@
+"""``kern loop``: ticks that collect finished agents, judge their commits, plan targets from
+the latest profile and the journey, render briefs and spawn agents.
+
+State lives in the ledger and in ``runs/attempts/<n>/`` (brief, proposal, agent log), so a
+loop killed at any point resumes: an attempt left ``judging`` is re-queued and judged again
+(a commit already on main is recorded, never merged twice); an agent that finished while no
+loop ran is collected at the next tick; one still running keeps running.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ledger as L
+from . import planning
+from .agents.base import Brief, Proposal
+from .pipeline import Context, gpu_lock, judge_and_record, phase_definition
+
+HARNESS_ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = HARNESS_ROOT / "prompts"
+
+
+class LoopLocked(RuntimeError):
+    """Another kern loop holds this repository."""
+
+
+@dataclass
+class TickReport:
+    tick: int
+    collected: list = field(default_factory=list)  # (attempt, state, reason)
+    spawned: list = field(default_factory=list)  # (attempt, target)
+    stop: str | None = None
+
+
+def acquire_loop_lock(runs: Path):
+    """One loop per repository: a second ``kern loop`` is refused, not queued."""
+    runs.mkdir(parents=True, exist_ok=True)
+    f = open(runs / "loop.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise LoopLocked(f"kern loop: {holder} already runs a loop on this repository "
+                         f"(lock {runs / 'loop.lock'}); stop it first or wait") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {os.uname().nodename}")
+    f.flush()
+    return f
+
+
+def attempt_dir(runs: Path, number: int) -> Path:
+    return runs / "attempts" / str(number)
+
+
+def tried_lines(attempts: list, target: str) -> list[str]:
+    """One line per earlier attempt on ``target`` (the tuner parses ``tunable NAME=VALUE``)."""
+    from .journey import result
+
+    out = []
+    for a in attempts:
+        if a.target != target:
+            continue
+        m = re.match(r"tune: (\S+) \S+ -> (\S+)", a.title or "")
+        what = f"tunable {m.group(1)}={m.group(2)}" if m else (a.title or "(untitled)")
+        out.append(f"{what}: {result(a)}")
+    return out
+
+
+def render(template: str, values: dict) -> str:
+    class Missing(dict):
+        def __missing__(self, key):
+            return "{" + key + "}"
+
+    return template.format_map(Missing(values))
+
+
+class Orchestrator:
+    def __init__(self, ctx: Context, settings):
+        self.ctx, self.settings = ctx, settings
+        self.led = ctx.ledger
+        self.run_id = None
+        self.idle_ticks = 0
+        self.started = time.monotonic()
+
+    # ------------------------------------------------------------ resume
+    def resume(self) -> list[int]:
+        """Attempts a killed loop left in flight: judging -> queued (judged again)."""
+        requeued = []
+        for a in self.led.attempts(states=[L.JUDGING]):
+            self.led.transition(a.number, L.QUEUED, reason="re-queued after a restart")
+            requeued.append(a.number)
+        return requeued
+
+    # ------------------------------------------------------------ collect + judge
+    def collect(self, report: TickReport) -> None:
+        cfg = self.settings["agent"]
+        limit = float(cfg.get("timeout_s", 1800))
+        for a in self.led.attempts(states=[L.RUNNING]):
+            d = attempt_dir(self.ctx.runs, a.number)
+            prop_path = d / "proposal.json"
+            pid = _read_pid(d)
+            alive = pid is not None and _alive(pid)
+            if not prop_path.exists():
+                started = (d / "agent.pid").stat().st_mtime if (d / "agent.pid").exists() else 0
+                if alive and time.time() - started > limit:
+                    _kill(pid)
+                    self._final(a.number, L.TIMED_OUT, f"agent ran past {limit:.0f}s", report)
+                elif not alive:
+                    self._final(a.number, L.CRASHED, "agent process ended without a proposal "
+                                f"(log {d / 'agent.log'})", report)
+                continue
+            try:
+                prop = Proposal(**json.loads(prop_path.read_text()))
+            except (ValueError, TypeError) as e:
+                self._final(a.number, L.CRASHED, f"agent returned garbage: {e}", report)
+                continue
+            self.led.update(a.number, tokens=prop.tokens_in + prop.tokens_out, cost_usd=prop.cost_usd)
+            if prop.kind == "declined":
+                self.led.transition(a.number, L.NOT_DONE, reason=prop.message[:300],
+                                    estimate_ms=prop.estimate_ms)
+                report.collected.append((a.number, L.NOT_DONE, prop.message[:80]))
+                continue
+            if prop.kind != "commit":
+                self._final(a.number, L.CRASHED, f"agent failed: {prop.reason[:300]}", report)
+                continue
+            tip = self.ctx.repo.tip(a.number)
+            self.led.transition(a.number, L.JUDGING, commit_sha=tip,
+                                title=(prop.message.splitlines() or [a.title])[0][:200])
+            self._judge(a.number, tip, a.base_sha, report)
+        for a in self.led.attempts(states=[L.QUEUED]):
+            if a.commit_sha:  # re-queued after a restart: judge again
+                self.led.transition(a.number, L.JUDGING)
+                self._judge(a.number, a.commit_sha, a.base_sha, report)
+
+    def _judge(self, number: int, tip: str, base: str, report: TickReport) -> None:
+        try:
+            out = judge_and_record(self.ctx, number, tip, base)
+            report.collected.append((number, out.state, out.reason))
+        except Exception as e:  # noqa: BLE001 - a gate bug must not stop the loop
+            self._final(number, L.CRASHED, f"judging failed: {type(e).__name__}: {e}"[:300], report)
+        finally:
+            self.ctx.repo.close_attempt(number, self.ctx.runs)
+
+    def _final(self, number: int, state: str, reason: str, report: TickReport) -> None:
+        self.led.transition(number, state, reason=reason)
+        report.collected.append((number, state, reason))
+        self.ctx.repo.close_attempt(number, self.ctx.runs)
+
+    # ------------------------------------------------------------ plan + spawn
+    def profile(self) -> dict:
+        """The latest profile of main (measured once per main commit, under the GPU lock)."""
+        from gates import checkout
+        from gates.sides import run_side
+
+        sha = self.ctx.repo.main_sha()
+        path = self.ctx.runs / "profile" / f"{sha[:12]}.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        prof = self.ctx.profile
+        rows = 128 if self.ctx.cuda else max(prof["buckets"])
+        tree = checkout.checkout(self.ctx.repo.root, sha, self.ctx.runs)
+        spec = {"model": prof["model"], "layout": prof["layout"], "seed": self.settings["target"]["seed"],
+                "weight_sets": self.settings["target"]["weight_sets"], "context": prof["context"],
+                "steps": 1, "rows": [rows], "replays": 5, "profile_rows": rows, "free": False}
+        self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
+        with gpu_lock(self.ctx.runs):
+            res = run_side("run", tree, spec, path, float(self.settings["bench"]["timeout_s"]))
+        if not res.ok:
+            raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
+        return res.result
+
+    def plan_and_spawn(self, tick_id: int, report: TickReport) -> None:
+        cfg = self.settings
+        in_flight = self.led.attempts(states=[L.QUEUED, L.RUNNING, L.JUDGING])
+        slots = int(cfg["loop"]["concurrency"]) - len(in_flight)
+        if slots <= 0:
+            return
+        prof = self.profile()["profile"]
+        attempts = self.led.attempts()
+        journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
+        targets = planning.plan(prof["ops"], prof["step_ms"], journey, slots,
+                                busy={a.target for a in in_flight})
+        for t in targets:
+            self._spawn(t, prof, attempts, tick_id, report)
+
+    def _spawn(self, t: planning.Target, prof: dict, attempts: list, tick_id: int,
+               report: TickReport) -> None:
+        cfg, ctx = self.settings, self.ctx
+        base = ctx.repo.main_sha()
+        phase = self.led.phase(phase_definition(ctx))
+        backend = cfg["agent"]["backend"]
+        number = self.led.new_attempt(title=f"{t.name}: {backend} attempt", hypothesis="",
+                                      target=t.name, backend=backend, base_sha=base,
+                                      phase_id=phase, tick_id=tick_id)
+        d = attempt_dir(ctx.runs, number)
+        d.mkdir(parents=True, exist_ok=True)
+        wt = ctx.repo.open_attempt(number, base, ctx.runs)
+        tried = tried_lines(attempts, t.name)
+        p = ctx.profile
+        values = {
+            "attempt": number, "target": t.name, "base_short": base[:10], "ms": f"{t.ms:.3f}",
+            "step_ms": f"{prof['step_ms']:.3f}", "rows": prof["rows"], "share": f"{t.share_pct:.1f}",
+            "floor": f"{t.floor_ms:.3f}" if t.floor_ms else "unknown",
+            "roofline": f"{t.roofline_pct:.0f}%" if t.roofline_pct else "unknown",
+            "headroom": f"{t.headroom_ms:.3f}", "shapes": _shapes_text(p),
+            "tried": "\n".join(f"- {x}" for x in tried) or "- nothing yet",
+            "editable": ", ".join(cfg["editable"]), "protected": ", ".join(cfg["protected"]),
+            "buckets": p["buckets"], "weights": p["weights"], "guard_pct": cfg["bench"]["guard_pct"],
+            "cycle": "a few minutes", "quick_test": _quick_test(t.name), "quick_bench": "kern step --rows 16",
+        }
+        text = render((PROMPTS / "subagent.md").read_text(), values)
+        brief = Brief(attempt=number, target=t.name, text=text, share_pct=t.share_pct,
+                      roofline_pct=t.roofline_pct, shapes=values["shapes"], tried=tried,
+                      editable=cfg["editable"], protected=cfg["protected"],
+                      quick_test=values["quick_test"], quick_bench=values["quick_bench"], base_sha=base)
+        (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
+        (d / "brief.md").write_text(text)
+        replay_index = sum(1 for a in attempts if a.backend == "replay")
+        settings = {"agent": cfg["agent"], "context": {"index": replay_index, "seed": number,
+                                                       "root": str(ctx.repo.root)}}
+        (d / "settings.json").write_text(json.dumps(settings, indent=1))
+        with open(d / "agent.log", "w") as log:
+            # the agent may see API keys; gate subprocesses never do (gates/sides.py)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.agents.run", "--brief", str(d / "brief.json"),
+                 "--worktree", str(wt), "--settings", str(d / "settings.json"),
+                 "--out", str(d / "proposal.json")],
+                cwd=HARNESS_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "PYTHONPATH": str(HARNESS_ROOT)})
+        (d / "agent.pid").write_text(str(proc.pid))
+        self.led.transition(number, L.RUNNING)
+        report.spawned.append((number, t.name))
+
+    # ------------------------------------------------------------ one tick
+    def tick(self, wait_for_agents: float = 0.0) -> TickReport:
+        if self.run_id is None:
+            self.run_id = self.led.start_run(self.ctx.settings_digest, os.uname().nodename)
+        tick_id = self.led.add_tick(self.run_id, [])
+        report = TickReport(tick_id)
+        self.collect(report)
+        stop = self.budget_stop()
+        if stop:
+            report.stop = stop
+            return report
+        self.plan_and_spawn(tick_id, report)
+        if wait_for_agents > 0 and report.spawned:
+            self.wait_agents([n for n, _ in report.spawned], wait_for_agents)
+        useful = any(s in (L.MERGED, L.ABANDONED) for _, s, _ in report.collected) or report.spawned
+        self.idle_ticks = 0 if useful else self.idle_ticks + 1
+        if self.idle_ticks >= int(self.settings["loop"]["stop_after_idle_ticks"]):
+            report.stop = f"agents reported nothing left for {self.idle_ticks} ticks"
+        return report
+
+    def wait_agents(self, numbers: list[int], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all((attempt_dir(self.ctx.runs, n) / "proposal.json").exists()
+                   or not _alive(_read_pid(attempt_dir(self.ctx.runs, n)) or -1) for n in numbers):
+                return
+            time.sleep(0.5)
+
+    def budget_stop(self) -> str | None:
+        b = self.settings["budgets"]
+        use = self.led.usage()
+        if use["attempts"] >= b["attempts"]:
+            return f"attempt budget spent ({use['attempts']} of {b['attempts']})"
+        if use["tokens"] >= b["tokens"]:
+            return f"token budget spent ({use['tokens']} of {b['tokens']})"
+        if (time.monotonic() - self.started) / 3600 >= b["wall_hours"]:
+            return f"wall-time budget spent ({b['wall_hours']} h)"
+        return None
+
+
+def _shapes_text(p: dict) -> str:
+    return (f"model {p['model']}, layout {p['layout']} (rank 0's shapes), buckets {p['buckets']} rows, "
+            f"context {p['context']} tokens per request")
+
+
+def _quick_test(target: str) -> str:
+    from kernels.k31 import contracts
+
+    try:
+        return f"python -m pytest -q {contracts.op(target).test}"
+    except KeyError:
+        return "python -m pytest -q tests/kernels"
+
+
+def _read_pid(d: Path) -> int | None:
+    try:
+        return int((d / "agent.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours is not alive
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        time.sleep(2)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,203 @@
+"""One attempt through every gate: scope -> bit-identity/accuracy -> A/B scorer -> guard ->
+decision -> ledger row -> merge (serialized, fast-forward only; rebase and re-judge when main
+moved; a conflict is an outcome). ``kern try`` and the loop's ticks both come here.
+
+The decisions (``decide_outcome``) are pure; the rest is shell around the gates, git and
+the ledger. Every path ends in a ledger state with a reason.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gates import stats
+
+from . import ledger as L
+from . import scope
+from .worktrees import Repo
+
+
+@dataclass
+class Context:
+    repo: Repo
+    settings: dict
+    profile: dict
+    runs: Path
+    cuda: bool
+    ledger: L.Ledger
+    progress: callable = print
+    settings_digest: str = ""
+
+
+@dataclass
+class Outcome:
+    state: str  # merged | abandoned | crashed | timed out
+    reason: str | None
+    fields: dict = field(default_factory=dict)
+
+
+@contextmanager
+def gpu_lock(runs: Path):
+    """Gates that run kernels hold this per-device lock: parallel attempts never time each
+    other's runs."""
+    runs.mkdir(parents=True, exist_ok=True)
+    with open(runs / "gpu.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def phase_definition(ctx: Context) -> dict:
+    """What the score means: a change here starts a new phase (deltas not comparable)."""
+    from kernels.k31.workload import corpus_hash
+
+    p = ctx.profile
+    return {"model": p["model"], "layout": p["layout"], "buckets": p["buckets"],
+            "weights": p["weights"], "context": p["context"], "seed": ctx.settings["target"]["seed"],
+            "corpus": corpus_hash()}
+
+
+def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> Outcome:
+    """Pure: gate results -> final state, reason and the fields the ledger records."""
+    if not scope_res.ok:
+        return Outcome("abandoned", "scope", {"gate": {"scope": scope_res.problems}})
+    gate = {"scope": "ok"}
+    if test_res is None:
+        return Outcome("crashed", "the accuracy gate did not run", {"gate": gate})
+    gate["accuracy"] = {"verdict": test_res["verdict"], "reasons": test_res["reasons"][:6]}
+    outcome_b = (test_res.get("evidence") or {}).get("outcome_b")
+    if outcome_b == "timeout":
+        return Outcome("timed out", "accuracy gate timeout", {"gate": gate})
+    if not test_res["verdict"].startswith("PASS"):
+        return Outcome("abandoned", "accuracy", {"gate": gate})
+    if bench_res is None or bench_res.get("outcome") != "ok":
+        kind = (bench_res or {}).get("outcome", "not run")
+        gate["bench"] = {"outcome": kind, "error": (bench_res or {}).get("error")}
+        if kind == "timeout":
+            return Outcome("timed out", "scorer timeout", {"gate": gate})
+        return Outcome("crashed", f"scorer: {kind}", {"gate": gate})
+    an = bench_res["analysis"]
+    sb = an["sides"]["B"]
+    if sb["failed_checks"] or not sb["graph_matches_eager"]:
+        gate["bench"] = {"checks": sb["failed_checks"][:4], "graph_matches_eager": sb["graph_matches_eager"]}
+        return Outcome("abandoned", "scorer check", {"gate": gate})
+    ab = an["ab"]
+    buckets = bench_res["buckets"]
+    worst = max(buckets, key=lambda b: ab["delta"]["buckets"][b]["delta"] / an["sides"]["A"]["buckets"][b]["median"])
+    gate["bench"] = {"classification": ab["classification"], "band_ms": ab["band"]}
+    gate["guard"] = {"ok": ab["guard_ok"], "text": ab["guard"], "rows": worst,
+                     "worst_pct": ab["delta"]["buckets"][worst]["delta"] / an["sides"]["A"]["buckets"][worst]["median"] * 100}
+    fields = {
+        "gate": gate,
+        "medians_a": {str(b): an["sides"]["A"]["buckets"][b]["median"] for b in buckets},
+        "medians_b": {str(b): an["sides"]["B"]["buckets"][b]["median"] for b in buckets},
+        "delta_ms": ab["delta"]["delta"], "ci_low": ab["delta"]["low"], "ci_high": ab["delta"]["high"],
+        "delta_pct": ab["delta_pct"],
+    }
+    merge, why = stats.decide(ab["classification"], ab["guard_ok"], True)
+    fields["decision"] = "merge" if merge else why
+    if merge:
+        return Outcome("merged", None, fields)
+    return Outcome("abandoned", why, fields)
+
+
+def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
+    """Run the gates on one commit against its base. Returns (scope, test, bench) results."""
+    from gates.accuracy import TestRequest, run_test
+    from gates.bench import BenchRequest, run_bench
+
+    commits = ctx.repo.commits_since(base_sha, rev_sha)
+    sc = scope.check(commits=len(commits.shas), paths=commits.paths,
+                     changed_lines=commits.changed_lines, editable=ctx.settings["editable"],
+                     protected=ctx.settings["protected"])
+    if not sc.ok:
+        return sc, None, None
+    with gpu_lock(ctx.runs):
+        ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
+        test = run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
+                                    ctx.runs, ctx.cuda))
+        ctx.progress(f"accuracy: {test['verdict']}")
+        if not test["verdict"].startswith("PASS"):
+            return sc, test, None
+        ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
+        bench = run_bench(BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
+                                       ctx.profile, ctx.runs, ctx.cuda),
+                          progress=lambda m: ctx.progress(f"  {m}"))
+    return sc, test, bench
+
+
+def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
+                     max_rebases: int = 3) -> Outcome:
+    """Judge attempt ``number`` and bring it to a final state; merge when it wins."""
+    led, repo = ctx.ledger, ctx.repo
+    for _ in range(max_rebases + 1):
+        if repo.git.git.merge_base(repo.main_sha(), rev_sha) == rev_sha:
+            # killed after moving main but before recording it: record, never merge twice
+            return _finish(ctx, number, Outcome("merged", None, {"decision": "merge"}), rev_sha)
+        led.update(number, base_sha=base_sha, commit_sha=rev_sha)
+        sc, test, bench = judge(ctx, rev_sha, base_sha)
+        out = decide_outcome(sc, test, bench)
+        if out.state != "merged":
+            return _finish(ctx, number, out, rev_sha)
+        main = repo.main_sha()
+        if main == base_sha and repo.fast_forward_main(rev_sha):
+            _record_score(ctx, rev_sha, bench)
+            return _finish(ctx, number, out, rev_sha)
+        # main moved while judging: rebase and judge again against the new main
+        ok, tip = repo.rebase(number, main, ctx.runs)
+        if not ok:
+            return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": tip}}), rev_sha)
+        ctx.progress(f"attempt #{number}: main moved; rebased onto {main[:10]}, judging again")
+        rev_sha, base_sha = tip, main
+    return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": "main kept moving"}}), rev_sha)
+
+
+def _record_score(ctx: Context, sha: str, bench: dict) -> None:
+    an = bench["analysis"]["sides"]["B"]
+    phase = ctx.ledger.phase(phase_definition(ctx))
+    ctx.ledger.record_score(phase, sha, an["score"], {str(b): v["median"] for b, v in an["buckets"].items()})
+
+
+def _finish(ctx: Context, number: int, out: Outcome, sha: str) -> Outcome:
+    led = ctx.ledger
+    fields = dict(out.fields)
+    if out.state == "merged":
+        fields["commit_sha"] = sha
+    led.transition(number, out.state, reason=out.reason, **fields)
+    verdict = (fields.get("gate") or {}).get("accuracy", {}).get("verdict", "")
+    note = {"attempt": number, "state": out.state, "reason": out.reason, "accuracy": verdict,
+            "delta_ms": fields.get("delta_ms"), "ci": [fields.get("ci_low"), fields.get("ci_high")]}
+    try:
+        ctx.repo.add_note(sha, json.dumps(note))
+    except Exception as e:  # noqa: BLE001 - a note is evidence, not a decision
+        ctx.progress(f"note on {sha[:10]} failed: {e}")
+    ctx.progress(f"attempt #{number}: {out.state}{': ' + out.reason if out.reason else ''}")
+    return out
+
+
+def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str = "manual") -> tuple[int, Outcome]:
+    """``kern try REV``: one commit, its own ledger attempt, all gates, merge if it wins."""
+    repo = ctx.repo
+    rev_sha = repo.sha(rev)
+    base_sha = repo.git.git.merge_base(repo.main_sha(), rev_sha)
+    subject = repo.git.commit(rev_sha).summary
+    phase = ctx.ledger.phase(phase_definition(ctx))
+    number = ctx.ledger.new_attempt(title=title or subject, hypothesis=repo.git.commit(rev_sha).message,
+                                    target="", backend=backend, base_sha=base_sha, phase_id=phase)
+    ctx.ledger.transition(number, L.JUDGING, commit_sha=rev_sha)
+    return number, judge_and_record(ctx, number, rev_sha, base_sha)
+
+
+def host() -> str:
+    return os.uname().nodename
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S")
