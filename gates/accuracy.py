@@ -7,6 +7,7 @@ lines by section (the last starts with the verdict) or one JSON object.
 """
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -65,19 +66,12 @@ def run_test(req: TestRequest, progress=None) -> dict:
                    "cuda": req.cuda})
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
     rec = a_dir / "record.json"
-    if not (rec.exists() and (a_dir / "kept_a.pt").exists()):
-        a_dir.mkdir(parents=True, exist_ok=True)
-        a_spec = {**spec, "role": "record",
-                  "touched": sorted(touched) if touched is not None else None}
-        a = run_side("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"))
-        a_kind, a_wall, a_tail = a.kind, a.wall_s, a.log_tail
-        if not a.ok:  # keep its log, but never let a failed recording look cached
-            failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S"))
-            a_dir.rename(failed)
-            a_dir = failed
-    else:
-        a_kind, a_wall, a_tail = "ok", 0.0, ""
+    a_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one recording per base and tap, however many callers
+        a_kind, a_wall, a_tail, a_dir = _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress)
     stamp = time.strftime("%Y%m%d-%H%M%S")
+
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     b_dir.mkdir(parents=True, exist_ok=True)
     if a_kind == "ok":
@@ -117,6 +111,19 @@ def run_test(req: TestRequest, progress=None) -> dict:
         "a_dir": str(a_dir), "b_dir": str(b_dir),
         "environment": (b_res or a_res or {}).get("environment"),
     }
+
+
+def _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress):
+    if rec.exists() and (a_dir / "kept_a.pt").exists():
+        return "ok", 0.0, "", a_dir
+    a_dir.mkdir(parents=True, exist_ok=True)
+    a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
+    a = run_side("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"))
+    if not a.ok:  # keep its log, but never let a failed recording look cached
+        failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
+        a_dir.rename(failed)
+        a_dir = failed
+    return a.kind, a.wall_s, a.log_tail, a_dir
 
 
 def _short(sha: str) -> str:

@@ -5,6 +5,7 @@ work tree itself (uncommitted edits) is the revision ``WORKTREE``.
 """
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
 import git
@@ -30,12 +31,14 @@ def checkout(repo: Path, sha: str, runs: Path) -> Path:
     if sha == WORKTREE:
         return Path(repo).resolve()
     path = (runs / "worktrees" / sha[:12]).resolve()
-    if (path / ".git").exists():
-        return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    r = git.Repo(repo)
-    r.git.worktree("prune")
-    r.git.worktree("add", "--detach", "--force", str(path), sha)
+    with open(path.parent / ".checkout.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent gates may ask for the same commit
+        if (path / ".git").exists():
+            return path
+        r = git.Repo(repo)
+        r.git.worktree("prune")
+        r.git.worktree("add", "--detach", "--force", str(path), sha)
     return path
 
 

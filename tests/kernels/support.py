@@ -1,5 +1,6 @@
 """Shared checks for kernel tests: poison the outputs, call the kernel, compare with the
-protected reference by relative RMS and max ulp, and insist every output was written."""
+protected reference by relative RMS and max ulp, and insist every output was written; and
+``to_device``, which moves inputs built on the CPU (seeded generators) to the test's device."""
 from __future__ import annotations
 
 import torch
@@ -9,6 +10,39 @@ from kernels.k31 import contracts
 from kernels.k31.config import Dims, Layout, Shapes
 
 AWKWARD_ROWS = (1, 3, 17)
+
+
+def to_device(device, *trees):
+    """``trees`` (tensors, or dicts / tuples / lists holding them among other values) with every
+    tensor on ``device``, returned in order (a single tree comes back bare).
+
+    Views stay views: tensors that share a storage share one moved storage, with their sizes,
+    strides and offsets, so a strided slice of a fused projection (and the parent buffer a test
+    checks for writes) keeps its meaning on the GPU. On the tensors' own device nothing is
+    copied."""
+    device = torch.device(device)
+    moved: dict[int, torch.UntypedStorage] = {}
+
+    def move(x):
+        if isinstance(x, torch.Tensor):
+            if x.device == device:
+                return x
+            st = x.untyped_storage()
+            key = st.data_ptr()
+            if key not in moved:  # the whole storage, as bytes
+                flat = torch.empty(0, dtype=torch.uint8, device=x.device)
+                flat.set_(st, 0, (st.nbytes(),), (1,))
+                moved[key] = flat.to(device).untyped_storage()
+            return torch.empty(0, dtype=x.dtype, device=device).set_(
+                moved[key], x.storage_offset(), x.size(), x.stride())
+        if isinstance(x, dict):
+            return {k: move(v) for k, v in x.items()}
+        if isinstance(x, (tuple, list)):
+            return type(x)(move(v) for v in x)
+        return x
+
+    out = tuple(move(t) for t in trees)
+    return out[0] if len(out) == 1 else out
 
 
 def shapes(model: str = "small", layout: str = "unsharded") -> Shapes:

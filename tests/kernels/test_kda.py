@@ -1,4 +1,5 @@
-"""kda.conv and kda.core against the protected reference (Triton interpreter on CPU).
+"""kda.conv and kda.core against the protected reference (the Triton interpreter on a CPU, the
+kernels on a GPU).
 
 Tolerances. The kernels compute in f32 like the reference, so a bf16 result differs only where
 a different f32 summation order flips a rounding (measured: rel RMS 0 .. 3e-7, a handful of
@@ -22,7 +23,7 @@ from gates.numerics import bitwise_equal, compare, poison, unwritten
 from kernels.k31 import contracts
 from kernels.k31 import tunables as tunables_mod
 from kernels.k31.config import Dims, Layout, Shapes
-from tests.kernels.support import AWKWARD_ROWS, run_and_compare
+from tests.kernels.support import AWKWARD_ROWS, run_and_compare, to_device
 
 BF16, F32 = torch.bfloat16, torch.float32
 FRESH_SEED = int.from_bytes(os.urandom(4), "little")
@@ -80,8 +81,9 @@ def few_differ(diffs: dict, names: tuple[str, ...]) -> None:
 
 
 # ------------------------------------------------------------------------------ kda.conv
-def conv_args(sh: Shapes, rows: int, seed: int):
-    """``x`` is the q|k|v slice of the fused projection output ``[rows, 4I]`` (row stride 4I)."""
+def conv_args(sh: Shapes, rows: int, seed: int, device="cpu"):
+    """``x`` is the q|k|v slice of the fused projection output ``[rows, 4I]`` (row stride 4I);
+    built on the CPU, returned on ``device`` with (args, parent buffers)."""
     gen = torch.Generator().manual_seed(seed)
     inner, taps = sh.kda_inner, sh.dims.conv_taps
     C = 3 * inner
@@ -89,7 +91,7 @@ def conv_args(sh: Shapes, rows: int, seed: int):
     w = (torch.randn(C, taps, generator=gen) * 0.5).to(BF16)
     window = torch.randn(rows, taps - 1, C, generator=gen).to(BF16)
     y = torch.empty(rows, C, dtype=BF16)
-    return {"x": proj[:, :C], "w": w, "window": window, "y": y}, (proj,)
+    return to_device(device, {"x": proj[:, :C], "w": w, "window": window, "y": y}, (proj,))
 
 
 CONV_TOL = dict(rel_rms=1e-3, exact=("window",))
@@ -98,49 +100,58 @@ CONV_TOL = dict(rel_rms=1e-3, exact=("window",))
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("rows", (1, 17))
-def test_conv(rows, layout, seed):
+def test_conv(rows, layout, seed, device):
     sh = _shapes(layout)
-    args, _ = conv_args(sh, rows, seed)
+    args, _ = conv_args(sh, rows, seed, device)
     _with_seed(seed, lambda: few_differ(run_and_compare("kda.conv", sh, args, **CONV_TOL), ("y",)))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("rows", (3, 5))
-def test_conv_strided_views(rows, seed):
+def test_conv_strided_views(rows, seed, device):
     sh = _shapes()
-    args, parents = conv_args(sh, rows, seed)
+    args, parents = conv_args(sh, rows, seed, device)
     assert args["x"].stride(0) == 4 * sh.kda_inner
     _with_seed(seed, lambda: few_differ(run_on_views("kda.conv", sh, args, parents, **CONV_TOL),
                                         ("y",)))
 
 
 @pytest.mark.parametrize("taps", (2, 3, 5))
-def test_conv_other_taps_and_odd_width(taps):
+def test_conv_other_taps_and_odd_width(taps, device):
     # heads 3 x dim 48: C = 432, not a multiple of the channel block
     sh = _shapes(kda_heads=3, kda_head_dim=48, conv_taps=taps)
-    args, parents = conv_args(sh, 3, 7 + taps)
+    args, parents = conv_args(sh, 3, 7 + taps, device)
     few_differ(run_on_views("kda.conv", sh, args, parents, **CONV_TOL), ("y",))
 
 
-def test_conv_full_dims_one_row():
+def test_conv_full_dims_one_row(device):
     sh = Shapes(Dims.full(), Layout.published())
-    args, parents = conv_args(sh, 2, 11)
+    args, parents = conv_args(sh, 2, 11, device)
     few_differ(run_on_views("kda.conv", sh, args, parents, **CONV_TOL), ("y",))
 
 
-def test_conv_rows_per_program(monkeypatch):
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (17, 256))
+def test_conv_full_dims_many_rows(rows, device):
+    sh = Shapes(Dims.full(), Layout.published())
+    args, parents = conv_args(sh, rows, 12, device)
+    few_differ(run_on_views("kda.conv", sh, args, parents, **CONV_TOL), ("y",))
+
+
+@pytest.mark.usefixtures("gpu_launch")
+def test_conv_rows_per_program(monkeypatch, device):
     # the row loop tail: 17 rows over 8 rows per program, 256-wide channel blocks
     table = dict(tunables_mod.table())
     table["kda.conv.rows_per_program"] = (8, table["kda.conv.rows_per_program"][1])
     table["kda.conv.block_c"] = (256, table["kda.conv.block_c"][1])
     monkeypatch.setattr(tunables_mod, "_TABLE", table)
     sh = _shapes(kda_heads=3, kda_head_dim=48)
-    args, parents = conv_args(sh, 17, 5)
+    args, parents = conv_args(sh, 17, 5, device)
     few_differ(run_on_views("kda.conv", sh, args, parents, **CONV_TOL), ("y",))
 
 
 # ------------------------------------------------------------------------------ kda.core
-def core_args(sh: Shapes, rows: int, seed: int):
+def core_args(sh: Shapes, rows: int, seed: int, device="cpu"):
     """Realistic magnitudes: q|k|v are SiLU outputs of ~N(0,1), the gate and beta are slices of
     the fused projections (strided), g ~ N(0,1), dt_bias ~ N(0, 0.5), a_log = log U(1, 16),
     gamma ~ 1 + N(0, 0.1), a state with entries ~ N(0, 0.3) in the configured dtype."""
@@ -162,15 +173,15 @@ def core_args(sh: Shapes, rows: int, seed: int):
         "state": (torch.randn(rows, h, D, D, generator=gen) * 0.3).to(sdt),
         "o": torch.empty(rows, inner, dtype=BF16),
     }
-    return args, (proj, ab)
+    return to_device(device, args, (proj, ab))
 
 
 CORE_TOL = dict(rel_rms=1e-3)
 F32_STATE_REL_RMS = 1e-5
 
 
-def check_core(sh, rows, seed, views=False):
-    args, parents = core_args(sh, rows, seed)
+def check_core(sh, rows, seed, device, views=False):
+    args, parents = core_args(sh, rows, seed, device)
     bf16_state = sh.dims.kda_state_dtype == "bf16"
     if views:
         diffs = run_on_views("kda.core", sh, args, parents, **CORE_TOL,
@@ -185,44 +196,62 @@ def check_core(sh, rows, seed, views=False):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
-def test_core(rows, state_dtype, seed):
+def test_core(rows, state_dtype, seed, device):
     sh = _shapes(kda_state_dtype=state_dtype)
-    _with_seed(seed, lambda: check_core(sh, rows, seed))
+    _with_seed(seed, lambda: check_core(sh, rows, seed, device))
+
+
+@pytest.mark.usefixtures("gpu_launch")
+@pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
+def test_core_gpu_launch(state_dtype, device):
+    """The GPU's launch shape (one program per (row, head)) through the interpreter too."""
+    sh = _shapes(("tp2", 1), kda_state_dtype=state_dtype)
+    _with_seed(FRESH_SEED, lambda: check_core(sh, 17, FRESH_SEED, device))
 
 
 @pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
 @pytest.mark.parametrize("layout", LAYOUTS[1:])
-def test_core_tp2(layout, state_dtype):
+def test_core_tp2(layout, state_dtype, device):
     # a rank's local heads (2 of 4); the kernel sees only local tensors, so ranks compute alike
     sh = _shapes(layout, kda_state_dtype=state_dtype)
-    _with_seed(FRESH_SEED, lambda: check_core(sh, 3, FRESH_SEED))
+    _with_seed(FRESH_SEED, lambda: check_core(sh, 3, FRESH_SEED, device))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
-def test_core_strided_views(state_dtype, seed):
+def test_core_strided_views(state_dtype, seed, device):
     sh = _shapes(kda_state_dtype=state_dtype)
-    _with_seed(seed, lambda: check_core(sh, 5, seed, views=True))
+    _with_seed(seed, lambda: check_core(sh, 5, seed, device, views=True))
 
 
 @pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
-def test_core_odd_head_dim(state_dtype):
+def test_core_odd_head_dim(state_dtype, device):
     # head dim 48 (padded to 64 lanes), 3 heads
     sh = _shapes(kda_heads=3, kda_head_dim=48, kda_state_dtype=state_dtype)
-    check_core(sh, 3, 21, views=True)
+    check_core(sh, 3, 21, device, views=True)
 
 
 @pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
-def test_core_full_dims(state_dtype):
+def test_core_full_dims(state_dtype, device):
     # 12 heads x 128 x 128 per rank, as on the H200
     sh = Shapes(Dims.full(kda_state_dtype=state_dtype), Layout.published())
-    check_core(sh, 2, 31, views=True)
+    check_core(sh, 2, 31, device, views=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (17, 256))
+@pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
+def test_core_full_dims_many_rows(state_dtype, rows, device):
+    """The benchmark's batch sizes (17: the split path; 256: past split_rows_max, fused)."""
+    sh = Shapes(Dims.full(kda_state_dtype=state_dtype), Layout.published())
+    check_core(sh, rows, 32, device, views=True)
 
 
 @pytest.mark.parametrize("split,dv_chunk", ((1, 16), (2, 128), (4, 8), (16, 128)))
 @pytest.mark.parametrize("head_dim", (32, 48))
 @pytest.mark.parametrize("state_dtype", ("bf16", "f32"))
-def test_core_tunable_paths(monkeypatch, split, dv_chunk, head_dim, state_dtype):
+@pytest.mark.usefixtures("gpu_launch")
+def test_core_tunable_paths(monkeypatch, split, dv_chunk, head_dim, state_dtype, device):
     """The dv split (second kernel for norm x gate) and the dv-chunk loop (fused norm over
     chunks), including slices of 2 rows and a padded head dim (48 in 64 lanes)."""
     table = dict(tunables_mod.table())
@@ -230,19 +259,19 @@ def test_core_tunable_paths(monkeypatch, split, dv_chunk, head_dim, state_dtype)
         table[f"kda.core.{name}"] = (value, table[f"kda.core.{name}"][1])
     monkeypatch.setattr(tunables_mod, "_TABLE", table)
     sh = _shapes(kda_heads=3, kda_head_dim=head_dim, kda_state_dtype=state_dtype)
-    check_core(sh, 3, 41 + split, views=True)
+    check_core(sh, 3, 41 + split, device, views=True)
 
 
-def test_core_repeated_steps_stay_close():
+def test_core_repeated_steps_stay_close(device):
     """Eight steps in a row feeding the state back: the kernel's state tracks the reference's
     (a wrong decay or update direction drifts quickly)."""
     sh = _shapes(kda_state_dtype="f32")
-    args, _ = core_args(sh, 3, 51)
+    args, _ = core_args(sh, 3, 51, device)
     ref_state = args["state"].clone()
     spec = contracts.op("kda.core")
     kern = spec.load_kernel()
     for step in range(8):
-        step_args, _ = core_args(sh, 3, 100 + step)
+        step_args, _ = core_args(sh, 3, 100 + step, device)
         step_args["state"] = args["state"]
         kern(sh, **step_args)
         want = spec.reference(sh, **{k: v for k, v in step_args.items() if k not in ("o", "state")},

@@ -20,23 +20,12 @@ from gates.numerics import bitwise_equal, poison
 from kernels.k31 import contracts
 from kernels.k31.config import Dims, Layout, Shapes
 from kernels.k31.lm_head import head as head_module
-from tests.kernels.support import AWKWARD_ROWS, run_and_compare
+from tests.kernels.support import AWKWARD_ROWS, run_and_compare, to_device
 
 REL_RMS = 1e-5
+TIES_EXACT = ("logits", "top_val", "top_idx")
 FRESH = int.from_bytes(os.urandom(4), "little")
 SEEDS = (0, FRESH)
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _on_device(args: dict) -> dict:
-    """Inputs are built on the CPU (seeded generators) and moved; a strided view stays a view
-    of its moved base."""
-    out = {}
-    for k, t in args.items():
-        base = t if t._base is None else t._base
-        assert base.is_contiguous() and base.storage_offset() == 0
-        out[k] = base.to(DEVICE).as_strided(t.size(), t.stride(), t.storage_offset())
-    return out
 
 
 def _realistic(sh: Shapes, rows: int, seed: int, strided: bool = False) -> dict:
@@ -80,10 +69,10 @@ def _outputs(x, w) -> dict:
                 top_idx=torch.empty(rows, dtype=torch.int64))
 
 
-def _check(sh: Shapes, args: dict, seed: int, **tol):
+def _check(sh: Shapes, args: dict, seed: int, device, **tol):
     """``run_and_compare`` (on contiguous clones) plus, for a strided ``x``, a direct run on
     the view that must give the same bits."""
-    args = _on_device(args)
+    args = to_device(device, args)
     try:
         diffs = run_and_compare("lm_head.argmax", sh, args, **tol)
         if not args["x"].is_contiguous():
@@ -101,43 +90,62 @@ def _check(sh: Shapes, args: dict, seed: int, **tol):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
 @pytest.mark.parametrize("layout,rank", (("unsharded", 0), ("tp2", 0), ("tp2", 1)))
-def test_realistic(layout, rank, rows, seed):
+def test_realistic(layout, rank, rows, seed, device):
     sh = Shapes(Dims.small(), Layout.named(layout, rank=rank))
     args = _realistic(sh, rows, seed, strided=rows == 3)
-    _check(sh, args, seed, rel_rms=REL_RMS, exact=("top_idx",))
+    _check(sh, args, seed, device, rel_rms=REL_RMS, exact=("top_idx",))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
 @pytest.mark.parametrize("layout,rank", (("unsharded", 0), ("tp2", 1)))
-def test_ties(layout, rank, rows, seed):
+def test_ties(layout, rank, rows, seed, device):
     sh = Shapes(Dims.small(), Layout.named(layout, rank=rank))
-    _check(sh, _ties(sh, rows, seed), seed, rel_rms=0.0, exact=("logits", "top_val", "top_idx"))
+    _check(sh, _ties(sh, rows, seed), seed, device, rel_rms=0.0, exact=TIES_EXACT)
 
 
 @pytest.mark.parametrize("rows", (1, 70))
-def test_odd_sizes(rows):
+def test_odd_sizes(rows, device):
     """vocab 1000 and hidden 96: partial vocab tiles and a partial K step; 70 rows: two row
     tiles with the last one partial."""
     seed = FRESH
     sh = Shapes(Dims.small(vocab=1000, hidden=96), Layout.unsharded())
-    _check(sh, _realistic(sh, rows, seed), seed, rel_rms=REL_RMS, exact=("top_idx",))
-    _check(sh, _ties(sh, rows, seed), seed, rel_rms=0.0, exact=("logits", "top_val", "top_idx"))
+    _check(sh, _realistic(sh, rows, seed), seed, device, rel_rms=REL_RMS, exact=("top_idx",))
+    _check(sh, _ties(sh, rows, seed), seed, device, rel_rms=0.0, exact=TIES_EXACT)
 
 
-def test_full_hidden_one_row():
+def test_full_hidden_one_row(device):
     """The full model's hidden size (7168) over a 1000-id slice of the vocabulary."""
     seed = FRESH
     sh = Shapes(Dims.full(vocab=1000), Layout.unsharded())
-    _check(sh, _realistic(sh, 1, seed), seed, rel_rms=REL_RMS, exact=("top_idx",))
+    _check(sh, _realistic(sh, 1, seed), seed, device, rel_rms=REL_RMS, exact=("top_idx",))
 
 
+@pytest.mark.usefixtures("gpu_launch")
 @pytest.mark.parametrize("block_m_max,block_n,block_k", ((16, 32, 32), (128, 256, 64)))
-def test_tunable_choices(monkeypatch, block_m_max, block_n, block_k):
+def test_tunable_choices(monkeypatch, block_m_max, block_n, block_k, device):
     seed = FRESH
     chosen = {"lm_head.argmax.block_m_max": block_m_max, "lm_head.argmax.block_n": block_n,
               "lm_head.argmax.block_k": block_k, "lm_head.argmax.num_warps": 4,
               "lm_head.argmax.num_stages": 2}
     monkeypatch.setattr(head_module, "get", lambda name: chosen[name])
     sh = Shapes(Dims.small(vocab=1000, hidden=96), Layout.unsharded())
-    _check(sh, _ties(sh, 17, seed), seed, rel_rms=0.0, exact=("logits", "top_val", "top_idx"))
+    _check(sh, _ties(sh, 17, seed), seed, device, rel_rms=0.0, exact=TIES_EXACT)
+
+
+@pytest.mark.usefixtures("gpu_launch")
+def test_gpu_launch(device):
+    """The tunables' tiles (several vocab tiles, one row per reduce program) under the interpreter too."""
+    seed = FRESH
+    sh = Shapes(Dims.small(vocab=1000, hidden=96), Layout.named("tp2", rank=1))
+    _check(sh, _realistic(sh, 17, seed, strided=True), seed, device, rel_rms=REL_RMS, exact=("top_idx",))
+    _check(sh, _ties(sh, 17, seed), seed, device, rel_rms=0.0, exact=TIES_EXACT)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (17, 256))
+def test_full_vocab_share(rows, device):
+    """A full rank's vocabulary share (20480 ids x 7168) at the benchmark's batch sizes."""
+    seed = FRESH
+    sh = Shapes(Dims.full(), Layout.published(2))
+    _check(sh, _realistic(sh, rows, seed), seed, device, rel_rms=REL_RMS, exact=("top_idx",))

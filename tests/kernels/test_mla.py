@@ -24,7 +24,7 @@ import torch
 from kernels.k31 import tunables
 from kernels.k31.config import Dims, Layout, Shapes
 from kernels.k31.formats import fp8_rows
-from tests.kernels.support import AWKWARD_ROWS, run_and_compare
+from tests.kernels.support import AWKWARD_ROWS, run_and_compare, to_device
 
 FIXED_SEED = 20261129
 FRESH_SEED = int.from_bytes(os.urandom(4), "little")
@@ -87,8 +87,8 @@ def prep_args(sh: Shapes, gen, rows: int, pos: torch.Tensor, max_pages: int, *,
         kv_cache=kv_cache, kv_scale=kv_scale, idx_cache=idx_cache, idx_scale=idx_scale)
 
 
-def check_prep(sh: Shapes, args: dict, msg: str):
-    diffs = run_and_compare("mla.prep", sh, args, rel_rms=5e-3)
+def check_prep(sh: Shapes, args: dict, msg: str, device):
+    diffs = run_and_compare("mla.prep", sh, to_device(device, args), rel_rms=5e-3)
     assert diffs["q_n"].max_ulp <= 1, f"{msg}: q_n {diffs['q_n']}"
     for name in ("kv_cache", "idx_cache"):
         d = diffs[name]
@@ -101,7 +101,7 @@ def check_prep(sh: Shapes, args: dict, msg: str):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("layout,rank", LAYOUTS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
-def test_prep(rows, layout, rank, seed):
+def test_prep(rows, layout, rank, seed, device):
     dims = Dims.small() if rows != 3 else odd_dims()
     sh = shapes(dims, layout, rank)
     gen = torch.Generator().manual_seed(seed)
@@ -116,11 +116,11 @@ def test_prep(rows, layout, rank, seed):
         pos[4] = (page - 1) * cp + sh.layout.cp_rank  # last token of a page, owned
     pos = pos.to(torch.int32 if seed % 2 else torch.int64)
     args = prep_args(sh, gen, rows, pos, max_pages)
-    check_prep(sh, args, f"rows={rows} {layout}:{rank} seed={seed}")
+    check_prep(sh, args, f"rows={rows} {layout}:{rank} seed={seed}", device)
 
 
 @pytest.mark.parametrize("layout,rank", LAYOUTS)
-def test_prep_long_positions(layout, rank):
+def test_prep_long_positions(layout, rank, device):
     """RoPE at 128k-scale positions (angles ~1e5 rad): a wide block table whose touched entries
     map to distinct pages."""
     seed = FRESH_SEED
@@ -136,7 +136,7 @@ def test_prep_long_positions(layout, rank):
     for r in range(rows):
         table[r, int(t[r]) // dims.page_size] = r + 2  # distinct pages at the touched slots
     args = prep_args(sh, gen, rows, pos, max_pages, table=table, n_pages=n_pages)
-    check_prep(sh, args, f"long {layout}:{rank} seed={seed}")
+    check_prep(sh, args, f"long {layout}:{rank} seed={seed}", device)
 
 
 # ------------------------------------------------------------------------------ mla.absorb
@@ -154,17 +154,17 @@ def absorb_args(sh: Shapes, gen, rows: int) -> dict:
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("layout,rank", LAYOUTS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
-def test_absorb(rows, layout, rank, seed):
+def test_absorb(rows, layout, rank, seed, device):
     dims = Dims.small() if rows != 3 else odd_dims()
     sh = shapes(dims, layout, rank)
     gen = torch.Generator().manual_seed(seed)
-    run_and_compare("mla.absorb", sh, absorb_args(sh, gen, rows), rel_rms=5e-3)
+    run_and_compare("mla.absorb", sh, to_device(device, absorb_args(sh, gen, rows)), rel_rms=5e-3)
 
 
-def test_absorb_full_dims_one_row():
+def test_absorb_full_dims_one_row(device):
     sh = Shapes(Dims.full(), Layout.published(3))
     gen = torch.Generator().manual_seed(FRESH_SEED)
-    run_and_compare("mla.absorb", sh, absorb_args(sh, gen, 1), rel_rms=5e-3)
+    run_and_compare("mla.absorb", sh, to_device(device, absorb_args(sh, gen, 1)), rel_rms=5e-3)
 
 
 # ------------------------------------------------------------------------------ mla.vup_gate
@@ -181,17 +181,17 @@ def vup_args(sh: Shapes, gen, rows: int) -> dict:
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("layout,rank", LAYOUTS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
-def test_vup_gate(rows, layout, rank, seed):
+def test_vup_gate(rows, layout, rank, seed, device):
     dims = Dims.small() if rows != 3 else odd_dims()
     sh = shapes(dims, layout, rank)
     gen = torch.Generator().manual_seed(seed)
-    run_and_compare("mla.vup_gate", sh, vup_args(sh, gen, rows), rel_rms=VUP_TOL)
+    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, rows)), rel_rms=VUP_TOL)
 
 
-def test_vup_gate_full_dims_one_row():
+def test_vup_gate_full_dims_one_row(device):
     sh = Shapes(Dims.full(), Layout.published(5))
     gen = torch.Generator().manual_seed(FRESH_SEED)
-    run_and_compare("mla.vup_gate", sh, vup_args(sh, gen, 1), rel_rms=VUP_TOL)
+    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, 1)), rel_rms=VUP_TOL)
 
 
 # ------------------------------------------------------------------------------ mla.sparse_decode
@@ -218,9 +218,9 @@ def decode_args(sh: Shapes, gen, ctxs: list[int], q_std: float = 1.0) -> dict:
                 o_lat=torch.empty(rows, heads, d.kv_lora), lse=torch.empty(rows, heads))
 
 
-def check_decode(sh: Shapes, args: dict, msg: str):
+def check_decode(sh: Shapes, args: dict, msg: str, device):
     o_tol = 2e-4 if tunables.get("mla.sparse_decode.p_split") else 3e-3
-    diffs = run_and_compare("mla.sparse_decode", sh, args, rel_rms=1.0)
+    diffs = run_and_compare("mla.sparse_decode", sh, to_device(device, args), rel_rms=1.0)
     assert diffs["o_lat"].rel_rms <= o_tol, f"{msg}: o_lat {diffs['o_lat']}"
     assert diffs["lse"].rel_rms <= 1e-5, f"{msg}: lse {diffs['lse']}"
     return diffs
@@ -243,13 +243,13 @@ CTX_MIX = (1, 37, 100, 0, 64, 17)  # per-rank contexts: not page multiples, one 
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("layout,rank", LAYOUTS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
-def test_sparse_decode(rows, layout, rank, seed):
+def test_sparse_decode(rows, layout, rank, seed, device):
     # K = 32 (< 37, 100) for the small model; K = 128 (> every ctx) for the odd-dims one
     dims = Dims.small() if rows != 3 else odd_dims(idx_topk=128)
     sh = shapes(dims, layout, rank)
     gen = torch.Generator().manual_seed(seed)
     ctxs = [CTX_MIX[r % len(CTX_MIX)] for r in range(rows)]
-    check_decode(sh, decode_args(sh, gen, ctxs), f"rows={rows} {layout}:{rank} seed={seed}")
+    check_decode(sh, decode_args(sh, gen, ctxs), f"rows={rows} {layout}:{rank} seed={seed}", device)
 
 
 @pytest.mark.parametrize("config", [
@@ -263,7 +263,8 @@ def test_sparse_decode(rows, layout, rank, seed):
     dict(mla__sparse_decode__p_split=0, mla__sparse_decode__merge_block_c=64,
          mla__sparse_decode__target_programs=8, mla__sparse_decode__block_n=16),
 ])
-def test_sparse_decode_tunables(config, tunable_overrides):
+@pytest.mark.usefixtures("gpu_launch")
+def test_sparse_decode_tunables(config, tunable_overrides, device):
     """Split-K with one / some / many splits and several blocks per split, both block sizes,
     the single-bf16-p variant; K larger than some contexts and smaller than others; sharp
     softmax (q_std 4) so the running max moves between blocks."""
@@ -273,23 +274,59 @@ def test_sparse_decode_tunables(config, tunable_overrides):
     sh = shapes(dims, "tp2", 1)
     gen = torch.Generator().manual_seed(seed)
     check_decode(sh, decode_args(sh, gen, [100, 0, 37, 1, 64], q_std=4.0),
-                 f"{config} seed={seed}")
+                 f"{config} seed={seed}", device)
 
 
 @pytest.mark.parametrize("target", [None, 16])
-def test_sparse_decode_full_dims_one_row(target, tunable_overrides):
+@pytest.mark.usefixtures("gpu_launch")
+def test_sparse_decode_full_dims_one_row(target, tunable_overrides, device):
     """Full per-rank shapes (12 heads, 576-wide rows, K = 2048) over a 3000-token context;
-    the default plan (64 one-block splits) and 16 splits of 4 blocks."""
+    the default plan (64 one-block splits) and 16 splits of 4 blocks (the GPU's launch shapes)."""
     if target is not None:
         tunable_overrides(mla__sparse_decode__target_programs=target)
     sh = Shapes(Dims.full(), Layout.published(2))
     gen = torch.Generator().manual_seed(FRESH_SEED)
-    check_decode(sh, decode_args(sh, gen, [3000], q_std=2.0), f"full seed={FRESH_SEED}")
+    check_decode(sh, decode_args(sh, gen, [3000], q_std=2.0), f"full seed={FRESH_SEED}", device)
 
 
-def test_sparse_decode_many_heads():
+def test_sparse_decode_many_heads(device):
     """20 local heads: two head blocks per row (the unsharded full model has 96)."""
     seed = FRESH_SEED
     sh = shapes(odd_dims(mla_heads=20, idx_topk=64), "unsharded", 0)
     gen = torch.Generator().manual_seed(seed)
-    check_decode(sh, decode_args(sh, gen, [100, 37, 0]), f"20 heads seed={seed}")
+    check_decode(sh, decode_args(sh, gen, [100, 37, 0]), f"20 heads seed={seed}", device)
+
+
+# ------------------------------------------------------------------------------ GPU launch shapes
+@pytest.mark.usefixtures("gpu_launch")
+@pytest.mark.parametrize("op", ("mla.prep", "mla.absorb", "mla.vup_gate", "mla.sparse_decode"))
+def test_gpu_launch(op, device):
+    """The GPU's launch shapes (tunable tiles, one row per program, split K) through the
+    interpreter too, at 17 rows of the odd-dims model on tp2 rank 1."""
+    seed = FRESH_SEED
+    sh = shapes(odd_dims(idx_topk=64), "tp2", 1)
+    gen = torch.Generator().manual_seed(seed)
+    msg = f"{op} seed={seed}"
+    if op == "mla.prep":
+        ctx = torch.tensor([(1, 37, 100)[r % 3] for r in range(17)])
+        pos = ctx * sh.layout.cp + torch.randint(0, sh.layout.cp, (17,), generator=gen)
+        check_prep(sh, prep_args(sh, gen, 17, pos, cdiv(101, sh.dims.page_size) + 1), msg, device)
+    elif op == "mla.absorb":
+        run_and_compare(op, sh, to_device(device, absorb_args(sh, gen, 17)), rel_rms=5e-3)
+    elif op == "mla.vup_gate":
+        run_and_compare(op, sh, to_device(device, vup_args(sh, gen, 17)), rel_rms=VUP_TOL)
+    else:
+        ctxs = [CTX_MIX[r % len(CTX_MIX)] for r in range(17)]
+        check_decode(sh, decode_args(sh, gen, ctxs), msg, device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (17, 256))
+def test_full_dims_many_rows(rows, device):
+    """Full per-rank shapes at the benchmark's batch sizes (too slow for the interpreter)."""
+    sh = Shapes(Dims.full(), Layout.published(1))
+    gen = torch.Generator().manual_seed(FRESH_SEED)
+    run_and_compare("mla.absorb", sh, to_device(device, absorb_args(sh, gen, rows)), rel_rms=5e-3)
+    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, rows)), rel_rms=VUP_TOL)
+    ctxs = [(3000, 100, 2047, 0, 64)[r % 5] for r in range(rows)]
+    check_decode(sh, decode_args(sh, gen, ctxs, q_std=2.0), f"full rows={rows} seed={FRESH_SEED}", device)

@@ -19,23 +19,11 @@ from kernels.k31 import contracts
 from kernels.k31.config import Dims, Layout, Shapes
 from kernels.k31.formats import fp8_rows
 from kernels.k31.mla import topk as topk_module
-from tests.kernels.support import AWKWARD_ROWS, run_and_compare
+from tests.kernels.support import AWKWARD_ROWS, run_and_compare, to_device
 
 LOGITS_REL_RMS = 1e-5
 FRESH = int.from_bytes(os.urandom(4), "little")
 SEEDS = (0, FRESH)
-DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def _on_device(args: dict) -> dict:
-    """Inputs are built on the CPU (seeded generators) and moved; a strided view stays a view
-    of its moved base."""
-    out = {}
-    for k, t in args.items():
-        base = t if t._base is None else t._base
-        assert base.is_contiguous() and base.storage_offset() == 0
-        out[k] = base.to(DEVICE).as_strided(t.size(), t.stride(), t.storage_offset())
-    return out
 
 
 # ------------------------------------------------------------------------------ inputs
@@ -77,10 +65,10 @@ def _ctx_lengths(rows: int, cap: int, page: int, g: torch.Generator) -> list[int
     return (edge + rand)[:rows] if rows > 1 else [cap - 3]
 
 
-def _check(op: str, sh: Shapes, args: dict, seed: int, **tol):
+def _check(op: str, sh: Shapes, args: dict, seed: int, device, **tol):
     """``run_and_compare`` (which runs on contiguous clones), plus, when some input is a strided
     view, a direct run on the views that must give the same bits."""
-    args = _on_device(args)
+    args = to_device(device, args)
     try:
         diffs = run_and_compare(op, sh, args, **tol)
         spec = contracts.op(op)
@@ -102,30 +90,30 @@ def _check(op: str, sh: Shapes, args: dict, seed: int, **tol):
 # ------------------------------------------------------------------------------ index_logits
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
-def test_index_logits_small(rows, seed):
+def test_index_logits_small(rows, seed, device):
     sh = Shapes(Dims.small(), Layout.unsharded())
     max_pages = 7
     g = torch.Generator().manual_seed(seed + 1)
     ctx = _ctx_lengths(rows, max_pages * sh.dims.page_size, sh.dims.page_size, g)
     args = _indexer_args(sh, rows, max_pages, ctx, seed, strided=rows == 3)
-    _check("mla.index_logits", sh, args, seed, rel_rms=LOGITS_REL_RMS)
+    _check("mla.index_logits", sh, args, seed, device, rel_rms=LOGITS_REL_RMS)
 
 
 @pytest.mark.parametrize("rank", (0, 1))
-def test_index_logits_tp2_odd_dims(rank):
+def test_index_logits_tp2_odd_dims(rank, device):
     """Non-power-of-two heads, dim and page size (padded dot operands, page math)."""
     seed = FRESH
     sh = Shapes(Dims.small(idx_heads=6, idx_dim=80, page_size=24), Layout.named("tp2", rank=rank))
     args = _indexer_args(sh, 3, 9, [5, 9 * 24, 101], seed, strided=True)
-    _check("mla.index_logits", sh, args, seed, rel_rms=LOGITS_REL_RMS)
+    _check("mla.index_logits", sh, args, seed, device, rel_rms=LOGITS_REL_RMS)
 
 
-def test_index_logits_full_dims_one_row():
+def test_index_logits_full_dims_one_row(device):
     """64 index heads x 128 with 64-token pages, a context that ends inside a page."""
     seed = FRESH
     sh = Shapes(Dims.full(), Layout.published(0))
     args = _indexer_args(sh, 1, 12, [12 * 64 - 37], seed, strided=True)
-    _check("mla.index_logits", sh, args, seed, rel_rms=LOGITS_REL_RMS)
+    _check("mla.index_logits", sh, args, seed, device, rel_rms=LOGITS_REL_RMS)
 
 
 # ------------------------------------------------------------------------------ topk
@@ -158,7 +146,7 @@ def _topk_logits(rows: int, cap: int, ctx: list[int], kind: str, g: torch.Genera
 
 @pytest.mark.parametrize("kind", ("random", "coarse", "constant", "signs", "split", "neg_inf"))
 @pytest.mark.parametrize("seed", SEEDS)
-def test_topk_small(kind, seed):
+def test_topk_small(kind, seed, device):
     sh = Shapes(Dims.small(), Layout.unsharded())
     k = sh.dims.idx_topk
     g = torch.Generator().manual_seed(seed)
@@ -169,11 +157,11 @@ def test_topk_small(kind, seed):
         logits = _topk_logits(rows, cap, ctx, kind, g, k)
         args = dict(logits=logits, ctx_len=torch.tensor(ctx, dtype=torch.int32),
                     idx=torch.empty(rows, k, dtype=torch.int32))
-        _check("mla.topk", sh, args, seed, rel_rms=0.0, exact=("idx",))
+        _check("mla.topk", sh, args, seed, device, rel_rms=0.0, exact=("idx",))
 
 
 @pytest.mark.parametrize("kind", ("random", "coarse"))
-def test_topk_full_k(kind):
+def test_topk_full_k(kind, device):
     """K = 2048 over a few thousand tokens (non-multiple of the block), tp2 rank 1."""
     seed = FRESH
     sh = Shapes(Dims.small(idx_topk=2048), Layout.named("tp2", rank=1))
@@ -183,12 +171,13 @@ def test_topk_full_k(kind):
     logits = _topk_logits(3, cap, ctx, kind, g, 2048)
     args = dict(logits=logits, ctx_len=torch.tensor(ctx, dtype=torch.int32),
                 idx=torch.empty(3, 2048, dtype=torch.int32))
-    _check("mla.topk", sh, args, seed, rel_rms=0.0, exact=("idx",))
+    _check("mla.topk", sh, args, seed, device, rel_rms=0.0, exact=("idx",))
 
 
+@pytest.mark.usefixtures("gpu_launch")
 @pytest.mark.parametrize("radix_bits", (1, 2, 4))
 @pytest.mark.parametrize("block", (512, 2048))
-def test_topk_tunable_choices(monkeypatch, radix_bits, block):
+def test_topk_tunable_choices(monkeypatch, radix_bits, block, device):
     """Every radix width and a small/large block give the same exact answer (K not a power of
     two, K larger than the block, a strided logits view)."""
     seed = FRESH
@@ -201,4 +190,42 @@ def test_topk_tunable_choices(monkeypatch, radix_bits, block):
     wide = _topk_logits(4, cap + 8, ctx, "coarse", g, 300)
     args = dict(logits=wide[:, :cap], ctx_len=torch.tensor(ctx, dtype=torch.int32),
                 idx=torch.empty(4, 300, dtype=torch.int32))
-    _check("mla.topk", sh, args, seed, rel_rms=0.0, exact=("idx",))
+    _check("mla.topk", sh, args, seed, device, rel_rms=0.0, exact=("idx",))
+
+
+# ------------------------------------------------------------------------------ GPU launch shapes
+@pytest.mark.usefixtures("gpu_launch")
+def test_gpu_launch(device):
+    """The tunables' launch shapes (chunks of TILES x BLOCK_T tokens, 512-token blocks with 4-bit
+    digits, one row per program) through the interpreter too."""
+    seed = FRESH
+    sh = Shapes(Dims.small(), Layout.named("tp2", rank=1))
+    max_pages = 40  # 640 tokens: two index chunks, two topk blocks
+    g = torch.Generator().manual_seed(seed)
+    cap = max_pages * sh.dims.page_size
+    ctx = _ctx_lengths(17, cap, sh.dims.page_size, g)
+    _check("mla.index_logits", sh, _indexer_args(sh, 17, max_pages, ctx, seed, strided=True), seed,
+           device, rel_rms=LOGITS_REL_RMS)
+    k = sh.dims.idx_topk
+    args = dict(logits=_topk_logits(17, cap, ctx, "coarse", g, k), ctx_len=torch.tensor(ctx, dtype=torch.int32),
+                idx=torch.empty(17, k, dtype=torch.int32))
+    _check("mla.topk", sh, args, seed, device, rel_rms=0.0, exact=("idx",))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (17, 256))
+def test_full_dims_many_rows(rows, device):
+    """Full per-rank shapes (64 x 128 index heads, K = 2048) over a 3k-token share at the
+    benchmark's batch sizes (too slow for the interpreter)."""
+    seed = FRESH
+    sh = Shapes(Dims.full(), Layout.published(0))
+    max_pages = 48
+    g = torch.Generator().manual_seed(seed)
+    cap = max_pages * sh.dims.page_size
+    ctx = _ctx_lengths(rows, cap, sh.dims.page_size, g)
+    _check("mla.index_logits", sh, _indexer_args(sh, rows, max_pages, ctx, seed, strided=True), seed,
+           device, rel_rms=LOGITS_REL_RMS)
+    k = sh.dims.idx_topk
+    args = dict(logits=_topk_logits(rows, cap, ctx, "random", g, k),
+                ctx_len=torch.tensor(ctx, dtype=torch.int32), idx=torch.empty(rows, k, dtype=torch.int32))
+    _check("mla.topk", sh, args, seed, device, rel_rms=0.0, exact=("idx",))

@@ -1,5 +1,5 @@
 """moe.router, moe.experts (+ its grouping), moe.combine, moe.latent_norm and moe.situ against the
-protected reference (Triton interpreter on CPU).
+protected reference (the Triton interpreter on a CPU, the kernels on a GPU).
 
 Tolerances (a correct f32-accumulating kernel meets them with margin; a wrong dequantization,
 gather, weight or SiTU cannot):
@@ -24,7 +24,7 @@ from kernels.k31.config import Dims, Layout, Shapes
 from kernels.k31.formats import mxfp4_encode
 from kernels.k31.moe import group
 from kernels.k31.moe.experts import ExpertTiles, run_experts
-from tests.kernels.support import AWKWARD_ROWS, run_and_compare
+from tests.kernels.support import AWKWARD_ROWS, run_and_compare, to_device
 
 BF16, F32 = torch.bfloat16, torch.float32
 FRESH_SEED = int.from_bytes(os.urandom(4), "little")
@@ -45,7 +45,7 @@ def _gen(seed: int) -> torch.Generator:
 
 
 def _on(args: dict, device) -> dict:
-    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+    return to_device(device, args)
 
 
 def _seeded(seed, fn, *a, **kw):
@@ -351,3 +351,19 @@ def test_situ_strided(device):
     wide[:, 10:202] = args["gu"]
     args["gu"] = wide[:, 10:202]
     _seeded(FRESH_SEED, run_on_views, "moe.situ", sh, args, (wide,), **BF16_TOL)
+
+
+# ------------------------------------------------------------------------------ GPU launch shapes
+@pytest.mark.usefixtures("gpu_launch")
+@pytest.mark.parametrize("op", ("moe.router", "moe.experts", "moe.combine", "moe.latent_norm", "moe.situ"))
+def test_gpu_launch(op, device):
+    """The GPU's launch shapes (tunable blocks, one row per program) through the interpreter too,
+    at 17 rows and widths that leave partial blocks."""
+    sh = _shapes(("tp2", 1), latent=96, expert_inter=96)
+    args = {"moe.router": lambda: router_args(sh, 17, FRESH_SEED),
+            "moe.experts": lambda: experts_args(sh, 17, FRESH_SEED),
+            "moe.combine": lambda: combine_args(sh, 17, FRESH_SEED),
+            "moe.latent_norm": lambda: norm_args(96, 17, FRESH_SEED),
+            "moe.situ": lambda: situ_args(96, 17, FRESH_SEED)}[op]()
+    tol = {"moe.router": ROUTER_TOL, "moe.experts": EXPERTS_TOL}.get(op, BF16_TOL)
+    _seeded(FRESH_SEED, run_and_compare, op, sh, _on(args, device), **tol)

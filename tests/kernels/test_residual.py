@@ -1,4 +1,5 @@
-"""residual.mix against the protected reference (Triton interpreter on CPU).
+"""residual.mix against the protected reference (the Triton interpreter on a CPU, the kernel on a
+GPU).
 
 Tolerances. ``partial`` (f32) and ``snaps`` (bf16) are the same adds in the same order and the
 same rounding as the reference, so they must match exactly (every snapshot slot, written or
@@ -18,7 +19,7 @@ import torch
 
 from kernels.k31 import contracts
 from kernels.k31.config import Dims, Layout, Shapes
-from tests.kernels.support import AWKWARD_ROWS, run_and_compare
+from tests.kernels.support import AWKWARD_ROWS, run_and_compare, to_device
 
 BF16, F32 = torch.bfloat16, torch.float32
 FRESH_SEED = int.from_bytes(os.urandom(4), "little")
@@ -60,9 +61,9 @@ def compare_mix(sh, args):
     return diffs
 
 
-def check(sh, rows, seed, **case):
+def check(sh, rows, seed, device, **case):
     try:
-        return compare_mix(sh, mix_args(sh, rows, seed, **case))
+        return compare_mix(sh, to_device(device, mix_args(sh, rows, seed, **case)))
     except AssertionError as e:
         raise AssertionError(f"seed={seed} rows={rows} case={case}: {e}") from e
 
@@ -87,14 +88,21 @@ CASES = {
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("rows", AWKWARD_ROWS)
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_mix(case, rows, seed):
-    check(Shapes(Dims.small(), Layout.unsharded()), rows, seed, **CASES[case])
+def test_mix(case, rows, seed, device):
+    check(Shapes(Dims.small(), Layout.unsharded()), rows, seed, device, **CASES[case])
+
+
+@pytest.mark.usefixtures("gpu_launch")
+@pytest.mark.parametrize("case", ("first_call", "close_block", "delta2", "all_slots"))
+def test_mix_gpu_launch(case, device):
+    """The GPU's launch shape (one row per program) through the interpreter too."""
+    check(Shapes(Dims.small(), Layout.unsharded()), 17, FRESH_SEED, device, **CASES[case])
 
 
 @pytest.mark.parametrize("case", ("mid_block", "close_block", "delta2"))
-def test_mix_odd_hidden(case):
+def test_mix_odd_hidden(case, device):
     # H = 96: masked lanes in the 128-wide vector
-    check(Shapes(Dims.small(hidden=96), Layout.unsharded()), 5, 3, **CASES[case])
+    check(Shapes(Dims.small(hidden=96), Layout.unsharded()), 5, 3, device, **CASES[case])
 
 
 @pytest.mark.parametrize("case", (
@@ -102,16 +110,25 @@ def test_mix_odd_hidden(case):
     dict(n_snap=7, use_partial=True, close_block=True, delta=True, delta2=False),  # fill slot 7
     dict(n_snap=1, use_partial=False, close_block=False, delta=False, delta2=False),
 ), ids=("nine_candidates", "close_into_last", "first_call"))
-def test_mix_full_dims(case):
+def test_mix_full_dims(case, device):
     # H = 7168, 8 snapshot slots, as on the H200 (hidden is replicated: every layout alike)
     sh = Shapes(Dims.full(), Layout.published())
-    check(sh, 2, FRESH_SEED, **case)
+    check(sh, 2, FRESH_SEED, device, **case)
 
 
-def test_mix_spread_scores_stay_finite():
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (17, 256))
+def test_mix_full_dims_many_rows(rows, device):
+    """The benchmark's batch sizes at full width (too slow for the interpreter)."""
+    sh = Shapes(Dims.full(), Layout.published())
+    check(sh, rows, FRESH_SEED, device, n_snap=8, use_partial=True, close_block=False, delta=True,
+          delta2=True)
+
+
+def test_mix_spread_scores_stay_finite(device):
     """Scores spread by ~40 (a near one-hot softmax): the online max keeps exp() finite."""
     sh = Shapes(Dims.small(), Layout.unsharded())
-    args = mix_args(sh, 3, 9, **CASES["all_slots"])
+    args = to_device(device, mix_args(sh, 3, 9, **CASES["all_slots"]))
     args["sw"] = (args["sw"].float() * 20.0).to(BF16)
     compare_mix(sh, args)
 

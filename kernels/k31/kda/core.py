@@ -6,7 +6,9 @@ of the ab projection are read), ``g [rows, I]``, ``dt_bias [I]``, ``a_log [heads
 ``gamma [D]`` (or ``[heads, D]``), ``state [rows, heads, D(v), D(k)]`` in bf16 or f32 (updated in
 place), ``o [rows, I]`` bf16.
 
-Design: grid ``(rows * heads, split)``. A program loads q, k (full dk), its ``D / split`` slice of
+Design: grid ``(rows * heads, split)`` (under the interpreter one program takes every (row, head)
+pair, ``G`` of them, as axis 0 of its tiles: see ``platform.FEW_PROGRAMS``; on a GPU G = 1).
+A program loads q, k (full dk), its ``D / split`` slice of
 v, the per-channel decay inputs and its ``[D/split, D]`` state tile (rows contiguous in dk, so
 the loads are coalesced), and does in registers: q/k L2 norm, q scale, sigmoid(beta),
 ``decay = exp(-5 sigmoid(exp(a_log) (g + dt_bias)))``, ``S *= decay[k]``, ``m = S k``,
@@ -26,96 +28,78 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import tunables
-from ..platform import INTERPRET, next_pow2
-
-_SCRATCH: dict[tuple, torch.Tensor] = {}
-
-
-def _o_scratch(device, rows: int, inner: int) -> torch.Tensor:
-    """f32 ``[rows, inner]`` for unnormalized outputs of the split path; allocated on the first
-    (eager) call of a shape so that captured calls allocate nothing."""
-    key = (str(device), rows, inner)
-    buf = _SCRATCH.get(key)
-    if buf is None:
-        buf = torch.empty(rows, inner, device=device, dtype=torch.float32)
-        _SCRATCH[key] = buf
-    return buf
-
-
-@triton.jit
-def _rounded(x, dtype: tl.constexpr, RNE: tl.constexpr):
-    """``x`` (f32) cast to ``dtype``. With ``RNE`` (set under the interpreter only) an f32 ->
-    bf16 cast rounds to nearest even by hand: the interpreter's own cast truncates, which would
-    bias every bf16 result by up to an ulp. On a GPU the plain cast already rounds to nearest."""
-    if RNE:
-        if dtype == tl.bfloat16:
-            u = x.to(tl.uint32, bitcast=True)
-            u = u + 0x7FFF + ((u >> 16) & 1)
-            x = ((u >> 16) << 16).to(tl.float32, bitcast=True)  # exact in bf16: the cast keeps it
-    return x.to(dtype)
+from .. import platform, scratch, tunables
+from ..platform import INTERPRET, cdiv, next_pow2
+from ..rounding import rounded
 
 
 @triton.jit
 def _core_kernel(qkv_ptr, qkv_rs, gate_ptr, gate_rs, beta_ptr, beta_rs, g_ptr, g_rs,
                  dt_ptr, alog_ptr, gamma_ptr, gamma_hs,
                  st_ptr, st_rs, st_hs, st_vs, o_ptr, o_rs, part_ptr,
-                 HEADS, D, eps, q_scale,
-                 BD: tl.constexpr, BV: tl.constexpr, BVC: tl.constexpr,
+                 n_pairs, HEADS, D, eps, q_scale,
+                 G: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr, BVC: tl.constexpr,
                  FUSE_NORM: tl.constexpr, RNE: tl.constexpr):
-    """Program (row * HEADS + head, vb) owns state rows [vb * BV, (vb + 1) * BV) of that head
-    and walks them BVC rows at a time (BVC == BV: the whole slice at once)."""
+    """Program (pb, vb) owns state rows [vb * BV, (vb + 1) * BV) of the G (row, head) pairs
+    ``pb * G .. pb * G + G - 1`` (pair = row * HEADS + head; G = 1 on a GPU) and walks them BVC
+    rows at a time (BVC == BV: the whole slice at once). Tiles carry the pair as axis 0:
+    ``[G, BD]`` vectors, ``[G, BVC, BD]`` state."""
     NCH: tl.constexpr = BV // BVC
-    pid = tl.program_id(0)
+    pair = tl.program_id(0) * G + tl.arange(0, G)
     vb = tl.program_id(1)
-    row = pid // HEADS
-    head = pid % HEADS
+    live = pair < n_pairs
+    row = pair // HEADS
+    head = pair % HEADS
     inner = HEADS * D
     offs_k = tl.arange(0, BD)
-    mk = offs_k < D
+    mk = live[:, None] & (offs_k < D)[None, :]
 
-    src = qkv_ptr + row * qkv_rs + head * D
-    q = tl.load(src + offs_k, mask=mk, other=0.0).to(tl.float32)
-    k = tl.load(src + inner + offs_k, mask=mk, other=0.0).to(tl.float32)
-    q = q * (q_scale / tl.sqrt(tl.sum(q * q, axis=0) + 1e-6))
-    k = k * (1.0 / tl.sqrt(tl.sum(k * k, axis=0) + 1e-6))
-    b = 1.0 / (1.0 + tl.exp(-tl.load(beta_ptr + row * beta_rs + head).to(tl.float32)))
-    gg = (tl.load(g_ptr + row * g_rs + head * D + offs_k, mask=mk, other=0.0).to(tl.float32)
-          + tl.load(dt_ptr + head * D + offs_k, mask=mk, other=0.0).to(tl.float32))
-    a = tl.exp(tl.load(alog_ptr + head).to(tl.float32))
-    decay = tl.exp(-5.0 / (1.0 + tl.exp(-a * gg)))
+    src = (qkv_ptr + row * qkv_rs + head * D)[:, None]
+    q = tl.load(src + offs_k[None, :], mask=mk, other=0.0).to(tl.float32)
+    k = tl.load(src + inner + offs_k[None, :], mask=mk, other=0.0).to(tl.float32)
+    q = q * (q_scale / tl.sqrt(tl.sum(q * q, axis=1) + 1e-6))[:, None]
+    k = k * (1.0 / tl.sqrt(tl.sum(k * k, axis=1) + 1e-6))[:, None]
+    beta = tl.load(beta_ptr + row * beta_rs + head, mask=live, other=0.0).to(tl.float32)
+    b = 1.0 / (1.0 + tl.exp(-beta))
+    gg = (tl.load(g_ptr + (row * g_rs + head * D)[:, None] + offs_k[None, :], mask=mk,
+                  other=0.0).to(tl.float32)
+          + tl.load(dt_ptr + (head * D)[:, None] + offs_k[None, :], mask=mk, other=0.0).to(tl.float32))
+    a = tl.exp(tl.load(alog_ptr + head, mask=live, other=0.0).to(tl.float32))
+    decay = tl.exp(-5.0 / (1.0 + tl.exp(-a[:, None] * gg)))
 
-    st_head = st_ptr + row * st_rs + head * st_hs
+    st_head = (st_ptr + row * st_rs + head * st_hs)[:, None, None]
     chunk = tl.arange(0, NCH)
-    o_all = tl.zeros([NCH, BVC], tl.float32)  # the slice's o, one chunk per row (fused norm)
+    o_all = tl.zeros([G, NCH, BVC], tl.float32)  # the slice's o, one chunk per line (fused norm)
     for c in range(NCH):
         offs_v = vb * BV + c * BVC + tl.arange(0, BVC)
-        mv = offs_v < D
-        v = tl.load(src + 2 * inner + offs_v, mask=mv, other=0.0).to(tl.float32)
-        st = st_head + offs_v[:, None] * st_vs + offs_k[None, :]
-        m2 = mv[:, None] & mk[None, :]
-        s = tl.load(st, mask=m2, other=0.0).to(tl.float32)
-        s = s * decay[None, :]
-        m = tl.sum(s * k[None, :], axis=1)
-        delta = (v - m) * b
-        s = s + delta[:, None] * k[None, :]
-        o = tl.sum(s * q[None, :], axis=1)
-        tl.store(st, _rounded(s, st_ptr.dtype.element_ty, RNE), mask=m2)
+        mv = live[:, None] & (offs_v < D)[None, :]
+        v = tl.load(src + 2 * inner + offs_v[None, :], mask=mv, other=0.0).to(tl.float32)
+        st = st_head + offs_v[None, :, None] * st_vs + offs_k[None, None, :]
+        m3 = mv[:, :, None] & mk[:, None, :]
+        s = tl.load(st, mask=m3, other=0.0).to(tl.float32)
+        s = s * decay[:, None, :]
+        m = tl.sum(s * k[:, None, :], axis=2)
+        delta = (v - m) * b[:, None]
+        s = s + delta[:, :, None] * k[:, None, :]
+        o = tl.sum(s * q[:, None, :], axis=2)
+        tl.store(st, rounded(s, st_ptr.dtype.element_ty, RNE), mask=m3)
         if FUSE_NORM:
-            o_all = tl.where(chunk[:, None] == c, o[None, :], o_all)
+            o_all = tl.where(chunk[None, :, None] == c, o[:, None, :], o_all)
         else:
-            tl.store(part_ptr + row * inner + head * D + offs_v, o, mask=mv)
+            tl.store(part_ptr + (row * inner + head * D)[:, None] + offs_v[None, :], o, mask=mv)
 
-    if FUSE_NORM:  # BV == BD here: o_all holds the head's whole output
-        offs_o = chunk[:, None] * BVC + tl.arange(0, BVC)[None, :]
-        mo = offs_o < D
+    if FUSE_NORM:  # BV == BD here: o_all holds each head's whole output
+        offs_o = (chunk[:, None] * BVC + tl.arange(0, BVC)[None, :])[None, :, :]
+        mo = live[:, None, None] & (offs_o < D)
         o_all = tl.where(mo, o_all, 0.0)
-        r = 1.0 / tl.sqrt(tl.sum(tl.sum(o_all * o_all, axis=1), axis=0) / D + eps)
-        gam = tl.load(gamma_ptr + head * gamma_hs + offs_o, mask=mo, other=0.0).to(tl.float32)
-        gt = tl.load(gate_ptr + row * gate_rs + head * D + offs_o, mask=mo, other=0.0).to(tl.float32)
-        out = o_all * r * gam / (1.0 + tl.exp(-gt))
-        tl.store(o_ptr + row * o_rs + head * D + offs_o, _rounded(out, o_ptr.dtype.element_ty, RNE),
-                 mask=mo)
+        r = 1.0 / tl.sqrt(tl.sum(tl.sum(o_all * o_all, axis=2), axis=1) / D + eps)
+        gam = tl.load(gamma_ptr + (head * gamma_hs)[:, None, None] + offs_o, mask=mo,
+                      other=0.0).to(tl.float32)
+        gt = tl.load(gate_ptr + (row * gate_rs + head * D)[:, None, None] + offs_o, mask=mo,
+                     other=0.0).to(tl.float32)
+        out = o_all * r[:, None, None] * gam / (1.0 + tl.exp(-gt))
+        tl.store(o_ptr + (row * o_rs + head * D)[:, None, None] + offs_o,
+                 rounded(out, o_ptr.dtype.element_ty, RNE), mask=mo)
 
 
 @triton.jit
@@ -132,7 +116,7 @@ def _norm_gate_kernel(part_ptr, gate_ptr, gate_rs, gamma_ptr, gamma_hs, o_ptr, o
     gam = tl.load(gamma_ptr + head * gamma_hs + offs, mask=mv, other=0.0).to(tl.float32)
     gt = tl.load(gate_ptr + row * gate_rs + head * D + offs, mask=mv, other=0.0).to(tl.float32)
     out = o * r * gam / (1.0 + tl.exp(-gt))
-    tl.store(o_ptr + row * o_rs + head * D + offs, _rounded(out, o_ptr.dtype.element_ty, RNE), mask=mv)
+    tl.store(o_ptr + row * o_rs + head * D + offs, rounded(out, o_ptr.dtype.element_ty, RNE), mask=mv)
 
 
 def kda_core(sh, *, qkv, gate, beta, g, dt_bias, a_log, gamma, state, o) -> None:
@@ -151,19 +135,23 @@ def kda_core(sh, *, qkv, gate, beta, g, dt_bias, a_log, gamma, state, o) -> None
     if rows == 0:
         return
     BD = next_pow2(D)
-    split = tunables.get("kda.core.split_v")
-    if rows > tunables.get("kda.core.split_rows_max") or split > BD:
-        split = 1
+    if platform.FEW_PROGRAMS:  # interpreter: every (row, head) pair and whole state in one program
+        split, G, BVC = 1, next_pow2(rows * heads), BD
+    else:
+        split, G = tunables.get("kda.core.split_v"), 1
+        if rows > tunables.get("kda.core.split_rows_max") or split > BD:
+            split = 1
+        BVC = min(BD // split, tunables.get("kda.core.dv_chunk"))
     fuse = split == 1
     BV = BD // split
-    BVC = min(BV, tunables.get("kda.core.dv_chunk"))
-    part = o if fuse else _o_scratch(o.device, rows, inner)  # unused pointer when fused
-    _core_kernel[(rows * heads, split)](
+    # f32 unnormalized outputs of the split path (o itself is an unused pointer when fused)
+    part = o if fuse else scratch.empty("kda.core.o_part", o.device, (rows, inner), torch.float32)
+    _core_kernel[(cdiv(rows * heads, G), split)](
         qkv, qkv.stride(0), gate, gate.stride(0), beta, beta.stride(0), g, g.stride(0),
         dt_bias, a_log, gamma, gamma_hs,
         state, state.stride(0), state.stride(1), state.stride(2), o, o.stride(0), part,
-        heads, D, float(sh.dims.eps), float(D ** -0.5),
-        BD=BD, BV=BV, BVC=BVC, FUSE_NORM=fuse, RNE=INTERPRET,
+        rows * heads, heads, D, float(sh.dims.eps), float(D ** -0.5),
+        G=G, BD=BD, BV=BV, BVC=BVC, FUSE_NORM=fuse, RNE=INTERPRET,
         num_warps=tunables.get("kda.core.num_warps" if fuse else "kda.core.split_num_warps"))
     if not fuse:
         _norm_gate_kernel[(rows * heads,)](

@@ -10,7 +10,8 @@ Design: two launches, no float atomics (deterministic):
    the tile's (max, lowest local id reaching the max) into a cached scratch
    ``[rows, vocab tiles]``. The row tile is the fastest grid axis so the programs that share a
    weight tile run together and the weight streams from HBM about once.
-2. ``_head_reduce_kernel``: one program per row reduces its partials in vocab order: the max,
+2. ``_head_reduce_kernel``: one program per row (under the interpreter: all rows) reduces its
+   partials in vocab order: the max,
    then the lowest id among tiles reaching it (tiles cover increasing ids, so this is the
    global lowest id).
 
@@ -23,20 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import platform, scratch
 from ..platform import INTERPRET, cdiv, next_pow2
 from ..tunables import get
-
-_SCRATCH: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _scratch(device, rows: int, tiles: int) -> tuple[torch.Tensor, torch.Tensor]:
-    key = (str(device), rows, tiles)
-    buf = _SCRATCH.get(key)
-    if buf is None:
-        buf = (torch.empty(rows, tiles, dtype=torch.float32, device=device),
-               torch.empty(rows, tiles, dtype=torch.int32, device=device))
-        _SCRATCH[key] = buf
-    return buf
 
 
 @triton.jit
@@ -78,19 +68,23 @@ def _head_tile_kernel(
 
 @triton.jit
 def _head_reduce_kernel(
-    pval_ptr, pidx_ptr, val_ptr, idx_ptr, tiles, p_s0, vocab_first,
-    BLOCK: tl.constexpr,
+    pval_ptr, pidx_ptr, val_ptr, idx_ptr, rows, tiles, p_s0, vocab_first,
+    BLOCK: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
+    """Program ``pid`` reduces rows ``[pid * BLOCK_R, (pid + 1) * BLOCK_R)``,
+    tiles ``[BLOCK_R, BLOCK]``."""
+    row = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    live = row < rows
     j = tl.arange(0, BLOCK)
-    ok = j < tiles
-    v = tl.load(pval_ptr + row * p_s0 + j, mask=ok, other=float("-inf"))
-    i = tl.load(pidx_ptr + row * p_s0 + j, mask=ok, other=0x7FFFFFFF)
-    best = tl.max(v, axis=0)
-    best_id = tl.min(tl.where(ok & (v == best), i, 0x7FFFFFFF), axis=0)
-    best_id = tl.minimum(best_id, tl.max(tl.where(ok, i, 0), axis=0))  # NaN guard, as above
-    tl.store(val_ptr + row, best)
-    tl.store(idx_ptr + row, best_id.to(tl.int64) + vocab_first)
+    ok = (j < tiles)[None, :]
+    m2 = live[:, None] & ok
+    v = tl.load(pval_ptr + row[:, None] * p_s0 + j[None, :], mask=m2, other=float("-inf"))
+    i = tl.load(pidx_ptr + row[:, None] * p_s0 + j[None, :], mask=m2, other=0x7FFFFFFF)
+    best = tl.max(v, axis=1)
+    best_id = tl.min(tl.where(ok & (v == best[:, None]), i, 0x7FFFFFFF), axis=1)
+    best_id = tl.minimum(best_id, tl.max(tl.where(ok, i, 0), axis=1))  # NaN guard, as above
+    tl.store(val_ptr + row, best, mask=live)
+    tl.store(idx_ptr + row, best_id.to(tl.int64) + vocab_first, mask=live)
 
 
 def lm_head(sh, *, x: torch.Tensor, w: torch.Tensor, logits: torch.Tensor, top_val: torch.Tensor,
@@ -100,18 +94,23 @@ def lm_head(sh, *, x: torch.Tensor, w: torch.Tensor, logits: torch.Tensor, top_v
     assert w.shape[1] == hidden and logits.shape == (rows, vocab) and logits.stride(1) == 1
     if rows == 0:
         return
-    block_n = get("lm_head.argmax.block_n")
-    block_k = get("lm_head.argmax.block_k")
-    block_m = min(get("lm_head.argmax.block_m_max"), max(16, next_pow2(rows)))
+    block_m = max(16, next_pow2(rows))
+    if platform.FEW_PROGRAMS:  # interpreter: all rows and up to 1024 x 1024 of w in one program
+        block_n, block_k = min(next_pow2(vocab), 1024), min(next_pow2(hidden), 1024)
+        block_r = next_pow2(rows)
+    else:
+        block_n, block_k, block_r = get("lm_head.argmax.block_n"), get("lm_head.argmax.block_k"), 1
+        block_m = min(get("lm_head.argmax.block_m_max"), block_m)
     tiles = cdiv(vocab, block_n)
-    pval, pidx = _scratch(x.device, rows, tiles)
+    pval = scratch.empty("lm_head.argmax.tile_max", x.device, (rows, tiles), torch.float32)
+    pidx = scratch.empty("lm_head.argmax.tile_idx", x.device, (rows, tiles), torch.int32)
     _head_tile_kernel[(cdiv(rows, block_m), tiles)](
         x, w, logits, pval, pidx, rows, vocab, hidden,
         x.stride(0), x.stride(1), w.stride(0), w.stride(1), logits.stride(0), pval.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, DOT_F32=INTERPRET,
         num_warps=get("lm_head.argmax.num_warps"), num_stages=get("lm_head.argmax.num_stages"),
     )
-    _head_reduce_kernel[(rows,)](
-        pval, pidx, top_val, top_idx, tiles, pval.stride(0), sh.vocab_first,
-        BLOCK=max(16, next_pow2(tiles)), num_warps=4,
+    _head_reduce_kernel[(cdiv(rows, block_r),)](
+        pval, pidx, top_val, top_idx, rows, tiles, pval.stride(0), sh.vocab_first,
+        BLOCK=max(16, next_pow2(tiles)), BLOCK_R=block_r, num_warps=4,
     )

@@ -15,34 +15,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import tunables
+from .. import platform, tunables
 from ..platform import INTERPRET, cdiv, next_pow2
-
-_INV_FREQ: dict = {}
-
-
-def _inv_freq(device: torch.device, d: int, theta: float) -> torch.Tensor:
-    """RoPE inverse frequencies ``[d // 2]`` f32, computed exactly as ``reference.rope`` does
-    (cached: allocated on the first, eager call only). Same as prep.py's; kept per file so
-    each op's sources stay its own."""
-    key = (str(device), d, float(theta))
-    t = _INV_FREQ.get(key)
-    if t is None:
-        half = d // 2
-        t = theta ** (-(torch.arange(half, device=device, dtype=torch.float32) * 2.0) / d)
-        _INV_FREQ[key] = t
-    return t
-
-
-@triton.jit
-def _round_bf16(x, EMULATE: tl.constexpr):
-    """f32 -> bf16, round to nearest even. Triton 3.9's interpreter truncates instead, so under
-    it (EMULATE) round the f32 bits first; the GPU's cvt.rn.bf16.f32 already rounds so."""
-    if EMULATE:
-        u = x.to(tl.uint32, bitcast=True)
-        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-        x = u.to(tl.float32, bitcast=True)
-    return x.to(tl.bfloat16)
+from ..rounding import rounded
+from .rope import inv_freq
 
 
 @triton.jit
@@ -50,7 +26,7 @@ def _absorb_kernel(
     qb, qb_s0, qb_s1, w_uk, wk_s0, wk_s1, pos, inv_freq, out, o_s0, o_s1, rows,
     NOPE: tl.constexpr, LORA: tl.constexpr, HALF: tl.constexpr, N_COL_BLOCKS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_HALF: tl.constexpr, DOT_F32: tl.constexpr, EMULATE: tl.constexpr,
+    BLOCK_HALF: tl.constexpr, DOT_F32: tl.constexpr, RNE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     h = tl.program_id(1)
@@ -71,7 +47,7 @@ def _absorb_kernel(
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b)
-        tl.store(o_rows + offs_n[None, :], _round_bf16(acc, EMULATE),
+        tl.store(o_rows + offs_n[None, :], rounded(acc, tl.bfloat16, RNE),
                  mask=mask_m[:, None] & mask_n[None, :])
     else:
         offs_h = tl.arange(0, BLOCK_HALF)
@@ -83,9 +59,9 @@ def _absorb_kernel(
         ang = p[:, None] * tl.load(inv_freq + offs_h, mask=mask_h, other=0.0)[None, :]
         cos = tl.cos(ang)
         sin = tl.sin(ang)
-        tl.store(o_rows + LORA + offs_h[None, :], _round_bf16(x1 * cos - x2 * sin, EMULATE),
+        tl.store(o_rows + LORA + offs_h[None, :], rounded(x1 * cos - x2 * sin, tl.bfloat16, RNE),
                  mask=mask)
-        tl.store(o_rows + LORA + HALF + offs_h[None, :], _round_bf16(x2 * cos + x1 * sin, EMULATE),
+        tl.store(o_rows + LORA + HALF + offs_h[None, :], rounded(x2 * cos + x1 * sin, tl.bfloat16, RNE),
                  mask=mask)
 
 
@@ -98,16 +74,19 @@ def mla_absorb(sh, *, qb, w_uk, pos, q_full) -> None:
         return
     assert qb.stride(2) == 1 and w_uk.stride(2) == 1 and q_full.stride(2) == 1
     half = d.rope_dim // 2
-    block_m = tunables.get("mla.absorb.block_m")
-    block_n = min(tunables.get("mla.absorb.block_n"), max(16, next_pow2(d.kv_lora)))
+    if platform.FEW_PROGRAMS:  # interpreter: every row and latent column of a head in one tile
+        block_m, block_n = max(16, next_pow2(rows)), max(16, next_pow2(d.kv_lora))
+    else:
+        block_m = tunables.get("mla.absorb.block_m")
+        block_n = min(tunables.get("mla.absorb.block_n"), max(16, next_pow2(d.kv_lora)))
     n_col_blocks = cdiv(d.kv_lora, block_n)
     grid = (cdiv(rows, block_m), heads, n_col_blocks + 1)
     _absorb_kernel[grid](
         qb, qb.stride(0), qb.stride(1), w_uk, w_uk.stride(0), w_uk.stride(1), pos,
-        _inv_freq(qb.device, d.rope_dim, d.rope_theta), q_full, q_full.stride(0),
+        inv_freq(qb.device, d.rope_dim, d.rope_theta), q_full, q_full.stride(0),
         q_full.stride(1), rows,
         NOPE=d.nope_dim, LORA=d.kv_lora, HALF=half, N_COL_BLOCKS=n_col_blocks,
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=max(16, next_pow2(d.nope_dim)),
-        BLOCK_HALF=max(2, next_pow2(half)), DOT_F32=INTERPRET, EMULATE=INTERPRET,
+        BLOCK_HALF=max(2, next_pow2(half)), DOT_F32=INTERPRET, RNE=INTERPRET,
         num_warps=tunables.get("mla.absorb.num_warps"),
     )

@@ -2,7 +2,8 @@
 
 Design (MLA: every head shares each gathered row, so the row is read once per head block):
 
-* main kernel, grid ``(rows, splits, cdiv(heads, BLOCK_H))``: the program owns indices
+* main kernel, grid ``(rows, splits, cdiv(heads, BLOCK_H))`` (under the interpreter one split
+  and one block of all K indices, see ``platform.FEW_PROGRAMS``): the program owns indices
   ``[split * CHUNK, (split + 1) * CHUNK)`` of its row and a block of 16 heads (12 local heads at
   full size, padded for ``tl.dot``). It loads the queries once, then walks its chunk
   ``BLOCK_N`` indices at a time: block-table lookup, gather of the fp8 rows (latent and rope
@@ -28,26 +29,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import tunables
+from .. import platform, scratch, tunables
 from ..platform import INTERPRET, cdiv, next_pow2
+from ..rounding import rounded
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 BLOCK_H = 16  # tl.dot's smallest M; 12 local heads at full size fit one block
-
-_SCRATCH: dict = {}
-
-
-@triton.jit
-def _round_bf16(x, EMULATE: tl.constexpr):
-    """f32 -> bf16, round to nearest even. Triton 3.9's interpreter truncates instead, so under
-    it (EMULATE) round the f32 bits first; the GPU's cvt.rn.bf16.f32 already rounds so."""
-    if EMULATE:
-        u = x.to(tl.uint32, bitcast=True)
-        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-        x = u.to(tl.float32, bitcast=True)
-    return x.to(tl.bfloat16)
-
 
 @triton.jit
 def _decode_kernel(
@@ -56,7 +44,7 @@ def _decode_kernel(
     heads, K, qk_scale,
     LORA: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr,
-    BLOCK_R: tl.constexpr, P_SPLIT: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_R: tl.constexpr, P_SPLIT: tl.constexpr, DOT_F32: tl.constexpr, RNE: tl.constexpr,
 ):
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -120,17 +108,17 @@ def _decode_kernel(
         p = tl.exp2(s - m_use[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         pw = p * sc[None, :]  # the row scale of the value (fp8 latent x scale)
-        p_hi = _round_bf16(pw, DOT_F32)
+        p_hi = rounded(pw, tl.bfloat16, RNE)
         acc = acc * alpha[:, None]  # rescale, then accumulate in place (one live f32 tile)
         if DOT_F32:
             acc = tl.dot(p_hi.to(tl.float32), k_lat, acc)
             if P_SPLIT:
-                p_lo = _round_bf16(pw - p_hi.to(tl.float32), DOT_F32)
+                p_lo = rounded(pw - p_hi.to(tl.float32), tl.bfloat16, RNE)
                 acc = tl.dot(p_lo.to(tl.float32), k_lat, acc)
         else:
             acc = tl.dot(p_hi, k_lat, acc)
             if P_SPLIT:
-                p_lo = _round_bf16(pw - p_hi.to(tl.float32), DOT_F32)
+                p_lo = rounded(pw - p_hi.to(tl.float32), tl.bfloat16, RNE)
                 acc = tl.dot(p_lo, k_lat, acc)
         m_i = m_new
 
@@ -180,16 +168,6 @@ def _plan(rows: int, head_blocks: int, k: int, block_n: int, target: int) -> tup
     return chunk, max(1, cdiv(k, chunk))  # >= 1 so that every output is written, even K = 0
 
 
-def _scratch(device, rows: int, splits: int, heads: int, lora: int):
-    key = (str(device), rows, splits, heads, lora)
-    buf = _SCRATCH.get(key)
-    if buf is None:
-        buf = (torch.empty(rows, splits, heads, lora, device=device, dtype=torch.float32),
-               torch.empty(rows, splits, heads, device=device, dtype=torch.float32))
-        _SCRATCH[key] = buf
-    return buf
-
-
 def mla_sparse_decode(sh, *, q_full, kv_cache, kv_scale, block_table, idx, o_lat, lse) -> None:
     """Launcher (contract ``mla.sparse_decode``): ``q_full [rows, heads, cache_row]`` bf16,
     ``kv_cache [pages, page_size, cache_row]`` fp8, ``kv_scale [pages, page_size]`` f32,
@@ -202,15 +180,22 @@ def mla_sparse_decode(sh, *, q_full, kv_cache, kv_scale, block_table, idx, o_lat
     k = idx.shape[1]
     assert q_full.stride(2) == 1 and kv_cache.stride(2) == 1 and idx.stride(1) == 1
     assert o_lat.stride(2) == 1
-    block_n = tunables.get("mla.sparse_decode.block_n")
     head_blocks = cdiv(heads, BLOCK_H)
-    chunk, splits = _plan(rows, head_blocks, k, block_n,
-                          tunables.get("mla.sparse_decode.target_programs"))
+    if platform.FEW_PROGRAMS:  # interpreter: one split, all K indices of a row in one block
+        block_n = chunk = max(16, next_pow2(k))
+        splits = 1
+    else:
+        block_n = tunables.get("mla.sparse_decode.block_n")
+        chunk, splits = _plan(rows, head_blocks, k, block_n,
+                              tunables.get("mla.sparse_decode.target_programs"))
     if splits == 1:
         o_dst, od = o_lat, (o_lat.stride(0), 0, o_lat.stride(1))
         lse_dst, ld = lse, (lse.stride(0), 0, lse.stride(1))
     else:
-        o_dst, lse_dst = _scratch(q_full.device, rows, splits, heads, d.kv_lora)
+        o_dst = scratch.empty("mla.sparse_decode.o_part", q_full.device,
+                              (rows, splits, heads, d.kv_lora), torch.float32)
+        lse_dst = scratch.empty("mla.sparse_decode.lse_part", q_full.device, (rows, splits, heads),
+                                torch.float32)
         od = (o_dst.stride(0), o_dst.stride(1), o_dst.stride(2))
         ld = (lse_dst.stride(0), lse_dst.stride(1), lse_dst.stride(2))
     sm_scale = d.q_head_dim ** -0.5
@@ -223,7 +208,7 @@ def mla_sparse_decode(sh, *, q_full, kv_cache, kv_scale, block_table, idx, o_lat
         LORA=d.kv_lora, ROPE=d.rope_dim, PAGE=d.page_size, CHUNK=chunk, BLOCK_N=block_n,
         BLOCK_H=BLOCK_H, BLOCK_L=max(16, next_pow2(d.kv_lora)),
         BLOCK_R=max(16, next_pow2(d.rope_dim)), P_SPLIT=tunables.get("mla.sparse_decode.p_split"),
-        DOT_F32=INTERPRET,
+        DOT_F32=INTERPRET, RNE=INTERPRET,
         num_warps=tunables.get("mla.sparse_decode.num_warps"),
         num_stages=tunables.get("mla.sparse_decode.num_stages"),
     )

@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import platform
 from ..platform import INTERPRET, cdiv, next_pow2
 from ..tunables import get
 
@@ -92,8 +93,10 @@ def mla_index_logits(sh, *, q_idx: torch.Tensor, w_idx: torch.Tensor, idx_cache:
     assert logits.stride(1) == 1 and idx_scale.dtype == torch.float32
     if rows == 0 or cap == 0:
         return
-    block_t = get("mla.index_logits.block_t")
-    tiles = get("mla.index_logits.tiles")
+    if platform.FEW_PROGRAMS:  # interpreter: a row's whole capacity (up to 8192 tokens) in one tile
+        block_t, tiles = min(max(16, next_pow2(cap)), 8192), 1
+    else:
+        block_t, tiles = get("mla.index_logits.block_t"), get("mla.index_logits.tiles")
     coef = float((dims.idx_dim * dims.idx_heads) ** -0.5)
     grid = (cdiv(cap, block_t * tiles), rows)
     _index_logits_kernel[grid](

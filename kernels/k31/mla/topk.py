@@ -4,7 +4,9 @@ For each row: the K largest of ``logits[r, :ctx_len[r]]``, ties broken by the lo
 index, written in ascending token order to ``idx [rows, K]`` (int32), ``-1`` in unused slots;
 when ``ctx_len <= K`` every token ``0..ctx_len-1`` is chosen. Bit-exact with the reference.
 
-Design: one program per row, looping over the row in blocks of ``BLOCK`` (no sort):
+Design: one program per row, looping over the row in blocks of ``BLOCK`` (no sort; under the
+interpreter a block spans the row's whole capacity and digits are 8 bits, see
+``platform.FEW_PROGRAMS``):
 
 1. Key: the f32 value as an order-preserving integer (``-0.0`` canonicalized to ``+0.0`` so the
    two zeros tie, as they do in the reference's sort). ``skey`` orders as signed int32;
@@ -32,6 +34,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import platform
+from ..platform import next_pow2
 from ..tunables import get
 
 
@@ -122,8 +126,11 @@ def mla_topk(sh, *, logits: torch.Tensor, ctx_len: torch.Tensor, idx: torch.Tens
     assert idx.shape == (rows, k) and idx.dtype == torch.int32 and idx.stride(1) == 1
     if rows == 0:
         return
+    if platform.FEW_PROGRAMS:  # interpreter: a row's whole capacity per block, 4 passes of 8 bits
+        block, radix_bits = min(max(16, next_pow2(cap)), 4096), 8
+    else:
+        block, radix_bits = get("mla.topk.block"), get("mla.topk.radix_bits")
     _topk_kernel[(rows,)](
         logits, ctx_len, idx, logits.stride(0), logits.stride(1), idx.stride(0), cap,
-        K=k, BLOCK=get("mla.topk.block"), RADIX_BITS=get("mla.topk.radix_bits"),
-        num_warps=get("mla.topk.num_warps"),
+        K=k, BLOCK=block, RADIX_BITS=radix_bits, num_warps=get("mla.topk.num_warps"),
     )

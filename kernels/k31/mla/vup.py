@@ -13,19 +13,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .. import tunables
+from .. import platform, tunables
 from ..platform import INTERPRET, cdiv, next_pow2
-
-
-@triton.jit
-def _round_bf16(x, EMULATE: tl.constexpr):
-    """f32 -> bf16, round to nearest even. Triton 3.9's interpreter truncates instead, so under
-    it (EMULATE) round the f32 bits first; the GPU's cvt.rn.bf16.f32 already rounds so."""
-    if EMULATE:
-        u = x.to(tl.uint32, bitcast=True)
-        u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
-        x = u.to(tl.float32, bitcast=True)
-    return x.to(tl.bfloat16)
+from ..rounding import rounded
 
 
 @triton.jit
@@ -33,7 +23,7 @@ def _vup_kernel(
     o_lat, ol_s0, ol_s1, w_uv, wv_s0, wv_s1, gate, g_s0, out, o_s0, rows,
     LORA: tl.constexpr, V: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr, EMULATE: tl.constexpr,
+    DOT_F32: tl.constexpr, RNE: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     h = tl.program_id(1)
@@ -51,8 +41,8 @@ def _vup_kernel(
         a = tl.load(a_rows + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         b = tl.load(w_head + offs_k[:, None] * wv_s1 + offs_n[None, :],
                     mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-        a_hi = _round_bf16(a, EMULATE)
-        a_lo = _round_bf16(a - a_hi.to(tl.float32), EMULATE)
+        a_hi = rounded(a, tl.bfloat16, RNE)
+        a_lo = rounded(a - a_hi.to(tl.float32), tl.bfloat16, RNE)
         if DOT_F32:  # the interpreter's bf16 dot is wrong; f32 of bf16 values is exact
             acc += tl.dot(a_hi.to(tl.float32), b.to(tl.float32))
             acc += tl.dot(a_lo.to(tl.float32), b.to(tl.float32))
@@ -64,7 +54,7 @@ def _vup_kernel(
                 other=0.0).to(tl.float32)
     y = acc * (1.0 / (1.0 + tl.exp(-g)))
     tl.store(out + offs_m.to(tl.int64)[:, None] * o_s0 + h * V + offs_n[None, :],
-             _round_bf16(y, EMULATE), mask=mask)
+             rounded(y, tl.bfloat16, RNE), mask=mask)
 
 
 def mla_vup_gate(sh, *, o_lat, w_uv, gate, o) -> None:
@@ -76,14 +66,19 @@ def mla_vup_gate(sh, *, o_lat, w_uv, gate, o) -> None:
         return
     assert o_lat.stride(2) == 1 and w_uv.stride(2) == 1 and gate.stride(1) == 1
     assert o.stride(1) == 1
-    block_m = tunables.get("mla.vup_gate.block_m")
-    block_n = min(tunables.get("mla.vup_gate.block_n"), max(16, next_pow2(d.v_dim)))
-    block_k = min(tunables.get("mla.vup_gate.block_k"), max(16, next_pow2(d.kv_lora)))
+    block_n = max(16, next_pow2(d.v_dim))
+    block_k = max(16, next_pow2(d.kv_lora))
+    if platform.FEW_PROGRAMS:  # interpreter: every row, v column and K of a head in one program
+        block_m = max(16, next_pow2(rows))
+    else:
+        block_m = tunables.get("mla.vup_gate.block_m")
+        block_n = min(tunables.get("mla.vup_gate.block_n"), block_n)
+        block_k = min(tunables.get("mla.vup_gate.block_k"), block_k)
     grid = (cdiv(rows, block_m), heads, cdiv(d.v_dim, block_n))
     _vup_kernel[grid](
         o_lat, o_lat.stride(0), o_lat.stride(1), w_uv, w_uv.stride(0), w_uv.stride(1),
         gate, gate.stride(0), o, o.stride(0), rows,
         LORA=d.kv_lora, V=d.v_dim, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        DOT_F32=INTERPRET, EMULATE=INTERPRET,
+        DOT_F32=INTERPRET, RNE=INTERPRET,
         num_warps=tunables.get("mla.vup_gate.num_warps"),
     )

@@ -5,7 +5,8 @@ Shapes: ``y [rows * top_k, latent]`` bf16 (pair-indexed; rows of pairs routed to
 hold undefined data, possibly NaN), ``ids [rows, top_k]`` int32, ``w [rows, top_k]`` f32,
 ``out [rows, latent]`` bf16.
 
-Design: grid ``(rows, cdiv(latent, block_d))``. A program walks the row's slots in order,
+Design: grid ``(rows, cdiv(latent, block_d))`` (under the interpreter one program for the whole
+batch and width, see ``platform.FEW_PROGRAMS``). A program walks the row's slots in order,
 accumulating ``w * y`` in f32 over ``block_d`` columns. A non-local slot's y row is never loaded
 (masked load with other=0) and its weight is zeroed, so garbage there cannot leak into out.
 Memory-bound: each local pair's y row is read once.
@@ -16,39 +17,35 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import tunables
-from ..platform import INTERPRET, cdiv
-
-
-@triton.jit
-def _rounded(x, dtype: tl.constexpr, RNE: tl.constexpr):
-    """``x`` (f32) cast to ``dtype``. With ``RNE`` (set under the interpreter only) an f32 -> bf16
-    cast rounds to nearest even by hand: triton 3.9's interpreter truncates, which would bias
-    every bf16 result by up to an ulp. On a GPU the plain cast already rounds to nearest even."""
-    if RNE and dtype == tl.bfloat16:
-        u = x.to(tl.uint32, bitcast=True)
-        u = u + 0x7FFF + ((u >> 16) & 1)
-        x = ((u >> 16) << 16).to(tl.float32, bitcast=True)  # exact in bf16: the cast keeps it
-    return x.to(dtype)
+from .. import platform, tunables
+from ..platform import INTERPRET, cdiv, next_pow2
+from ..rounding import rounded
 
 
 @triton.jit
 def _combine_kernel(y_ptr, y_rs, ids_ptr, ids_rs, w_ptr, w_rs, out_ptr, out_rs,
-                    latent, expert_first, n_local,
-                    TOP_K: tl.constexpr, BLOCK_D: tl.constexpr, RNE: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
+                    rows, latent, expert_first, n_local,
+                    TOP_K: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                    RNE: tl.constexpr):
+    """Program (rb, db) sums the slots of rows ``[rb * BLOCK_R, (rb + 1) * BLOCK_R)`` over columns
+    ``[db * BLOCK_D, (db + 1) * BLOCK_D)``, tiles ``[BLOCK_R, BLOCK_D]``."""
+    row = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
+    live = row < rows
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    ok = d < latent
-    acc = tl.zeros([BLOCK_D], tl.float32)
+    ok = live[:, None] & (d < latent)[None, :]
+    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
     for j in tl.static_range(TOP_K):
-        # the slot's id broadcast over the columns (a vector mask: the interpreter rejects
-        # some scalar & vector mask mixes)
-        eid = tl.zeros([BLOCK_D], tl.int32) + tl.load(ids_ptr + row * ids_rs + j)
+        # the slot's id broadcast over the columns (a tile mask: the interpreter rejects some
+        # scalar & vector mask mixes)
+        eid = tl.zeros([BLOCK_R, BLOCK_D], tl.int32) + tl.load(ids_ptr + row * ids_rs + j, mask=live,
+                                                               other=-1)[:, None]
         local = (eid >= expert_first) & (eid < expert_first + n_local)
-        wt = tl.where(local, tl.load(w_ptr + row * w_rs + j).to(tl.float32), 0.0)
-        yv = tl.load(y_ptr + (row * TOP_K + j) * y_rs + d, mask=ok & local, other=0.0)
+        wt = tl.load(w_ptr + row * w_rs + j, mask=live, other=0.0).to(tl.float32)[:, None]
+        wt = tl.where(local, wt, 0.0)
+        yv = tl.load(y_ptr + (row * TOP_K + j)[:, None] * y_rs + d[None, :], mask=ok & local, other=0.0)
         acc += wt * yv.to(tl.float32)
-    tl.store(out_ptr + row * out_rs + d, _rounded(acc, out_ptr.dtype.element_ty, RNE), mask=ok)
+    tl.store(out_ptr + row[:, None] * out_rs + d[None, :], rounded(acc, out_ptr.dtype.element_ty, RNE),
+             mask=ok)
 
 
 def moe_combine(sh, *, y: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -58,8 +55,11 @@ def moe_combine(sh, *, y: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, out:
     assert y.stride(1) == 1 and out.stride(1) == 1 and ids.stride(1) == 1 and w.stride(1) == 1
     if rows == 0:
         return
-    block_d = min(tunables.get("moe.combine.block_d"), triton.next_power_of_2(latent))
-    _combine_kernel[(rows, cdiv(latent, block_d))](
+    if platform.FEW_PROGRAMS:  # interpreter: the whole batch and width in one program
+        block_r, block_d = next_pow2(rows), next_pow2(latent)
+    else:
+        block_r, block_d = 1, min(tunables.get("moe.combine.block_d"), next_pow2(latent))
+    _combine_kernel[(cdiv(rows, block_r), cdiv(latent, block_d))](
         y, y.stride(0), ids, ids.stride(0), w, w.stride(0), out, out.stride(0),
-        latent, sh.expert_first, sh.experts, TOP_K=top_k, BLOCK_D=block_d, RNE=INTERPRET,
-        num_warps=tunables.get("moe.combine.num_warps"))
+        rows, latent, sh.expert_first, sh.experts, TOP_K=top_k, BLOCK_D=block_d, BLOCK_R=block_r,
+        RNE=INTERPRET, num_warps=tunables.get("moe.combine.num_warps"))

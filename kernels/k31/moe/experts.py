@@ -45,8 +45,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import tunables
+from .. import scratch, tunables
 from ..platform import INTERPRET, cdiv
+from ..rounding import rounded
+from .activation import situ_f32
 from .group import grouping
 
 
@@ -71,36 +73,6 @@ class ExpertTiles:
         values = {n: tunables.get(f"moe.experts.{n}") for n in names}
         values.update(overrides)
         return ExpertTiles(**values)
-
-
-@triton.jit
-def _rounded(x, dtype: tl.constexpr, RNE: tl.constexpr):
-    """``x`` (f32) cast to ``dtype``. With ``RNE`` (set under the interpreter only) an f32 -> bf16
-    cast rounds to nearest even by hand: triton 3.9's interpreter truncates, which would bias
-    every bf16 result by up to an ulp. On a GPU the plain cast already rounds to nearest even."""
-    if RNE and dtype == tl.bfloat16:
-        u = x.to(tl.uint32, bitcast=True)
-        u = u + 0x7FFF + ((u >> 16) & 1)
-        x = ((u >> 16) << 16).to(tl.float32, bitcast=True)  # exact in bf16: the cast keeps it
-    return x.to(dtype)
-
-
-@triton.jit
-def _tanh_f32(z):
-    """tanh from core ops (a copy of situ.py's, see there; kept here so this file owns its math)."""
-    a = tl.abs(z)
-    t = tl.exp(-2.0 * a)
-    big = (1.0 - t) / (1.0 + t)
-    z2 = z * z
-    small = z * (1.0 + z2 * (-1.0 / 3.0 + z2 * (2.0 / 15.0 + z2 * (-17.0 / 315.0))))
-    return tl.where(a < 0.125, small, tl.where(z < 0, -big, big))
-
-
-@triton.jit
-def _situ_f32(g, u):
-    """SiTU of f32 gate and up values (reference.situ)."""
-    sig = 1.0 / (1.0 + tl.exp(-g))
-    return 4.0 * _tanh_f32(g * 0.25) * sig * (25.0 * _tanh_f32(u * 0.04))
 
 
 @triton.jit
@@ -171,9 +143,9 @@ def _fc1_kernel(x_ptr, x_rs, w1_ptr, w1_es, w1_ns, s1_ptr, s1_es, s1_ns, h_ptr,
         acc_g = tl.dot(xo, go, acc_g)
         acc_u = tl.dot(xe, ue, acc_u)
         acc_u = tl.dot(xo, uo, acc_u)
-    h = _situ_f32(acc_g, acc_u)
+    h = situ_f32(acc_g, acc_u)
     h_rows = (blk * BLOCK_M + m).to(tl.int64) * inter
-    tl.store(h_ptr + h_rows[:, None] + n[None, :], _rounded(h, h_ptr.dtype.element_ty, RNE),
+    tl.store(h_ptr + h_rows[:, None] + n[None, :], rounded(h, h_ptr.dtype.element_ty, RNE),
              mask=n_ok[None, :])
 
 
@@ -215,19 +187,8 @@ def _fc2_kernel(h_ptr, w2_ptr, w2_es, w2_ns, s2_ptr, s2_es, s2_ns, y_ptr, y_rs,
     pair = tl.load(sorted_ptr + blk * BLOCK_M + m)
     live = pair < n_pairs
     y_rows = tl.where(live, pair, 0).to(tl.int64) * y_rs
-    tl.store(y_ptr + y_rows[:, None] + n[None, :], _rounded(acc, y_ptr.dtype.element_ty, RNE),
+    tl.store(y_ptr + y_rows[:, None] + n[None, :], rounded(acc, y_ptr.dtype.element_ty, RNE),
              mask=live[:, None] & n_ok[None, :])
-
-
-_H_CACHE: dict[tuple, torch.Tensor] = {}
-
-
-def _h_scratch(device, rows_total: int, inter: int) -> torch.Tensor:
-    key = (str(device), rows_total, inter)
-    h = _H_CACHE.get(key)
-    if h is None:
-        h = _H_CACHE[key] = torch.empty(rows_total, inter, dtype=torch.bfloat16, device=device)
-    return h
 
 
 def run_experts(sh, tiles: ExpertTiles, *, x: torch.Tensor, ids: torch.Tensor, w1: torch.Tensor,
@@ -251,7 +212,7 @@ def run_experts(sh, tiles: ExpertTiles, *, x: torch.Tensor, ids: torch.Tensor, w
     grp = grouping(x.device, n_pairs, n_local, tiles.block_m)
     grp.build(ids, sh.expert_first, block_e=tiles.group_block_e, block_p=tiles.group_block_p,
               block_b=tiles.group_block_b)
-    h = _h_scratch(x.device, grp.max_blocks * tiles.block_m, inter)
+    h = scratch.empty("moe.experts.h", x.device, (grp.max_blocks * tiles.block_m, inter), torch.bfloat16)
     _fc1_kernel[(cdiv(inter, tiles.fc1_block_n), grp.max_blocks)](
         x, x.stride(0), w1, w1.stride(0), w1.stride(1), s1, s1.stride(0), s1.stride(1), h,
         grp.sorted_pairs, grp.block_expert, grp.n_blocks, n_pairs, inter, latent,

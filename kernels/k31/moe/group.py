@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from ..platform import cdiv, next_pow2
+from ..scratch import cached
 
 
 @triton.jit
@@ -129,12 +130,7 @@ class Grouping:
             BLOCK_E=block_e, BLOCK_P=block_p, BLOCK_B=block_b)
 
 
-_CACHE: dict[tuple, Grouping] = {}
-
-
 def grouping(device, n_pairs: int, n_local: int, block_m: int) -> Grouping:
-    key = (str(device), n_pairs, n_local, block_m)
-    g = _CACHE.get(key)
-    if g is None:
-        g = _CACHE[key] = Grouping(device, n_pairs, n_local, block_m)
-    return g
+    """The grouping scratch of this shape, made on the first (eager) call."""
+    return cached(("moe.experts.grouping", str(device), n_pairs, n_local, block_m),
+                  lambda: Grouping(device, n_pairs, n_local, block_m))

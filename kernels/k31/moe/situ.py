@@ -4,12 +4,12 @@ projection, for the shared experts (intermediate 768 per rank) and the dense lay
 Shapes: ``gu [rows, 2I]`` (gate | up; may be a strided view, row stride ``gu.stride(0)``, last dim
 contiguous) -> ``out [rows, I]`` bf16.
 
-Design: grid ``(rows, cdiv(I, block))``; each program loads ``block`` gate and ``block`` up
+Design: grid ``(rows, cdiv(I, block))`` (under the interpreter one program for the whole batch
+and width, see ``platform.FEW_PROGRAMS``); each program loads ``block`` gate and ``block`` up
 values of one row, evaluates SiTU in f32 and stores bf16. Memory-bound elementwise.
 
-The routed-experts FC1 epilogue (experts.py) carries its own copy of the SiTU helpers: the
-gates map each source file to the ops it owns, so a shared helper here would let a change to
-this file alter moe.experts unchecked.
+The SiTU math lives in activation.py, shared with the routed-experts FC1 epilogue (a file no
+single op owns, so the gates treat a change to it as touching every op).
 """
 from __future__ import annotations
 
@@ -17,54 +17,26 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import tunables
-from ..platform import INTERPRET, cdiv
+from .. import platform, tunables
+from ..platform import INTERPRET, cdiv, next_pow2
+from ..rounding import rounded
+from .activation import situ_f32
 
 
 @triton.jit
-def _rounded(x, dtype: tl.constexpr, RNE: tl.constexpr):
-    """``x`` (f32) cast to ``dtype``. With ``RNE`` (set under the interpreter only) an f32 -> bf16
-    cast rounds to nearest even by hand: triton 3.9's interpreter truncates, which would bias
-    every bf16 result by up to an ulp. On a GPU the plain cast already rounds to nearest even."""
-    if RNE and dtype == tl.bfloat16:
-        u = x.to(tl.uint32, bitcast=True)
-        u = u + 0x7FFF + ((u >> 16) & 1)
-        x = ((u >> 16) << 16).to(tl.float32, bitcast=True)  # exact in bf16: the cast keeps it
-    return x.to(dtype)
-
-
-@triton.jit
-def _tanh_f32(z):
-    """tanh in f32 from core ops only (no tl.tanh in triton 3.6's core language).
-
-    Small |z| uses the odd Taylor series to z^7 (next term < 2e-9 relative at |z| < 1/8), where
-    ``(1 - e^-2|z|) / (1 + e^-2|z|)`` would lose digits to cancellation; large |z| uses that
-    form, which saturates to +-1 without overflow (e^-2|z| -> 0)."""
-    a = tl.abs(z)
-    t = tl.exp(-2.0 * a)
-    big = (1.0 - t) / (1.0 + t)
-    z2 = z * z
-    small = z * (1.0 + z2 * (-1.0 / 3.0 + z2 * (2.0 / 15.0 + z2 * (-17.0 / 315.0))))
-    return tl.where(a < 0.125, small, tl.where(z < 0, -big, big))
-
-
-@triton.jit
-def _situ_f32(g, u):
-    """SiTU of f32 gate and up values (reference.situ)."""
-    sig = 1.0 / (1.0 + tl.exp(-g))
-    return 4.0 * _tanh_f32(g * 0.25) * sig * (25.0 * _tanh_f32(u * 0.04))
-
-
-@triton.jit
-def _situ_kernel(gu_ptr, gu_rs, out_ptr, out_rs, inter, BLOCK: tl.constexpr, RNE: tl.constexpr):
-    row = tl.program_id(0)
+def _situ_kernel(gu_ptr, gu_rs, out_ptr, out_rs, rows, inter,
+                 BLOCK: tl.constexpr, BLOCK_R: tl.constexpr, RNE: tl.constexpr):
+    """Program (rb, cb): rows ``[rb * BLOCK_R, (rb + 1) * BLOCK_R)`` x columns
+    ``[cb * BLOCK, (cb + 1) * BLOCK)``."""
+    row = (tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    ok = cols < inter
-    src = gu_ptr + row.to(tl.int64) * gu_rs + cols
+    ok = (row < rows)[:, None] & (cols < inter)[None, :]
+    src = gu_ptr + row[:, None] * gu_rs + cols[None, :]
     g = tl.load(src, mask=ok, other=0.0).to(tl.float32)
     u = tl.load(src + inter, mask=ok, other=0.0).to(tl.float32)
-    h = _situ_f32(g, u)
-    tl.store(out_ptr + row.to(tl.int64) * out_rs + cols, _rounded(h, out_ptr.dtype.element_ty, RNE), mask=ok)
+    h = situ_f32(g, u)
+    tl.store(out_ptr + row[:, None] * out_rs + cols[None, :], rounded(h, out_ptr.dtype.element_ty, RNE),
+             mask=ok)
 
 
 def moe_situ(sh, *, gu: torch.Tensor, out: torch.Tensor) -> None:
@@ -72,7 +44,10 @@ def moe_situ(sh, *, gu: torch.Tensor, out: torch.Tensor) -> None:
     assert gu.shape == (rows, 2 * inter) and gu.stride(1) == 1 and out.stride(1) == 1
     if rows == 0:
         return
-    block = min(tunables.get("moe.situ.block"), triton.next_power_of_2(inter))
-    _situ_kernel[(rows, cdiv(inter, block))](
-        gu, gu.stride(0), out, out.stride(0), inter, BLOCK=block, RNE=INTERPRET,
-        num_warps=tunables.get("moe.situ.num_warps"))
+    if platform.FEW_PROGRAMS:  # interpreter: the whole batch and width in one program
+        block_r, block = next_pow2(rows), next_pow2(inter)
+    else:
+        block_r, block = 1, min(tunables.get("moe.situ.block"), next_pow2(inter))
+    _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](
+        gu, gu.stride(0), out, out.stride(0), rows, inter, BLOCK=block, BLOCK_R=block_r,
+        RNE=INTERPRET, num_warps=tunables.get("moe.situ.num_warps"))

@@ -1,0 +1,55 @@
+"""Real candidate commits for gate tests: a temporary repository holding this project's kernel
+tree on ``main``, and one branch per candidate with one edit to a kernel source.
+
+Each edit names the exact source text it replaces and fails loudly when that text is gone,
+so a refactor of a kernel cannot silently turn a test into one that checks nothing.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import git
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_repo(tmp: Path, overrides: dict | None = None) -> Path:
+    repo = tmp / "repo"
+    shutil.copytree(ROOT / "kernels", repo / "kernels",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
+    for path, value in (overrides or {}).items():
+        node = cfg
+        *head, last = path.split(".")
+        for h in head:
+            node = node[h]
+        node[last] = value
+    (repo / "kern.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (repo / ".gitignore").write_text("runs/\n__pycache__/\n")
+    r = git.Repo.init(repo, initial_branch="main")
+    with r.config_writer() as c:
+        c.set_value("user", "name", "test")
+        c.set_value("user", "email", "test@kern")
+    r.git.add("-A")
+    r.git.commit("-m", "base")
+    return repo
+
+
+def candidate(repo: Path, branch: str, edits: list[tuple[str, str, str]], message: str | None = None) -> str:
+    """Commit ``edits`` [(path, old, new)] on a new branch from main; return its SHA."""
+    r = git.Repo(repo)
+    r.git.checkout("-q", "-B", branch, "main")
+    for path, old, new in edits:
+        p = repo / path
+        text = p.read_text()
+        if old not in text:
+            raise AssertionError(f"candidate {branch}: {path} no longer contains {old!r}; "
+                                 f"update the test's edit to the kernel's current source")
+        p.write_text(text.replace(old, new, 1))
+    r.git.add("-A")
+    r.git.commit("-m", message or branch)
+    sha = r.head.commit.hexsha
+    r.git.checkout("-q", "main")
+    return sha
