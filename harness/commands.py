@@ -77,7 +77,7 @@ def op_table() -> list[dict]:
     for spec in contracts.OPS.values():
         try:
             doc = (inspect.getdoc(spec.load_roofline()) or "").strip()
-            formula = " ".join(doc.split("\n\n")[0].split()) if doc else "(formula undocumented)"
+            formula = " ".join(doc.split()) if doc else "(formula undocumented)"
         except (ImportError, AttributeError) as e:
             formula = f"(missing: {e})"
         rows.append({
