@@ -20,11 +20,15 @@ cp -r "$ROOT/.carry/.whl" . && source bench/device_env.sh
 echo "commit $(git rev-parse HEAD 2>/dev/null || echo snapshot); $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__)')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 case $phase in
-step)
-  timeout 100 python3 -m pytest -q -p no:cacheprovider tests/kernels -x 2>&1 | tail -4 | tee $OUT/kernel_tests_gpu.txt
-  timeout 420 python3 -m harness.cli step --rows 16,32,64,128,256 --replays 20 --profile-rows 128 --ref-rows 3 \
-    --out $OUT/step_full.json 2>$OUT/step_full.err | tee $OUT/step_full.txt
+kernel-tests)
+  timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/kernels 2>&1 | tail -15 | tee $OUT/kernel_tests_gpu.txt
   ;;
+step|step+gates)
+  timeout 330 python3 -m harness.cli step --rows 16,32,64,128,256 --replays 20 --profile-rows 128 --ref-rows 3 \
+    --out $OUT/step_full.json 2>$OUT/step_full.err | tee $OUT/step_full.txt
+  cp $OUT/step_full.partial.json $OUT/step_full_partial.json 2>/dev/null
+  [ "$phase" = step ] && { ls $OUT; exit 0; }
+  ;&
 gates)
   t0=$(date +%s); timeout 200 python3 -m harness.cli test main --vs main --out $OUT/test_main_vs_main.json | tail -12; echo "wall $(( $(date +%s)-t0 ))s"
   t0=$(date +%s); timeout 240 python3 -m harness.cli test evidence/reordered-sum --vs main --out $OUT/test_reordered.json | tail -14; echo "wall $(( $(date +%s)-t0 ))s"
