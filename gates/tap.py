@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from .fingerprint import raw_hash, value_hash
-from .numerics import compare, poison, unwritten
+from .numerics import INT_POISON, compare, poison, unwritten
 from .session import Side, Spec, environment, log
 
 GUARD = 256  # elements of canary on each side of a guarded output
@@ -56,8 +56,7 @@ def _is_bulk(t, ptrs) -> bool:
 
 
 def _outside_hash(t: torch.Tensor) -> str | None:
-    """Hash of the part of ``t``'s base tensor outside the view (rows past a ``[:rows]``
-    slice): a kernel writing there writes state that is not its own."""
+    """Hash of the part of ``t``'s base tensor outside the view (see ``_outside``)."""
     base = t._base if t._base is not None else None
     if base is None or base.shape[1:] != t.shape[1:] or not base.is_contiguous():
         return None
@@ -111,6 +110,10 @@ class TapHook:
         self.used = 0.0
         self.run_key = run_key
         self.budget_hit = False
+        from .fingerprint import Pending
+
+        self.pending = Pending()
+        self._settled = 0
 
     def __call__(self, spec, site, args, run):
         sh = self.side.shapes
@@ -123,25 +126,29 @@ class TapHook:
             inputs = {k: args[k].clone() for k in spec.inputs
                       if isinstance(args.get(k), torch.Tensor) and not _is_bulk(args[k], self.ptrs)}
             kept = {"inputs": inputs}
-        outside = {k: _outside_hash(args[k]) for k in spec.state}
+        pend = self.pending
+        outside = {k: _outside(args[k], pend) for k in spec.state}
         big_before = {k: args[k].clone() for k in spec.state if _is_big(args[k])} \
             if kept is not None else {}
         run()
         masks = _masks(spec, sh, args)
         entry = {"i": index, "op": spec.name, "site": site, "outputs": {}, "state": {},
-                 "unwritten": {}, "nonfinite": {}, "outside_changed": []}
+                 "unwritten": {}, "nonfinite": {}, "outside": {}}
         for name in spec.outputs:
             t = args[name]
             m = masks.get(name)
-            sel = t if m is None else t[m]
-            entry["outputs"][name] = (raw_hash(sel), value_hash(sel))
-            entry["unwritten"][name] = unwritten(sel)
-            if sel.dtype.is_floating_point:
-                entry["nonfinite"][name] = int(torch.isinf(sel.float()).sum())
+            bad = torch.isnan(t.float()) if t.dtype.is_floating_point else (t == INT_POISON)
+            if m is not None:
+                bad = bad & m.reshape(-1, *([1] * (t.dim() - 1)))
+            t = defined_view(t, m)
+            entry["outputs"][name] = (pend.digest(t), pend.digest(_value(t)))
+            entry["unwritten"][name] = pend.count(bad.sum())
+            if t.dtype.is_floating_point:
+                entry["nonfinite"][name] = pend.count(torch.isinf(t.float()).sum())
         for name in spec.state:
-            entry["state"][name] = (raw_hash(args[name]), value_hash(args[name]))
-            if outside[name] is not None and _outside_hash(args[name]) != outside[name]:
-                entry["outside_changed"].append(name)
+            entry["state"][name] = (pend.digest(args[name]), pend.digest(_value(args[name])))
+            if outside[name] is not None:
+                entry["outside"][name] = (outside[name], _outside(args[name], pend))
         if kept is not None:
             kept["outputs"] = {k: args[k].clone() for k in spec.outputs}
             kept["state"] = {k: args[k].clone() for k in spec.state if not _is_big(args[k])}
@@ -154,6 +161,43 @@ class TapHook:
                 self.store[(self.run_key, index)] = kept
                 entry["kept"] = True
         self.log.add(**entry)
+
+    def settle(self) -> None:
+        """Read every queued digest and count back in one sync and fill in the entries."""
+        vals = self.pending.resolve()
+        for e in self.log.calls[self._settled:]:
+            e["outputs"] = {k: (vals[a], vals[b]) for k, (a, b) in e["outputs"].items()}
+            e["state"] = {k: (vals[a], vals[b]) for k, (a, b) in e["state"].items()}
+            e["unwritten"] = {k: vals[i] for k, i in e["unwritten"].items()}
+            e["nonfinite"] = {k: vals[i] for k, i in e["nonfinite"].items()}
+            e["outside_changed"] = [k for k, (a, b) in e.pop("outside").items() if vals[a] != vals[b]]
+        self._settled = len(self.log.calls)
+
+
+def defined_view(t: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
+    """``t`` with the rows its op does not define set to zero (hashable without the host sync
+    a boolean index costs)."""
+    if m is None:
+        return t
+    m = m.reshape(-1, *([1] * (t.dim() - 1)))
+    return torch.where(m, t, torch.zeros((), dtype=t.dtype, device=t.device))
+
+
+def _value(t: torch.Tensor) -> torch.Tensor:
+    from .fingerprint import value_view
+
+    return value_view(t)
+
+
+def _outside(t: torch.Tensor, pend) -> int | None:
+    """Queued digest of the part of ``t``'s base tensor outside the view (rows past a
+    ``[:rows]`` slice): a kernel writing there writes state that is not its own."""
+    base = t._base if t._base is not None else None
+    if base is None or base.shape[1:] != t.shape[1:] or not base.is_contiguous():
+        return None
+    if t.data_ptr() != base.data_ptr() or t.shape[0] >= base.shape[0]:
+        return None
+    return pend.digest(base[t.shape[0]:])
 
 
 def _is_big(t: torch.Tensor) -> bool:
@@ -215,10 +259,12 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
         if reference_ops:
             hook = ReferenceFor(reference_ops, hook)
         step = side.step(rows, hook=hook)
+        base_hook = hook.inner if reference_ops else hook
         for s in range(steps):
             side.set_inputs(step, s)
             hook.run_key = f"{key}s{s}"
             step.run()
+            base_hook.settle()
             out["logits"][f"{rows}:{s}"] = step.logits.detach().float().cpu().clone()
         side.sync()
         base = hook.inner if reference_ops else hook
@@ -265,6 +311,7 @@ def side_main(opts: dict, device: str, outdir: Path) -> dict:
         record = json.loads((Path(opts["record"]) / "record.json").read_text())
         free = free_pass(side, runs, steps, snap, set(), 0, {})
         torch.save(free.pop("logits"), outdir / "logits_b.pt")
+        free = json.loads(json.dumps(free))  # the same form as A's recording (lists, not tuples)
         result["pass"] = free
         result["same_setup"] = (record["weights_hash"] == result["weights_hash"]
                                 and record["state_hash"] == result["state_hash"])
@@ -319,8 +366,8 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: d
                     poison(args[name])
                 run()
                 masks = _masks(spec, sh, args)
-                same = all(raw_hash(args[n] if masks.get(n) is None else args[n][masks[n]])
-                           == a["outputs"][n][0] for n in spec.outputs)
+                same = all(raw_hash(defined_view(args[n], masks.get(n))) == a["outputs"][n][0]
+                           for n in spec.outputs)
                 same = same and all(raw_hash(args[n]) == a["state"][n][0] for n in spec.state)
                 if not same:
                     state["diverged"] = {"call": i, "why": "an op without a recording differs "

@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
 
     commands.register(sub)
     args = parser.parse_args(argv)
+    import signal
+
+    def terminate(signum, frame):  # a killed kern must take its side processes with it
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
     if not args.verb:
         parser.print_help()
         return 2
