@@ -38,9 +38,9 @@ bench)
   t0=$(date +%s); timeout 280 python3 -m harness.cli bench main --rounds 5 --baseline eager --baseline compile --peers --out $OUT/bench_main.json | tail -25; echo "wall $(( $(date +%s)-t0 ))s"
   ;;
 final)
-  t0=$(date +%s); timeout 330 python3 -m harness.cli bench evidence/extra-work --vs main --baseline eager --baseline compile --peers --out $OUT/bench_ab_extra_work.json | tail -30; echo "bench wall $(( $(date +%s)-t0 ))s"
-  t0=$(date +%s); timeout 120 python3 -m harness.cli test main --vs main --out $OUT/test_main_vs_main.json | grep -v "^…" | tail -12; echo "test wall $(( $(date +%s)-t0 ))s"
-  t0=$(date +%s); timeout 100 python3 -m harness.cli test evidence/reordered-sum --vs main --out $OUT/test_reordered.json | grep -v "^…" | tail -16; echo "test wall $(( $(date +%s)-t0 ))s"
+  t0=$(date +%s); timeout 280 python3 -m harness.cli bench evidence/extra-work --vs main --baseline eager --peers --out $OUT/bench_ab_extra_work.json 2>$OUT/bench.err | tail -30; echo "bench wall $(( $(date +%s)-t0 ))s"
+  t0=$(date +%s); timeout 170 python3 -m harness.cli test main --vs main --out $OUT/test_main_vs_main.json 2>&1 | tail -25; echo "test wall $(( $(date +%s)-t0 ))s"
+  cp -r runs/bench runs/tap/*/*.log $OUT/ 2>/dev/null
   ;;
 loop)
   timeout 560 python3 -m harness.cli loop --ticks ${2:-4} --every 1s --wait-agents 120 --no-live --report 2>&1 | tail -40

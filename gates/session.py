@@ -125,16 +125,14 @@ class Side:
 def save_shared(model, path) -> None:
     """Write the model's tensors as CUDA IPC handles (the writer must stay alive while
     readers use them)."""
-    import io
     from multiprocessing.reduction import ForkingPickler
 
     import torch.multiprocessing  # noqa: F401  registers the CUDA tensor reductions
 
-    buf = io.BytesIO()
-    ForkingPickler(buf, protocol=4).dump(model)
+    data = ForkingPickler.dumps(model, protocol=4)  # bytes; CUDA tensors become IPC handles
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
-        f.write(buf.getvalue())
+        f.write(bytes(data))
     import os
 
     os.replace(tmp, path)
