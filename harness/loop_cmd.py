@@ -129,7 +129,8 @@ def cmd_loop(args) -> int:
         live.start()
     try:
         while True:
-            rep = orch.tick(wait_for_agents=args.wait_agents)
+            last = ticks is not None and n + 1 >= ticks and not args.tick
+            rep = orch.tick(wait_for_agents=args.wait_agents, spawn=not last)
             n += 1
             for num, state, reason in rep.collected:
                 print(f"tick {n}: attempt #{num} {state}{': ' + str(reason) if reason else ''}")

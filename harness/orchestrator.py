@@ -226,7 +226,8 @@ class Orchestrator:
                       quick_test=values["quick_test"], quick_bench=values["quick_bench"], base_sha=base)
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
-        replay_index = sum(1 for a in attempts if a.backend == "replay")
+        # the replay backend's patch: one per replay attempt before this one, in number order
+        replay_index = sum(1 for a in self.led.attempts() if a.backend == "replay" and a.number < number)
         settings = {"agent": cfg["agent"], "context": {"index": replay_index, "seed": number,
                                                        "root": str(ctx.repo.root)}}
         (d / "settings.json").write_text(json.dumps(settings, indent=1))
@@ -243,7 +244,9 @@ class Orchestrator:
         report.spawned.append((number, t.name))
 
     # ------------------------------------------------------------ one tick
-    def tick(self, wait_for_agents: float = 0.0) -> TickReport:
+    def tick(self, wait_for_agents: float = 0.0, spawn: bool = True) -> TickReport:
+        """Collect and judge; then (``spawn``) plan and brief new agents. A final tick of a
+        bounded run passes ``spawn=False`` so it leaves nothing half done."""
         if self.run_id is None:
             self.run_id = self.led.start_run(self.ctx.settings_digest, os.uname().nodename)
         tick_id = self.led.add_tick(self.run_id, [])
@@ -253,10 +256,12 @@ class Orchestrator:
         if stop:
             report.stop = stop
             return report
-        self.plan_and_spawn(tick_id, report)
+        if spawn:
+            self.plan_and_spawn(tick_id, report)
         if wait_for_agents > 0 and report.spawned:
             self.wait_agents([n for n, _ in report.spawned], wait_for_agents)
-        useful = any(s in (L.MERGED, L.ABANDONED) for _, s, _ in report.collected) or report.spawned
+        useful = any(s in (L.MERGED, L.ABANDONED) for _, s, _ in report.collected) or report.spawned \
+            or not spawn
         self.idle_ticks = 0 if useful else self.idle_ticks + 1
         if self.idle_ticks >= int(self.settings["loop"]["stop_after_idle_ticks"]):
             report.stop = f"agents reported nothing left for {self.idle_ticks} ticks"
