@@ -63,6 +63,10 @@ def patch(repo: Path, name: str, edits: list, folder: Path, subject: str) -> Non
     (folder / name).write_text(f"{subject}\n{diff}\n")
 
 
+# loop mechanics, not gate coverage (tests/gates has the awkward sizes): the lightest profile
+LIGHT = {"profiles.cpu.test_rows": [1, 3], "profiles.cpu.buckets": [2], "profiles.cpu.weights": [1]}
+
+
 def context(repo: Path) -> Context:
     settings = load(repo / "kern.yaml")
     cuda = torch.cuda.is_available()
@@ -76,7 +80,7 @@ def replay_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loop")
     patches = tmp / "patches"
     patches.mkdir()
-    repo = make_repo(tmp, {"agent.backend": "replay", "agent.replay_dir": str(patches),
+    repo = make_repo(tmp, {**LIGHT, "agent.backend": "replay", "agent.replay_dir": str(patches),
                            "loop.concurrency": 3, "test.timeout_s": 150})
     slow_base(repo)
     loop_line = "    for _ in range(tunables.get(\"moe.situ.passes\")):  # repeated work\n"
@@ -130,7 +134,7 @@ def test_journey_names_every_result(replay_run):
 
 
 def test_tuner_finds_the_better_setting(tmp_path):
-    repo = make_repo(tmp_path, {"agent.backend": "tuner", "loop.concurrency": 1})
+    repo = make_repo(tmp_path, {**LIGHT, "agent.backend": "tuner", "loop.concurrency": 1})
     slow_base(repo)
     ctx, settings = context(repo)
     orch = Orchestrator(ctx, settings.data)
@@ -142,7 +146,7 @@ def test_tuner_finds_the_better_setting(tmp_path):
 
 
 def test_kill_during_a_gate_resumes_without_loss_or_duplicate(tmp_path):
-    repo = make_repo(tmp_path)
+    repo = make_repo(tmp_path, LIGHT)
     r = git.Repo(repo)
     r.git.checkout("-q", "-b", "cand")
     p = repo / "kernels/k31/kda/core.py"
