@@ -23,6 +23,8 @@ from .sides import run_side
 
 @dataclass
 class TestRequest:
+    __test__ = False  # not a pytest test class despite its name
+
     repo: Path
     rev: str
     base: str

@@ -15,6 +15,15 @@ if not _CUDA:
 
 import pytest
 
+# One fresh seed per test session, drawn by the controller and inherited by pytest-xdist
+# workers (they must collect the same parametrized test ids). Set KERN_TEST_SEED to replay.
+os.environ.setdefault("KERN_TEST_SEED", str(int.from_bytes(os.urandom(4), "little")))
+FRESH_SEED = int(os.environ["KERN_TEST_SEED"])
+
+
+def pytest_report_header(config):
+    return f"kern fresh test seed: KERN_TEST_SEED={FRESH_SEED}"
+
 
 def pytest_collection_modifyitems(config, items):
     if _CUDA:
