@@ -137,6 +137,23 @@ def _progress(console):
     return show
 
 
+def emit(args, res: dict, settings_digest: str, report_lines) -> None:
+    """Print a gate's result (lines, or one JSON object) and write --out; every JSON carries
+    the kern.yaml hash."""
+    from pathlib import Path
+
+    res["kern_yaml_sha256_16"] = settings_digest
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1, default=str))
+    if args.json:
+        print(json.dumps(res, default=str))
+        return
+    for line in report_lines(res):
+        print(line)
+    if args.out:
+        print(f"wrote      {args.out}")
+
+
 def cmd_test(args) -> int:
     from pathlib import Path
 
@@ -153,16 +170,7 @@ def cmd_test(args) -> int:
     except RevisionError as e:
         err.print(f"kern test: {e}")
         return 2
-    res["kern_yaml_sha256_16"] = settings.digest
-    if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1, default=str))
-    if args.json:
-        print(json.dumps(res, default=str))
-    else:
-        for line in report_lines(res):
-            print(line)
-        if args.out:
-            print(f"wrote      {args.out}")
+    emit(args, res, settings.digest, report_lines)
     return res["exit_code"]
 
 
@@ -189,6 +197,8 @@ def cmd_step(args) -> int:
               file=sys.stderr)
         return 1
     r = res.result
+    r["commit"], r["kern_yaml_sha256_16"] = sha, settings.digest
+    out.write_text(json.dumps(r, indent=1, default=str))
     note = "" if cuda else "  (CPU interpreter: mechanics only, not a GPU time)"
     for b, e in r["buckets"].items():
         print(f"rows {int(b):4d}  median {e['median_ms']:9.3f} ms  NaN/Inf {e['nan_or_inf_logits']}  "
@@ -218,14 +228,5 @@ def cmd_bench(args) -> int:
     except RevisionError as e:
         err.print(f"kern bench: {e}")
         return 2
-    res["kern_yaml_sha256_16"] = settings.digest
-    if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1, default=str))
-    if args.json:
-        print(json.dumps(res, default=str))
-    else:
-        for line in report_lines(res):
-            print(line)
-        if args.out:
-            print(f"wrote      {args.out}")
+    emit(args, res, settings.digest, report_lines)
     return 0 if res["outcome"] == "ok" else 1

@@ -200,6 +200,8 @@ def cmd_profile(args) -> int:
     if not res.ok:
         print(f"kern profile: the step ended with {res.kind}; log {res.log_path}", file=sys.stderr)
         return 1
+    res.result["commit"], res.result["kern_yaml_sha256_16"] = sha, settings.digest
+    out.write_text(json.dumps(res.result, indent=1, default=str))
     if args.json:
         print(json.dumps(res.result["profile"], default=str))
         return 0
