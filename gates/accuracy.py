@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from . import checkout, verdict
+from .session import side_spec
 from .sides import run_side
 
 
@@ -39,11 +40,9 @@ def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
 
 
 def tap_spec(req: TestRequest) -> dict:
-    prof, tgt, t = req.profile, req.settings["target"], req.settings["test"]
-    return {"model": prof["model"], "layout": prof["layout"], "seed": tgt["seed"],
-            "weight_sets": tgt["weight_sets"], "context": prof["test_context"],
-            "steps": prof["test_steps"], "rows": list(prof["test_rows"]),
-            "budget_mb": t["snapshot_budget_mb"]}
+    prof = req.profile
+    return side_spec(req.settings, prof, context=prof["test_context"], steps=prof["test_steps"],
+                     rows=list(prof["test_rows"]), budget_mb=req.settings["test"]["snapshot_budget_mb"])
 
 
 def _digest(obj) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import checkout, stats
+from .session import side_spec
 from .sides import Interactive, SideError
 
 BASELINE_TIMEOUT_S = 90  # torch.compile of the reference step may take long; never the whole run
@@ -64,9 +65,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         revs["A"] = checkout.resolve(req.repo, req.base)
     trees = {k: checkout.checkout(req.repo, sha, req.runs_dir) for k, sha in revs.items()}
     per_side = pattern(rounds).count("A") if req.base else rounds
-    spec = {"model": prof["model"], "layout": prof["layout"], "seed": req.settings["target"]["seed"],
-            "weight_sets": req.settings["target"]["weight_sets"], "context": prof["context"],
-            "rows": buckets, "steps": per_side * replays + 8 * len(buckets) + 16}
+    spec = side_spec(req.settings, prof, rows=buckets, steps=per_side * replays + 8 * len(buckets) + 16)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = req.runs_dir / "bench" / f"{stamp}-{revs['B'][:12] if revs['B'] != checkout.WORKTREE else 'worktree'}"
     digests = {k: model_digest(t) for k, t in trees.items()}
@@ -76,15 +75,15 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
               "rounds": rounds, "replays": replays, "buckets": buckets, "weights": weights,
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
     try:
-        side_spec = dict(spec)
+        attach_spec = dict(spec)
         if shared:
             first = "A" if "A" in trees else "B"
             store = Interactive("store", trees[first], spec, work, "store")
             ready = store.read(timeout)
-            side_spec["attach"] = ready["ready"]
+            attach_spec["attach"] = ready["ready"]
             progress(f"store: model built in {ready['build_s']:.0f}s, shared over CUDA IPC")
         for k in sorted(trees):
-            sides[k] = Interactive("bench", trees[k], side_spec, work, f"side{k}")
+            sides[k] = Interactive("bench", trees[k], attach_spec, work, f"side{k}")
         for k, s in sides.items():
             r = s.request({"cmd": "prepare"}, timeout)
             result.setdefault("prepare", {})[k] = {x: r[x] for x in ("capture_s", "build_s")}

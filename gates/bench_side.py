@@ -187,8 +187,6 @@ def side_main(opts: dict, device: str) -> dict:
 
                 reply({"ok": True, "Bps": read_bandwidth(torch.device(device))})
             elif cmd == "peers":
-                from kernels.k31.reference import BF16  # noqa: F401  (tree loaded)
-
                 from .peers import kda_decode
 
                 side = bench.side

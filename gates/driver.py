@@ -76,7 +76,6 @@ def run_mode(opts: dict, device: str, out: Path | None = None) -> dict:
     import torch
 
     from .numerics import unwritten
-    from .profile import Omit, OpClock
     from .session import Side, Spec, environment, log
     from .timing import Timer, read_bandwidth
 
@@ -125,7 +124,7 @@ def run_mode(opts: dict, device: str, out: Path | None = None) -> dict:
         del timer, step
     prow = int(opts.get("profile_rows", 0))
     if prow:
-        result["profile"] = profile(side, prow, OpClock, Omit, Timer, bw, leave_one_out=bool(opts.get("free", True)))
+        result["profile"] = profile(side, prow, bw, leave_one_out=bool(opts.get("free", True)))
         _save(out, result)
     rrow = int(opts.get("ref_rows", 0))
     if rrow:
@@ -204,10 +203,12 @@ def routing_summary(step, sh) -> dict:
             "max_load_per_layer": max_load, "mean_load_per_layer": mean_load}
 
 
-def profile(side, rows: int, OpClock, Omit, Timer, bandwidth, leave_one_out=True) -> dict:
+def profile(side, rows: int, bandwidth, leave_one_out=True) -> dict:
     """Per op row: events around each op in one eager step, roofline floor, and the time saved
     by re-capturing the step without that row."""
+    from .profile import Omit, OpClock
     from .session import log
+    from .timing import Timer
 
     snap = side.rows_snapshot(rows)
     clock = OpClock(side.shapes, side.device)

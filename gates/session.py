@@ -48,6 +48,14 @@ class Spec:
         return Spec(**{k: d[k] for k in Spec.__dataclass_fields__ if k in d})
 
 
+def side_spec(settings: dict, profile: dict, **fields) -> dict:
+    """A side's spec from kern.yaml: the profile's model and layout, the target's seed and
+    weight sets, the profile's context; ``fields`` add or override (rows, steps, ...)."""
+    tgt = settings["target"]
+    return {"model": profile["model"], "layout": profile["layout"], "seed": tgt["seed"],
+            "weight_sets": tgt["weight_sets"], "context": profile["context"], **fields}
+
+
 class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .fingerprint import raw_hash, value_hash
+from .fingerprint import raw_hash
 from .numerics import INT_POISON, compare, poison, unwritten
 from .session import Side, Spec, environment, log
 
@@ -55,14 +55,20 @@ def _is_bulk(t, ptrs) -> bool:
     return t.untyped_storage().data_ptr() in ptrs
 
 
-def _outside_hash(t: torch.Tensor) -> str | None:
-    """Hash of the part of ``t``'s base tensor outside the view (see ``_outside``)."""
-    base = t._base if t._base is not None else None
+def outside_rows(t: torch.Tensor) -> torch.Tensor | None:
+    """The part of ``t``'s base tensor past a ``[:rows]`` view (None when ``t`` is no such
+    view): a kernel writing there writes state that is not its own."""
+    base = t._base
     if base is None or base.shape[1:] != t.shape[1:] or not base.is_contiguous():
         return None
     if t.data_ptr() != base.data_ptr() or t.shape[0] >= base.shape[0]:
         return None
-    return raw_hash(base[t.shape[0]:])
+    return base[t.shape[0]:]
+
+
+def _outside_hash(t: torch.Tensor) -> str | None:
+    rest = outside_rows(t)
+    return None if rest is None else raw_hash(rest)
 
 
 def _masks(spec, sh, args):
@@ -190,14 +196,9 @@ def _value(t: torch.Tensor) -> torch.Tensor:
 
 
 def _outside(t: torch.Tensor, pend) -> int | None:
-    """Queued digest of the part of ``t``'s base tensor outside the view (rows past a
-    ``[:rows]`` slice): a kernel writing there writes state that is not its own."""
-    base = t._base if t._base is not None else None
-    if base is None or base.shape[1:] != t.shape[1:] or not base.is_contiguous():
-        return None
-    if t.data_ptr() != base.data_ptr() or t.shape[0] >= base.shape[0]:
-        return None
-    return pend.digest(base[t.shape[0]:])
+    """Queued digest of ``outside_rows(t)``."""
+    rest = outside_rows(t)
+    return None if rest is None else pend.digest(rest)
 
 
 def _is_big(t: torch.Tensor) -> bool:
@@ -230,9 +231,9 @@ class ReferenceFor:
     kernels (the 'same model, other rounding' band of the touched ops)."""
 
     def __init__(self, names: set, inner):
-        from kernels.k31.dispatch import _as_kernel
+        from kernels.k31.dispatch import as_kernel
 
-        self.names, self.inner, self._as_kernel = names, inner, _as_kernel
+        self.names, self.inner, self._as_kernel = names, inner, as_kernel
         self.log = inner.log
 
     def __call__(self, spec, site, args, run):

@@ -1,7 +1,6 @@
 """Argument parsing of each verb, delegating to the module that does the work."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -155,8 +154,6 @@ def emit(args, res: dict, settings_digest: str, report_lines) -> None:
 
 
 def cmd_test(args) -> int:
-    from pathlib import Path
-
     from rich.console import Console
 
     from gates.accuracy import TestRequest, report_lines, run_test
@@ -178,17 +175,16 @@ def cmd_step(args) -> int:
     from pathlib import Path
 
     from gates import checkout
+    from gates.session import side_spec
     from gates.sides import run_side
 
     repo, settings, prof, cuda, runs = _context(args)
     sha = checkout.resolve(repo, args.rev)
     tree = checkout.checkout(repo, sha, runs)
-    tgt = settings["target"]
     rows = [int(x) for x in args.rows.split(",")] if args.rows else list(prof["buckets"])
-    spec = {"model": prof["model"], "layout": prof["layout"], "seed": tgt["seed"],
-            "weight_sets": tgt["weight_sets"], "context": args.context or prof["context"],
-            "steps": 1, "rows": rows, "replays": args.replays, "profile_rows": args.profile_rows,
-            "ref_rows": args.ref_rows, "state_dtype": args.state_dtype}
+    spec = side_spec(settings.data, prof, context=args.context or prof["context"], steps=1, rows=rows,
+                     replays=args.replays, profile_rows=args.profile_rows, ref_rows=args.ref_rows,
+                     state_dtype=args.state_dtype)
     out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
     res = run_side("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
@@ -212,8 +208,6 @@ def cmd_step(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from pathlib import Path
-
     from rich.console import Console
 
     from gates.bench import BenchRequest, report_lines, run_bench

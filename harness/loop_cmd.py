@@ -181,7 +181,7 @@ def _view(ctx):
 
 def cmd_profile(args) -> int:
     from gates import checkout
-    from gates.profile import DENSE  # noqa: F401
+    from gates.session import side_spec
     from gates.sides import run_side
 
     from .commands import _context
@@ -190,10 +190,8 @@ def cmd_profile(args) -> int:
     sha = checkout.resolve(repo, args.rev)
     tree = checkout.checkout(repo, sha, runs)
     rows = args.rows or (128 if cuda else max(prof["buckets"]))
-    spec = {"model": prof["model"], "layout": prof["layout"], "seed": settings["target"]["seed"],
-            "weight_sets": settings["target"]["weight_sets"], "context": prof["context"],
-            "steps": 1, "rows": [rows], "replays": 10 if cuda else 1, "profile_rows": rows,
-            "free": not args.no_free}
+    spec = side_spec(settings.data, prof, steps=1, rows=[rows], replays=10 if cuda else 1,
+                     profile_rows=rows, free=not args.no_free)
     out = Path(args.out) if args.out else runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
     res = run_side("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))

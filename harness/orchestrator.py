@@ -161,6 +161,7 @@ class Orchestrator:
     def profile(self) -> dict:
         """The latest profile of main (measured once per main commit, under the GPU lock)."""
         from gates import checkout
+        from gates.session import side_spec
         from gates.sides import run_side
 
         sha = self.ctx.repo.main_sha()
@@ -170,9 +171,8 @@ class Orchestrator:
         prof = self.ctx.profile
         rows = 128 if self.ctx.cuda else max(prof["buckets"])
         tree = checkout.checkout(self.ctx.repo.root, sha, self.ctx.runs)
-        spec = {"model": prof["model"], "layout": prof["layout"], "seed": self.settings["target"]["seed"],
-                "weight_sets": self.settings["target"]["weight_sets"], "context": prof["context"],
-                "steps": 1, "rows": [rows], "replays": 5, "profile_rows": rows, "free": False}
+        spec = side_spec(self.settings, prof, steps=1, rows=[rows], replays=5, profile_rows=rows,
+                         free=False)
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
         with gpu_lock(self.ctx.runs):
             res = run_side("run", tree, spec, path, float(self.settings["bench"]["timeout_s"]))

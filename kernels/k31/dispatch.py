@@ -27,7 +27,7 @@ class Ops:
     def implementation(self, name: str) -> Callable:
         if name not in self._impl:
             spec = contracts.op(name)
-            self._impl[name] = spec.load_kernel() if self.mode == "kernel" else _as_kernel(spec)
+            self._impl[name] = spec.load_kernel() if self.mode == "kernel" else as_kernel(spec)
         return self._impl[name]
 
     def __call__(self, name: str, site: str, **args) -> None:
@@ -38,7 +38,7 @@ class Ops:
         self.hook(contracts.op(name), site, args, lambda: impl(self.sh, **args))
 
 
-def _as_kernel(spec: contracts.OpSpec) -> Callable:
+def as_kernel(spec: contracts.OpSpec) -> Callable:
     """Wrap a reference (returns new values) into the kernel convention (writes in place)."""
 
     def run(sh, **args):
