@@ -58,11 +58,14 @@ class OpClock:
 
 
 class Omit:
-    """Leave every op of profile row ``row`` out of the step (its outputs stay as they were)."""
+    """Leave every op of profile row ``row`` out of the step once ``active``; its outputs keep
+    what the last full run wrote. A fresh step's buffers are uninitialised, so run the step
+    once with ``active`` False first: downstream kernels then read valid (stale) values, never
+    garbage indices."""
 
     def __init__(self, row: str):
-        self.row = row
+        self.row, self.active = row, False
 
     def __call__(self, spec, site, args, run):
-        if row_of(spec) != self.row:
+        if not self.active or row_of(spec) != self.row:
             run()
