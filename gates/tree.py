@@ -31,12 +31,6 @@ def open_tree(root: str | Path):
     return root
 
 
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def prepare_interpreter() -> None:
     """Without a GPU the Triton kernels run in the interpreter; set before triton imports."""
     try:

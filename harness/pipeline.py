@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,11 +191,3 @@ def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str
                                     target="", backend=backend, base_sha=base_sha, phase_id=phase)
     ctx.ledger.transition(number, L.JUDGING, commit_sha=rev_sha)
     return number, judge_and_record(ctx, number, rev_sha, base_sha)
-
-
-def host() -> str:
-    return os.uname().nodename
-
-
-def now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S")

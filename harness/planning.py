@@ -61,10 +61,3 @@ def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
             priority=h * decay ** st["failed"], tried=st["failed"]))
     out.sort(key=lambda t: (-t.priority, t.name))
     return out[:slots]
-
-
-def exhausted_everything(profile_ops: dict, journey: list[dict]) -> bool:
-    """True when every profiled target is marked 'nothing left' (a stop condition)."""
-    ex = {a["target"] for a in journey if a["state"] == "not done" and (a.get("estimate_ms") or 0) == 0}
-    merged_after = {a["target"] for a in journey if a["state"] == "merged"}
-    return bool(profile_ops) and all(n in ex and n not in merged_after for n in profile_ops)

@@ -14,12 +14,11 @@ checks every candidate against this module, so it may never be edited by a candi
 """
 from __future__ import annotations
 
-import math
 
 import torch
 
 from .config import Shapes
-from .formats import FP8, fp8_rows, fp8_rows_decode, mxfp4_decode
+from .formats import fp8_rows, fp8_rows_decode, mxfp4_decode
 
 BF16 = torch.bfloat16
 F32 = torch.float32
@@ -328,7 +327,3 @@ def lm_head(sh: Shapes, *, x, w):
     logits = x.float() @ w.float().t()
     top_val, top = logits.max(dim=-1)  # torch returns the first maximal index
     return {"logits": logits, "top_val": top_val, "top_idx": top.long() + sh.vocab_first}
-
-
-def softmax_scale(sh: Shapes) -> float:
-    return 1.0 / math.sqrt(sh.dims.q_head_dim)

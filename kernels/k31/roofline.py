@@ -27,9 +27,6 @@ class Cost:
         return max(self.bytes / bandwidth, self.flops / flop_rate if flop_rate else 0.0)
 
 
-ZERO = Cost(0.0, 0.0)
-
-
 def nbytes(*tensors) -> float:
     """Bytes of the tensors' logical elements (a strided view counts what it views)."""
     return float(sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor)))
