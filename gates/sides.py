@@ -30,8 +30,21 @@ def side_env(extra: dict | None = None) -> dict:
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+    if env.get("TRITON_INTERPRET") == "1" or not _has_cuda():
+        # CPU mode: one thread per side, so parallel sides do not oversubscribe the cores and
+        # time each other's thread contention
+        env.setdefault("OMP_NUM_THREADS", "1")
     env.update(extra or {})
     return env
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
 
 
 @dataclass

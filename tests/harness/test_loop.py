@@ -63,8 +63,11 @@ def patch(repo: Path, name: str, edits: list, folder: Path, subject: str) -> Non
     (folder / name).write_text(f"{subject}\n{diff}\n")
 
 
-# loop mechanics, not gate coverage (tests/gates has the awkward sizes): the lightest profile
-LIGHT = {"profiles.cpu.test_rows": [1, 3], "profiles.cpu.buckets": [2], "profiles.cpu.weights": [1]}
+# loop mechanics, not gate coverage (tests/gates has the awkward sizes): one small bucket, but
+# two rounds of three replays, so a load swing on a shared CI machine cannot make the A-vs-A
+# band swallow a many-fold difference
+LIGHT = {"profiles.cpu.test_rows": [1, 3], "profiles.cpu.buckets": [2], "profiles.cpu.weights": [1],
+         "profiles.cpu.rounds": 2, "profiles.cpu.replays": 3}
 
 
 def context(repo: Path) -> Context:
