@@ -14,7 +14,9 @@ from gates.accuracy import TestRequest, run_test
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs every subprocess-driven test in turn: the A/B timings of the bench
+# and loop tests must not share two cores with other interpreter processes
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subprocess-gates")]
 
 COMBINE = "kernels/k31/moe/combine.py"
 CASES = {

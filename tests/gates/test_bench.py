@@ -7,7 +7,9 @@ from gates.bench import BenchRequest, report_lines, run_bench
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs every subprocess-driven test in turn: the A/B timings of the bench
+# and loop tests must not share two cores with other interpreter processes
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subprocess-gates")]
 SITU = "kernels/k31/moe/situ.py"
 LAUNCH = "    _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](\n"
 LIGHT = {"profiles.cpu.buckets": [2], "profiles.cpu.weights": [1], "profiles.cpu.replays": 3}

@@ -28,7 +28,9 @@ from harness.settings import load
 from harness.worktrees import Repo
 from tests.gates.candidates import ROOT, make_repo
 
-pytestmark = pytest.mark.slow
+# one xdist worker runs every subprocess-driven test in turn: the A/B timings of the bench
+# and loop tests must not share two cores with other interpreter processes
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subprocess-gates")]
 SITU = "kernels/k31/moe/situ.py"
 SITU_TUNABLES = "kernels/k31/moe/tunables.py"
 LAUNCH = "    _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](\n"
