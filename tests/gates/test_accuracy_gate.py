@@ -43,7 +43,7 @@ SETTINGS = {"profiles.cpu.test_rows": [1, 3, 8, 17], "profiles.cpu.test_steps": 
             "test.timeout_s": 150}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once even when xdist interleaves other tests
 def verdicts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gate")
     repo = make_repo(tmp, SETTINGS)

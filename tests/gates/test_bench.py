@@ -15,7 +15,7 @@ LAUNCH = "    _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](\n"
 LIGHT = {"profiles.cpu.buckets": [2], "profiles.cpu.weights": [1], "profiles.cpu.replays": 3}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once even when xdist interleaves other tests
 def repo(tmp_path_factory):
     return make_repo(tmp_path_factory.mktemp("bench"), LIGHT)
 

@@ -80,7 +80,7 @@ def context(repo: Path) -> Context:
                    progress=lambda m: None, settings_digest=settings.digest), settings
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once even when xdist interleaves other tests
 def replay_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loop")
     patches = tmp / "patches"
