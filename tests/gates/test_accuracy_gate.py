@@ -14,9 +14,9 @@ from gates.accuracy import TestRequest, run_test
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 
-# one xdist worker runs every subprocess-driven test in turn: the A/B timings of the bench
-# and loop tests must not share two cores with other interpreter processes
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subprocess-gates")]
+# slow: run serially after the unit tests (.ci/run), so the A/B timings of the bench and
+# loop tests never share the two cores with other interpreter processes
+pytestmark = pytest.mark.slow
 
 COMBINE = "kernels/k31/moe/combine.py"
 CASES = {
@@ -43,7 +43,7 @@ SETTINGS = {"profiles.cpu.test_rows": [1, 3, 8, 17], "profiles.cpu.test_steps": 
             "test.timeout_s": 150}
 
 
-@pytest.fixture(scope="session")  # built once even when xdist interleaves other tests
+@pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gate")
     repo = make_repo(tmp, SETTINGS)

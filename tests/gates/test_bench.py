@@ -7,15 +7,15 @@ from gates.bench import BenchRequest, report_lines, run_bench
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 
-# one xdist worker runs every subprocess-driven test in turn: the A/B timings of the bench
-# and loop tests must not share two cores with other interpreter processes
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subprocess-gates")]
+# slow: run serially after the unit tests (.ci/run), so the A/B timings of the bench and
+# loop tests never share the two cores with other interpreter processes
+pytestmark = pytest.mark.slow
 SITU = "kernels/k31/moe/situ.py"
 LAUNCH = "    _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](\n"
 LIGHT = {"profiles.cpu.buckets": [2], "profiles.cpu.weights": [1], "profiles.cpu.replays": 3}
 
 
-@pytest.fixture(scope="session")  # built once even when xdist interleaves other tests
+@pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     return make_repo(tmp_path_factory.mktemp("bench"), LIGHT)
 

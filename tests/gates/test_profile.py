@@ -7,9 +7,9 @@ import pytest
 from gates.driver import profile
 from gates.session import Side, Spec
 
-# one xdist worker runs every subprocess-driven test in turn: the A/B timings of the bench
-# and loop tests must not share two cores with other interpreter processes
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subprocess-gates")]
+# slow: run serially after the unit tests (.ci/run), so the A/B timings of the bench and
+# loop tests never share the two cores with other interpreter processes
+pytestmark = pytest.mark.slow
 
 
 def test_every_op_row_has_time_cost_and_a_leave_one_out_column(device):

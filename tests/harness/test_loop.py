@@ -28,9 +28,9 @@ from harness.settings import load
 from harness.worktrees import Repo
 from tests.gates.candidates import ROOT, make_repo
 
-# one xdist worker runs every subprocess-driven test in turn: the A/B timings of the bench
-# and loop tests must not share two cores with other interpreter processes
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("subprocess-gates")]
+# slow: run serially after the unit tests (.ci/run), so the A/B timings of the bench and
+# loop tests never share the two cores with other interpreter processes
+pytestmark = pytest.mark.slow
 SITU = "kernels/k31/moe/situ.py"
 SITU_TUNABLES = "kernels/k31/moe/tunables.py"
 LAUNCH = "    _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](\n"
@@ -80,7 +80,7 @@ def context(repo: Path) -> Context:
                    progress=lambda m: None, settings_digest=settings.digest), settings
 
 
-@pytest.fixture(scope="session")  # built once even when xdist interleaves other tests
+@pytest.fixture(scope="module")
 def replay_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("loop")
     patches = tmp / "patches"
