@@ -5,8 +5,12 @@ run the step eagerly with every op's outputs poisoned first; after each op call 
 outputs (raw bytes and values, over the rows it defines), its state views and the part of
 each state tensor outside the view, and count unwritten elements. For the ops the diff
 touches, also keep full copies (activation inputs, outputs, state after) up to a snapshot
-budget. Save every step's logits. Then run everything again from the restored state (the
-noise floor: is A reproducible?).
+budget. Save every step's logits.
+
+Role ``noise`` (side A again, only when B is not bit-identical to the recording: a
+bit-identical candidate never pays for it): everything again from the restored state (the
+noise floor: is A reproducible?), then once more with the touched ops on the protected
+reference (the band).
 
 Role ``replay`` (side B, the candidate): the same free run (hashes and logits: bit identity
 and end to end); if anything differs, a pinned pass where every recorded call of A gets A's
@@ -147,12 +151,12 @@ class TapHook:
             if m is not None:
                 bad = bad & m.reshape(-1, *([1] * (t.dim() - 1)))
             t = defined_view(t, m)
-            entry["outputs"][name] = (pend.digest(t), pend.digest(_value(t)))
+            entry["outputs"][name] = pend.digests(t)
             entry["unwritten"][name] = pend.count(bad.sum())
             if t.dtype.is_floating_point:
                 entry["nonfinite"][name] = pend.count(torch.isinf(t.float()).sum())
         for name in spec.state:
-            entry["state"][name] = (pend.digest(args[name]), pend.digest(_value(args[name])))
+            entry["state"][name] = pend.digests(args[name])
             if outside[name] is not None:
                 entry["outside"][name] = (outside[name], _outside(args[name], pend))
         if kept is not None:
@@ -187,12 +191,6 @@ def defined_view(t: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
         return t
     m = m.reshape(-1, *([1] * (t.dim() - 1)))
     return torch.where(m, t, torch.zeros((), dtype=t.dtype, device=t.device))
-
-
-def _value(t: torch.Tensor) -> torch.Tensor:
-    from .fingerprint import value_view
-
-    return value_view(t)
 
 
 def _outside(t: torch.Tensor, pend) -> int | None:
@@ -295,11 +293,14 @@ def side_main(opts: dict, device: str, outdir: Path) -> dict:
         torch.save(first.pop("logits"), outdir / "logits_a.pt")
         torch.save(store, outdir / "kept_a.pt")
         result["pass"] = first
+    elif role == "noise":
+        # asked for only when B is not bit-identical to the recording: A again from the
+        # restored state (is A reproducible?), then the band
         repeat = free_pass(side, runs, steps, snap, set(), 0, {})
         torch.save(repeat.pop("logits"), outdir / "logits_a2.pt")
         result["repeat"] = repeat
         # the band: A with the touched ops on the reference (all ops when unknown)
-        ref_ops = keep if keep is not None else None
+        ref_ops = None if opts.get("touched") is None else set(opts["touched"])
         if ref_ops is None:
             from kernels.k31 import contracts
 

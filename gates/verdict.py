@@ -210,7 +210,7 @@ def _breaks(name: str, d: dict, tol: dict) -> str | None:
 
 # ------------------------------------------------------------------ judge
 def judge(ev: dict, th: dict) -> Verdict:
-    """``ev``: outcome_b, outcome_a, protected_changed, same_setup, tap (tap_diff),
+    """``ev``: outcome_b, outcome_a, outcome_noise, protected_changed, same_setup, tap (tap_diff),
     logits (logit_stats B vs A), noise (logit_stats A vs A2), noise_tap (tap_diff A vs A2),
     local (local_summary). ``th``: kern.yaml's test section."""
     r: list[str] = []
@@ -231,6 +231,12 @@ def judge(ev: dict, th: dict) -> Verdict:
     r += local["defects"][:8]
     if lg["nonfinite_rows"]:
         r.append(f"{lg['nonfinite_rows']} logits rows with NaN/Inf")
+    noise_outcome = ev.get("outcome_noise", "not needed")
+    if noise_outcome not in ("ok", "not needed"):
+        if r:
+            return Verdict("FAIL", r)
+        # without A's repeat and band, a difference cannot be weighed: the environment acts
+        return Verdict("INCONCLUSIVE", [f"the base side's noise passes did not finish: {noise_outcome}"])
     band = ev.get("band")  # A with the touched ops on the reference: the model's own sensitivity
     band_kl = band["kl_max"] if band else 0.0
     kl_limit = max(th["kl_fail"], th["band_factor"] * band_kl)

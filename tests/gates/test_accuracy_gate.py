@@ -72,6 +72,8 @@ def test_identical_tree_is_bit_identical(verdicts):
     r = verdicts["identical"]
     assert r["verdict"] == "PASS bit-identical", _why(r)
     assert r["evidence"]["tap"]["calls"] > 100
+    # a bit-identical candidate never pays for A's repeat and band passes
+    assert r["evidence"]["outcome_noise"] == "not needed" and "noise" not in r["evidence"]
 
 
 def test_reordered_reduction_passes_on_evidence_or_noise(verdicts):
@@ -79,6 +81,7 @@ def test_reordered_reduction_passes_on_evidence_or_noise(verdicts):
     assert r["verdict"] in ("PASS logit evidence", "PASS within noise floor"), _why(r)
     local = r["evidence"]["local"]["ops"]
     assert "mla.index_logits" in local and local["mla.index_logits"]["differing"] > 0
+    assert r["evidence"]["outcome_noise"] == "ok" and r["evidence"]["band"]["rows"] > 0
 
 
 def test_dropped_decay_fails_against_the_reference(verdicts):
