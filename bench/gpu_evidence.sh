@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # GPU evidence in as few device calls as possible. Usage (on the device, from the repo root
 # copy that carried .carry/): bash bench/gpu_evidence.sh PHASE
-#   step   - kernel tests on the GPU, kern step at every bucket (profile at 128, reference at 3)
-#   gates  - kern test main vs main and vs evidence/reordered-sum; kern bench main (+ baselines,
-#            peers, per-round CV) and evidence/extra-work vs main
-#   loop   - kern loop with the tuner backend
+#   kernel-tests - the kernel tests on the GPU
+#   step   - kern step at every bucket (profile at 128, reference at 3)
+#   gates  - kern test main vs main and vs evidence/reordered-sum (wall times); kern bench
+#            evidence/extra-work vs main with the eager baseline and the fla-core peer
+#   bench  - kern bench main five times (CV), kern profile at 128 rows, the compile baseline
+#   loop   - kern loop with the tuner backend on reduced settings (see the phase)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
@@ -23,29 +25,44 @@ case $phase in
 kernel-tests)
   timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/kernels 2>&1 | tail -15 | tee $OUT/kernel_tests_gpu.txt
   ;;
-step|step+gates)
+step)
   timeout 330 python3 -m harness.cli step --rows 16,32,64,128,256 --replays 20 --profile-rows 128 --ref-rows 3 \
     --out $OUT/step_full.json 2>$OUT/step_full.err | tee $OUT/step_full.txt
   cp $OUT/step_full.partial.json $OUT/step_full_partial.json 2>/dev/null
-  [ "$phase" = step ] && { ls $OUT; exit 0; }
-  ;&
-gates)
-  t0=$(date +%s); timeout 200 python3 -m harness.cli test main --vs main --out $OUT/test_main_vs_main.json | tail -12; echo "wall $(( $(date +%s)-t0 ))s"
-  t0=$(date +%s); timeout 240 python3 -m harness.cli test evidence/reordered-sum --vs main --out $OUT/test_reordered.json | tail -14; echo "wall $(( $(date +%s)-t0 ))s"
   ;;
-bench)
-  t0=$(date +%s); timeout 280 python3 -m harness.cli bench evidence/extra-work --vs main --out $OUT/bench_extra_work.json | tail -20; echo "wall $(( $(date +%s)-t0 ))s"
-  t0=$(date +%s); timeout 280 python3 -m harness.cli bench main --rounds 5 --baseline eager --baseline compile --peers --out $OUT/bench_main.json | tail -25; echo "wall $(( $(date +%s)-t0 ))s"
+gates)  # issue 3 (test bar and evidence) and issue 4 (A/B with ~2 % extra work, eager, peers)
+  for rev in main evidence/reordered-sum; do
+    t0=$(date +%s); timeout 200 python3 -m harness.cli test $rev --vs main --out $OUT/test_${rev//\//_}.json 2>$OUT/test_${rev//\//_}.err | tail -16
+    echo "kern test $rev --vs main: wall $(( $(date +%s)-t0 ))s"
+  done
+  t0=$(date +%s); timeout 280 python3 -m harness.cli bench evidence/extra-work --vs main --baseline eager --peers \
+    --out $OUT/bench_ab_extra_work.json 2>$OUT/bench_ab.err | tail -30; echo "kern bench A/B: wall $(( $(date +%s)-t0 ))s"
+  cp -r runs/tap/*.log runs/tap/*/*.log $OUT/ 2>/dev/null
   ;;
-final)
-  t0=$(date +%s); timeout 280 python3 -m harness.cli bench evidence/extra-work --vs main --baseline eager --peers --out $OUT/bench_ab_extra_work.json 2>$OUT/bench.err | tail -30; echo "bench wall $(( $(date +%s)-t0 ))s"
-  t0=$(date +%s); timeout 170 python3 -m harness.cli test main --vs main --out $OUT/test_main_vs_main.json 2>&1 | tail -25; echo "test wall $(( $(date +%s)-t0 ))s"
-  cp -r runs/bench runs/tap/*/*.log $OUT/ 2>/dev/null
+bench)  # issue 4: the same commit benched 5 times, the profile table, the compile baseline
+  for i in 1 2 3 4 5; do
+    t0=$(date +%s); timeout 100 python3 -m harness.cli bench main --rounds 2 --out $OUT/bench_main_$i.json 2>>$OUT/bench_main.err | tail -1
+    echo "run $i wall $(( $(date +%s)-t0 ))s"
+  done
+  t0=$(date +%s); timeout 150 python3 -m harness.cli profile main --rows 128 --out $OUT/profile_128.json 2>$OUT/profile.err | tail -40
+  echo "kern profile: wall $(( $(date +%s)-t0 ))s"
+  t0=$(date +%s); timeout ${2:-200} python3 -m harness.cli bench main --rounds 1 --baseline compile \
+    --out $OUT/bench_compile.json 2>$OUT/bench_compile.err | tail -12; echo "compile baseline: wall $(( $(date +%s)-t0 ))s"
   ;;
-loop)
-  timeout 560 python3 -m harness.cli loop --ticks ${2:-4} --every 1s --wait-agents 120 --no-live --report 2>&1 | tail -40
-  python3 -m harness.cli report --format json --out $OUT/loop_journey.json; python3 -m harness.cli report --format html --out $OUT/loop_journey.html
-  python3 -m harness.cli report > $OUT/loop_journey.md
+loop)  # issue 5: the tuner loop on reduced settings (written into this clone's kern.yaml, committed)
+  python3 - <<'PY'
+import yaml, pathlib
+p = pathlib.Path("kern.yaml"); c = yaml.safe_load(p.read_text()); g = c["profiles"]["gpu"]
+g.update(buckets=[16, 128], weights=[1, 1], context=32768, test_rows=[1, 3, 17], test_steps=1,
+         rounds=1, replays=10)
+c["loop"]["concurrency"] = 2
+p.write_text(yaml.safe_dump(c, sort_keys=False))
+PY
+  git commit -qam "bench: reduced GPU settings for the device loop evidence" && git diff HEAD~1 | tee $OUT/loop_settings.diff
+  timeout ${2:-520} python3 -m harness.cli loop --ticks ${3:-3} --every 1s --wait-agents 150 --no-live --report 2>&1 | tail -40
+  python3 -m harness.cli report --format json --out $OUT/loop_journey.json
+  python3 -m harness.cli report --format html --out $OUT/loop_journey.html
+  python3 -m harness.cli report > $OUT/loop_journey.md; python3 -m harness.cli status > $OUT/loop_status.txt
   ;;
 esac
 cp -r runs/step $OUT/ 2>/dev/null; ls $OUT

@@ -17,7 +17,9 @@ from . import checkout, stats
 from .session import side_spec
 from .sides import Interactive, SideError
 
-BASELINE_TIMEOUT_S = 90  # torch.compile of the reference step may take long; never the whole run
+# per request (one bucket): the reference step is slow, and compiling it slower still; a
+# baseline that runs past this is reported as stopped, never a failed bench
+BASELINE_TIMEOUT_S = {"eager": 90, "compile": 240}
 MODEL_FILES = ("config.py", "formats.py", "synthetic.py", "weights.py", "state.py", "model.py",
                "workload/__init__.py")
 
@@ -46,6 +48,7 @@ class BenchRequest:
     rounds: int | None = None
     replays: int | None = None
     peers: bool = False
+    alternate: bool | None = None  # sides in alternating processes; None: when they cannot share
 
 
 def pattern(rounds: int) -> list[str]:
@@ -70,59 +73,69 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
     work = req.runs_dir / "bench" / f"{stamp}-{revs['B'][:12] if revs['B'] != checkout.WORKTREE else 'worktree'}"
     digests = {k: model_digest(t) for k, t in trees.items()}
     shared = req.cuda and len(set(digests.values())) == 1
+    # two sides that cannot share one model (their layouts differ) would each need most of the
+    # GPU: then only one side process lives at a time and they alternate, visit by visit
+    alternate = req.alternate if req.alternate is not None else (req.cuda and not shared)
+    alternate = alternate and len(trees) > 1
+    order = pattern(rounds) if req.base else ["B"] * rounds
+    last_visit = {k: max(i for i, x in enumerate(order) if x == k) for k in set(order)}
+    extra_key = "A" if "A" in trees else "B"  # main's tree when there is one
     store, sides = None, {}
+    opened = {k: 0 for k in trees}
     result = {"revs": revs, "digests": digests, "shared_model": shared, "spec": spec,
-              "rounds": rounds, "replays": replays, "buckets": buckets, "weights": weights,
+              "alternating": alternate, "rounds": rounds, "replays": replays, "buckets": buckets,
+              "weights": weights, "verify": {}, "prepare": {},
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
+    attach_spec = dict(spec)
+
+    def open_side(k: str) -> Interactive:
+        if k in sides:
+            return sides[k]
+        if alternate:
+            for other in list(sides):
+                sides.pop(other).close()
+        label = f"side{k}" + (f"-{opened[k]}" if opened[k] else "")
+        opened[k] += 1
+        s = sides[k] = Interactive("bench", trees[k], attach_spec, work, label)
+        r = s.request({"cmd": "prepare"}, timeout)
+        result["prepare"].setdefault(k, []).append({x: r[x] for x in ("capture_s", "build_s")})
+        result["environment"] = r["environment"]
+        result["workload"] = r["workload"]
+        progress(f"side {k}: ready (build {r['build_s']:.0f}s, capture {r['capture_s']:.0f}s)"
+                 + (f", process {opened[k]} (sides alternate)" if alternate else ""))
+        return s
+
     try:
-        attach_spec = dict(spec)
         if shared:
             first = "A" if "A" in trees else "B"
             store = Interactive("store", trees[first], spec, work, "store")
             ready = store.read(timeout)
             attach_spec["attach"] = ready["ready"]
             progress(f"store: model built in {ready['build_s']:.0f}s, shared over CUDA IPC")
-        for k in sorted(trees):
-            sides[k] = Interactive("bench", trees[k], attach_spec, work, f"side{k}")
-        for k, s in sides.items():
-            r = s.request({"cmd": "prepare"}, timeout)
-            result.setdefault("prepare", {})[k] = {x: r[x] for x in ("capture_s", "build_s")}
-            result["environment"] = r["environment"]
-            result["workload"] = r["workload"]
-            progress(f"side {k}: ready (build {r['build_s']:.0f}s, capture {r['capture_s']:.0f}s)")
+        if not alternate:
+            for k in sorted(trees):
+                open_side(k)
         if req.cuda:  # the read ceiling, measured on this card at the start of the run
-            result["bandwidth"] = {"Bps": sides["B"].request({"cmd": "bandwidth"}, timeout)["Bps"]}
-        samples = {k: {b: [] for b in buckets} for k in sides}
-        blocks = {k: [] for k in sides}  # per visit: {bucket: [ms]}
-        checks = {k: [] for k in sides}
-        order = pattern(rounds) if req.base else ["B"] * rounds
+            result["bandwidth"] = {"Bps": open_side(order[0]).request({"cmd": "bandwidth"}, timeout)["Bps"]}
+        samples = {k: {b: [] for b in buckets} for k in trees}
+        blocks = {k: [] for k in trees}  # per visit: {bucket: [ms]}
+        checks = {k: [] for k in trees}
         for i, k in enumerate(order):
+            side = open_side(k)
             visit = {}
             for b in buckets:
-                r = sides[k].request({"cmd": "time", "bucket": b, "n": replays}, timeout)
+                r = side.request({"cmd": "time", "bucket": b, "n": replays}, timeout)
                 samples[k][b] += r["times"]
                 visit[b] = r["times"]
                 checks[k].append({"bucket": b, **r["checks"]})
             blocks[k].append(visit)
             progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
-        result["verify"] = {k: {b: s.request({"cmd": "verify", "bucket": b}, timeout) for b in buckets}
-                            for k, s in sides.items()}
-        if req.cuda:
-            cost_side = sides["A" if "A" in sides else "B"]
-            result["cost"] = {b: cost_side.request({"cmd": "cost", "bucket": b}, timeout) for b in buckets}
+            if i == last_visit[k]:  # the side's untimed work, while its process still lives
+                result["verify"][k] = {b: side.request({"cmd": "verify", "bucket": b}, timeout)
+                                       for b in buckets}
+                if k == extra_key:
+                    _extras(req, side, buckets, timeout, result)
         result["outcome"] = "ok"
-        extra_side = sides["A" if "A" in sides else "B"]  # main's tree when there is one
-        try:
-            if req.peers and req.cuda:
-                result["peers"] = extra_side.request({"cmd": "peers"}, timeout)
-            base_buckets = [buckets[0], buckets[len(buckets) // 2]] if len(buckets) > 2 else buckets
-            for kind in req.baselines:  # the reference step is slow: the smallest and middle buckets
-                per = result.setdefault("baselines", {}).setdefault(kind, {})
-                for b in base_buckets:
-                    per[b] = extra_side.request({"cmd": "baseline", "kind": kind, "bucket": b,
-                                                 "n": 3 if req.cuda else 1}, BASELINE_TIMEOUT_S)
-        except SideError as e:  # a baseline or peer that fails or hangs is a result, not a failed bench
-            result["extras_error"] = str(e)
     except SideError as e:
         result["outcome"] = e.kind
         result["error"] = str(e)
@@ -132,6 +145,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
             s.close()
         if store:
             store.close()
+    result["processes"] = opened
     result["wall_s"] = time.monotonic() - t0
     if result["outcome"] == "ok":
         result["samples"] = samples
@@ -140,6 +154,23 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                                      buckets, weights)
     result["work_dir"] = str(work)
     return result
+
+
+def _extras(req: BenchRequest, side: Interactive, buckets, timeout, result) -> None:
+    """Roofline cost, peers and baselines, on main's side (untimed by the A/B)."""
+    if req.cuda:
+        result["cost"] = {b: side.request({"cmd": "cost", "bucket": b}, timeout) for b in buckets}
+    try:
+        if req.peers and req.cuda:
+            result["peers"] = side.request({"cmd": "peers"}, timeout)
+        base_buckets = [buckets[0], buckets[len(buckets) // 2]] if len(buckets) > 2 else buckets
+        for kind in req.baselines:  # the reference step is slow: the smallest and middle buckets
+            per = result.setdefault("baselines", {}).setdefault(kind, {})
+            for b in base_buckets:
+                per[b] = side.request({"cmd": "baseline", "kind": kind, "bucket": b,
+                                       "n": 3 if req.cuda else 1}, BASELINE_TIMEOUT_S[kind])
+    except SideError as e:  # a baseline or peer that fails or hangs is a result, not a failed bench
+        result["extras_error"] = str(e)
 
 
 def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
@@ -172,13 +203,19 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
     return out
 
 
+def _processes(res: dict) -> str:
+    return ", ".join(f"{k} {n}" for k, n in sorted((res.get("processes") or {}).items()))
+
+
 def report_lines(res: dict) -> list[str]:
     lines = []
     if res.get("cpu_note"):
         lines.append(f"note       {res['cpu_note']}")
     env = res.get("environment") or {}
     lines.append(f"machine    {env.get('gpu') or 'CPU'}; torch {env.get('torch')}, triton {env.get('triton')}; "
-                 f"model {'shared over CUDA IPC' if res['shared_model'] else 'built per side'}")
+                 f"model {'shared over CUDA IPC' if res['shared_model'] else 'built per side'}"
+                 + (f"; sides alternate, one process at a time ({_processes(res)})"
+                    if res.get("alternating") else ""))
     if res["outcome"] != "ok":
         lines.append(f"FAILED     {res['outcome']}: {res.get('error')} (log {res.get('log')})")
         return lines

@@ -35,11 +35,16 @@ def register(sub) -> None:
     p.add_argument("rev", nargs="?", default="WORKTREE", help="revision to score (default: the work tree)")
     p.add_argument("--vs", default=None, dest="base", help="A/B against this base (e.g. main)")
     p.add_argument("--baseline", action="append", default=[], choices=("eager", "compile"),
-                   help="also time the step on the reference ops (eager) or torch.compile of it")
+                   help="also time the step on the reference ops (eager), or with each reference op "
+                        "compiled by torch.compile (compile); printed as ratios to the tree's step")
     p.add_argument("--peers", action="store_true",
                    help="also time peer libraries at the same shapes (KDA decode vs fla-core)")
-    p.add_argument("--rounds", type=int, default=None)
-    p.add_argument("--replays", type=int, default=None)
+    p.add_argument("--alternate", action="store_true", default=None,
+                   help="run the two sides one process at a time, alternating (automatic on a GPU "
+                        "when their protected model code differs, so they cannot share one model)")
+    p.add_argument("--rounds", type=int, default=None, help="A B B A rounds (default: kern.yaml)")
+    p.add_argument("--replays", type=int, default=None,
+                   help="timed replays per bucket per visit (default: kern.yaml)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_bench)
@@ -217,7 +222,8 @@ def cmd_bench(args) -> int:
     err = Console(stderr=True)
     try:
         res = run_bench(BenchRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
-                                     tuple(args.baseline), args.rounds, args.replays, args.peers),
+                                     tuple(args.baseline), args.rounds, args.replays, args.peers,
+                                     args.alternate),
                         progress=lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False))
     except RevisionError as e:
         err.print(f"kern bench: {e}")

@@ -20,10 +20,11 @@ def repo(tmp_path_factory):
     return make_repo(tmp_path_factory.mktemp("bench"), LIGHT)
 
 
-def _bench(repo, rev):
+def _bench(repo, rev, alternate=None):
     s = load(repo / "kern.yaml")
     return run_bench(BenchRequest(repo, rev, "main", s.data, s.profile(torch.cuda.is_available()),
-                                  repo / "runs", torch.cuda.is_available()), progress=lambda m: None)
+                                  repo / "runs", torch.cuda.is_available(), alternate=alternate),
+                     progress=lambda m: None)
 
 
 def test_added_work_is_slower_and_guarded(repo):
@@ -38,9 +39,13 @@ def test_added_work_is_slower_and_guarded(repo):
     assert b["graph_matches_eager"] and not b["failed_checks"]
 
 
-def test_identical_revisions_are_within_noise(repo):
+def test_identical_revisions_are_within_noise_in_alternating_processes(repo):
+    """Sides that cannot share one model take turns: A | B B | A, one process alive at a time."""
     sha = candidate(repo, "same", [(SITU, "def moe_situ(", "# no instruction changed\ndef moe_situ(")])
-    res = _bench(repo, sha)
+    res = _bench(repo, sha, alternate=True)
     assert res["outcome"] == "ok", res.get("error")
+    assert res["alternating"] and res["processes"] == {"A": 2, "B": 1}
+    assert len(res["prepare"]["A"]) == 2 and set(res["verify"]) == {"A", "B"}
+    assert "sides alternate" in report_lines(res)[1]
     assert res["analysis"]["ab"]["classification"] == "within noise", report_lines(res)
     assert res["cpu_note"] and "not GPU" in report_lines(res)[0].replace("never GPU", "not GPU")
