@@ -39,13 +39,22 @@ gates)  # issue 3 (test bar and evidence) and issue 4 (A/B with ~2 % extra work,
     --out $OUT/bench_ab_extra_work.json 2>$OUT/bench_ab.err | tail -30; echo "kern bench A/B: wall $(( $(date +%s)-t0 ))s"
   cp -r runs/tap/*.log runs/tap/*/*.log $OUT/ 2>/dev/null
   ;;
-bench)  # issue 4: the same commit benched 5 times, the profile table, the compile baseline
+bench)  # issue 4: the same commit benched 5 times, the profile table; issue 3: kern test warm
+  mkdir -p /tmp/runs5
   for i in 1 2 3 4 5; do
-    t0=$(date +%s); timeout 100 python3 -m harness.cli bench main --rounds 2 --out $OUT/bench_main_$i.json 2>>$OUT/bench_main.err | tail -1
-    echo "run $i wall $(( $(date +%s)-t0 ))s"
+    t0=$(date +%s); timeout 100 python3 -m harness.cli bench main --rounds 2 --out /tmp/runs5/bench_main_$i.json 2>>$OUT/phase.err | tail -1
+    echo "bench run $i wall $(( $(date +%s)-t0 ))s"
   done
-  t0=$(date +%s); timeout 150 python3 -m harness.cli profile main --rows 128 --out $OUT/profile_128.json 2>$OUT/profile.err | tail -40
+  tar -czf $OUT/bench_main_runs.tgz -C /tmp/runs5 .
+  rm -rf runs/tap  # A records again, with the Triton cache warm (a loop's steady state)
+  for rev in main evidence/reordered-sum; do
+    t0=$(date +%s); timeout 200 python3 -m harness.cli test $rev --vs main --out $OUT/test_${rev//\//_}.json 2>>$OUT/phase.err | tail -16
+    echo "kern test $rev --vs main (warm): wall $(( $(date +%s)-t0 ))s"
+  done
+  t0=$(date +%s); timeout 150 python3 -m harness.cli profile main --rows 128 --out $OUT/profile_128.json 2>>$OUT/phase.err | tail -40
   echo "kern profile: wall $(( $(date +%s)-t0 ))s"
+  ;;
+compile)  # issue 4: the compile baseline
   t0=$(date +%s); timeout ${2:-200} python3 -m harness.cli bench main --rounds 1 --baseline compile \
     --out $OUT/bench_compile.json 2>$OUT/bench_compile.err | tail -12; echo "compile baseline: wall $(( $(date +%s)-t0 ))s"
   ;;
