@@ -141,6 +141,7 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
             return _finish(ctx, number, Outcome("merged", None, {"decision": "merge"}), rev_sha)
         led.update(number, base_sha=base_sha, commit_sha=rev_sha)
         sc, test, bench = judge(ctx, rev_sha, base_sha)
+        _record_baseline(ctx, base_sha, bench)
         out = decide_outcome(sc, test, bench)
         if out.state != "merged":
             return _finish(ctx, number, out, rev_sha)
@@ -161,6 +162,20 @@ def _record_score(ctx: Context, sha: str, bench: dict) -> None:
     an = bench["analysis"]["sides"]["B"]
     phase = ctx.ledger.phase(phase_definition(ctx))
     ctx.ledger.record_score(phase, sha, an["score"], {str(b): v["median"] for b, v in an["buckets"].items()})
+
+
+def _record_baseline(ctx: Context, base_sha: str, bench: dict | None) -> None:
+    """Main's score at ``base_sha`` from an A/B's A side, when the phase has none for it yet
+    (a run with no merge still shows where main stands; after a merge B's score is recorded)."""
+    sides = ((bench or {}).get("analysis") or {}).get("sides") or {}
+    if "A" not in sides:
+        return
+    phase = ctx.ledger.phase(phase_definition(ctx))
+    latest = ctx.ledger.latest_score(phase)
+    if latest is None or latest.sha != base_sha:
+        a = sides["A"]
+        ctx.ledger.record_score(phase, base_sha, a["score"],
+                                {str(b): v["median"] for b, v in a["buckets"].items()})
 
 
 def _finish(ctx: Context, number: int, out: Outcome, sha: str) -> Outcome:

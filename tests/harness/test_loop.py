@@ -126,6 +126,9 @@ def test_main_moved_once_and_carries_the_verdict(replay_run):
     assert ctx.repo.main_sha() == merged[0].commit_sha
     note = json.loads(ctx.repo.note(merged[0].commit_sha))
     assert note["state"] == "merged" and note["accuracy"].startswith("PASS")
+    # main's score: its A-side baseline before the merge, then the merged commit's
+    shas = [s.sha for s in ctx.ledger.scores()]
+    assert shas[0] == merged[0].base_sha and merged[0].commit_sha in shas, shas
     assert not any(p.name.startswith("attempt-") for p in (repo / "runs" / "worktrees").iterdir())
 
 
