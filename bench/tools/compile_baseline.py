@@ -1,0 +1,24 @@
+"""Device one-off: the tree's step vs the step with each reference op under torch.compile, at one
+bucket, printing a JSON line per stage (so a time limit keeps what finished)."""
+import json
+import sys
+import time
+
+import torch
+
+from gates.bench_side import Bench
+from gates.session import side_spec
+from gates.timing import Timer
+from harness.settings import load
+
+rows = int(sys.argv[1]) if len(sys.argv) > 1 else 16
+s = load("kern.yaml")
+prof = s.profile(True)
+b = Bench(side_spec(s.data, prof, rows=[rows], steps=64), "cuda")
+t0 = time.monotonic()
+print(json.dumps({"stage": "prepare", **{k: v for k, v in b.prepare().items() if k != "workload"},
+                  "s": time.monotonic() - t0}, default=str), flush=True)
+tree = b.time(rows, 10)
+print(json.dumps({"stage": "tree", "rows": rows, "times": tree["times"], "checks": tree["checks"]}), flush=True)
+r = b.baseline("compile", rows, 3)
+print(json.dumps({"stage": "compile", "rows": rows, **r, "torch": torch.__version__}), flush=True)
