@@ -63,10 +63,16 @@ def combine(results: list[dict], layout: str, backend: str) -> dict:
     world = len(results)
     out = dict(results[0])
     n = int(layout[2:]) if layout.startswith("tp") else world
+    if world == 1:
+        note = (f"one process computes rank 0's share of the {n}-rank layout; the collectives "
+                f"are the identity") if n > 1 else "one process computes the whole model"
+    elif n > world:
+        note = (f"each of {world} processes computes its rank's share of the {n}-rank layout; "
+                f"the collectives span the {world} processes")
+    else:
+        note = f"the model split over {world} processes"
     out["ranks"] = {"world": world, "layout": layout, "backend": backend, "emulated": n > world,
-                    "note": (f"each of {world} processes computes its rank's share of the {n}-rank "
-                             f"layout; collectives span the {world} processes") if n > world else
-                            f"the model split over {world} processes"}
+                    "note": note}
     buckets = {}
     for b, e0 in results[0]["buckets"].items():
         entries = [r["buckets"][b] for r in results]
@@ -228,8 +234,8 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         return Outcome(False, f"error (rank {missing[0]} of {world} wrote no result)", 0, wall,
                        None, tails[missing[0]], logs[missing[0]])
     results = [json.loads(rank_out(out, r).read_text()) for r in range(world)]
-    backend = "nccl" if str(results[0].get("environment", {}).get("device", "")).startswith(
-        "cuda") else "gloo"
+    device = str(results[0].get("environment", {}).get("device", ""))
+    backend = "none" if world == 1 else "nccl" if device.startswith("cuda") else "gloo"
     return Outcome(True, "ok", 0, wall, combine(results, spec["layout"], backend), tails[0],
                    logs[0])
 
