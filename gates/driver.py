@@ -40,8 +40,16 @@ def main(argv=None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    rank = 0
+    if int(spec.get("world", 1)) > 1:
+        if args.mode != "run":
+            raise SystemExit(f"gates.driver: several ranks (world {spec['world']}) run only in "
+                             f"'run' mode (kern step --gpus), not in {args.mode!r}")
+        from .ranks import join
+
+        rank, device = join(device, float(spec.get("collective_timeout_s", 600)))
     if args.mode == "run":
-        result = run_mode(spec, device, out)
+        result = run_mode(spec, device, out, rank)
     elif args.mode == "tap":
         from . import tap
 
@@ -53,6 +61,10 @@ def main(argv=None) -> int:
 
         result = bench_side.side_main(spec, device)
     out.write_text(json.dumps(result, indent=1, default=str))
+    if rank or int(spec.get("world", 1)) > 1:
+        from .ranks import leave
+
+        leave()
     return 0
 
 
@@ -72,7 +84,7 @@ def store_mode(opts: dict, device: str, out: Path) -> dict:
     return {"shared": str(path), "build_s": side.build_s}
 
 
-def run_mode(opts: dict, device: str, out: Path | None = None) -> dict:
+def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0) -> dict:
     import torch
 
     from .numerics import unwritten
@@ -80,7 +92,7 @@ def run_mode(opts: dict, device: str, out: Path | None = None) -> dict:
     from .timing import Timer, read_bandwidth
 
     spec = Spec.from_dict(opts)
-    side = Side(spec, device)
+    side = Side(spec, device, rank=rank)
     dev = side.device
     result = {"environment": environment(dev), "spec": opts, "build_s": side.build_s,
               "weights_gib": side.model.weights.nbytes() / 2**30,
@@ -104,6 +116,8 @@ def run_mode(opts: dict, device: str, out: Path | None = None) -> dict:
                  "logits_std": float(step.logits.float().std()),
                  "residual_rms": float(step.x.float().pow(2).mean().sqrt())}
         entry["routing"] = routing_summary(step, side.shapes)
+        if spec.world > 1:
+            entry.update(rank_digests(side, step))
         timer = Timer(step.run, dev)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
@@ -181,6 +195,25 @@ def op_error(side, rows: int) -> dict:
     step.run()
     side.restore_rows(snap)
     return dict(sorted(worst.items(), key=lambda kv: -kv[1]["rel_rms"]))
+
+
+def rank_digests(side, step) -> dict:
+    """Hashes that every rank of a multi-process step must share: what is replicated (final
+    hidden state, residual snapshots and partial, top values, next tokens) and the gathered
+    logits."""
+    import hashlib
+
+    import torch
+
+    def sha(*tensors) -> str:
+        h = hashlib.sha256()
+        for t in tensors:
+            h.update(t.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    logits = side.comm.gather_shares(step.logits)
+    return {"replicated_sha": sha(step.x, step.snaps, step.partial, step.top_val, step.next_token),
+            "logits_sha": sha(logits)}
 
 
 def routing_summary(step, sh) -> dict:

@@ -42,6 +42,7 @@ class Spec:
     steps: int
     rows: list  # batch sizes this side will run
     state_dtype: str = "bf16"
+    world: int = 1  # processes, one per rank (gates/ranks.py starts them)
 
     @staticmethod
     def from_dict(d: dict) -> "Spec":
@@ -59,14 +60,18 @@ def side_spec(settings: dict, profile: dict, **fields) -> dict:
 class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 
-    def __init__(self, spec: Spec, device: str, hook=None, attach: str | None = None):
+    def __init__(self, spec: Spec, device: str, hook=None, attach: str | None = None,
+                 rank: int = 0):
         from kernels.k31 import model as kmodel
+        from kernels.k31.collectives import Distributed, Identity
         from kernels.k31.config import Dims, Layout
         from kernels.k31.workload import Workload
 
         self.spec, self.device = spec, torch.device(device)
         self.dims = Dims.named(spec.model, kda_state_dtype=spec.state_dtype)
-        self.layout = Layout.named(spec.layout)
+        self.layout = Layout.named(spec.layout, rank=rank, world=spec.world)
+        # world > 1: the process group is up (gates.ranks.join) and this process is `rank`
+        self.comm = Distributed(self.layout) if spec.world > 1 else Identity()
         self.max_rows = max(spec.rows)
         self.workload = Workload(self.dims.vocab, self.max_rows, spec.context, spec.steps + 8,
                                  spec.seed)
@@ -75,7 +80,8 @@ class Side:
             log(f"attaching to the shared model of {attach}")
             self.model = load_shared(attach)
         else:
-            log(f"building {spec.model} model, layout {spec.layout}, {self.max_rows} rows, "
+            log(f"building {spec.model} model, layout {spec.layout} rank {rank} of world "
+                f"{spec.world}, {self.max_rows} rows, "
                 f"context {spec.context} on {self.device}")
             self.model = kmodel.build_model(
                 self.dims, self.layout, rows=self.max_rows, max_position=self.workload.max_position,
@@ -93,7 +99,7 @@ class Side:
         from kernels.k31.dispatch import Ops
         from kernels.k31.step import DecodeStep
 
-        return DecodeStep(self.model, rows, Ops(self.shapes, mode, hook))
+        return DecodeStep(self.model, rows, Ops(self.shapes, mode, hook), self.comm)
 
     def set_inputs(self, step, index: int) -> None:
         """Workload step ``index`` for the first ``step.rows`` requests."""

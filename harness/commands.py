@@ -63,6 +63,13 @@ def register(sub) -> None:
     p.add_argument("--profile-rows", type=int, default=0)
     p.add_argument("--ref-rows", type=int, default=0)
     p.add_argument("--state-dtype", default="bf16", choices=("bf16", "f32"))
+    p.add_argument("--gpus", type=int, default=None,
+                   help="run the step as this many processes, one per rank (1, 2, 4, 8; gloo on "
+                        "the CPU, NCCL on GPUs): the model split TP/DCP/EP over them; a bucket's "
+                        "time is the slowest rank's")
+    p.add_argument("--emulate", type=int, default=None,
+                   help="with --gpus W: each process computes its rank's share of this larger "
+                        "layout (8: the published TP8+DCP8 / EP2xTP4), collectives over W processes")
     p.add_argument("--out", default=None, help="write the result JSON here")
     p.set_defaults(func=cmd_step)
 
@@ -184,6 +191,21 @@ def cmd_step(args) -> int:
     from gates.sides import run_side
 
     repo, settings, prof, cuda, runs = _context(args)
+    ranks = None
+    if args.gpus is not None or args.emulate is not None:
+        from gates import ranks
+
+        try:
+            layout = ranks.layout_name(args.gpus or 1, args.emulate)
+        except ranks.RanksError as e:
+            print(f"kern step: {e}", file=sys.stderr)
+            return 2
+        import torch
+
+        if cuda and torch.cuda.device_count() < (args.gpus or 1):
+            print(f"kern step: --gpus {args.gpus} needs {args.gpus} GPUs, this machine has "
+                  f"{torch.cuda.device_count()}", file=sys.stderr)
+            return 2
     sha = checkout.resolve(repo, args.rev)
     tree = checkout.checkout(repo, sha, runs)
     rows = [int(x) for x in args.rows.split(",")] if args.rows else list(prof["buckets"])
@@ -191,8 +213,13 @@ def cmd_step(args) -> int:
                      replays=args.replays, profile_rows=args.profile_rows, ref_rows=args.ref_rows,
                      state_dtype=args.state_dtype)
     out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
-    res = run_side("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
-                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
+    timeout = float(settings["bench"]["timeout_s"])
+    show = lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr)  # noqa: E731
+    if ranks is not None:
+        spec.update(layout=layout, world=args.gpus or 1)
+        res = ranks.launch("run", tree, spec, out, timeout, progress=show)
+    else:
+        res = run_side("run", tree, spec, out, timeout, progress=show)
     if not res.ok:
         print(f"kern step: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
               file=sys.stderr)
@@ -201,14 +228,28 @@ def cmd_step(args) -> int:
     r["commit"], r["kern_yaml_sha256_16"] = sha, settings.digest
     out.write_text(json.dumps(r, indent=1, default=str))
     note = "" if cuda else "  (CPU interpreter: mechanics only, not a GPU time)"
+    if "ranks" in r:
+        rk = r["ranks"]
+        print(f"ranks {rk['world']} ({rk['backend']}), layout {rk['layout']}: {rk['note']}; "
+              f"a bucket's time is the slowest rank's")
     for b, e in r["buckets"].items():
+        extra = ""
+        if "ranks_agree" in e:
+            extra = (f"  slowest rank {e['slowest_rank']}  ranks agree "
+                     f"{'yes' if e['ranks_agree'] else 'NO'}")
         print(f"rows {int(b):4d}  median {e['median_ms']:9.3f} ms  NaN/Inf {e['nan_or_inf_logits']}  "
-              f"experts touched/layer {e['routing']['touched_mean']:.0f}{note}")
+              f"experts touched/layer {e['routing']['touched_mean']:.0f}{extra}{note}")
     if "reference_error" in r:
         re_ = r["reference_error"]
         print(f"reference  rows {re_['rows']}: logits rel RMS {re_['logits_rel_rms']:.3g}, KL max "
               f"{re_['kl_max']:.3g}, argmax agreement {re_['argmax_agreement']:.3f}")
     print(f"wrote {out}")
+    disagree = [b for b, e in r["buckets"].items() if e.get("ranks_agree") is False]
+    if disagree:
+        print(f"kern step: the ranks ended with different replicated bytes at rows "
+              f"{', '.join(disagree)}: a collective is not deterministic across ranks",
+              file=sys.stderr)
+        return 1
     return 0
 
 

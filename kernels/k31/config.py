@@ -160,8 +160,11 @@ class Layout:
     ``tp``: attention heads, dense intermediates and vocabulary split by rank.
     ``cp``: decode context parallel; token ``t`` of every request lives on rank ``t % cp``.
     ``ep`` x ``etp``: experts split into ``ep`` groups, each expert's intermediate into ``etp``.
-    ``world``: processes that really exist. When ``world == 1`` but the layout has more ranks,
-    this process computes ``rank``'s shapes and every cross-rank sum is the identity.
+    ``world``: processes that really exist; process ``p`` computes rank ``p``. When ``world``
+    equals the rank count the model is really split. When it is smaller (emulation), each
+    process computes its rank's shapes of the larger layout, so per-rank cost matches that
+    deployment, and the collectives span the ``world`` processes (at ``world == 1`` every
+    cross-rank sum is the identity).
     """
 
     tp: int = 1
@@ -202,8 +205,11 @@ class Layout:
                 f"cp={self.cp} ep={self.ep} etp={self.etp}")
         if not 0 <= self.rank < self.tp:
             raise ConfigError(f"layout: rank must lie in [0, {self.tp}), got {self.rank}")
-        if self.world not in (1, self.tp):
-            raise ConfigError(f"layout: world must be 1 (emulated) or {self.tp}, got {self.world}")
+        if self.world < 1 or self.tp % self.world:
+            raise ConfigError(f"layout: world must divide the rank count {self.tp} (equal to it, "
+                              f"or fewer processes emulating it), got {self.world}")
+        if self.world > 1 and self.rank >= self.world:
+            raise ConfigError(f"layout: process ranks lie in [0, {self.world}), got {self.rank}")
         return self
 
     @staticmethod

@@ -1,7 +1,10 @@
 """The K3.1 decode step of one rank: all layers in the published order, one token per row.
 
 ``DecodeStep(model, rows, ops, comm)`` owns static buffers for ``rows`` rows, so ``run()``
-allocates nothing, never syncs with the host and can be captured as one CUDA graph.
+never syncs with the host and can be captured as one CUDA graph (its ops allocate nothing; the
+multi-process collectives take temporaries from torch's caching allocator, which a graph keeps).
+``comm`` is ``collectives.Identity`` (one process) or ``collectives.Distributed`` (one process per
+rank); every rank ends the step with the same residual stream and the same ``next_token``.
 Inputs (filled by the caller before each run): ``tokens [rows] int64``, ``pos [rows] int32``
 (the absolute position of the token being decoded; the caches hold positions ``< pos``).
 Outputs: ``logits [rows, vocab_r] f32``, ``top_val``, ``next_token [rows] int64`` and
@@ -11,6 +14,7 @@ Order of one layer ``l`` (sublayers share the attention-residual stream)::
 
     x = mix(...)                 # residual.mix: add the previous sublayer, mix, RMSNorm
     attention(l, x)              # KDA or MLA -> o_proj -> all_reduce
+                                 # (MLA: gather_heads -> sparse_decode -> merge_attention)
     x = mix(...)
     mlp(l, x)                    # dense MLP (layer 0) or latent MoE + shared experts
 then ``x = mix(final)`` -> ``lm_head.argmax`` -> ``comm.argmax``.
@@ -75,6 +79,15 @@ class DecodeStep:
         self.idx = buf(rows, d.idx_topk, dtype=torch.int32)
         self.o_lat = buf(rows, sh.mla_heads, d.kv_lora, dtype=torch.float32)
         self.lse = buf(rows, sh.mla_heads, dtype=torch.float32)
+        # the decode attends every rank's heads over this rank's tokens (see collectives.py);
+        # in one process those are its own heads, and the buffers are the same tensors
+        if self.comm.world == 1:
+            self.q_all, self.o_part, self.lse_part = self.q_full, self.o_lat, self.lse
+        else:
+            heads = self.comm.world * sh.mla_heads
+            self.q_all = buf(rows, heads, d.cache_row)
+            self.o_part = buf(rows, heads, d.kv_lora, dtype=torch.float32)
+            self.lse_part = buf(rows, heads, dtype=torch.float32)
         self.mla_o = buf(rows, sh.mla_inner)
         # MoE and the dense MLP
         self.router_logits = buf(rows, d.n_experts)
@@ -166,6 +179,7 @@ class DecodeStep:
         q_idx = self.q_b[:, nq:].view(rows, d.idx_heads, d.idx_dim)
         self.ops("mla.absorb", f"L{layer}.mla.absorb", qb=qb, w_uk=mw.w_uk, pos=self.pos,
                  q_full=self.q_full)
+        self.comm.gather_heads(self.q_full, self.q_all)
         self.ops("mla.index_logits", f"L{layer}.mla.index_logits", q_idx=q_idx,
                  w_idx=self.mla_in[:, e:e + d.idx_heads], idx_cache=st.idx_cache[layer],
                  idx_scale=st.idx_scale[layer], block_table=bt, ctx_len=self.ctx_len,
@@ -173,10 +187,10 @@ class DecodeStep:
         self.ops("mla.topk", f"L{layer}.mla.topk", logits=self.idx_logits, ctx_len=self.ctx_len,
                  idx=self.idx)
         self.comm.select_topk(self.idx, self.idx_logits)
-        self.ops("mla.sparse_decode", f"L{layer}.mla.sparse_decode", q_full=self.q_full,
+        self.ops("mla.sparse_decode", f"L{layer}.mla.sparse_decode", q_full=self.q_all,
                  kv_cache=st.kv_cache[layer], kv_scale=st.kv_scale[layer], block_table=bt,
-                 idx=self.idx, o_lat=self.o_lat, lse=self.lse)
-        self.comm.merge_attention(self.o_lat, self.lse)
+                 idx=self.idx, o_lat=self.o_part, lse=self.lse_part)
+        self.comm.merge_attention(self.o_part, self.lse_part, self.o_lat, self.lse)
         self.ops("mla.vup_gate", f"L{layer}.mla.vup_gate", o_lat=self.o_lat, w_uv=mw.w_uv,
                  gate=self.mla_in[:, b:c], o=self.mla_o)
         self._linear("mla.o_proj", self.mla_o, mw.o_proj, self.attn_out)
