@@ -115,9 +115,14 @@ def cmd_loop(args) -> int:
         print(e, file=sys.stderr)
         return 3
     orch = Orchestrator(ctx, settings.data)
-    requeued = orch.resume()
-    if requeued:
-        print(f"resumed: re-queued attempts {requeued} left judging by a stopped loop")
+    resumed = orch.resume()
+    if resumed.requeued:
+        print(f"resumed: re-queued attempts {resumed.requeued} left judging by a stopped loop")
+    if resumed.stranded:
+        print(f"resumed: attempts {resumed.stranded} never got their agent (the loop stopped "
+              f"while starting them): recorded as crashed")
+    if resumed.notes:
+        print(f"resumed: restored the git notes of attempts {resumed.notes}")
     every = parse_duration(args.every or settings["loop"]["every"]) or 0.0
     ticks = 1 if args.tick else args.ticks
     n = 0

@@ -3,8 +3,9 @@ the latest profile and the journey, render briefs and spawn agents.
 
 State lives in the ledger and in ``runs/attempts/<n>/`` (brief, proposal, agent log), so a
 loop killed at any point resumes: an attempt left ``judging`` is re-queued and judged again
-(a commit already on main is recorded, never merged twice); an agent that finished while no
-loop ran is collected at the next tick; one still running keeps running.
+(a commit already on main is recorded, never merged twice); an attempt whose agent never
+started is recorded as crashed; a git note not yet written is restored; an agent that finished
+while no loop ran is collected at the next tick; one still running keeps running.
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import faults
 from . import ledger as L
 from . import planning
 from .agents.base import Brief, Proposal
-from .pipeline import Context, gpu_lock, judge_and_record, phase_definition
+from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = HARNESS_ROOT / "prompts"
@@ -30,6 +32,13 @@ PROMPTS = HARNESS_ROOT / "prompts"
 
 class LoopLocked(RuntimeError):
     """Another kern loop holds this repository."""
+
+
+@dataclass
+class Resumed:
+    requeued: list = field(default_factory=list)  # judging -> queued: judged again
+    stranded: list = field(default_factory=list)  # queued, agent never started -> crashed
+    notes: list = field(default_factory=list)  # final attempts whose git note was restored
 
 
 @dataclass
@@ -94,13 +103,32 @@ class Orchestrator:
         self.started = time.monotonic()
 
     # ------------------------------------------------------------ resume
-    def resume(self) -> list[int]:
-        """Attempts a killed loop left in flight: judging -> queued (judged again)."""
-        requeued = []
+    def resume(self) -> Resumed:
+        """What a killed loop left behind: attempts judging are re-queued (judged again; a
+        commit already on main is recorded, never merged twice), attempts queued whose agent
+        never started are recorded as crashed, and final attempts whose git note was not yet
+        written get it."""
+        done = Resumed()
         for a in self.led.attempts(states=[L.JUDGING]):
             self.led.transition(a.number, L.QUEUED, reason="re-queued after a restart")
-            requeued.append(a.number)
-        return requeued
+            done.requeued.append(a.number)
+        for a in self.led.attempts(states=[L.QUEUED]):
+            if not a.commit_sha:  # the loop died between creating the attempt and its agent
+                self.led.transition(a.number, L.CRASHED, reason="the loop stopped before this "
+                                    "attempt's agent started; nothing was judged")
+                self.ctx.repo.close_attempt(a.number, self.ctx.runs)
+                done.stranded.append(a.number)
+        noted = self.ctx.repo.noted()
+        for a in self.led.attempts(states=L.FINAL):
+            if a.commit_sha and a.commit_sha != a.base_sha and a.commit_sha not in noted:
+                try:
+                    self.ctx.repo.add_note(a.commit_sha, note_for(a))
+                except Exception as e:  # noqa: BLE001 - a commit gc'd since: evidence lost, not state
+                    self.ctx.progress(f"attempt #{a.number}: note not restored: {e}")
+                    continue
+                noted.add(a.commit_sha)
+                done.notes.append(a.number)
+        return done
 
     # ------------------------------------------------------------ collect + judge
     def collect(self, report: TickReport) -> None:
@@ -231,6 +259,7 @@ class Orchestrator:
         settings = {"agent": cfg["agent"], "context": {"index": replay_index, "seed": number,
                                                        "root": str(ctx.repo.root)}}
         (d / "settings.json").write_text(json.dumps(settings, indent=1))
+        faults.point("spawn")
         with open(d / "agent.log", "w") as log:
             # the agent may see API keys; gate subprocesses never do (gates/sides.py)
             proc = subprocess.Popen(
@@ -238,7 +267,7 @@ class Orchestrator:
                  "--worktree", str(wt), "--settings", str(d / "settings.json"),
                  "--out", str(d / "proposal.json")],
                 cwd=HARNESS_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "PYTHONPATH": str(HARNESS_ROOT)})
+                env={**faults.without(os.environ), "PYTHONPATH": str(HARNESS_ROOT)})
         (d / "agent.pid").write_text(str(proc.pid))
         self.led.transition(number, L.RUNNING)
         report.spawned.append((number, t.name))

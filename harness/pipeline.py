@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gates import stats
 
+from . import faults
 from . import ledger as L
 from . import scope
 from .worktrees import Repo
@@ -111,6 +112,7 @@ def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
     from gates.accuracy import TestRequest, run_test
     from gates.bench import BenchRequest, run_bench
 
+    faults.point("scope")
     commits = ctx.repo.commits_since(base_sha, rev_sha)
     sc = scope.check(commits=len(commits.shas), paths=commits.paths,
                      changed_lines=commits.changed_lines, editable=ctx.settings["editable"],
@@ -118,12 +120,14 @@ def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
     if not sc.ok:
         return sc, None, None
     with gpu_lock(ctx.runs):
+        faults.point("test")
         ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
         test = run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
                                     ctx.runs, ctx.cuda))
         ctx.progress(f"accuracy: {test['verdict']}")
         if not test["verdict"].startswith("PASS"):
             return sc, test, None
+        faults.point("bench")
         ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
         bench = run_bench(BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
                                        ctx.profile, ctx.runs, ctx.cuda),
@@ -136,19 +140,28 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
     """Judge attempt ``number`` and bring it to a final state; merge when it wins."""
     led, repo = ctx.ledger, ctx.repo
     for _ in range(max_rebases + 1):
-        if repo.git.git.merge_base(repo.main_sha(), rev_sha) == rev_sha:
+        if merged_unrecorded(led.attempt(number), rev_sha, repo.git.git.merge_base(repo.main_sha(), rev_sha)):
             # killed after moving main but before recording it: record, never merge twice
-            return _finish(ctx, number, Outcome("merged", None, {"decision": "merge"}), rev_sha)
-        led.update(number, base_sha=base_sha, commit_sha=rev_sha)
+            return _record_found_merge(ctx, number, rev_sha)
+        # a decision taken before a rebase no longer holds
+        led.update(number, base_sha=base_sha, commit_sha=rev_sha, decision=None)
         sc, test, bench = judge(ctx, rev_sha, base_sha)
         _record_baseline(ctx, base_sha, bench)
+        faults.point("decision")
         out = decide_outcome(sc, test, bench)
         if out.state != "merged":
-            return _finish(ctx, number, out, rev_sha)
+            # no commit: the tip is the base, whose note belongs to whoever made main
+            return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
+        # the evidence reaches the ledger before main moves, so a loop killed between the
+        # merge and its record finds the decision and the numbers on resume
+        led.update(number, **out.fields)
         main = repo.main_sha()
-        if main == base_sha and repo.fast_forward_main(rev_sha):
-            _record_score(ctx, rev_sha, bench)
-            return _finish(ctx, number, out, rev_sha)
+        if main == base_sha:
+            faults.point("merge")
+            if repo.fast_forward_main(rev_sha):
+                faults.point("ledger")
+                _record_score(ctx, rev_sha, out.fields["medians_b"])
+                return _finish(ctx, number, out, rev_sha)
         # main moved while judging: rebase and judge again against the new main
         ok, tip = repo.rebase(number, main, ctx.runs)
         if not ok:
@@ -158,10 +171,29 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
     return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": "main kept moving"}}), rev_sha)
 
 
-def _record_score(ctx: Context, sha: str, bench: dict) -> None:
-    an = bench["analysis"]["sides"]["B"]
+def merged_unrecorded(attempt: L.Attempt, rev_sha: str, merge_base: str) -> bool:
+    """Pure: main holds ``rev_sha`` because this attempt merged it and was killed before the
+    ledger said so. The recorded decision is required: a tip already on main for any other
+    reason (an agent that never committed leaves its tip at the base) is judged, not merged."""
+    return attempt.decision == "merge" and attempt.commit_sha == rev_sha and merge_base == rev_sha
+
+
+def _record_found_merge(ctx: Context, number: int, sha: str) -> Outcome:
+    a = ctx.ledger.attempt(number)
+    if a.medians_b:
+        _record_score(ctx, sha, a.medians_b)
+    return _finish(ctx, number, Outcome("merged", None, {"decision": "merge"}), sha)
+
+
+def _record_score(ctx: Context, sha: str, medians_b: dict) -> None:
+    """Main's score at ``sha``: the weighted mean of B's per-bucket medians, as the scorer
+    computed it; once per commit, also when a resumed loop records a merge it finds."""
     phase = ctx.ledger.phase(phase_definition(ctx))
-    ctx.ledger.record_score(phase, sha, an["score"], {str(b): v["median"] for b, v in an["buckets"].items()})
+    if any(s.sha == sha for s in ctx.ledger.scores(phase)):
+        return
+    p = ctx.profile
+    score = stats.score({int(b): v for b, v in medians_b.items()}, p["buckets"], p["weights"])
+    ctx.ledger.record_score(phase, sha, score, dict(medians_b))
 
 
 def _record_baseline(ctx: Context, base_sha: str, bench: dict | None) -> None:
@@ -178,19 +210,25 @@ def _record_baseline(ctx: Context, base_sha: str, bench: dict | None) -> None:
                                 {str(b): v["median"] for b, v in a["buckets"].items()})
 
 
-def _finish(ctx: Context, number: int, out: Outcome, sha: str) -> Outcome:
+def note_for(a: L.Attempt) -> str:
+    """Pure: the git note (``refs/notes/kern``) an attempt leaves on its commit."""
+    verdict = ((a.gate or {}).get("accuracy") or {}).get("verdict", "")
+    return json.dumps({"attempt": a.number, "state": a.state, "reason": a.reason,
+                       "accuracy": verdict, "delta_ms": a.delta_ms, "ci": [a.ci_low, a.ci_high]})
+
+
+def _finish(ctx: Context, number: int, out: Outcome, sha: str, note: bool = True) -> Outcome:
     led = ctx.ledger
     fields = dict(out.fields)
     if out.state == "merged":
         fields["commit_sha"] = sha
     led.transition(number, out.state, reason=out.reason, **fields)
-    verdict = (fields.get("gate") or {}).get("accuracy", {}).get("verdict", "")
-    note = {"attempt": number, "state": out.state, "reason": out.reason, "accuracy": verdict,
-            "delta_ms": fields.get("delta_ms"), "ci": [fields.get("ci_low"), fields.get("ci_high")]}
-    try:
-        ctx.repo.add_note(sha, json.dumps(note))
-    except Exception as e:  # noqa: BLE001 - a note is evidence, not a decision
-        ctx.progress(f"note on {sha[:10]} failed: {e}")
+    faults.point("notes")
+    if note:
+        try:
+            ctx.repo.add_note(sha, note_for(led.attempt(number)))
+        except Exception as e:  # noqa: BLE001 - a note is evidence, not a decision
+            ctx.progress(f"note on {sha[:10]} failed: {e}")
     ctx.progress(f"attempt #{number}: {out.state}{': ' + out.reason if out.reason else ''}")
     return out
 

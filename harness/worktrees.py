@@ -115,6 +115,14 @@ class Repo:
     def add_note(self, sha: str, text: str) -> None:
         self.git.git.notes("--ref", NOTES_REF, "add", "-f", "-m", text, sha)
 
+    def noted(self) -> set[str]:
+        """The commits that carry a kern note (one git call, however many there are)."""
+        try:
+            out = self.git.git.notes("--ref", NOTES_REF, "list")
+        except git.GitCommandError:
+            return set()
+        return {line.split()[1] for line in out.splitlines() if len(line.split()) == 2}
+
     def note(self, sha: str) -> str | None:
         try:
             return self.git.git.notes("--ref", NOTES_REF, "show", sha)

@@ -37,6 +37,22 @@ def make_repo(tmp: Path, overrides: dict | None = None) -> Path:
     return repo
 
 
+def context(repo: Path):
+    """(the loop's Context, the settings) on ``repo``: its kern.yaml, its ledger, silent."""
+    import torch
+
+    from harness import ledger as L
+    from harness.pipeline import Context
+    from harness.settings import load
+    from harness.worktrees import Repo
+
+    settings = load(repo / "kern.yaml")
+    cuda = torch.cuda.is_available()
+    led = L.Ledger(L.default_path(repo))
+    return Context(Repo(repo), settings.data, settings.profile(cuda), repo / "runs", cuda, led,
+                   progress=lambda m: None, settings_digest=settings.digest), settings
+
+
 def candidate(repo: Path, branch: str, edits: list[tuple[str, str, str]], message: str | None = None) -> str:
     """Commit ``edits`` [(path, old, new)] on a new branch from main; return its SHA."""
     r = git.Repo(repo)

@@ -18,15 +18,10 @@ from pathlib import Path
 
 import git
 import pytest
-import torch
 
-from harness import ledger as L
 from harness.journey import markdown, result
 from harness.orchestrator import Orchestrator
-from harness.pipeline import Context
-from harness.settings import load
-from harness.worktrees import Repo
-from tests.gates.candidates import ROOT, make_repo
+from tests.gates.candidates import ROOT, context, make_repo
 
 # slow: run serially after the unit tests (.ci/run), so the A/B timings of the bench and
 # loop tests never share the two cores with other interpreter processes
@@ -70,14 +65,6 @@ def patch(repo: Path, name: str, edits: list, folder: Path, subject: str) -> Non
 # band swallow a many-fold difference
 LIGHT = {"profiles.cpu.test_rows": [1, 3], "profiles.cpu.buckets": [2], "profiles.cpu.weights": [1],
          "profiles.cpu.rounds": 2, "profiles.cpu.replays": 3}
-
-
-def context(repo: Path) -> Context:
-    settings = load(repo / "kern.yaml")
-    cuda = torch.cuda.is_available()
-    led = L.Ledger(L.default_path(repo))
-    return Context(Repo(repo), settings.data, settings.profile(cuda), repo / "runs", cuda, led,
-                   progress=lambda m: None, settings_digest=settings.digest), settings
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +163,7 @@ def test_kill_during_a_gate_resumes_without_loss_or_duplicate(tmp_path):
     before = ctx.ledger.attempts()
     assert len(before) == 1 and before[0].state == "judging"
     orch = Orchestrator(ctx, settings.data)
-    assert orch.resume() == [before[0].number]
+    assert orch.resume().requeued == [before[0].number]
     orch.tick(spawn=False)
     after = ctx.ledger.attempts()
     assert len(after) == 1 and after[0].state == "abandoned" and after[0].reason == "accuracy"

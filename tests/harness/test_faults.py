@@ -1,0 +1,189 @@
+"""Faults the loop must survive, each ending in a recorded state with a reason (CPU).
+
+The point here is the orchestrator's bookkeeping, so the gates are stand-ins at the shell
+boundary (``gates.accuracy.run_test``, ``gates.bench.run_bench``) whose A/B goes through the
+scorer's real analysis; what a candidate does to a real side is tested in tests/gates. Agents
+are real processes (the command backend running a shell script). The orchestrator is killed by
+SIGKILL at every step of the pipeline (``KERN_FAULT`` in a forked child) and resumed here: no
+row lost, nothing merged twice. A full disk is simulated where the loop writes: artifacts
+(ENOSPC) and the ledger (SQLite's SQLITE_FULL through ``max_page_count``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import traceback
+from pathlib import Path
+
+import git
+import pytest
+
+from gates.bench import analyse
+from harness import faults
+from harness import ledger as L
+from harness.orchestrator import Orchestrator, attempt_dir
+from harness.pipeline import merged_unrecorded, phase_definition, try_commit
+from tests.gates.candidates import candidate, context, make_repo
+
+SITU = "kernels/k31/moe/situ.py"
+EDIT = (SITU, "def moe_situ(", "# a comment that changes no instruction\ndef moe_situ(")
+PIPELINE = [s for s in faults.STEPS if s != "spawn"]
+
+
+# --------------------------------------------------------------------------- stand-ins
+def faster(profile: dict, bench_cfg: dict, speedup: float = 0.1) -> dict:
+    """A kern bench result: B ``speedup`` faster than A at every bucket, no noise, analysed by
+    the scorer's own statistics (so the decision is the real one)."""
+    buckets, weights = profile["buckets"], profile["weights"]
+
+    def visit(f):
+        return {b: [10.0 * b * f] * 3 for b in buckets}
+
+    blocks = {"A": [visit(1.0), visit(1.0)], "B": [visit(1 - speedup), visit(1 - speedup)]}
+    samples = {k: {b: [x for v in blocks[k] for x in v[b]] for b in buckets} for k in blocks}
+    checks = {k: [{"bucket": b, "unwritten_or_invalid": 0, "nonfinite": 0, "repeated_outputs": 0}
+                  for b in buckets] for k in blocks}
+    verify = {"verify": {k: {b: {"equal": True} for b in buckets} for k in blocks}}
+    return {"outcome": "ok", "buckets": buckets,
+            "analysis": analyse(samples, blocks, checks, verify, bench_cfg, buckets, weights)}
+
+
+class Gates:
+    """kern test and kern bench stand-ins: PASS, then B 10 % faster. Every call is recorded as
+    (gate, rev, base); ``on_bench`` runs inside the scorer (a person acting meanwhile)."""
+
+    def __init__(self, monkeypatch, on_bench=None, reasons=("400 op calls bit-identical",)):
+        self.calls, self.on_bench, self.reasons = [], on_bench, list(reasons)
+        monkeypatch.setattr("gates.accuracy.run_test", self.run_test)
+        monkeypatch.setattr("gates.bench.run_bench", self.run_bench)
+
+    def run_test(self, req, progress=None):
+        self.calls.append(("test", req.rev, req.base))
+        return {"verdict": "PASS bit-identical", "reasons": self.reasons,
+                "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
+
+    def run_bench(self, req, progress=print):
+        self.calls.append(("bench", req.rev, req.base))
+        if self.on_bench:
+            self.on_bench(req)
+        return faster(req.profile, req.settings["bench"])
+
+
+def killed_at(step: str, work) -> None:
+    """Run ``work()`` in a forked child with KERN_FAULT=step; it must die there by SIGKILL."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 0
+        try:
+            os.environ[faults.VARIABLE] = step
+            work()
+        except BaseException:  # noqa: BLE001 - reported through the exit status
+            traceback.print_exc()
+            code = 2
+        os._exit(code)  # reached only when the fault point did not fire
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
+        f"KERN_FAULT={step}: the child ended with status {os.waitstatus_to_exitcode(status)}, " \
+        f"not SIGKILL at that step"
+
+
+def fake_profile(repo: Path, ops: list[str]) -> None:
+    """main's profile, as the planner reads it (so no step runs): ``ops`` in priority order."""
+    sha = git.Repo(repo).head.commit.hexsha
+    path = repo / "runs" / "profile" / f"{sha[:12]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = {name: {"ms": 10.0 - i, "floor_ms": 0.5, "free_ms": None} for i, name in enumerate(ops)}
+    path.write_text(json.dumps({"profile": {"rows": 4, "step_ms": 60.0, "ops": rows}}))
+
+
+def queued(ctx, sha: str, title: str) -> int:
+    """An attempt queued with its commit, as a restarted loop finds one."""
+    base = ctx.repo.git.git.merge_base(ctx.repo.main_sha(), sha)
+    phase = ctx.ledger.phase(phase_definition(ctx))
+    n = ctx.ledger.new_attempt(title=title, hypothesis="", target="moe.situ", backend="manual",
+                               base_sha=base, phase_id=phase)
+    ctx.ledger.transition(n, L.JUDGING, commit_sha=sha)
+    ctx.ledger.transition(n, L.QUEUED, reason="re-queued after a restart")
+    return n
+
+
+def merges(ctx, number: int) -> int:
+    return sum(1 for e in ctx.ledger.events(number) if e.kind == "transition" and e.data["to"] == L.MERGED)
+
+
+# --------------------------------------------------------------------------- the orchestrator killed
+@pytest.mark.parametrize("step", PIPELINE)
+def test_killed_at_every_step_resumes_with_no_lost_row_and_one_merge(step, tmp_path, monkeypatch):
+    repo = make_repo(tmp_path)
+    base = git.Repo(repo).head.commit.hexsha
+    sha = candidate(repo, "cand", [EDIT])
+    gates = Gates(monkeypatch)
+    killed_at(step, lambda: try_commit(context(repo)[0], "cand"))
+
+    ctx, settings = context(repo)
+    (a,) = ctx.ledger.attempts()
+    after_merge = PIPELINE.index(step) > PIPELINE.index("merge")
+    assert a.state == (L.MERGED if step == "notes" else L.JUDGING), a
+    assert ctx.repo.main_sha() == (sha if after_merge else base)
+    assert ctx.repo.note(sha) is None
+    orch = Orchestrator(ctx, settings.data)
+    done = orch.resume()
+    assert done.requeued == ([] if step == "notes" else [a.number])
+    assert done.notes == ([a.number] if step == "notes" else [])
+    orch.tick(spawn=False)
+
+    (a,) = ctx.ledger.attempts()
+    assert (a.state, a.commit_sha, ctx.repo.main_sha()) == (L.MERGED, sha, sha)
+    # the decision's evidence survives a kill between the merge and its record
+    assert a.delta_ms < 0 and a.medians_b and a.gate["accuracy"]["verdict"] == "PASS bit-identical"
+    assert merges(ctx, a.number) == 1
+    assert [s.sha for s in ctx.ledger.scores()] == [base, sha]  # main before and after, once each
+    assert json.loads(ctx.repo.note(sha))["state"] == L.MERGED
+    # judged again only when the kill came before main moved
+    assert gates.calls == ([] if after_merge else [("test", sha, base), ("bench", sha, base)])
+    assert ctx.ledger.integrity() == "ok"
+
+
+def test_killed_while_starting_an_agent_the_attempt_is_recorded_on_resume(tmp_path):
+    repo = make_repo(tmp_path, {"loop.concurrency": 1})
+    fake_profile(repo, ["moe.situ"])
+
+    def tick():
+        ctx, settings = context(repo)
+        Orchestrator(ctx, settings.data).tick()
+
+    killed_at("spawn", tick)
+    ctx, settings = context(repo)
+    (a,) = ctx.ledger.attempts()
+    d, wt = attempt_dir(ctx.runs, a.number), ctx.repo.worktree_for(a.number, ctx.runs)
+    assert (a.state, a.commit_sha) == (L.QUEUED, None)
+    assert (d / "brief.json").exists() and not (d / "agent.pid").exists() and wt.exists()
+    done = Orchestrator(ctx, settings.data).resume()
+    a = ctx.ledger.attempt(a.number)
+    assert done.stranded == [a.number] and done.requeued == []
+    assert a.state == L.CRASHED and "before this attempt's agent started" in a.reason
+    assert not wt.exists() and ctx.ledger.in_flight() == []
+
+
+def test_fault_point_is_inert_unless_its_step_is_named(monkeypatch):
+    monkeypatch.delenv(faults.VARIABLE, raising=False)
+    for step in faults.STEPS:
+        faults.point(step)  # still alive
+    monkeypatch.setenv(faults.VARIABLE, "notes")
+    faults.point("merge")  # another step: still alive
+    monkeypatch.setenv(faults.VARIABLE, "mergeing")
+    with pytest.raises(ValueError, match="expected one of spawn, scope, test"):
+        faults.point("merge")
+    assert faults.without({"PATH": "/bin", faults.VARIABLE: "merge"}) == {"PATH": "/bin"}
+
+
+def test_a_tip_already_on_main_is_a_merge_only_when_the_ledger_decided_it():
+    a = L.Attempt(number=1, commit_sha="c" * 40, decision="merge")
+    assert merged_unrecorded(a, "c" * 40, merge_base="c" * 40)
+    assert not merged_unrecorded(a, "c" * 40, merge_base="b" * 40)  # not on main
+    # an agent that never committed: its tip is the base, on main, but nothing was decided
+    assert not merged_unrecorded(L.Attempt(number=1, commit_sha="c" * 40), "c" * 40, "c" * 40)
+    assert not merged_unrecorded(a, "d" * 40, merge_base="d" * 40)  # rebased since the decision
+
+
