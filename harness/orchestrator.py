@@ -23,7 +23,7 @@ from pathlib import Path
 from . import faults
 from . import ledger as L
 from . import planning
-from .agents.base import Brief, Proposal
+from .agents.base import Brief, ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
@@ -133,7 +133,9 @@ class Orchestrator:
     # ------------------------------------------------------------ collect + judge
     def collect(self, report: TickReport) -> None:
         cfg = self.settings["agent"]
-        limit = float(cfg.get("timeout_s", 1800))
+        # the backends' own limit (the command backend's default too): past it the agent
+        # process is hung, whatever it is doing
+        limit = float(cfg.get("timeout_s", 3600))
         for a in self.led.attempts(states=[L.RUNNING]):
             d = attempt_dir(self.ctx.runs, a.number)
             prop_path = d / "proposal.json"
@@ -149,9 +151,10 @@ class Orchestrator:
                                 f"(log {d / 'agent.log'})", report)
                 continue
             try:
-                prop = Proposal(**json.loads(prop_path.read_text()))
-            except (ValueError, TypeError) as e:
-                self._final(a.number, L.CRASHED, f"agent returned garbage: {e}", report)
+                prop = parse_proposal(prop_path.read_text(errors="replace"))
+            except ProposalError as e:
+                self._final(a.number, L.CRASHED, f"agent returned garbage in {prop_path}: {e}"[:300],
+                            report)
                 continue
             self.led.update(a.number, tokens=prop.tokens_in + prop.tokens_out, cost_usd=prop.cost_usd)
             if prop.kind == "declined":

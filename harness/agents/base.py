@@ -11,7 +11,8 @@ get a minimal environment (``gates/sides.py``).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Protocol
 
@@ -49,6 +50,42 @@ class Proposal:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+KINDS = ("commit", "declined", "failed")
+_TYPES = {"kind": (str,), "message": (str,), "reason": (str,), "transcript": (str,),
+          "estimate_ms": (int, float, type(None)), "tokens_in": (int,), "tokens_out": (int,),
+          "cost_usd": (int, float)}
+
+
+class ProposalError(ValueError):
+    """proposal.json is not a Proposal: the agent process wrote garbage or died mid-write."""
+
+
+def parse_proposal(text: str) -> Proposal:
+    """Pure: the text of proposal.json -> a Proposal, or :class:`ProposalError` saying what
+    was expected and what was found. The agent process is untrusted: a wrong type here must
+    become a recorded crash, never an exception inside the orchestrator's tick."""
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ProposalError(f"expected a JSON object, found {text[:60]!r} ({e})") from None
+    if not isinstance(data, dict):
+        raise ProposalError(f"expected a JSON object, found a JSON {type(data).__name__}")
+    unknown = sorted(set(data) - {f.name for f in fields(Proposal)})
+    if unknown:
+        raise ProposalError(f"expected Proposal fields, found unknown {', '.join(unknown)}")
+    if data.get("kind") not in KINDS:
+        raise ProposalError(f"kind: expected one of {', '.join(KINDS)}, found {data.get('kind')!r}")
+    for key, types in _TYPES.items():
+        v = data.get(key)
+        if key in data and (isinstance(v, bool) or not isinstance(v, types)):
+            raise ProposalError(f"{key}: expected {' or '.join(t.__name__ for t in types)}, "
+                                f"found {v!r}"[:200])
+    for key in ("tokens_in", "tokens_out", "cost_usd"):
+        if data.get(key, 0) < 0:
+            raise ProposalError(f"{key}: expected a count >= 0, found {data[key]!r}")
+    return Proposal(**data)
 
 
 class Agent(Protocol):

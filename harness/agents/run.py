@@ -21,10 +21,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from .base import Brief, Proposal
+from .base import KINDS, Brief, Proposal
 from .common import kill_live
-
-KINDS = ("commit", "declined", "failed")
 
 
 class Terminated(Exception):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 import traceback
 from pathlib import Path
 
@@ -22,7 +23,8 @@ import pytest
 from gates.bench import analyse
 from harness import faults
 from harness import ledger as L
-from harness.orchestrator import Orchestrator, attempt_dir
+from harness.agents.base import Proposal, ProposalError, parse_proposal
+from harness.orchestrator import Orchestrator, _alive, _read_pid, attempt_dir
 from harness.pipeline import merged_unrecorded, phase_definition, try_commit
 from tests.gates.candidates import candidate, context, make_repo
 
@@ -185,5 +187,77 @@ def test_a_tip_already_on_main_is_a_merge_only_when_the_ledger_decided_it():
     # an agent that never committed: its tip is the base, on main, but nothing was decided
     assert not merged_unrecorded(L.Attempt(number=1, commit_sha="c" * 40), "c" * 40, "c" * 40)
     assert not merged_unrecorded(a, "d" * 40, merge_base="d" * 40)  # rebased since the decision
+
+
+# --------------------------------------------------------------------------- agents misbehaving
+AGENT = r"""
+case "$KERN_ATTEMPT" in
+  1) kill -STOP $PPID ;;  # hangs: its process frozen, it never answers
+  2) kill -KILL $PPID ;;  # crashes before answering
+  3) printf '{"kind": "commit", "message": ' > ../../attempts/3/proposal.json; kill -KILL $PPID ;;
+  4) echo "extra: 1" >> kern.yaml; echo note > notes.txt; git add -A; git commit -qm "loosen the gate" ;;
+  5) echo "# a" >> kernels/k31/moe/situ.py; git commit -qam one
+     echo "# b" >> kernels/k31/moe/situ.py; git commit -qam two ;;
+  6) printf '{"kind": "commit", "message": "moe.situ: faster"}' > ../../attempts/6/proposal.json
+     kill -KILL $PPID ;;  # claims a commit it never made
+esac
+"""
+
+
+@pytest.mark.slow
+def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path, monkeypatch):
+    script = tmp_path / "agent.sh"
+    script.write_text(AGENT)
+    repo = make_repo(tmp_path, {"agent.backend": "command", "agent.command": f"exec sh {script}",
+                                "agent.timeout_s": 3, "loop.concurrency": 6})
+    fake_profile(repo, [f"op.{c}" for c in "abcdef"])
+    base = git.Repo(repo).head.commit.hexsha
+    gates = Gates(monkeypatch)
+    ctx, settings = context(repo)
+    orch = Orchestrator(ctx, settings.data)
+    t0 = time.monotonic()
+    assert [n for n, _ in orch.tick().spawned] == [1, 2, 3, 4, 5, 6]
+    orch.wait_agents([2, 3, 4, 5, 6], 60)
+    hung = _read_pid(attempt_dir(ctx.runs, 1))
+    time.sleep(max(0.0, 3.5 - (time.monotonic() - t0)))  # past agent.timeout_s
+    orch.tick(spawn=False)
+
+    got = {a.number: a for a in ctx.ledger.attempts()}
+    assert (got[1].state, got[1].reason) == (L.TIMED_OUT, "agent ran past 3s")
+    assert not _alive(hung)
+    assert got[2].state == L.CRASHED and got[2].reason.startswith("agent process ended without a proposal")
+    assert got[3].state == L.CRASHED and "agent returned garbage" in got[3].reason \
+        and "expected a JSON object" in got[3].reason
+    for n in (4, 5, 6):
+        assert (got[n].state, got[n].reason) == (L.ABANDONED, L.SCOPE), got[n]
+    assert got[4].gate["scope"] == ["kern.yaml is protected", "notes.txt is outside the editable "
+                                    "globs ['kernels/k31/**']"]
+    assert got[5].gate["scope"] == ["2 commits: an attempt must be exactly one commit"]
+    assert got[6].gate["scope"] == ["no commit: the agent finished without committing"]
+    assert gates.calls == [] and ctx.repo.main_sha() == base and ctx.repo.note(base) is None
+    assert ctx.ledger.in_flight() == []
+    assert not [p for p in (ctx.runs / "worktrees").glob("attempt-*") if p.is_dir()]
+
+
+@pytest.mark.parametrize("text,words", [
+    ("", "expected a JSON object, found ''"),
+    ('{"kind": "commit", "mess', "expected a JSON object"),
+    ("[1, 2]", "found a JSON list"),
+    ('{"kind": "banana"}', "kind: expected one of commit, declined, failed, found 'banana'"),
+    ('{"kind": "commit", "message": 3}', "message: expected str, found 3"),
+    ('{"kind": "declined", "estimate_ms": "fast"}', "estimate_ms: expected int or float or NoneType"),
+    ('{"kind": "commit", "tokens_in": true}', "tokens_in: expected int, found True"),
+    ('{"kind": "commit", "cost_usd": -1}', "cost_usd: expected a count >= 0, found -1"),
+    ('{"kind": "commit", "patch": "..."}', "found unknown patch"),
+])
+def test_garbage_proposals_are_refused_with_what_was_expected(text, words):
+    with pytest.raises(ProposalError) as e:
+        parse_proposal(text)
+    assert words in str(e.value)
+
+
+def test_a_well_formed_proposal_parses_back():
+    p = Proposal(kind="declined", message="split K", estimate_ms=-0.4, tokens_in=3, cost_usd=0.5)
+    assert parse_proposal(json.dumps(p.as_dict())) == p
 
 
