@@ -163,7 +163,7 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
                 _record_score(ctx, rev_sha, out.fields["medians_b"])
                 return _finish(ctx, number, out, rev_sha)
         # main moved while judging: rebase and judge again against the new main
-        ok, tip = repo.rebase(number, main, ctx.runs)
+        ok, tip = repo.rebase(number, main, ctx.runs, tip=rev_sha)
         if not ok:
             return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": tip}}), rev_sha)
         ctx.progress(f"attempt #{number}: main moved; rebased onto {main[:10]}, judging again")
@@ -243,4 +243,7 @@ def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str
     number = ctx.ledger.new_attempt(title=title or subject, hypothesis=repo.git.commit(rev_sha).message,
                                     target="", backend=backend, base_sha=base_sha, phase_id=phase)
     ctx.ledger.transition(number, L.JUDGING, commit_sha=rev_sha)
-    return number, judge_and_record(ctx, number, rev_sha, base_sha)
+    try:
+        return number, judge_and_record(ctx, number, rev_sha, base_sha)
+    finally:  # a rebase (main moved) opened one
+        repo.close_attempt(number, ctx.runs)

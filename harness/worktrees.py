@@ -78,11 +78,14 @@ class Repo:
     def tip(self, number: int) -> str:
         return self.sha(self.branch(number))
 
-    def rebase(self, number: int, onto: str, runs: Path) -> tuple[bool, str]:
-        """Rebase the attempt's branch onto ``onto``; (ok, new tip or conflict text)."""
+    def rebase(self, number: int, onto: str, runs: Path, tip: str | None = None) -> tuple[bool, str]:
+        """Rebase the attempt's branch onto ``onto``; (ok, new tip or conflict text). ``tip``
+        starts the branch when the attempt has none (``kern try`` judges any commit)."""
         wt = self.worktree_for(number, runs)
         g = git.Repo(wt).git if wt.exists() else None
         if g is None:
+            if tip is not None and not self.git.git.branch("--list", self.branch(number)).strip():
+                self.git.git.branch(self.branch(number), tip)
             path = self.open_attempt_at_tip(number, runs)
             g = git.Repo(path).git
         try:

@@ -261,3 +261,30 @@ def test_a_well_formed_proposal_parses_back():
     assert parse_proposal(json.dumps(p.as_dict())) == p
 
 
+# --------------------------------------------------------------------------- main moved by a person
+def test_main_moved_by_a_person_while_judging_is_rebased_and_judged_again(tmp_path, monkeypatch):
+    repo = make_repo(tmp_path)
+    r = git.Repo(repo)
+    base = r.head.commit.hexsha
+    sha = candidate(repo, "cand", [EDIT])
+
+    def person_commits(req):
+        if [c[0] for c in gates.calls].count("bench") == 1:  # during the first A/B only
+            (repo / "NOTES.md").write_text("a person's note\n")
+            r.git.add("NOTES.md")
+            r.git.commit("-qm", "a person's commit on main")
+
+    gates = Gates(monkeypatch, on_bench=person_commits)
+    ctx, _ = context(repo)
+    number, out = try_commit(ctx, "cand")
+    a = ctx.ledger.attempt(number)
+    person = r.commit("main~1").hexsha
+    assert out.state == a.state == L.MERGED and a.base_sha == person
+    assert ctx.repo.main_sha() == a.commit_sha != sha
+    assert [p.hexsha for p in r.commit(a.commit_sha).parents] == [person]
+    assert gates.calls == [("test", sha, base), ("bench", sha, base),
+                           ("test", a.commit_sha, person), ("bench", a.commit_sha, person)]
+    assert (repo / "NOTES.md").exists() and EDIT[2] in (repo / SITU).read_text()
+    assert not ctx.repo.worktree_for(number, ctx.runs).exists()
+
+
