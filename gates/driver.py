@@ -32,6 +32,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)
+    limit_memory()
     prepare_interpreter()
     open_tree(args.tree)
     import torch
@@ -66,6 +67,23 @@ def main(argv=None) -> int:
 
         leave()
     return 0
+
+
+def limit_memory() -> None:
+    """Cap this side's address space before the candidate's code loads (hard limit too, so
+    the candidate cannot lift it): see ``sides.memory_limit``."""
+    import os
+    import resource
+
+    from .sides import MEMORY_VARIABLE
+
+    want = int(os.environ.get(MEMORY_VARIABLE) or 0)
+    if want <= 0:
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        want = min(want, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (want, want))
 
 
 def store_mode(opts: dict, device: str, out: Path) -> dict:

@@ -30,12 +30,36 @@ def side_env(extra: dict | None = None) -> dict:
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-    if env.get("TRITON_INTERPRET") == "1" or not _has_cuda():
+    cuda = _has_cuda()
+    if env.get("TRITON_INTERPRET") == "1" or not cuda:
         # CPU mode: one thread per side, so parallel sides do not oversubscribe the cores and
         # time each other's thread contention
         env.setdefault("OMP_NUM_THREADS", "1")
+    limit = memory_limit(cuda, _physical_memory())
+    if limit:
+        env[MEMORY_VARIABLE] = str(limit)
     env.update(extra or {})
     return env
+
+
+MEMORY_VARIABLE = "KERN_SIDE_MEMORY_BYTES"  # the driver caps its address space at this
+
+
+def memory_limit(cuda: bool, physical_bytes: int) -> int | None:
+    """Pure: the address-space cap of one CPU side, or None. Two sides run at once (A and B),
+    so each gets at most half the machine: a candidate's runaway allocation then fails in its
+    own process ('out of memory') before the kernel's OOM killer picks a victim, possibly the
+    orchestrator. None with CUDA: its driver reserves more address space than any RAM."""
+    if cuda or physical_bytes <= 0:
+        return None
+    return physical_bytes // 2
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
 
 
 def _has_cuda() -> bool:
@@ -50,7 +74,7 @@ def _has_cuda() -> bool:
 @dataclass
 class Outcome:
     ok: bool
-    kind: str  # "ok" | "crash" | "timeout" | "illegal-memory-access" | "oom" | "error"
+    kind: str  # "ok" | "crash" | "timeout" | "illegal-memory-access" | "out of memory" | "error"
     returncode: int | None
     wall_s: float
     result: dict | None
@@ -67,8 +91,10 @@ def classify(returncode: int | None, timed_out: bool, tail: str) -> str:
     low = tail.lower()
     if "illegal memory access" in low or "misaligned address" in low or "illegal address" in low:
         return "illegal-memory-access"
-    if "out of memory" in low:
-        return "oom"
+    # CUDA's words, torch's CPU allocator's (also under the side's address-space cap), Python's
+    if "out of memory" in low or "can't allocate memory" in low or "cannot allocate memory" in low \
+            or "memoryerror" in low:
+        return "out of memory"
     if returncode is not None and returncode < 0:
         return f"crash (signal {signal.Signals(-returncode).name})" if -returncode in \
             signal.valid_signals() else "crash"

@@ -71,9 +71,15 @@ def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> 
     if test_res is None:
         return Outcome("crashed", "the accuracy gate did not run", {"gate": gate})
     gate["accuracy"] = {"verdict": test_res["verdict"], "reasons": test_res["reasons"][:6]}
-    outcome_b = (test_res.get("evidence") or {}).get("outcome_b")
+    ev = test_res.get("evidence") or {}
+    outcome_a, outcome_b = ev.get("outcome_a", "ok"), ev.get("outcome_b")
     if outcome_b == "timeout":
         return Outcome("timed out", "accuracy gate timeout", {"gate": gate})
+    if outcome_a != "ok":  # main's own side: the machine or main is broken, not the candidate
+        return Outcome("crashed", f"kern test: main's side ended with {outcome_a}", {"gate": gate})
+    if outcome_b not in (None, "ok", "not run"):  # a segfault, out of memory, an exception
+        return Outcome("crashed", f"kern test: the candidate's side ended with {outcome_b}",
+                       {"gate": gate})
     if not test_res["verdict"].startswith("PASS"):
         return Outcome("abandoned", "accuracy", {"gate": gate})
     if bench_res is None or bench_res.get("outcome") != "ok":

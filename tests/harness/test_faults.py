@@ -25,7 +25,8 @@ from harness import faults
 from harness import ledger as L
 from harness.agents.base import Proposal, ProposalError, parse_proposal
 from harness.orchestrator import Orchestrator, _alive, _read_pid, attempt_dir
-from harness.pipeline import merged_unrecorded, phase_definition, try_commit
+from harness.pipeline import decide_outcome, merged_unrecorded, phase_definition, try_commit
+from harness.scope import ScopeResult
 from tests.gates.candidates import candidate, context, make_repo
 
 SITU = "kernels/k31/moe/situ.py"
@@ -259,6 +260,32 @@ def test_garbage_proposals_are_refused_with_what_was_expected(text, words):
 def test_a_well_formed_proposal_parses_back():
     p = Proposal(kind="declined", message="split K", estimate_ms=-0.4, tokens_in=3, cost_usd=0.5)
     assert parse_proposal(json.dumps(p.as_dict())) == p
+
+
+# --------------------------------------------------------------------------- candidates' sides
+def _test_result(outcome_a="ok", outcome_b="ok", verdict="FAIL"):
+    return {"verdict": verdict, "reasons": [f"candidate side ended: {outcome_b}"],
+            "evidence": {"outcome_a": outcome_a, "outcome_b": outcome_b}}
+
+
+@pytest.mark.parametrize("test,bench,state,reason", [
+    (_test_result(outcome_b="out of memory"), None, L.CRASHED,
+     "kern test: the candidate's side ended with out of memory"),
+    (_test_result(outcome_b="crash (signal SIGSEGV)"), None, L.CRASHED,
+     "kern test: the candidate's side ended with crash (signal SIGSEGV)"),
+    (_test_result(outcome_b="timeout"), None, L.TIMED_OUT, "accuracy gate timeout"),
+    (_test_result(outcome_a="error", outcome_b="not run", verdict="INCONCLUSIVE"), None, L.CRASHED,
+     "kern test: main's side ended with error"),
+    (_test_result(verdict="PASS bit-identical"), {"outcome": "out of memory", "error": "sideB ended"},
+     L.CRASHED, "scorer: out of memory"),
+    (_test_result(verdict="PASS bit-identical"), {"outcome": "crash (signal SIGSEGV)"}, L.CRASHED,
+     "scorer: crash (signal SIGSEGV)"),
+    (_test_result(verdict="PASS bit-identical"), {"outcome": "timeout"}, L.TIMED_OUT, "scorer timeout"),
+    (_test_result(verdict="FAIL"), None, L.ABANDONED, L.ACCURACY),
+])
+def test_the_ledger_reason_names_what_ended_a_side(test, bench, state, reason):
+    out = decide_outcome(ScopeResult(True), test, bench)
+    assert (out.state, out.reason) == (state, reason)
 
 
 # --------------------------------------------------------------------------- main moved by a person
