@@ -634,14 +634,29 @@ class _Tx:
         db = self.ledger._db
         try:
             if typ is None:
-                db.execute("COMMIT")
-            elif db.in_transaction:
+                try:
+                    db.execute("COMMIT")
+                except sqlite3.OperationalError as e:  # e.g. no room for the commit's pages
+                    exc = e
+            if exc is not None and db.in_transaction:
                 db.execute("ROLLBACK")
         finally:
             self.ledger._lock.release()
         if isinstance(exc, sqlite3.IntegrityError) and "merged attempt never changes" in str(exc):
             raise LedgerError(f"the ledger refused to change a merged attempt: {exc}") from None
+        if isinstance(exc, sqlite3.OperationalError) and disk_full(exc):
+            raise LedgerError(f"ledger {self.ledger.path}: the disk is full ({exc}); this change was "
+                              f"rolled back and everything recorded before it stands. The "
+                              f"operator must free space on that disk, then start the loop "
+                              f"again (it resumes).") from None
+        if typ is None and exc is not None:
+            raise exc
         return False
+
+
+def disk_full(e: sqlite3.Error) -> bool:
+    """SQLite's SQLITE_FULL: the disk (or the database's size limit) has no room."""
+    return getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "is full" in str(e)
 
 
 class _TxConn:

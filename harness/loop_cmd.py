@@ -22,7 +22,9 @@ def register(sub) -> None:
                     "targets from the latest profile and the journey, render briefs from prompts/, "
                     "spawn up to loop.concurrency agents. Stops on a budget or when agents report "
                     "nothing left for loop.stop_after_idle_ticks ticks. State lives in the ledger, "
-                    "so a killed loop resumes where it stopped.")
+                    "so a killed loop resumes where it stopped. Exit 0; 3 when another loop holds "
+                    "this repository; 4 when the loop stopped because nothing more could be "
+                    "written (a full disk: free space, then start it again).")
     p.add_argument("--every", default=None, help="time between ticks (default: kern.yaml loop.every)")
     p.add_argument("--tick", action="store_true", help="run one tick and exit (for cron or an agent's /loop)")
     p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
@@ -68,8 +70,14 @@ def _ctx(args, progress=None):
 def cmd_try(args) -> int:
     from .pipeline import try_commit
 
+    from .ledger import LedgerError
+
     ctx, _ = _ctx(args)
-    number, out = try_commit(ctx, args.rev, title=args.title)
+    try:
+        number, out = try_commit(ctx, args.rev, title=args.title)
+    except LedgerError as e:  # a full disk: what was recorded stands; kern loop resumes the rest
+        print(f"kern try: stopped: {e}", file=sys.stderr)
+        return 4
     a = ctx.ledger.attempt(number)
     from .journey import result
 
@@ -99,6 +107,7 @@ def demo_repo(src: Path) -> Path:
 
 
 def cmd_loop(args) -> int:
+    from .ledger import LedgerError
     from .orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
     from .settings import parse_duration
 
@@ -151,6 +160,10 @@ def cmd_loop(args) -> int:
                 if live:
                     live.update(_view(ctx))
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+    except LedgerError as e:
+        # nothing more can be recorded (a full disk, a broken file); what was recorded stands
+        print(f"kern loop: stopped: {e}", file=sys.stderr)
+        return 4
     finally:
         if live:
             live.stop()
@@ -160,7 +173,7 @@ def cmd_loop(args) -> int:
 
         print()
         print(markdown(ctx.ledger.attempts(), ctx.ledger.phases(), scores=ctx.ledger.scores()))
-    return 0
+    return 4 if orch.halt else 0
 
 
 def _view(ctx):

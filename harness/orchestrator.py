@@ -9,6 +9,7 @@ while no loop ran is collected at the next tick; one still running keeps running
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -68,6 +69,16 @@ def acquire_loop_lock(runs: Path):
     return f
 
 
+def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:
+    """Pure: (the reason the ledger records, whether the loop must stop). A full disk stops
+    the loop: every later attempt would fail the same way and be lost for nothing."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        where = f" writing {e.filename}" if e.filename else ""
+        return (f"disk full while {doing}{where} (no space left on device): the operator must "
+                f"free space on the disk holding runs/, then start kern loop again", True)
+    return f"{doing} failed: {type(e).__name__}: {e}"[:300], False
+
+
 def attempt_dir(runs: Path, number: int) -> Path:
     return runs / "attempts" / str(number)
 
@@ -101,6 +112,7 @@ class Orchestrator:
         self.run_id = None
         self.idle_ticks = 0
         self.started = time.monotonic()
+        self.halt: str | None = None  # why the loop must stop now (a full disk)
 
     # ------------------------------------------------------------ resume
     def resume(self) -> Resumed:
@@ -137,6 +149,8 @@ class Orchestrator:
         # process is hung, whatever it is doing
         limit = float(cfg.get("timeout_s", 3600))
         for a in self.led.attempts(states=[L.RUNNING]):
+            if self.halt:
+                return
             d = attempt_dir(self.ctx.runs, a.number)
             prop_path = d / "proposal.json"
             pid = _read_pid(d)
@@ -170,6 +184,8 @@ class Orchestrator:
                                 title=(prop.message.splitlines() or [a.title])[0][:200])
             self._judge(a.number, tip, a.base_sha, report)
         for a in self.led.attempts(states=[L.QUEUED]):
+            if self.halt:
+                return
             if a.commit_sha:  # re-queued after a restart: judge again
                 self.led.transition(a.number, L.JUDGING)
                 self._judge(a.number, a.commit_sha, a.base_sha, report)
@@ -178,8 +194,16 @@ class Orchestrator:
         try:
             out = judge_and_record(self.ctx, number, tip, base)
             report.collected.append((number, out.state, out.reason))
+        except L.LedgerError:
+            raise  # nothing can be recorded: the loop stops, a restart re-queues the attempt
         except Exception as e:  # noqa: BLE001 - a gate bug must not stop the loop
-            self._final(number, L.CRASHED, f"judging failed: {type(e).__name__}: {e}"[:300], report)
+            reason, stop = failure_reason("judging", e)
+            if stop:  # not the candidate's fault: judged again once there is space
+                self.led.transition(number, L.QUEUED, reason=reason)
+                report.collected.append((number, L.QUEUED, reason))
+                self.halt = reason
+            else:
+                self._final(number, L.CRASHED, reason, report)
         finally:
             self.ctx.repo.close_attempt(number, self.ctx.runs)
 
@@ -223,6 +247,8 @@ class Orchestrator:
         targets = planning.plan(prof["ops"], prof["step_ms"], journey, slots,
                                 busy={a.target for a in in_flight})
         for t in targets:
+            if self.halt:
+                return
             self._spawn(t, prof, attempts, tick_id, report)
 
     def _spawn(self, t: planning.Target, prof: dict, attempts: list, tick_id: int,
@@ -234,6 +260,17 @@ class Orchestrator:
         number = self.led.new_attempt(title=f"{t.name}: {backend} attempt", hypothesis="",
                                       target=t.name, backend=backend, base_sha=base,
                                       phase_id=phase, tick_id=tick_id)
+        try:
+            self._start_agent(number, t, prof, attempts, base, report)
+        except Exception as e:  # noqa: BLE001 - recorded; the loop goes on (or stops: disk full)
+            reason, stop = failure_reason("starting the agent", e)
+            self._final(number, L.CRASHED, reason, report)
+            if stop:
+                self.halt = reason
+
+    def _start_agent(self, number: int, t: planning.Target, prof: dict, attempts: list,
+                     base: str, report: TickReport) -> None:
+        cfg, ctx = self.settings, self.ctx
         d = attempt_dir(ctx.runs, number)
         d.mkdir(parents=True, exist_ok=True)
         wt = ctx.repo.open_attempt(number, base, ctx.runs)
@@ -284,12 +321,15 @@ class Orchestrator:
         tick_id = self.led.add_tick(self.run_id, [])
         report = TickReport(tick_id)
         self.collect(report)
-        stop = self.budget_stop()
+        stop = self.halt or self.budget_stop()
         if stop:
             report.stop = stop
             return report
         if spawn:
             self.plan_and_spawn(tick_id, report)
+        if self.halt:
+            report.stop = self.halt
+            return report
         if wait_for_agents > 0 and report.spawned:
             self.wait_agents([n for n, _ in report.spawned], wait_for_agents)
         useful = any(s in (L.MERGED, L.ABANDONED) for _, s, _ in report.collected) or report.spawned \

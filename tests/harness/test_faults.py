@@ -10,6 +10,7 @@ row lost, nothing merged twice. A full disk is simulated where the loop writes: 
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -21,16 +22,18 @@ import git
 import pytest
 
 from gates.bench import analyse
-from harness import faults
+from harness import cli, faults
 from harness import ledger as L
 from harness.agents.base import Proposal, ProposalError, parse_proposal
-from harness.orchestrator import Orchestrator, _alive, _read_pid, attempt_dir
+from harness.orchestrator import (Orchestrator, _alive, _read_pid, acquire_loop_lock, attempt_dir,
+                                  failure_reason)
 from harness.pipeline import decide_outcome, merged_unrecorded, phase_definition, try_commit
 from harness.scope import ScopeResult
 from tests.gates.candidates import candidate, context, make_repo
 
 SITU = "kernels/k31/moe/situ.py"
 EDIT = (SITU, "def moe_situ(", "# a comment that changes no instruction\ndef moe_situ(")
+COMBINE_EDIT = ("kernels/k31/moe/combine.py", "def moe_combine(", "# a comment\ndef moe_combine(")
 PIPELINE = [s for s in faults.STEPS if s != "spawn"]
 
 
@@ -113,6 +116,10 @@ def queued(ctx, sha: str, title: str) -> int:
 
 def merges(ctx, number: int) -> int:
     return sum(1 for e in ctx.ledger.events(number) if e.kind == "transition" and e.data["to"] == L.MERGED)
+
+
+def run_loop_tick(repo: Path) -> int:
+    return cli.main(["--repo", str(repo), "loop", "--tick", "--no-live"])
 
 
 # --------------------------------------------------------------------------- the orchestrator killed
@@ -315,3 +322,111 @@ def test_main_moved_by_a_person_while_judging_is_rebased_and_judged_again(tmp_pa
     assert not ctx.repo.worktree_for(number, ctx.runs).exists()
 
 
+# --------------------------------------------------------------------------- a full disk
+def test_failure_reason_says_disk_full_and_who_acts():
+    e = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/r/runs/tap/x/record.spec.json")
+    reason, stop = failure_reason("judging", e)
+    assert stop and reason.startswith("disk full while judging writing /r/runs/tap/x/record.spec.json")
+    assert "the operator must free space on the disk holding runs/" in reason
+    assert failure_reason("judging", RuntimeError("gate bug")) == \
+        ("judging failed: RuntimeError: gate bug", False)
+
+
+def test_disk_full_while_writing_a_brief_records_the_attempt_and_stops(tmp_path, monkeypatch):
+    repo = make_repo(tmp_path, {"loop.concurrency": 2})
+    fake_profile(repo, ["moe.situ", "moe.combine"])
+    ctx, settings = context(repo)
+    write_text = Path.write_text
+
+    def full(self, *args, **kwargs):
+        if "attempts" in self.parts:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return write_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    rep = Orchestrator(ctx, settings.data).tick()
+    (a,) = ctx.ledger.attempts()  # the second target was never started
+    assert a.state == L.CRASHED and a.reason.startswith("disk full while starting the agent writing ")
+    assert a.reason.split(" writing ")[1].startswith(str(attempt_dir(ctx.runs, 1) / "brief.json"))
+    assert rep.stop == a.reason and rep.spawned == []
+    assert not (attempt_dir(ctx.runs, 1) / "agent.pid").exists()
+    assert not ctx.repo.worktree_for(1, ctx.runs).exists()
+    assert ctx.ledger.integrity() == "ok"
+
+
+def test_disk_full_while_judging_requeues_the_attempt_and_stops(tmp_path, monkeypatch):
+    repo = make_repo(tmp_path)
+    first, second = candidate(repo, "c1", [EDIT]), candidate(repo, "c2", [COMBINE_EDIT])
+    ctx, settings = context(repo)
+    n1, n2 = queued(ctx, first, "first"), queued(ctx, second, "second")
+    gates = Gates(monkeypatch)
+    spec = ctx.runs / "tap" / "x" / "record.spec.json"
+
+    def full(req, progress=None):  # where the gate writes its first artifact
+        gates.calls.append(("test", req.rev, req.base))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(spec))
+
+    monkeypatch.setattr("gates.accuracy.run_test", full)
+    rep = Orchestrator(ctx, settings.data).tick(spawn=False)
+    a1, a2 = ctx.ledger.attempt(n1), ctx.ledger.attempt(n2)
+    assert a1.state == L.QUEUED and a1.reason.startswith(f"disk full while judging writing {spec}")
+    assert (a2.state, a2.reason) == (L.QUEUED, "re-queued after a restart")  # not touched
+    assert rep.stop == a1.reason and len(gates.calls) == 1
+
+    monkeypatch.setattr("gates.accuracy.run_test", gates.run_test)  # the operator freed space
+    orch = Orchestrator(ctx, settings.data)
+    orch.resume()
+    orch.tick(spawn=False)
+    a1, a2 = ctx.ledger.attempt(n1), ctx.ledger.attempt(n2)
+    assert (a1.state, a2.state) == (L.MERGED, L.MERGED)
+    assert ctx.repo.main_sha() == a2.commit_sha and a2.base_sha == first  # rebased onto the first
+
+
+def test_ledger_disk_full_stops_the_loop_and_the_next_loop_records_the_merge(tmp_path, monkeypatch,
+                                                                              capsys):
+    repo = make_repo(tmp_path, {"loop.concurrency": 0})
+    sha = candidate(repo, "cand", [EDIT])
+    ctx, _ = context(repo)
+    n = queued(ctx, sha, "cand")
+    ctx.ledger.close()
+    # long gate reasons: the final transition's event needs fresh pages, and the disk has none
+    gates = Gates(monkeypatch, reasons=[f"fact {i}: " + "x" * 1500 for i in range(6)])
+    record_score = L.Ledger.record_score
+
+    def disk_fills_then_record(self, phase, score_sha, *args, **kwargs):
+        if score_sha == sha:  # the disk fills as main moves to the candidate (not at main's baseline)
+            pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+            self._db.execute(f"PRAGMA max_page_count = {pages}")
+        return record_score(self, phase, score_sha, *args, **kwargs)
+
+    monkeypatch.setattr(L.Ledger, "record_score", disk_fills_then_record)
+    assert run_loop_tick(repo) == 4
+    err = capsys.readouterr().err
+    assert "kern loop: stopped: ledger" in err and "the disk is full" in err
+    assert "free space on that disk, then start the loop again" in err
+    ctx, _ = context(repo)
+    a = ctx.ledger.attempt(n)
+    assert a.state == L.JUDGING and a.decision == "merge" and a.delta_ms < 0
+    assert ctx.repo.main_sha() == sha and ctx.ledger.integrity() == "ok"
+
+    monkeypatch.setattr(L.Ledger, "record_score", record_score)  # the operator freed space
+    assert run_loop_tick(repo) == 0
+    assert f"re-queued attempts [{n}]" in capsys.readouterr().out
+    ctx, _ = context(repo)
+    a = ctx.ledger.attempt(n)
+    assert a.state == L.MERGED and merges(ctx, n) == 1 and a.delta_ms < 0
+    assert [s.sha for s in ctx.ledger.scores()] == [a.base_sha, sha]  # each once
+    assert len(gates.calls) == 2  # judged once: the restart found the merge, it did not redo it
+
+
+# --------------------------------------------------------------------------- one loop per repository
+def test_a_second_loop_on_the_same_repository_is_refused(tmp_path, capsys):
+    repo = make_repo(tmp_path, {"loop.concurrency": 0})
+    holder = acquire_loop_lock(repo / "runs")
+    try:
+        assert run_loop_tick(repo) == 3
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert f"pid {os.getpid()} on {os.uname().nodename} already runs a loop" in err
+    assert run_loop_tick(repo) == 0  # the holder ended: the next loop runs
