@@ -73,10 +73,11 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="write the result JSON here")
     p.set_defaults(func=cmd_step)
 
-    from . import loop_cmd, report_cmd
+    from . import doctor, loop_cmd, report_cmd
 
     report_cmd.register(sub)
     loop_cmd.register(sub)
+    doctor.register(sub)
 
 
 def op_table() -> list[dict]:

@@ -111,6 +111,9 @@ def validate(data) -> list[str]:
                 problems.append(f"profiles.{name}.buckets: expected positive integers, found {b}")
             if any(not isinstance(x, _NUM) or x <= 0 for x in w):
                 problems.append(f"profiles.{name}.weights: expected positive numbers, found {w}")
+        mem = prof.get("memory_gib")
+        if mem is not None and (isinstance(mem, bool) or not isinstance(mem, _NUM) or mem <= 0):
+            problems.append(f"profiles.{name}.memory_gib: expected a positive number of GiB, found {mem!r}")
         rows = prof.get("test_rows")
         if isinstance(rows, list) and any(not isinstance(x, int) or x < 1 for x in rows):
             problems.append(f"profiles.{name}.test_rows: expected positive integers, found {rows}")

@@ -1,0 +1,497 @@
+"""``kern doctor``: is this machine ready for a long unattended run?
+
+Probes (the shell: :func:`probe`) gather plain data and never decide: what torch and nvidia-smi
+see, free GPU memory, git's state, free disk under runs/, whether the ledger opens in WAL mode
+and takes the write lock, whether the agent backend can be reached, whether a loop holds the
+repository. Decisions (the core: :func:`diagnose` and one pure function per check) turn that
+data into findings, each ok / warn / fail with its fix: who acts and what to do. Exit 1 when
+any finding fails.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+GIB = 1 << 30
+# NVML clock-event reasons (nvidia-smi clocks_event_reasons.active): idle, application clocks
+# and display clocks are normal; anything else lowers clocks under load and skews timings
+THROTTLE = {0x4: "software power cap", 0x8: "hardware slowdown", 0x10: "sync boost",
+            0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
+            0x80: "hardware power brake"}
+SMI_FIELDS = ("index", "name", "clocks.sm", "clocks.max.sm", "clocks.mem",
+              "clocks_event_reasons.active", "persistence_mode", "temperature.gpu")
+DEFAULT_API = "https://api.anthropic.com"
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: str  # ok | warn | fail
+    text: str  # what was found
+    fix: str = ""  # who acts and what to do (for warn and fail)
+
+
+# --------------------------------------------------------------------------- decisions (pure)
+def gpu_finding(gpu: dict, smi: dict) -> Finding:
+    """``gpu``: {devices: [{name, total_bytes, free_bytes}], torch, cuda, visible, error};
+    ``smi``: {present, gpus: [rows], error}."""
+    devs = gpu.get("devices") or []
+    vis = f" (CUDA_VISIBLE_DEVICES={gpu['visible']})" if gpu.get("visible") is not None else ""
+    if devs:
+        names = ", ".join(sorted({d["name"] for d in devs}))
+        return Finding("gpu", OK, f"{len(devs)} x {names} visible to torch {gpu.get('torch')} "
+                                  f"(CUDA {gpu.get('cuda')}){vis}")
+    listed = smi.get("gpus") or []
+    if listed:
+        return Finding("gpu", FAIL, f"nvidia-smi lists {len(listed)} GPU(s) ({listed[0].get('name')}) "
+                                    f"but torch {gpu.get('torch')} sees none{vis}"
+                                    + (f": {gpu['error']}" if gpu.get("error") else ""),
+                       "operator: install a CUDA build of torch that matches the driver, or fix "
+                       "CUDA_VISIBLE_DEVICES; without it the loop runs the CPU profile")
+    return Finding("gpu", WARN, f"no GPU visible{vis}: the loop runs the cpu profile through "
+                                f"Triton's interpreter (mechanics, never GPU scores)",
+                   "operator: run on a GPU machine for scores; nothing to do for a CPU demo")
+
+
+def clock_finding(gpu: dict, smi: dict) -> Finding:
+    if not gpu.get("devices") and not smi.get("gpus"):
+        return Finding("clocks", OK, "no GPU: no clocks to check")
+    if not smi.get("present"):
+        return Finding("clocks", WARN, "nvidia-smi not on PATH: clocks and throttling unchecked",
+                       "operator: put the driver's nvidia-smi on PATH and run kern doctor again")
+    if smi.get("error") or not smi.get("gpus"):
+        return Finding("clocks", WARN, f"nvidia-smi answered nothing usable: {smi.get('error')}",
+                       "operator: run `nvidia-smi -q -d CLOCK,PERFORMANCE` and check the driver")
+    problems, fixes, facts = [], [], []
+    for g in smi["gpus"]:
+        i = g.get("index")
+        facts.append(f"GPU {i} SM {g.get('clocks.sm')}/{g.get('clocks.max.sm')} MHz, memory "
+                     f"{g.get('clocks.mem')} MHz, {g.get('temperature.gpu')} C")
+        reasons = throttle_reasons(g.get("clocks_event_reasons.active"))
+        if reasons:
+            problems.append(f"GPU {i} throttled: {', '.join(reasons)}")
+            fixes.append("check cooling and power limits (`nvidia-smi -q -d PERFORMANCE`) before "
+                         "timing anything")
+        if str(g.get("persistence_mode", "")).lower() == "disabled":
+            problems.append(f"GPU {i} persistence mode off")
+            fixes.append("as root, `nvidia-smi -pm 1`, so the driver stays loaded and every run "
+                         "starts from the same state")
+    if problems:
+        return Finding("clocks", WARN, "; ".join(problems), "operator: " + "; ".join(dict.fromkeys(fixes)))
+    return Finding("clocks", OK, "; ".join(facts) + "; not throttled, persistence on")
+
+
+def throttle_reasons(value) -> list[str]:
+    """The clock-event reasons of an nvidia-smi bitmask ("0x...4") that skew timings."""
+    try:
+        bits = int(str(value), 16) if str(value).lower().startswith("0x") else int(value)
+    except (TypeError, ValueError):
+        return []
+    return [name for bit, name in THROTTLE.items() if bits & bit]
+
+
+def memory_finding(gpu: dict, need_gib: float | None) -> Finding:
+    """Free memory of the device the sides use (the first visible) against the profile's need."""
+    devs = gpu.get("devices") or []
+    if not devs:
+        return Finding("gpu memory", OK, "no GPU: the cpu profile's model lives in host memory")
+    d = devs[0]
+    free, total = d["free_bytes"] / GIB, d["total_bytes"] / GIB
+    if need_gib is None:
+        return Finding("gpu memory", WARN, f"GPU 0: {free:.1f} of {total:.1f} GiB free; the gpu "
+                                           f"profile does not say what it needs",
+                       "operator: set profiles.gpu.memory_gib in kern.yaml (kern step's peak memory)")
+    if free < need_gib:
+        return Finding("gpu memory", FAIL, f"GPU 0: {free:.1f} GiB free, the gpu profile needs "
+                                           f"{need_gib:g} GiB ({total:.1f} GiB total)",
+                       "operator: stop what holds GPU 0 (nvidia-smi lists it), or pick a free GPU "
+                       "with CUDA_VISIBLE_DEVICES")
+    return Finding("gpu memory", OK, f"GPU 0: {free:.1f} GiB free >= the {need_gib:g} GiB the gpu "
+                                     f"profile needs")
+
+
+def git_finding(g: dict, main: str = "main") -> Finding:
+    """``g``: {error, branch (None: detached), has_main, dirty: [porcelain lines]}."""
+    if g.get("error"):
+        return Finding("git", FAIL, f"not a usable git repository: {g['error']}",
+                       "operator: run kern in the repository (or pass --repo)")
+    if not g.get("has_main"):
+        return Finding("git", FAIL, f"no branch {main!r}: the loop merges into it",
+                       f"operator: create it (`git branch {main} <rev>`), or try `kern loop --demo`")
+    dirty = g.get("dirty") or []
+    problems, fixes = [], []
+    if dirty:
+        problems.append(f"{len(dirty)} uncommitted change(s) ({', '.join(x[3:] for x in dirty[:3])}"
+                        f"{', ...' if len(dirty) > 3 else ''})")
+        fixes.append("commit or stash them (a merge into a checked-out main refuses to overwrite "
+                     "them)")
+    if g.get("branch") != main:
+        where = f"on {g['branch']!r}" if g.get("branch") else "detached"
+        problems.append(f"HEAD is {where}, not {main!r}")
+        fixes.append(f"`git checkout {main}` to see merges land in the work tree (the loop moves "
+                     f"{main} either way)")
+    if problems:
+        return Finding("git", WARN, "; ".join(problems), "operator: " + "; ".join(fixes))
+    return Finding("git", OK, f"on {main}, work tree clean")
+
+
+def worktree_finding(g: dict, in_flight: set) -> Finding:
+    """``g['attempt_worktrees']``: [{number, path}] under runs/worktrees; ``g['prunable']``:
+    registered worktrees whose folder is gone; ``in_flight``: attempts still running."""
+    left = [w for w in g.get("attempt_worktrees") or [] if w["number"] not in in_flight]
+    prunable = g.get("prunable") or []
+    if not left and not prunable:
+        busy = len(g.get("attempt_worktrees") or [])
+        return Finding("worktrees", OK, f"no attempt worktree left over ({busy} in use)")
+    parts, fixes = [], []
+    if left:
+        parts.append(f"{len(left)} attempt worktree(s) of finished attempts left: "
+                     + ", ".join(Path(w["path"]).name for w in left[:5]))
+        fixes.append("`git worktree remove --force <path>` for each (their branches attempt/<n> "
+                     "keep the commits)")
+    if prunable:
+        parts.append(f"{len(prunable)} registered worktree(s) whose folder is gone")
+        fixes.append("`git worktree prune`")
+    return Finding("worktrees", WARN, "; ".join(parts), "operator: " + "; ".join(fixes))
+
+
+def disk_finding(d: dict, need_bytes: int) -> Finding:
+    """``d``: {path, free_bytes, error}; ``need_bytes``: one accuracy gate's recordings (A and B)
+    at the snapshot budget; a long run keeps one recording per base commit."""
+    if d.get("error"):
+        return Finding("disk", FAIL, f"cannot read free space at {d.get('path')}: {d['error']}",
+                       "operator: make runs/ a readable local folder")
+    free = d["free_bytes"]
+    text = f"{free / GIB:.1f} GiB free under {d['path']}"
+    if free < need_bytes:
+        return Finding("disk", FAIL, f"{text}; one accuracy gate may write {need_bytes / GIB:.0f} GiB",
+                       "operator: free space there (old runs/tap and runs/bench folders can go)")
+    if free < 3 * need_bytes:
+        return Finding("disk", WARN, f"{text}: room for fewer than 3 accuracy gates at the snapshot "
+                                     f"budget ({need_bytes / GIB:.0f} GiB each)",
+                       "operator: free space before a week-long run (old runs/tap folders can go)")
+    return Finding("disk", OK, text)
+
+
+def ledger_finding(led: dict) -> Finding:
+    """``led``: {path, exists, journal_mode, writable, locked, integrity, error}."""
+    if led.get("error"):
+        return Finding("ledger", FAIL, f"{led['path']}: {led['error']}",
+                       "operator: keep runs/ on a local disk the user can write; move a foreign "
+                       "file aside")
+    where = led["path"] if led.get("exists") else f"{led['path']} (not created yet; a test file was)"
+    if led.get("journal_mode") != "wal":
+        return Finding("ledger", FAIL, f"{where}: journal mode {led.get('journal_mode')!r}, not WAL",
+                       "operator: put runs/ on a local file system (network file systems refuse WAL)")
+    if led.get("locked"):
+        return Finding("ledger", WARN, f"{where}: WAL, but another process holds the write lock",
+                       "operator: a loop or kern try is writing; wait for it or stop it")
+    if led.get("integrity", "ok") != "ok":
+        return Finding("ledger", FAIL, f"{where}: integrity check says {led['integrity']}",
+                       "operator: move the file aside and keep it for inspection; a new loop "
+                       "starts a fresh ledger")
+    return Finding("ledger", OK, f"{where}: WAL, writable")
+
+
+def agent_finding(backend: str, a: dict) -> Finding:
+    """``a`` by backend: anthropic {key, url, status, net_error, checked}; claude-code {sdk};
+    command {command, program, found}; tuner and replay need nothing."""
+    if backend == "anthropic":
+        if not a.get("key"):
+            return Finding("agent", FAIL, "anthropic backend: no ANTHROPIC_API_KEY in the environment",
+                           "operator: export ANTHROPIC_API_KEY (only the agent process sees it)")
+        if not a.get("checked"):
+            return Finding("agent", OK, f"anthropic backend: key present; {a.get('url')} not "
+                                        f"contacted (--offline)")
+        if a.get("net_error"):
+            return Finding("agent", FAIL, f"anthropic backend: {a['url']} unreachable: {a['net_error']}",
+                           "operator: check the network or proxy, or set agent.base_url / "
+                           "ANTHROPIC_BASE_URL")
+        return Finding("agent", OK, f"anthropic backend: key present; {a['url']} answered HTTP "
+                                    f"{a.get('status')}")
+    if backend == "claude-code":
+        if not a.get("sdk"):
+            return Finding("agent", FAIL, "claude-code backend: claude_agent_sdk is not importable",
+                           "operator: pip install 'kern-loop[agents]'")
+        return Finding("agent", OK, "claude-code backend: claude_agent_sdk importable")
+    if backend == "command":
+        if not a.get("program"):
+            return Finding("agent", FAIL, "command backend: agent.command is empty",
+                           "operator: set agent.command in kern.yaml (the brief comes on stdin)")
+        if not a.get("found"):
+            return Finding("agent", FAIL, f"command backend: {a['program']!r} (of {a['command']!r}) "
+                                          f"is not an executable on PATH",
+                           "operator: install it or give its full path in agent.command")
+        return Finding("agent", OK, f"command backend: {a['program']} is {a['found']}")
+    return Finding("agent", OK, f"{backend} backend: offline, nothing to reach")
+
+
+def lock_finding(lock: dict) -> Finding:
+    if lock.get("held"):
+        return Finding("loop lock", WARN, f"a kern loop holds this repository ({lock.get('holder')})",
+                       "operator: a second loop is refused; stop that one first if it should not run")
+    return Finding("loop lock", OK, "no loop runs on this repository")
+
+
+def diagnose(p: dict, settings: dict) -> list[Finding]:
+    """Pure: every finding, in the order a person reads them."""
+    gpu_prof = settings["profiles"]["gpu"]
+    need = gpu_prof.get("memory_gib")
+    budget = int(settings["test"]["snapshot_budget_mb"]) << 20
+    return [gpu_finding(p["gpu"], p["smi"]), clock_finding(p["gpu"], p["smi"]),
+            memory_finding(p["gpu"], float(need) if isinstance(need, (int, float)) else None),
+            git_finding(p["git"]), worktree_finding(p["git"], set(p["ledger"].get("in_flight", ()))),
+            disk_finding(p["disk"], 2 * budget), ledger_finding(p["ledger"]),
+            agent_finding(settings["agent"]["backend"], p["agent"]), lock_finding(p["lock"])]
+
+
+def lines(findings: list[Finding]) -> list[str]:
+    out = []
+    for f in findings:
+        out.append(f"{f.status:5s} {f.check:11s} {f.text}")
+        if f.fix and f.status != OK:
+            out.append(f"{'':17s} fix: {f.fix}")
+    counts = {s: sum(f.status == s for f in findings) for s in (OK, WARN, FAIL)}
+    out.append(f"doctor: {counts[OK]} ok, {counts[WARN]} warn, {counts[FAIL]} fail"
+               + (" — fix the failures before a long run" if counts[FAIL] else ""))
+    return out
+
+
+# --------------------------------------------------------------------------- probes (shell)
+def probe(repo: Path, settings: dict, *, offline: bool) -> dict:
+    runs = repo / "runs"
+    ledger = _probe_ledger(repo)
+    return {"gpu": _probe_gpu(), "smi": _probe_smi(), "git": _probe_git(repo, runs),
+            "disk": _probe_disk(runs if runs.exists() else repo), "ledger": ledger,
+            "agent": _probe_agent(settings["agent"], offline), "lock": _probe_lock(runs)}
+
+
+def _probe_gpu() -> dict:
+    out = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "devices": []}
+    try:
+        import torch
+
+        out.update(torch=torch.__version__, cuda=torch.version.cuda)
+        if torch.cuda.is_available():
+            for i in range(torch.cuda.device_count()):
+                free, total = torch.cuda.mem_get_info(i)
+                out["devices"].append({"name": torch.cuda.get_device_name(i), "total_bytes": total,
+                                       "free_bytes": free})
+    except Exception as e:  # noqa: BLE001 - what torch says is the finding
+        out["error"] = f"{type(e).__name__}: {e}"[:300]
+    return out
+
+
+def _probe_smi() -> dict:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return {"present": False}
+    fields = list(SMI_FIELDS)
+    for attempt in (fields, [f.replace("clocks_event_reasons", "clocks_throttle_reasons") for f in fields]):
+        try:  # older drivers only know the field by its former name
+            r = subprocess.run([exe, f"--query-gpu={','.join(attempt)}", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return {"present": True, "error": str(e)}
+        if r.returncode == 0:
+            rows = [dict(zip(fields, (c.strip() for c in line.split(","))))
+                    for line in r.stdout.strip().splitlines() if line.strip()]
+            return {"present": True, "gpus": rows}
+    return {"present": True, "error": (r.stderr or r.stdout).strip()[-300:]}
+
+
+def _git(repo: Path, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
+                          timeout=60).stdout
+
+
+def _probe_git(repo: Path, runs: Path) -> dict:
+    try:
+        branch = _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD").strip()
+    except subprocess.CalledProcessError:
+        branch = None  # detached
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": str(e)[:300]}
+    try:
+        has_main = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "refs/heads/main"],
+                                  cwd=repo, capture_output=True).returncode == 0
+        dirty = [x for x in _git(repo, "status", "--porcelain").splitlines()
+                 if not x[3:].startswith("runs/")]
+        listing = _git(repo, "worktree", "list", "--porcelain")
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": str(e)[:300]}
+    worktrees, prunable, path = [], [], None
+    for line in listing.splitlines():
+        if line.startswith("worktree "):
+            path = line[len("worktree "):]
+            name = Path(path).name
+            if Path(path).parent == (runs / "worktrees").resolve() and name.startswith("attempt-") \
+                    and name[len("attempt-"):].isdigit():
+                worktrees.append({"number": int(name[len("attempt-"):]), "path": path})
+        elif line.startswith("prunable"):
+            prunable.append(path)
+    return {"branch": branch, "has_main": has_main, "dirty": dirty,
+            "attempt_worktrees": worktrees, "prunable": prunable}
+
+
+def _probe_disk(path: Path) -> dict:
+    try:
+        return {"path": str(path), "free_bytes": shutil.disk_usage(path).free}
+    except OSError as e:
+        return {"path": str(path), "error": str(e)}
+
+
+def _probe_ledger(repo: Path) -> dict:
+    """Open the ledger (or, when none exists yet, a scratch database beside where it will be)
+    in WAL mode and take the write lock for a moment; never leaves a file behind."""
+    import sqlite3
+
+    from .ledger import IN_FLIGHT, Ledger, LedgerError, default_path
+
+    path = default_path(repo)
+    out = {"path": str(path), "exists": path.exists()}
+    if not path.exists():
+        scratch = path.with_name(f".doctor-{os.getpid()}.sqlite")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(str(scratch), isolation_level=None)
+            try:
+                out["journal_mode"] = db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower()
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("CREATE TABLE t (x)")
+                db.execute("COMMIT")
+            finally:
+                db.close()
+        except (OSError, sqlite3.Error) as e:
+            out["error"] = f"cannot write a database there: {e}"
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                Path(str(scratch) + suffix).unlink(missing_ok=True)
+        return out
+    try:
+        led = Ledger(path, busy_timeout_ms=500)  # a writer holding it longer is busy
+    except LedgerError as e:
+        out["error"] = str(e)
+        return out
+    try:
+        out["journal_mode"] = led._db.execute("PRAGMA journal_mode").fetchone()[0].lower()
+        try:
+            led._db.execute("BEGIN IMMEDIATE")
+            led._db.execute("ROLLBACK")
+        except sqlite3.OperationalError as e:
+            out["locked"] = "locked" in str(e) or "busy" in str(e)
+            if not out["locked"]:
+                out["error"] = f"cannot take the write lock: {e}"
+        out["integrity"] = led._db.execute("PRAGMA quick_check").fetchone()[0]
+        out["in_flight"] = [a.number for a in led.attempts(states=IN_FLIGHT)]
+    finally:
+        led.close()
+    return out
+
+
+def _probe_agent(agent: dict, offline: bool) -> dict:
+    backend = agent.get("backend")
+    if backend == "anthropic":
+        url = agent.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API
+        out = {"key": bool(os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")),
+               "url": url, "checked": not offline}
+        if out["key"] and not offline:
+            out.update(_head(url))
+        return out
+    if backend == "claude-code":
+        import importlib.util
+
+        return {"sdk": importlib.util.find_spec("claude_agent_sdk") is not None}
+    if backend == "command":
+        command = agent.get("command") or ""
+        program = command_program(command)
+        found = None
+        if program:
+            found = shutil.which(program) or (program if os.access(program, os.X_OK) and
+                                              Path(program).is_file() else None)
+        return {"command": command, "program": program, "found": found}
+    return {}
+
+
+def command_program(command: str) -> str | None:
+    """Pure: the program a shell line runs (past ``exec``, ``env`` and VAR=value words)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    for w in words:
+        if w in ("exec", "env", "nohup", "command") or ("=" in w and not w.startswith(("/", "."))):
+            continue
+        return w
+    return None
+
+
+def _head(url: str, timeout_s: float = 5.0) -> dict:
+    import urllib.error
+    import urllib.request
+
+    t0 = time.monotonic()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s) as r:
+            return {"status": r.status, "seconds": time.monotonic() - t0}
+    except urllib.error.HTTPError as e:  # an answer, so the API is reachable
+        return {"status": e.code, "seconds": time.monotonic() - t0}
+    except (urllib.error.URLError, OSError) as e:
+        return {"net_error": str(getattr(e, "reason", e))[:200]}
+
+
+def _probe_lock(runs: Path) -> dict:
+    import fcntl
+
+    path = runs / "loop.lock"
+    if not path.exists():
+        return {"held": False}
+    with open(path, "r") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return {"held": True, "holder": f.read().strip() or "another process"}
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return {"held": False}
+
+
+# --------------------------------------------------------------------------- the verb
+def register(sub) -> None:
+    p = sub.add_parser(
+        "doctor", help="check this machine before a long run",
+        description="Check this machine before a long unattended run, one finding per line, each "
+                    "ok / warn / fail with its fix (who acts, what to do): the GPU torch sees "
+                    "(and which), its clocks and throttling (nvidia-smi), free GPU memory against "
+                    "profiles.gpu.memory_gib, git (clean tree, on main, attempt worktrees left "
+                    "over), free disk under runs/ against the accuracy gate's snapshot budget, the "
+                    "ledger (opens in WAL mode, takes the write lock), the agent backend (anthropic: "
+                    "key present and the API answering; claude-code: the SDK importable; command: "
+                    "the program on PATH; tuner and replay: nothing to reach) and whether a loop "
+                    "already holds the repository. Exit 1 if any check fails.")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--offline", action="store_true",
+                   help="do not contact the agent's API (no HEAD request)")
+    p.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args) -> int:
+    from .settings import load
+
+    repo = Path(args.repo).resolve()
+    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
+    findings = diagnose(probe(repo, settings.data, offline=args.offline), settings.data)
+    failed = any(f.status == FAIL for f in findings)
+    if args.json:
+        json.dump({"ok": not failed, "findings": [asdict(f) for f in findings]}, sys.stdout)
+        print()
+    else:
+        print("\n".join(lines(findings)))
+    return 1 if failed else 0

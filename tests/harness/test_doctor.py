@@ -1,0 +1,202 @@
+"""``kern doctor``: each decision over plain probe data, then the verb on a temporary
+repository (no network, no GPU needed)."""
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import cli
+from harness import doctor as D
+from harness import ledger as L
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = {"name": "NVIDIA H200", "total_bytes": 140 * D.GIB, "free_bytes": 139 * D.GIB}
+SMI_ROW = {"index": "0", "name": "NVIDIA H200", "clocks.sm": "1980", "clocks.max.sm": "1980",
+           "clocks.mem": "3201", "clocks_event_reasons.active": "0x0000000000000001",
+           "persistence_mode": "Enabled", "temperature.gpu": "46"}
+GPU = {"devices": [H200], "torch": "2.11.0+cu130", "cuda": "13.0", "visible": None}
+NO_GPU = {"devices": [], "torch": "2.13.0+cpu", "cuda": None, "visible": None}
+
+
+def test_gpu_visible_absent_or_hidden_from_torch():
+    f = D.gpu_finding(GPU, {"present": True, "gpus": [SMI_ROW]})
+    assert f.status == D.OK and "1 x NVIDIA H200 visible to torch 2.11.0+cu130" in f.text
+    f = D.gpu_finding(NO_GPU, {"present": False})
+    assert f.status == D.WARN and "cpu profile" in f.text and f.fix.startswith("operator:")
+    f = D.gpu_finding({**NO_GPU, "visible": ""}, {"present": True, "gpus": [SMI_ROW]})
+    assert f.status == D.FAIL and "nvidia-smi lists 1 GPU(s)" in f.text and "torch 2.13.0+cpu sees none" in f.text
+    assert "CUDA_VISIBLE_DEVICES=)" in f.text and "CUDA build of torch" in f.fix
+
+
+@pytest.mark.parametrize("reasons,persistence,status,words", [
+    ("0x0000000000000001", "Enabled", D.OK, "not throttled, persistence on"),  # idle is normal
+    ("0x0000000000000044", "Enabled", D.WARN, "GPU 0 throttled: software power cap, hardware thermal slowdown"),
+    ("0x0000000000000000", "Disabled", D.WARN, "GPU 0 persistence mode off"),
+])
+def test_clocks_warn_on_throttling_and_persistence_off(reasons, persistence, status, words):
+    row = {**SMI_ROW, "clocks_event_reasons.active": reasons, "persistence_mode": persistence}
+    f = D.clock_finding(GPU, {"present": True, "gpus": [row]})
+    assert f.status == status and words in f.text
+    assert (status == D.OK) == (f.fix == "")
+
+
+def test_clocks_without_nvidia_smi():
+    assert D.clock_finding(GPU, {"present": False}).status == D.WARN
+    assert D.clock_finding(NO_GPU, {"present": False}).status == D.OK
+    assert D.throttle_reasons("0x8") == ["hardware slowdown"] and D.throttle_reasons("N/A") == []
+
+
+def test_free_gpu_memory_against_the_profile():
+    assert D.memory_finding(GPU, 90).status == D.OK
+    low = {**GPU, "devices": [{**H200, "free_bytes": 40 * D.GIB}]}
+    f = D.memory_finding(low, 90)
+    assert f.status == D.FAIL and "40.0 GiB free, the gpu profile needs 90 GiB" in f.text
+    assert D.memory_finding(GPU, None).status == D.WARN
+    assert D.memory_finding(NO_GPU, 90).status == D.OK
+
+
+def test_git_state():
+    assert D.git_finding({"branch": "main", "has_main": True, "dirty": []}).status == D.OK
+    assert D.git_finding({"error": "not a git repository"}).status == D.FAIL
+    f = D.git_finding({"branch": "main", "has_main": False, "dirty": []})
+    assert f.status == D.FAIL and "git branch main" in f.fix
+    f = D.git_finding({"branch": None, "has_main": True, "dirty": [" M kernels/k31/moe/situ.py"]})
+    assert f.status == D.WARN
+    assert f.text == "1 uncommitted change(s) (kernels/k31/moe/situ.py); HEAD is detached, not 'main'"
+    assert f.fix.startswith("operator: commit or stash them") and "git checkout main" in f.fix
+
+
+def test_worktrees_left_by_finished_attempts():
+    g = {"attempt_worktrees": [{"number": 3, "path": "/r/runs/worktrees/attempt-3"},
+                               {"number": 4, "path": "/r/runs/worktrees/attempt-4"}], "prunable": []}
+    assert D.worktree_finding(g, {3, 4}).status == D.OK
+    f = D.worktree_finding(g, {4})
+    assert f.status == D.WARN and f.text.endswith("left: attempt-3") and "git worktree remove" in f.fix
+    f = D.worktree_finding({"attempt_worktrees": [], "prunable": ["/gone"]}, set())
+    assert f.status == D.WARN and "git worktree prune" in f.fix
+
+
+def test_disk_free_against_one_accuracy_gate():
+    need = 32 * D.GIB
+    assert D.disk_finding({"path": "/r/runs", "free_bytes": 200 * D.GIB}, need).status == D.OK
+    assert D.disk_finding({"path": "/r/runs", "free_bytes": 70 * D.GIB}, need).status == D.WARN
+    f = D.disk_finding({"path": "/r/runs", "free_bytes": 10 * D.GIB}, need)
+    assert f.status == D.FAIL and f.text == "10.0 GiB free under /r/runs; one accuracy gate may write 32 GiB"
+
+
+@pytest.mark.parametrize("probe,status,words", [
+    ({"exists": True, "journal_mode": "wal", "integrity": "ok"}, D.OK, "WAL, writable"),
+    ({"exists": False, "journal_mode": "wal"}, D.OK, "not created yet"),
+    ({"exists": True, "journal_mode": "delete"}, D.FAIL, "not WAL"),
+    ({"exists": True, "journal_mode": "wal", "locked": True}, D.WARN, "holds the write lock"),
+    ({"exists": True, "journal_mode": "wal", "integrity": "*** page 3 is never used"}, D.FAIL, "page 3"),
+    ({"exists": True, "error": "cannot open it as a kern-loop ledger"}, D.FAIL, "cannot open"),
+])
+def test_ledger(probe, status, words):
+    f = D.ledger_finding({"path": "/r/runs/ledger.sqlite", **probe})
+    assert f.status == status and words in f.text
+
+
+@pytest.mark.parametrize("backend,probe,status,words", [
+    ("anthropic", {"key": False}, D.FAIL, "no ANTHROPIC_API_KEY"),
+    ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": False}, D.OK, "not contacted"),
+    ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": True, "net_error": "timed out"},
+     D.FAIL, "unreachable: timed out"),
+    ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": True, "status": 404}, D.OK,
+     "answered HTTP 404"),
+    ("claude-code", {"sdk": False}, D.FAIL, "not importable"),
+    ("claude-code", {"sdk": True}, D.OK, "importable"),
+    ("command", {"command": "", "program": None}, D.FAIL, "agent.command is empty"),
+    ("command", {"command": "aider --yes", "program": "aider", "found": None}, D.FAIL,
+     "'aider' (of 'aider --yes') is not an executable on PATH"),
+    ("command", {"command": "sh a.sh", "program": "sh", "found": "/bin/sh"}, D.OK, "sh is /bin/sh"),
+    ("tuner", {}, D.OK, "offline"),
+    ("replay", {}, D.OK, "offline"),
+])
+def test_agent_backend(backend, probe, status, words):
+    f = D.agent_finding(backend, probe)
+    assert f.status == status and words in f.text, f
+    assert (status == D.OK) == (f.fix == "")
+
+
+def test_command_program():
+    assert D.command_program("exec sh /tmp/agent.sh") == "sh"
+    assert D.command_program("FOO=1 env aider --yes") == "aider"
+    assert D.command_program("/opt/bin/agent -q") == "/opt/bin/agent"
+    assert D.command_program("") is None
+
+
+def test_lines_give_each_fix_and_the_count():
+    findings = [D.Finding("gpu", D.OK, "1 x H200"), D.Finding("disk", D.FAIL, "1 GiB free", "operator: free space")]
+    assert D.lines(findings) == [
+        "ok    gpu         1 x H200", "fail  disk        1 GiB free",
+        "                  fix: operator: free space",
+        "doctor: 1 ok, 0 warn, 1 fail — fix the failures before a long run"]
+
+
+# --------------------------------------------------------------------------- the verb
+def _repo(tmp_path: Path, agent: dict) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
+    cfg["agent"].update(agent)
+    cfg["test"]["snapshot_budget_mb"] = 1  # so the disk check passes on any CI machine
+    (repo / "kern.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (repo / ".gitignore").write_text("runs/\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    return repo
+
+
+def test_doctor_on_a_repository_reports_and_exits_by_the_worst(tmp_path, capsys):
+    repo = _repo(tmp_path, {"backend": "command", "command": "exec no-such-agent-kern --yes"})
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(repo / "runs/worktrees/attempt-7")],
+                   cwd=repo, check=True)  # a finished attempt's worktree, left behind
+    assert cli.main(["--repo", str(repo), "doctor", "--json", "--offline"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    got = {f["check"]: f for f in out["findings"]}
+    assert out["ok"] is False
+    assert list(got) == ["gpu", "clocks", "gpu memory", "git", "worktrees", "disk", "ledger",
+                         "agent", "loop lock"]
+    assert got["agent"]["status"] == D.FAIL and "'no-such-agent-kern'" in got["agent"]["text"]
+    assert got["worktrees"]["status"] == D.WARN and "attempt-7" in got["worktrees"]["text"]
+    assert got["git"]["status"] == D.OK and got["disk"]["status"] == D.OK
+    assert got["ledger"]["status"] == D.OK and "not created yet" in got["ledger"]["text"]
+    # the ledger check wrote a scratch database and took it away again
+    assert sorted(p.name for p in (repo / "runs").iterdir()) == ["worktrees"]
+    # then: a tuner, a ledger whose attempt #7 still runs there, and a writer holding the lock
+    (repo / "kern.yaml").write_text((repo / "kern.yaml").read_text().replace(
+        "backend: command", "backend: tuner"))
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "tuner"],
+                   cwd=repo, check=True)
+    with L.Ledger(L.default_path(repo)) as led:
+        for n in range(7):
+            led.new_attempt(title=f"#{n + 1}", hypothesis="", target="moe.situ", backend="tuner",
+                            base_sha=None, phase_id=None)
+        led.transition(7, L.RUNNING)
+    writer = sqlite3.connect(str(L.default_path(repo)), isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        assert cli.main(["--repo", str(repo), "doctor", "--offline"]) == 0
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    text = capsys.readouterr().out.splitlines()
+    assert "ok    worktrees   no attempt worktree left over (1 in use)" in text
+    assert any(line.startswith("warn  ledger") and "holds the write lock" in line for line in text)
+    assert any(line.startswith("ok    agent       tuner backend") for line in text)
+    assert text[-1].startswith("doctor: ") and text[-1].endswith("0 fail")
+
+
+def test_doctor_help_says_what_it_checks(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["doctor", "--help"])
+    words = " ".join(capsys.readouterr().out.split())
+    for w in ("ok / warn / fail", "who acts", "WAL", "memory_gib", "--offline", "Exit 1"):
+        assert w in words, w
