@@ -88,17 +88,29 @@ def classify(returncode: int | None, timed_out: bool, tail: str) -> str:
         return "timeout"
     if returncode == 0:
         return "ok"
-    low = tail.lower()
+    named = _named(tail)
+    if named:
+        return named
+    if returncode is not None and returncode < 0:
+        return f"crash (signal {signal.Signals(-returncode).name})" if -returncode in \
+            signal.valid_signals() else "crash"
+    return "error" if "Traceback" in tail else "crash"
+
+
+def reply_kind(error: str) -> str:
+    """What an error means that a side caught itself and answered with (pure)."""
+    return _named(error) or "error"
+
+
+def _named(text: str) -> str | None:
+    low = text.lower()
     if "illegal memory access" in low or "misaligned address" in low or "illegal address" in low:
         return "illegal-memory-access"
     # CUDA's words, torch's CPU allocator's (also under the side's address-space cap), Python's
     if "out of memory" in low or "can't allocate memory" in low or "cannot allocate memory" in low \
             or "memoryerror" in low:
         return "out of memory"
-    if returncode is not None and returncode < 0:
-        return f"crash (signal {signal.Signals(-returncode).name})" if -returncode in \
-            signal.valid_signals() else "crash"
-    return "error" if "Traceback" in tail else "crash"
+    return None
 
 
 def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
@@ -208,7 +220,8 @@ class Interactive:
             pass  # read() reports how the process ended
         reply = self.read(timeout_s)
         if not reply.get("ok", True):
-            raise SideError("error", f"{self.name}: {reply.get('error')}", self.log_path)
+            raise SideError(reply_kind(str(reply.get("error"))), f"{self.name}: {reply.get('error')}",
+                            self.log_path)
         return reply
 
     def close(self) -> None:

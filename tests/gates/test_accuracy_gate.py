@@ -33,6 +33,12 @@ CASES = {
                 "    rows, inter = out.shape\n    raise RuntimeError('situ kernel refused')\n")],
     "segfault": [("kernels/k31/moe/situ.py", "    rows, inter = out.shape\n",
                   "    rows, inter = out.shape\n    import ctypes; ctypes.string_at(0)\n")],
+    # more than the side may hold: the CPU sides' cap (half the RAM) or the GPU itself refuses
+    "oom": [("kernels/k31/moe/situ.py", "    rows, inter = out.shape\n",
+             "    rows, inter = out.shape\n    import os\n"
+             "    n = (torch.cuda.get_device_properties(out.device).total_memory * 2 if out.is_cuda\n"
+             "         else os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') * 3 // 4)\n"
+             "    torch.empty(n, dtype=torch.uint8, device=out.device)\n")],
     "hangs": [("kernels/k31/moe/situ.py", "    rows, inter = out.shape\n",
                "    rows, inter = out.shape\n    import time\n    while True:\n        time.sleep(1)\n")],
     "bucket_special_case": [(COMBINE, "    if rows == 0:\n        return\n",
@@ -111,6 +117,12 @@ def test_kernel_that_crashes_the_process_fails(verdicts):
     r = verdicts["segfault"]
     assert r["verdict"] == "FAIL", _why(r)
     assert r["evidence"]["outcome_b"].startswith("crash"), r["evidence"]["outcome_b"]
+
+
+def test_kernel_that_allocates_more_than_the_side_may_hold_fails_naming_memory(verdicts):
+    r = verdicts["oom"]
+    assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "out of memory", _why(r)
+    assert "candidate side ended: out of memory" in r["reasons"]
 
 
 def test_kernel_that_never_returns_fails_by_timeout(verdicts):

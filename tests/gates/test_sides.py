@@ -1,0 +1,169 @@
+"""What a candidate can do to a gate's side process, and what it can see there (CPU).
+
+Pure: how a side's end is classified, the CPU sides' memory cap, the environment a side gets.
+Real (slow): candidate trees that segfault, allocate more than the cap or never return inside
+kern bench's sides, and that print their environment inside kern test's and kern bench's sides:
+no API key, no fault-injection switch. The candidates misbehave at import of ``kernels.k31``,
+before any model is built, so each side costs little more than its interpreter's start.
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from gates import sides
+from gates.accuracy import TestRequest, run_test
+from gates.bench import BenchRequest, report_lines, run_bench
+from harness import faults
+from harness.pipeline import decide_outcome
+from harness.scope import ScopeResult
+from harness.settings import load
+from tests.gates.candidates import candidate, make_repo
+
+SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-kern-test-secret", "OPENAI_API_KEY": "sk-openai-kern-test",
+           "GITHUB_TOKEN": "ghp_kerntestsecret", "AWS_SECRET_ACCESS_KEY": "aws-kern-test-secret",
+           "HF_TOKEN": "hf_kerntestsecret", faults.VARIABLE: "notes"}
+CPU_OOM = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+           "allocate memory: you tried to allocate 70368744177664 bytes. Error code 12 (Cannot "
+           "allocate memory)")
+
+
+# --------------------------------------------------------------------------- pure
+@pytest.mark.parametrize("returncode,timed_out,tail,kind", [
+    (1, False, "Traceback (most recent call last):\n" + CPU_OOM, "out of memory"),
+    (1, False, "Traceback (most recent call last):\nMemoryError", "out of memory"),
+    (1, False, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "out of memory"),
+    (-signal.SIGSEGV, False, "", "crash (signal SIGSEGV)"),
+    (-signal.SIGKILL, True, "", "timeout"),
+    (1, False, "Traceback (most recent call last):\nValueError: bad", "error"),
+    (0, False, "", "ok"),
+])
+def test_a_sides_end_is_named(returncode, timed_out, tail, kind):
+    assert sides.classify(returncode, timed_out, tail) == kind
+
+
+def test_an_error_a_side_answered_with_is_named():
+    assert sides.reply_kind(CPU_OOM) == "out of memory"  # a bench side catches and answers
+    assert sides.reply_kind("ValueError: bad bucket") == "error"
+
+
+def test_cpu_sides_get_half_the_memory_and_cuda_sides_no_cap():
+    assert sides.memory_limit(False, 8 << 30) == 4 << 30
+    assert sides.memory_limit(True, 8 << 30) is None  # CUDA reserves more address space than RAM
+    assert sides.memory_limit(False, 0) is None  # unknown RAM: no cap rather than a wrong one
+
+
+def test_a_sides_environment_holds_no_secret(monkeypatch):
+    for k, v in SECRETS.items():
+        monkeypatch.setenv(k, v)
+    env = sides.side_env()
+    assert not set(SECRETS) & set(env) and not set(SECRETS.values()) & set(env.values())
+    assert env["PATH"] and env["PYTHONHASHSEED"] == "0"
+
+
+# --------------------------------------------------------------------------- real sides
+# prepended to kernels/k31/__init__.py: the first candidate code a side runs
+PRINT_ENV = ("import json as _j, os as _o, resource as _r, sys as _s\n"
+             "_s.stderr.write('KERN-ENV ' + _j.dumps({'env': dict(_o.environ), "
+             "'rlimit_as': _r.getrlimit(_r.RLIMIT_AS)}) + '\\n')\n_s.stderr.flush()\n")
+INIT = "kernels/k31/__init__.py"
+CANDIDATES = {
+    "segfault": PRINT_ENV + "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+    # three quarters of the machine: lazily allocated this would succeed; the cap refuses it
+    "oom": PRINT_ENV + "import os, torch\ntorch.empty(os.sysconf('SC_PAGE_SIZE') * "
+                       "os.sysconf('SC_PHYS_PAGES') * 3 // 4, dtype=torch.uint8)\n",
+    "hang": PRINT_ENV + "import time\nwhile True:\n    time.sleep(1)\n",
+}
+
+
+def dumps(root) -> list[dict]:
+    """Every environment a candidate printed in a side's log under ``root``."""
+    out = []
+    for log in sorted(root.rglob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("KERN-ENV "):
+                out.append({"log": str(log), **json.loads(line[len("KERN-ENV "):])})
+    return out
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    repo = make_repo(tmp_path_factory.mktemp("sides"))
+    shas = {name: candidate(repo, name, [(INIT, "", text)]) for name, text in CANDIDATES.items()}
+    settings = load(repo / "kern.yaml")
+    cuda = torch.cuda.is_available()
+    prof = settings.profile(cuda)
+    # the hanging side is given 3 s (any limit ends the same way); the others finish at once
+    quick = {**settings.data, "bench": {**settings.data["bench"], "timeout_s": 3}}
+
+    def bench(name, data=settings.data):
+        return run_bench(BenchRequest(repo, shas[name], shas[name], data, prof, repo / "runs", cuda),
+                         progress=lambda m: None)
+
+    def test(name):
+        return run_test(TestRequest(repo, shas[name], shas[name], settings.data, prof, repo / "runs",
+                                    cuda))
+
+    with pytest.MonkeyPatch.context() as mp:  # what the orchestrator's own process may hold
+        for k, v in SECRETS.items():
+            mp.setenv(k, v)
+        with ThreadPoolExecutor(2) as pool:
+            jobs = {"bench segfault": pool.submit(bench, "segfault"),
+                    "bench oom": pool.submit(bench, "oom"),
+                    "bench hang": pool.submit(bench, "hang", quick),
+                    "test segfault": pool.submit(test, "segfault")}
+            return repo, {k: f.result() for k, f in jobs.items()}
+
+
+def _pass():
+    return {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
+
+
+@pytest.mark.slow
+def test_a_segfault_in_the_scorer_is_a_recorded_crash(ran):
+    res = ran[1]["bench segfault"]
+    assert res["outcome"] == "crash (signal SIGSEGV)", res.get("error")
+    assert report_lines(res)[-1].startswith("FAILED     crash (signal SIGSEGV)")
+    out = decide_outcome(ScopeResult(True), _pass(), res)
+    assert (out.state, out.reason) == ("crashed", "scorer: crash (signal SIGSEGV)")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the cap is for CPU sides")
+def test_an_impossible_allocation_ends_the_side_out_of_memory_under_its_cap(ran):
+    res = ran[1]["bench oom"]
+    assert res["outcome"] == "out of memory", res.get("error")
+    assert "can't allocate memory" in res["error"]
+    out = decide_outcome(ScopeResult(True), _pass(), res)
+    assert (out.state, out.reason) == ("crashed", "scorer: out of memory")
+    cap = sides.memory_limit(False, sides._physical_memory())
+    # every side ran under the cap, soft and hard alike: candidate code cannot lift it
+    assert {tuple(d["rlimit_as"]) for d in dumps(ran[0] / "runs")} == {(cap, cap)}
+
+
+@pytest.mark.slow
+def test_a_side_that_never_returns_is_stopped_at_the_timeout(ran):
+    res = ran[1]["bench hang"]
+    assert res["outcome"] == "timeout" and "no answer within 3s" in res["error"], res.get("error")
+    assert res["wall_s"] < 30
+    out = decide_outcome(ScopeResult(True), _pass(), res)
+    assert (out.state, out.reason) == ("timed out", "scorer timeout")
+
+
+@pytest.mark.slow
+def test_candidate_code_in_kern_test_and_kern_bench_sees_no_secret(ran):
+    repo, res = ran
+    assert res["test segfault"]["evidence"]["outcome_a"] == "crash (signal SIGSEGV)"
+    seen = dumps(repo / "runs")
+    where = {re.sub(r"^.*/runs/(\w+)/.*$", r"\1", d["log"]) for d in seen}
+    assert where == {"tap", "bench"}, [d["log"] for d in seen]  # both gates' sides printed
+    for d in seen:
+        env = d["env"]
+        assert "PATH" in env, d["log"]  # the dump is real
+        leaked = set(SECRETS) & set(env) | set(SECRETS.values()) & set(env.values())
+        assert not leaked, f"{d['log']}: {leaked}"
