@@ -44,8 +44,9 @@ def checkout(repo: Path, sha: str, runs: Path) -> Path:
 
 def changed_paths(repo: Path, base: str, rev: str) -> list[str]:
     r = git.Repo(repo)
+    # --no-renames: a file moved out of a protected path shows its old path too
     if rev == WORKTREE:
-        out = r.git.diff("--name-only", base)
+        out = r.git.diff("--name-only", "--no-renames", base)
         untracked = r.untracked_files
         return sorted(set(out.splitlines()) | set(untracked))
-    return sorted(set(r.git.diff("--name-only", base, rev).splitlines()))
+    return sorted(set(r.git.diff("--name-only", "--no-renames", base, rev).splitlines()))

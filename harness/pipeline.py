@@ -113,16 +113,23 @@ def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> 
     return Outcome("abandoned", why, fields)
 
 
+def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
+    """The scope gate on one commit: its paths, size, and what its editable files contain."""
+    commits = ctx.repo.commits_since(base_sha, rev_sha)
+    editable = [p for p in commits.paths if scope.matches(p, ctx.settings["editable"])]
+    sources = {p: (ctx.repo.blob(base_sha, p), ctx.repo.blob(rev_sha, p)) for p in editable}
+    return scope.check(commits=len(commits.shas), paths=commits.paths,
+                       changed_lines=commits.changed_lines, editable=ctx.settings["editable"],
+                       protected=ctx.settings["protected"], sources=sources)
+
+
 def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
     """Run the gates on one commit against its base. Returns (scope, test, bench) results."""
     from gates.accuracy import TestRequest, run_test
     from gates.bench import BenchRequest, run_bench
 
     faults.point("scope")
-    commits = ctx.repo.commits_since(base_sha, rev_sha)
-    sc = scope.check(commits=len(commits.shas), paths=commits.paths,
-                     changed_lines=commits.changed_lines, editable=ctx.settings["editable"],
-                     protected=ctx.settings["protected"])
+    sc = check_scope(ctx, rev_sha, base_sha)
     if not sc.ok:
         return sc, None, None
     with gpu_lock(ctx.runs):

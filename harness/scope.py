@@ -4,14 +4,43 @@ A candidate must be exactly one commit on top of its base; every changed path mu
 editable glob and no protected glob; the change must stay under a size limit and add no
 dependency (dependency files are protected). Globs follow ``fnmatch`` (``*`` crosses ``/``),
 the same rule the agents' edit tools apply.
+
+The changed files' contents are checked too (``source_problems``), because a commit can stay
+inside the editable globs and still bring in what the gates cannot judge:
+
+* only sources: ``.py`` and ``.md`` files of at most ``MAX_FILE_BYTES`` (no compiled
+  extension, no pickled table of precomputed answers, no blob that the line count misses);
+* imports: the standard library, torch, triton, numpy and the tree itself (``KERNEL_IMPORTS``:
+  a kernel that imports another package brings in a dependency that does the work, whether
+  or not it happens to be installed), never the modules whose only use in a kernel is to
+  reach outside it (``ESCAPES``: dynamic import, native calls, processes, threads, frames);
+* no reach into the process: ``__import__``, ``sys.modules`` / ``sys.argv`` / frames (how code
+  finds out that the scorer is running), assignments to another module's attributes
+  (monkeypatching ``time.perf_counter`` or torch's settings);
+* not the workload: the protected ``kernels/k31/workload`` module is the gates' input; a
+  kernel that imports it can precompute answers.
+
+These are static checks of what the commit says; the sides check at run time what the code
+does (``gates/tamper.py``).
 """
 from __future__ import annotations
 
+import ast
 import fnmatch
+import sys
 from dataclasses import dataclass, field
 
 MAX_CHANGED_LINES = 4000
 MAX_FILES = 40
+MAX_FILE_BYTES = 128 * 1024  # the largest source of the tree is ~15 KB
+SOURCE_SUFFIXES = (".py", ".md")
+KERNEL_IMPORTS = ("torch", "triton", "numpy", "kernels")
+ESCAPES = ("importlib", "imp", "ctypes", "subprocess", "multiprocessing", "threading", "_thread",
+           "concurrent", "asyncio", "socket", "signal", "inspect", "gc", "builtins", "code",
+           "runpy", "pickle", "marshal")
+SYS_ESCAPES = ("modules", "argv", "orig_argv", "_getframe", "_current_frames", "settrace",
+               "setprofile", "addaudithook", "meta_path", "path_hooks")
+WORKLOAD = "kernels.k31.workload"
 
 
 @dataclass(frozen=True)
@@ -28,7 +57,9 @@ def matches(path: str, globs: list[str]) -> bool:
 
 
 def check(*, commits: int, paths: list[str], changed_lines: int, editable: list[str],
-          protected: list[str]) -> ScopeResult:
+          protected: list[str], sources: dict | None = None) -> ScopeResult:
+    """``sources``: ``{path: (base content, candidate content)}`` (bytes; None where the file
+    does not exist) of changed paths; the editable ones are checked with ``source_problems``."""
     problems = []
     if commits == 0:
         problems.append("no commit: the agent finished without committing")
@@ -45,4 +76,110 @@ def check(*, commits: int, paths: list[str], changed_lines: int, editable: list[
         problems.append(f"{len(paths)} files changed (limit {MAX_FILES})")
     if changed_lines > MAX_CHANGED_LINES:
         problems.append(f"{changed_lines} lines changed (limit {MAX_CHANGED_LINES})")
+    for p, (before, after) in sorted((sources or {}).items()):
+        if after is not None and matches(p, editable) and not matches(p, protected):
+            problems += source_problems(p, after, before)
     return ScopeResult(not problems, problems)
+
+
+def source_problems(path: str, content: bytes, before: bytes | None = None) -> list[str]:
+    """What an editable file of the tree may not be or do, one sentence each; only what the
+    change adds (a finding the base version ``before`` has too is not the candidate's)."""
+    found = _findings(path, content)
+    if before is not None:
+        old = [m for _, m in _findings(path, before)]
+        kept = []
+        for line, m in found:
+            if m in old:
+                old.remove(m)
+            else:
+                kept.append((line, m))
+        found = kept
+    return [f"{path}:{line} {m}" if line else f"{path} {m}" for line, m in found]
+
+
+def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
+    if not path.endswith(SOURCE_SUFFIXES):
+        return [(None, f"is not a source file (expected {', '.join(SOURCE_SUFFIXES)}: a binary or "
+                       f"data file can hold work the gates cannot read)")]
+    if len(content) > MAX_FILE_BYTES:
+        return [(None, f"has {len(content)} bytes (limit {MAX_FILE_BYTES}: a table this large "
+                       f"is precomputed work, not a kernel)")]
+    if not path.endswith(".py"):
+        return []
+    try:
+        tree = ast.parse(content, filename=path)
+    except (SyntaxError, ValueError):
+        return []  # the build gate reports it with the interpreter's own message
+    package = path[:-3].replace("/", ".").rsplit(".", 1)[0]
+    if path.endswith("/__init__.py"):
+        package = path[:-len("/__init__.py")].replace("/", ".")
+    out = []
+    imported = set()  # names bound to modules (or their members) outside the tree
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", None)
+        flagged = set()
+        for module, bound in _imports(node, package):
+            top = module.split(".")[0]
+            if module.rsplit(".", 1)[0] in flagged:
+                continue  # 'from X import y' where X itself is reported
+            flagged.add(module)
+            if module == WORKLOAD or module.startswith(WORKLOAD + "."):
+                out.append((line, f"imports {module}: the workload is the gates' input, and a "
+                                  f"kernel that reads it can precompute the answers"))
+            elif top in ESCAPES:
+                out.append((line, f"imports {module}: kernels may not use {top} (it reaches "
+                                  f"outside the kernel: dynamic imports, native code, processes, "
+                                  f"threads or frames)"))
+            elif top not in KERNEL_IMPORTS and top not in sys.stdlib_module_names:
+                out.append((line, f"imports {module}, which is not a kernel dependency "
+                                  f"(expected {', '.join(KERNEL_IMPORTS[:-1])}, the tree or the "
+                                  f"standard library; a new dependency needs the harness's "
+                                  f"pyproject)"))
+            else:
+                flagged.discard(module)
+                if top != "kernels" and bound:
+                    imported.add(bound)
+        if isinstance(node, ast.Name) and node.id == "__import__":
+            out.append((line, "calls __import__: kernels import statically"))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
+                node.value.id == "sys" and node.attr in SYS_ESCAPES:
+            out.append((line, f"reads sys.{node.attr}: kernel code may not inspect the process "
+                              f"it runs in"))
+    for node in ast.walk(tree):  # second pass: the imported names are known now
+        for target in _assigned(node):
+            root = target
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in imported and target is not root:
+                what = ast.unparse(node if isinstance(node, ast.Call) else target)
+                out.append((node.lineno, f"assigns {what}: kernels may not replace another "
+                                         f"module's attributes (monkeypatching)"))
+    return sorted(dict.fromkeys(out), key=lambda f: f[0] or 0)
+
+
+def _imports(node, package: str):
+    """(absolute module, name bound in this file or None) for each module an import names."""
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            yield a.name, (a.asname or a.name.split(".")[0])
+    elif isinstance(node, ast.ImportFrom):
+        if node.level:
+            parts = package.split(".")
+            base = ".".join(parts[:len(parts) - node.level + 1])
+            module = f"{base}.{node.module}" if node.module else base
+        else:
+            module = node.module or ""
+        yield module, None
+        for a in node.names:  # 'from kernels.k31 import workload' names a module too
+            yield f"{module}.{a.name}", (a.asname or a.name)
+
+
+def _assigned(node):
+    if isinstance(node, ast.Assign):
+        yield from node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        yield node.target
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id == "setattr" and node.args:
+        yield ast.Attribute(value=node.args[0], attr="?", ctx=ast.Store())

@@ -67,13 +67,21 @@ class Repo:
         shas = self.git.git.rev_list("--reverse", f"{base}..{tip}").split()
         if not shas:
             return Commits([], [], 0)
-        paths = sorted(set(self.git.git.diff("--name-only", base, tip).splitlines()))
-        stat = self.git.git.diff("--numstat", base, tip).splitlines()
+        # --no-renames: a file moved out of a protected path must show its old path too
+        paths = sorted(set(self.git.git.diff("--name-only", "--no-renames", base, tip).splitlines()))
+        stat = self.git.git.diff("--numstat", "--no-renames", base, tip).splitlines()
         lines = 0
         for row in stat:
             a, b, *_ = row.split("\t")
             lines += (int(a) if a.isdigit() else 0) + (int(b) if b.isdigit() else 0)
         return Commits(shas, paths, lines)
+
+    def blob(self, rev: str, path: str) -> bytes | None:
+        """The bytes of ``path`` at ``rev`` (None where it does not exist there)."""
+        try:
+            return self.git.git.show(f"{rev}:{path}", stdout_as_string=False)
+        except git.GitCommandError:
+            return None
 
     def tip(self, number: int) -> str:
         return self.sha(self.branch(number))
