@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from . import checkout, verdict
-from .session import side_spec
+from .session import side_spec, tap_rows
 from .sides import run_side
 
 
@@ -42,7 +42,8 @@ def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
 def tap_spec(req: TestRequest) -> dict:
     prof = req.profile
     return side_spec(req.settings, prof, context=prof["test_context"], steps=prof["test_steps"],
-                     rows=list(prof["test_rows"]), budget_mb=req.settings["test"]["snapshot_budget_mb"])
+                     rows=tap_rows(prof["test_rows"], prof["buckets"]),
+                     budget_mb=req.settings["test"]["snapshot_budget_mb"])
 
 
 def _digest(obj) -> str:

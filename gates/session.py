@@ -57,6 +57,13 @@ def side_spec(settings: dict, profile: dict, **fields) -> dict:
             "weight_sets": tgt["weight_sets"], "context": profile["context"], **fields}
 
 
+def tap_rows(test_rows: list[int], buckets: list[int]) -> list[int]:
+    """The accuracy gate's batch sizes: the profile's test rows, then every bucket the scorer
+    times that is not among them. A kernel special-cased to the bench's batch sizes must meet
+    the gate at exactly those sizes, whatever a profile's test rows say."""
+    return list(test_rows) + [b for b in dict.fromkeys(buckets) if b not in test_rows]
+
+
 class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 
