@@ -53,7 +53,11 @@ def main(argv=None) -> int:
         result = run_mode(spec, device, out, rank)
     elif args.mode == "tap":
         from . import tap
+        from .numerics import poison_fresh_memory
 
+        # the accuracy gate judges values: memory nobody wrote must read as poison there (the
+        # scorer keeps PyTorch's default mode, so its timed kernels are the production ones)
+        poison_fresh_memory()
         result = tap.side_main(spec, device, out.parent)
     elif args.mode == "store":
         result = store_mode(spec, device, out)

@@ -22,6 +22,18 @@ _MIN_EXP = {
 }
 
 
+def poison_fresh_memory() -> None:
+    """From now on every ``torch.empty`` in this process is filled with NaN (floats) or the
+    dtype's largest value (integers), so a kernel that reads memory nobody wrote reads poison.
+
+    Without it a fresh CPU allocation is often an untouched zero page, so a kernel that uses an
+    uninitialised buffer as if it were zeroed passes every comparison. PyTorch does the filling
+    only in its deterministic mode; ``warn_only`` keeps ops without a deterministic variant
+    running (with a warning) instead of raising."""
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
+
 def poison(t: torch.Tensor) -> torch.Tensor:
     """Fill ``t`` in place with a value no correct kernel writes."""
     if t.dtype.is_floating_point:
