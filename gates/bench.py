@@ -178,7 +178,7 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
     out = {"sides": {}}
     for k, sm in samples.items():
         summ = {b: stats.bucket_summary(sm[b]) for b in buckets}
-        bad = [c for c in checks[k] if c["unwritten_or_invalid"] or c["nonfinite"] or c["repeated_outputs"]]
+        bad = stats.failed_checks(checks[k])
         ver = result.get("verify", {}).get(k, {})
         visit_scores = [stats.score({b: stats.median(v[b]) for b in buckets}, buckets, weights)
                         for v in blocks[k]]

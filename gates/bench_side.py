@@ -5,8 +5,11 @@ inputs are set to a token/position set never used before in this process and the
 poisoned; after it (untimed) a device-side check records whether the outputs were fully
 written, finite and different from the previous replay's. So a kernel that caches results
 across replays, or leaves outputs unwritten, shows up as a failed check rather than a faster
-score. ``verify`` re-runs one unseen input from the initial state through the graph and
-eagerly and compares them: the graph computes what the step computes.
+score. After each replay it also counts other Python threads still running the tree's code
+(work carried out of the timed region) and asks the tamper seal whether the candidate
+replaced the clocks or the checks (``gates/tamper.py``). ``verify`` re-runs one unseen input
+from the initial state through the graph and eagerly and compares them: the graph computes
+what the step computes.
 
 The model comes from the side's own build, or from a store process through CUDA IPC when
 both sides' protected model code agrees (``model_digest``), so two sides fit on one GPU.
@@ -22,8 +25,11 @@ Commands (one JSON object per line; one JSON reply per line on stdout):
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -38,7 +44,11 @@ def reply(obj) -> None:
 
 
 class Bench:
-    def __init__(self, opts: dict, device: str):
+    def __init__(self, opts: dict, device: str, seal=None, audit=None):
+        import kernels
+
+        self.kernels_dir = str(Path(kernels.__file__).resolve().parent) + os.sep
+        self.seal, self.audit = seal, audit
         self.opts = opts
         self.spec = Spec.from_dict(opts)
         self.buckets = list(opts["rows"])
@@ -82,8 +92,11 @@ class Bench:
         prev = torch.zeros((), dtype=torch.float64, device=self.dev)
         vocab = self.side.model.weights.embed.shape[0]
 
+        strays = []
+
         def between(i):
             if i > 0:  # check the previous replay's outputs (untimed, on the device)
+                strays.append(self._stray_threads())
                 s = step.logits.double().sum()
                 stats[i - 1, 0] = torch.isnan(step.logits).sum() + \
                     ((step.next_token < 0) | (step.next_token >= vocab)).sum()
@@ -93,6 +106,7 @@ class Bench:
             self._next_inputs(b)
 
         times = timer.measure(n, between)
+        strays.append(self._stray_threads())
         s = step.logits.double().sum()
         stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
             ((step.next_token < 0) | (step.next_token >= vocab)).sum()
@@ -101,8 +115,21 @@ class Bench:
         st = stats.cpu()
         checks = {"replays": n, "unwritten_or_invalid": int(st[:, 0].sum()),
                   "nonfinite": int((~torch.isfinite(st[:, 1])).sum()),
-                  "repeated_outputs": int(st[:, 2].sum())}
+                  "repeated_outputs": int(st[:, 2].sum()),
+                  "threads_left_running": sum(1 for x in strays if x),
+                  "tampered": self._tampered()}
         return {"times": times, "checks": checks}
+
+    def _stray_threads(self) -> int:
+        """Threads other than this one that are running the tree's code right after a replay
+        returned: work the candidate carried out of the timed region. (Idle pool workers and
+        library threads run no tree code, so they do not count.)"""
+        return stray_threads(sys._current_frames(), threading.get_ident(), self.kernels_dir)
+
+    def _tampered(self) -> list[str]:
+        from .tamper import verdict
+
+        return verdict(self.seal, self.audit)
 
     def verify(self, b: int) -> dict:
         """Graph replay vs eager step on an unseen input, both from the initial state."""
@@ -187,8 +214,24 @@ class CompiledReference:
                 dst.copy_(src)
 
 
-def side_main(opts: dict, device: str) -> dict:
-    """Serve commands until 'quit'; the driver's JSON result is a summary."""
+def stray_threads(frames: dict, me: int, kernels_dir: str) -> int:
+    """How many threads (``{ident: innermost frame}``, other than ``me``) have a frame of a file
+    under ``kernels_dir`` on their stack."""
+    n = 0
+    for ident, f in frames.items():
+        if ident == me:
+            continue
+        while f is not None:
+            if f.f_code.co_filename.startswith(kernels_dir):
+                n += 1
+                break
+            f = f.f_back
+    return n
+
+
+def side_main(opts: dict, device: str, seal=None, audit=None) -> dict:
+    """Serve commands until 'quit'; the driver's JSON result is a summary. ``seal`` and
+    ``audit`` (``gates/tamper.py``) were made before the tree's kernels were loaded."""
     bench = None
     served = 0
     sys.stdout = sys.stderr  # stray prints must not corrupt the reply channel
@@ -203,7 +246,7 @@ def side_main(opts: dict, device: str) -> dict:
                 reply({"ok": True})
                 break
             if cmd == "prepare":
-                bench = Bench(opts, device)
+                bench = Bench(opts, device, seal, audit)
                 reply({"ok": True, **bench.prepare()})
             elif cmd == "time":
                 reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]))})

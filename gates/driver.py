@@ -34,9 +34,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     limit_memory()
     prepare_interpreter()
-    open_tree(args.tree)
+    root = open_tree(args.tree)
     import torch
 
+    from . import tamper
+
+    # before any of the tree's kernel modules is imported: what they must not replace, and
+    # the hook that stops them reading the workload
+    seal = tamper.Seal()
+    audit = tamper.WorkloadAudit(root).install()
     spec = json.loads(Path(args.spec).read_text()) if args.spec.endswith(".json") else json.loads(args.spec)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(args.out)
@@ -64,7 +70,10 @@ def main(argv=None) -> int:
     else:
         from . import bench_side
 
-        result = bench_side.side_main(spec, device)
+        result = bench_side.side_main(spec, device, seal=seal, audit=audit)
+    signs = tamper.verdict(seal, audit)
+    if signs:  # a side that was tampered with has measured nothing the harness may use
+        raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
     out.write_text(json.dumps(result, indent=1, default=str))
     if rank or int(spec.get("world", 1)) > 1:
         from .ranks import leave

@@ -128,3 +128,13 @@ def decide(classification: str, guard_ok: bool, accuracy_pass: bool) -> tuple[bo
     if not guard_ok:
         return False, "guard"
     return True, "faster"
+
+
+# ------------------------------------------------------------------ integrity of the samples
+# A visit's checks (from the side) that must all be zero / empty for its times to count.
+CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left_running", "tampered")
+
+
+def failed_checks(checks: list[dict]) -> list[dict]:
+    """The visits whose output or integrity checks failed."""
+    return [c for c in checks if any(c.get(k) for k in CHECKS)]

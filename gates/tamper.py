@@ -1,0 +1,156 @@
+"""Tamper evidence inside a side's process: what the candidate's code must leave alone.
+
+A side runs the candidate's kernels in the same Python process as the gate code that times
+and checks them, so a kernel module can reach that code: replace ``time.perf_counter`` or
+``torch.cuda.Event.elapsed_time`` at import to make every replay look faster, patch a check
+to pass, or read the workload's corpus to precompute answers. Two records catch the plain
+forms of this:
+
+* ``Seal``: the identity of every callable the timing and checking path uses, captured after
+  torch is imported and before the tree's kernels are; ``replaced()`` names what changed.
+* ``WorkloadAudit``: an audit hook (``sys.addaudithook``; Python offers no way to remove one)
+  that refuses, and records, any file open under the tree's ``kernels/k31/workload/`` made
+  while the tree's own code (anything under ``kernels/`` outside the protected workload
+  module) is on the stack.
+
+This is evidence, not a sandbox: code that runs in the process can defeat any check made in
+the process (ctypes, patching this module). The coordinator's own wall clock is the check the
+candidate cannot reach (``stats.hidden_time``); protected paths and the scope gate's source
+checks stop what can be seen in the commit.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+class TamperError(RuntimeError):
+    """The candidate's code replaced gate code or read the workload; the candidate must stop."""
+
+
+# (module name, attribute path) of everything the timed and checked path calls. A kernel
+# module has no reason to replace any of them.
+SEALED = (
+    ("time", "perf_counter"), ("time", "perf_counter_ns"), ("time", "monotonic"),
+    ("time", "monotonic_ns"), ("time", "time"), ("time", "time_ns"),
+    ("torch", "isnan"), ("torch", "isfinite"), ("torch", "equal"), ("torch", "zeros"),
+    ("torch", "Tensor.fill_"), ("torch", "Tensor.copy_"), ("torch", "Tensor.sum"),
+    ("torch", "Tensor.clone"), ("torch", "Tensor.double"), ("torch", "Tensor.cpu"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "Event.record"),
+    ("torch.cuda", "Event.elapsed_time"), ("torch.cuda", "Event.synchronize"),
+    ("torch.cuda", "CUDAGraph.replay"), ("torch.cuda", "CUDAGraph.capture_begin"),
+    ("torch.cuda", "CUDAGraph.capture_end"), ("torch.cuda", "graph"),
+    ("json", "dumps"), ("json", "loads"),
+    ("gates.timing", "Timer.measure"), ("gates.timing", "Timer.once"),
+    ("gates.timing", "Timer.capture"), ("gates.numerics", "poison"),
+    ("gates.numerics", "unwritten"), ("gates.numerics", "compare"),
+    ("gates.fingerprint", "digest_on_device"), ("gates.fingerprint", "raw_hash"),
+    ("gates.fingerprint", "Pending.digest"), ("gates.fingerprint", "Pending.count"),
+    ("gates.fingerprint", "Pending.resolve"),
+    ("gates.bench_side", "Bench.time"), ("gates.bench_side", "Bench.verify"),
+    ("gates.bench_side", "Bench._next_inputs"), ("gates.bench_side", "reply"),
+    ("gates.tap", "TapHook.__call__"), ("gates.tap", "TapHook.settle"),
+    ("gates.tap", "free_pass"), ("gates.tap", "pinned_pass"),
+    ("gates.tamper", "Seal.replaced"), ("gates.tamper", "WorkloadAudit.__call__"),
+)
+
+
+def _lookup(module: str, path: str):
+    obj = sys.modules[module]
+    for part in path.split("."):
+        # a class attribute as stored (a function, not a bound method made per access)
+        obj = vars(obj)[part] if isinstance(obj, type) and part in vars(obj) else getattr(obj, part)
+    return obj
+
+
+def replaced(sealed: dict, lookup=_lookup) -> list[str]:
+    """Pure over ``lookup``: the names whose current object is not the sealed one."""
+    out = []
+    for (module, path), original in sealed.items():
+        try:
+            now = lookup(module, path)
+        except (KeyError, AttributeError):
+            now = None
+        if now is not original:
+            out.append(f"{module}.{path}")
+    return out
+
+
+class Seal:
+    """Identities of ``SEALED`` at one moment; ``replaced()`` lists what differs now."""
+
+    def __init__(self, names=SEALED):
+        import importlib
+
+        self.sealed = {}
+        for module, path in names:
+            importlib.import_module(module)  # the gate modules the mode will use, loaded now
+            try:
+                self.sealed[(module, path)] = _lookup(module, path)
+            except (KeyError, AttributeError):
+                raise RuntimeError(f"tamper: {module}.{path} is sealed but does not exist; whoever "
+                                   f"renamed it updates SEALED in gates/tamper.py") from None
+
+    def replaced(self) -> list[str]:
+        return replaced(self.sealed)
+
+
+def workload_reader(path: str, frames: list[str], tree: Path) -> str | None:
+    """Pure: the tree file that reads ``path`` from the workload folder, or None.
+
+    ``frames``: the files of the stack, innermost first. An open under
+    ``<tree>/kernels/k31/workload/`` is a read of the workload; it is the tree's own read when
+    a frame lies under ``<tree>/kernels/`` outside that folder (the protected workload module
+    reading its corpus for the gate is fine; a kernel doing it, directly or through that
+    module, is not)."""
+    workload = os.path.join(str(tree), "kernels", "k31", "workload") + os.sep
+    kernels = os.path.join(str(tree), "kernels") + os.sep
+    if not path.startswith(workload):
+        return None
+    for f in frames:
+        if f.startswith(kernels) and not f.startswith(workload):
+            return f[len(str(tree)) + 1:]
+    return None
+
+
+class WorkloadAudit:
+    """An audit hook that refuses the tree's reads of the workload and remembers them."""
+
+    def __init__(self, tree: Path):
+        self.tree = Path(tree).resolve()
+        self.reads: list[str] = []
+
+    def __call__(self, event: str, args) -> None:
+        if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
+            return
+        path = os.path.abspath(os.fsdecode(args[0]))
+        if not path.startswith(str(self.tree)):
+            return
+        frames, f = [], sys._getframe(1)
+        while f is not None:
+            frames.append(os.path.abspath(f.f_code.co_filename))
+            f = f.f_back
+        who = workload_reader(path, frames, self.tree)
+        if who is None:
+            return
+        what = f"{who} opened {path[len(str(self.tree)) + 1:]}"
+        self.reads.append(what)
+        raise PermissionError(f"tamper: {what}: kernel code may not read the workload "
+                              f"(the gates choose the inputs; the candidate must not depend "
+                              f"on them)")
+
+    def install(self) -> "WorkloadAudit":
+        sys.addaudithook(self)
+        return self
+
+
+def verdict(seal: Seal | None, audit: WorkloadAudit | None) -> list[str]:
+    """Every sign of tampering so far, one sentence each (empty: none)."""
+    out = []
+    if seal is not None:
+        out += [f"{name} was replaced by the candidate's code (expected the gate's own "
+                f"function)" for name in seal.replaced()]
+    if audit is not None:
+        out += [f"{r} (the workload is the gates' input, not the kernel's)" for r in audit.reads]
+    return out
