@@ -131,7 +131,10 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
             blocks[k].append(visit)
             progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
-                result["verify"][k] = {b: side.request({"cmd": "verify", "bucket": b}, timeout)
+                # the candidate's ops against the reference once, at the smallest bucket (main's
+                # were judged when they merged; the reference at the largest one is costly)
+                result["verify"][k] = {b: side.request({"cmd": "verify", "bucket": b,
+                                                        "ops": k == "B" and b == buckets[0]}, timeout)
                                        for b in buckets}
                 if k == extra_key:
                     _extras(req, side, buckets, timeout, result)
@@ -179,6 +182,10 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
     for k, sm in samples.items():
         summ = {b: stats.bucket_summary(sm[b]) for b in buckets}
         bad = stats.failed_checks(checks[k])
+        ops = [v["ops"] for v in result.get("verify", {}).get(k, {}).values() if "ops" in v]
+        far = stats.far_from_reference(ops[0], cfg["max_op_rel_rms"]) if ops else None
+        if far:
+            bad.append(far)
         ver = result.get("verify", {}).get(k, {})
         visit_scores = [stats.score({b: stats.median(v[b]) for b in buckets}, buckets, weights)
                         for v in blocks[k]]

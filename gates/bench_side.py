@@ -9,7 +9,10 @@ score. After each replay it also counts other Python threads still running the t
 (work carried out of the timed region) and asks the tamper seal whether the candidate
 replaced the clocks or the checks (``gates/tamper.py``). ``verify`` re-runs one unseen input
 from the initial state through the graph and eagerly and compares them: the graph computes
-what the step computes.
+what the step computes. With ``ops`` its eager run also checks every op against the protected
+reference (``gates/opcheck.py``): here, in the scorer's process and at its shapes, so a
+kernel that skips work only when it is benched is caught although the accuracy gate saw an
+honest kernel.
 
 The model comes from the side's own build, or from a store process through CUDA IPC when
 both sides' protected model code agrees (``model_digest``), so two sides fit on one GPU.
@@ -17,7 +20,8 @@ both sides' protected model code agrees (``model_digest``), so two sides fit on 
 Commands (one JSON object per line; one JSON reply per line on stdout):
   {"cmd": "prepare"}                          build/attach, compile and capture every bucket
   {"cmd": "time", "bucket": B, "n": N}         N timed replays -> {"times": [...], "checks": {...}}
-  {"cmd": "verify", "bucket": B}               graph vs eager on an unseen input
+  {"cmd": "verify", "bucket": B, "ops": O}     graph vs eager on an unseen input (O: and every
+                                               op of the eager run against the reference)
   {"cmd": "cost", "bucket": B}                 roofline bytes/FLOPs of one step, per op row
   {"cmd": "baseline", "kind": K, "bucket": B, "n": N}   eager reference step / torch.compile
   {"cmd": "quit"}
@@ -131,9 +135,12 @@ class Bench:
 
         return verdict(self.seal, self.audit)
 
-    def verify(self, b: int) -> dict:
-        """Graph replay vs eager step on an unseen input, both from the initial state."""
+    def verify(self, b: int, ops: bool = False) -> dict:
+        """Graph replay vs eager step on an unseen input, both from the initial state; with
+        ``ops`` the eager step runs under a reference check of every op."""
         from kernels.k31.state import refill_recurrent
+
+        from .opcheck import ReferenceCheck
 
         step, timer = self.steps[b], self.timers[b]
         st, sh, seed = self.side.model.state, self.side.shapes, self.spec.seed
@@ -144,15 +151,19 @@ class Bench:
         step.logits.fill_(float("nan"))
         timer.once()
         graph_logits = step.logits.clone()
+        check = ReferenceCheck(sh) if ops else None
+        eager_step = self.side.step(b, hook=check) if ops else step
         refill_recurrent(st, sh, b, seed)
-        self.side.set_inputs(step, i)
-        step.logits.fill_(float("nan"))
-        step.run()
-        eager = step.logits
+        self.side.set_inputs(eager_step, i)
+        eager_step.logits.fill_(float("nan"))
+        eager_step.run()
+        eager = eager_step.logits
         equal = bool(torch.equal(graph_logits, eager))
         diff = float((graph_logits.double() - eager.double()).abs().max())
-        return {"equal": equal, "max_abs_diff": diff,
-                "nan": int(torch.isnan(graph_logits).sum())}
+        out = {"equal": equal, "max_abs_diff": diff, "nan": int(torch.isnan(graph_logits).sum())}
+        if check is not None:
+            out["ops"] = check.table()
+        return out
 
     def cost(self, b: int) -> dict:
         from .profile import OpClock
@@ -251,7 +262,7 @@ def side_main(opts: dict, device: str, seal=None, audit=None) -> dict:
             elif cmd == "time":
                 reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]))})
             elif cmd == "verify":
-                reply({"ok": True, **bench.verify(int(msg["bucket"]))})
+                reply({"ok": True, **bench.verify(int(msg["bucket"]), bool(msg.get("ops")))})
             elif cmd == "bandwidth":
                 from .timing import read_bandwidth
 

@@ -188,44 +188,15 @@ def _save(out: Path | None, result: dict) -> None:
 def op_error(side, rows: int) -> dict:
     """Every op call of one step: the tree's kernel against the protected reference on the
     same inputs and state (worst relative RMS and max ulp per op, and where)."""
-    import torch
+    from .opcheck import ReferenceCheck
 
-    from kernels.k31 import contracts
-
-    from .numerics import compare
-
-    worst: dict = {}
-    sh = side.shapes
-
-    from .tap import _is_big, written_rows
-
-    def hook(spec, site, args, run):
-        ref_args = {k: (v.clone() if isinstance(v, torch.Tensor) and k in spec.state else v)
-                    for k, v in args.items() if k not in spec.outputs}
-        before = {k: args[k].clone() for k in spec.state if _is_big(args[k])}
-        run()
-        expected = contracts.op(spec.name).reference(sh, **ref_args)
-        masks = spec.defined(sh, args) if spec.defined else {}
-        for name in spec.outputs + spec.state:
-            got, want = args[name], expected[name]
-            if name in before:  # a cache: compare the rows this call wrote, not tens of GB
-                idx, rows_got = written_rows(before[name], got)
-                got, want = rows_got, want.reshape(-1, want.shape[-1])[idx]
-            d = compare(want, got, masks.get(name))
-            w = worst.setdefault(spec.name, {"rel_rms": 0.0, "max_ulp": 0.0, "nan": 0, "calls": 0,
-                                             "at": None})
-            w["nan"] += d.nan + d.inf
-            if d.rel_rms > w["rel_rms"]:
-                w["rel_rms"], w["at"] = d.rel_rms, f"{site}.{name}"
-            w["max_ulp"] = max(w["max_ulp"], d.max_ulp)
-        worst[spec.name]["calls"] += 1
-
+    check = ReferenceCheck(side.shapes)
     snap = side.rows_snapshot(rows)
-    step = side.step(rows, hook=hook)
+    step = side.step(rows, hook=check)
     side.set_inputs(step, 0)
     step.run()
     side.restore_rows(snap)
-    return dict(sorted(worst.items(), key=lambda kv: -kv[1]["rel_rms"]))
+    return check.table()
 
 
 def rank_digests(side, step) -> dict:

@@ -138,3 +138,19 @@ CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left
 def failed_checks(checks: list[dict]) -> list[dict]:
     """The visits whose output or integrity checks failed."""
     return [c for c in checks if any(c.get(k) for k in CHECKS)]
+
+
+def far_from_reference(ops: dict, max_rel_rms: float) -> dict | None:
+    """``ops`` (``gates/opcheck.py``: op -> worst rel_rms, NaN count, where) of one step run
+    in the scorer's process: None when every op is within ``max_rel_rms`` of the protected
+    reference and finite, else the failed check. The limit is for gross departures (an op
+    skipped or replaced when benched), far above rounding (main's ops sit near 1e-4); the
+    accuracy gate judges the fine differences at its own shapes."""
+    far = {op: o for op, o in ops.items() if o["nan"] or not o["rel_rms"] <= max_rel_rms}
+    if not far:
+        return None
+    op, o = max(far.items(), key=lambda kv: (kv[1]["nan"], kv[1]["rel_rms"]))
+    return {"check": "ops_match_reference", "ops": sorted(far), "max_rel_rms": max_rel_rms,
+            "why": f"{op} at {o['at']}: rel RMS {o['rel_rms']:.3g} against the reference, "
+                   f"{o['nan']} NaN/Inf (expected at most {max_rel_rms:g} and none) in the "
+                   f"scorer's own step"}
