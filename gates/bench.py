@@ -124,10 +124,13 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
             side = open_side(k)
             visit = {}
             for b in buckets:
+                t_req = time.monotonic()  # this process's clock: the candidate cannot reach it
                 r = side.request({"cmd": "time", "bucket": b, "n": replays}, timeout)
+                wall_ms = (time.monotonic() - t_req) * 1e3
                 samples[k][b] += r["times"]
                 visit[b] = r["times"]
-                checks[k].append({"bucket": b, **r["checks"]})
+                checks[k].append({"bucket": b, **r["checks"], "wall_ms": wall_ms,
+                                  "sum_ms": sum(r["times"])})
             blocks[k].append(visit)
             progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
@@ -207,6 +210,10 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
         a_score = out["sides"]["A"]["score"]
         out["ab"] = {"delta": d, "band": band, "classification": cls, "guard_ok": g.ok,
                      "guard": g.text(), "delta_pct": d["delta"] / a_score * 100}
+        # no time may pass that B's clock did not see (beyond main's untimed work)
+        hidden = stats.hidden_time(checks["A"], checks["B"], cfg["max_hidden_pct"])
+        if hidden:
+            out["sides"]["B"]["failed_checks"].append(hidden)
     return out
 
 

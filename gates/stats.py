@@ -154,3 +154,39 @@ def far_from_reference(ops: dict, max_rel_rms: float) -> dict | None:
             "why": f"{op} at {o['at']}: rel RMS {o['rel_rms']:.3g} against the reference, "
                    f"{o['nan']} NaN/Inf (expected at most {max_rel_rms:g} and none) in the "
                    f"scorer's own step"}
+
+
+def hidden_time(a_visits: list[dict], b_visits: list[dict], max_pct: float) -> dict | None:
+    """Time the coordinator saw pass that the candidate's clock did not report.
+
+    Each visit: ``{"bucket", "replays", "wall_ms"}`` (the coordinator's clock around one
+    ``time`` request) and ``"sum_ms"`` (the side's replay times added up). ``wall - sum`` per
+    replay is the untimed work between replays; both sides run the same untimed code, so B's
+    may exceed A's only by noise. More than ``max_pct`` % of B's median replay means B's
+    clock runs slow (a replaced timer) or B's work runs between replays (a thread, a side
+    stream). Per bucket, medians over visits; None when every bucket is consistent."""
+    def per_replay(visits):
+        out: dict = {}
+        for v in visits:
+            if not all(k in v for k in ("replays", "wall_ms", "sum_ms")):
+                continue  # not timed by the coordinator: no evidence either way
+            n = max(1, v["replays"])
+            out.setdefault(v["bucket"], []).append(((v["wall_ms"] - v["sum_ms"]) / n, v["sum_ms"] / n))
+        return {b: (median([x[0] for x in xs]), median([x[1] for x in xs])) for b, xs in out.items()}
+
+    a, b = per_replay(a_visits), per_replay(b_visits)
+    bad = []
+    for bucket, (b_hidden, b_step) in sorted(b.items()):
+        if bucket not in a:
+            continue
+        excess = b_hidden - a[bucket][0]
+        if excess > max_pct / 100.0 * b_step:
+            bad.append({"bucket": bucket, "excess_ms": excess, "step_ms": b_step})
+    if not bad:
+        return None
+    w = max(bad, key=lambda x: x["excess_ms"] / max(x["step_ms"], 1e-9))
+    return {"check": "hidden_time", "buckets": [x["bucket"] for x in bad], "max_pct": max_pct,
+            "why": f"{w['excess_ms']:.3f} ms per replay at {w['bucket']} rows passed between "
+                   f"replays beyond main's untimed work, against {w['step_ms']:.3f} ms timed "
+                   f"(expected at most {max_pct:g} %): a clock that runs slow or work outside "
+                   f"the timed region"}

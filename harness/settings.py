@@ -42,6 +42,7 @@ _SCHEMA: dict[str, tuple] = {
     "bench.noise_pct": (_NUM, True),
     "bench.guard_pct": (_NUM, True),
     "bench.max_op_rel_rms": (_NUM, True),
+    "bench.max_hidden_pct": (_NUM, True),
     "bench.timeout_s": (_NUM, True),
     "agent.backend": (str, True),
     "agent.model": (str, False),
