@@ -11,13 +11,14 @@ import fcntl
 import fnmatch
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from . import checkout, verdict
+from . import checkout, tamper, verdict
 from .session import side_spec, tap_rows
 from .sides import run_side
 
@@ -33,6 +34,10 @@ class TestRequest:
     profile: dict  # the profile for this machine
     runs_dir: Path
     cuda: bool
+
+
+# main's recording as B and the verdict read it (its logs may still grow; they are not read)
+RECORDING = ("record.json", "kept_a.pt", "logits_a.pt", "noise.json", "logits_a2.pt", "logits_aref.pt")
 
 
 def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
@@ -77,9 +82,22 @@ def run_test(req: TestRequest, progress=None) -> dict:
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     b_dir.mkdir(parents=True, exist_ok=True)
     if a_kind == "ok":
+        # B runs with the user's rights and is told where main's recording lies: what it reads
+        # from main must be unchanged when it ends (else it could record its own results there)
+        guarded = [a_dir / n for n in RECORDING] + [a_tree / "kernels"]
+        with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
+            marks = tamper.file_marks(guarded)
         b = run_side("tap", b_tree, {**spec, "role": "replay", "record": str(a_dir)},
                      b_dir / "result.json", timeout, _tagged(progress, "B replay"))
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
+        moved = tamper.changed_files(marks, tamper.file_marks(guarded))
+        if moved:
+            b_kind, b_res = "tampered", None
+            b_tail += (f"\ntamper: the candidate's side changed main's recording or tree: "
+                       f"{', '.join(os.path.relpath(m, req.runs_dir) for m in moved[:4])}")
+            a_dir = a_dir.rename(a_dir.with_name(f"{a_dir.name}-tampered-{stamp}"))  # never reused
+            rec = a_dir / "record.json"
     else:
         b_kind, b_wall, b_res, b_tail = "not run", 0.0, None, ""
     a_res = json.loads(rec.read_text()) if a_kind == "ok" else None
