@@ -1,0 +1,237 @@
+"""The defenses the catalogue needed, one by one: pure decisions on made-up evidence, and the
+few process-level effects (a hook, a torch mode) in a subprocess or restored afterwards."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from gates import stats, tamper
+from gates.accuracy import TestRequest, tap_spec
+from gates.bench_side import stray_threads
+from gates.session import tap_rows
+from harness import scope
+from harness.settings import validate
+from tests.gates.candidates import ROOT
+
+
+# ------------------------------------------------------------------ the tap's batch sizes
+def test_tap_rows_add_every_bucket_not_already_tested():
+    assert tap_rows([1, 3, 17, 8], [2, 4]) == [1, 3, 17, 8, 2, 4]
+    assert tap_rows([1, 3, 17, 16, 32], [16, 32, 64, 32]) == [1, 3, 17, 16, 32, 64]
+    assert tap_rows([1], [1]) == [1]
+
+
+def test_the_tap_runs_the_bench_buckets_whatever_the_profile_says(tmp_path):
+    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
+    prof = {**cfg["profiles"]["cpu"], "test_rows": [1, 3], "buckets": [2, 4]}
+    req = TestRequest(tmp_path, "HEAD", "main", cfg, prof, tmp_path / "runs", False)
+    assert tap_spec(req)["rows"] == [1, 3, 2, 4]
+
+
+# ------------------------------------------------------------------ the bench's checks
+def _visit(bucket, replays, wall_ms, sum_ms, **checks):
+    return {"bucket": bucket, "replays": replays, "wall_ms": wall_ms, "sum_ms": sum_ms,
+            "unwritten_or_invalid": 0, "nonfinite": 0, "repeated_outputs": 0,
+            "threads_left_running": 0, "tampered": [], **checks}
+
+
+@pytest.mark.parametrize("bad", [{"repeated_outputs": 1}, {"threads_left_running": 2},
+                                 {"tampered": ["time.perf_counter was replaced"]},
+                                 {"unwritten_or_invalid": 5}])
+def test_any_failed_check_fails_the_visit(bad):
+    good, worse = _visit(2, 3, 10, 9), _visit(2, 3, 10, 9, **bad)
+    assert stats.failed_checks([good, worse]) == [worse]
+
+
+def test_hidden_time_passes_a_faster_candidate_and_catches_a_slow_clock():
+    a = [_visit(16, 30, 30 * 80.5, 30 * 80.0), _visit(16, 30, 30 * 80.6, 30 * 80.0)]
+    faster = [_visit(16, 30, 30 * 60.5, 30 * 60.0), _visit(16, 30, 30 * 60.4, 30 * 60.0)]
+    assert stats.hidden_time(a, faster, 25.0) is None
+    # the candidate's clock runs at half speed: it reports 40 ms of an 80 ms replay
+    slow_clock = [_visit(16, 30, 30 * 80.5, 30 * 40.0)]
+    bad = stats.hidden_time(a, slow_clock, 25.0)
+    assert bad["check"] == "hidden_time" and bad["buckets"] == [16]
+    assert "39.950 ms per replay at 16 rows" in bad["why"] and "expected at most 25 %" in bad["why"]
+    # work pushed between the replays (a thread that finishes after the clock stopped)
+    assert stats.hidden_time(a, [_visit(16, 30, 30 * (60 + 30), 30 * 60.0)], 25.0)
+    # a bucket main did not time is not compared, nor a visit the coordinator did not time
+    assert stats.hidden_time(a, [_visit(32, 30, 30 * 90, 30 * 10)], 25.0) is None
+    assert stats.hidden_time(a, [{"bucket": 16, "replays": 30}], 25.0) is None
+
+
+def test_an_op_far_from_the_reference_fails_the_bench():
+    ops = {"moe.situ": {"rel_rms": 1.0, "nan": 0, "at": "L1.moe.situ.out"},
+           "residual.mix": {"rel_rms": 1e-4, "nan": 0, "at": "S3.mix.x"},
+           "mla.topk": {"rel_rms": 0.0, "nan": 0, "at": None}}
+    bad = stats.far_from_reference(ops, 0.05)
+    assert bad["check"] == "ops_match_reference" and bad["ops"] == ["moe.situ"]
+    assert bad["why"].startswith("moe.situ at L1.moe.situ.out: rel RMS 1 against the reference")
+    assert stats.far_from_reference({k: v for k, v in ops.items() if k != "moe.situ"}, 0.05) is None
+    nan = {"kda.core": {"rel_rms": float("nan"), "nan": 3, "at": "L0.kda.core.o"}}
+    assert stats.far_from_reference(nan, 0.05)["ops"] == ["kda.core"]
+
+
+def _frames(*files):
+    f = None
+    for name in reversed(files):  # outermost first, so the innermost ends up on top
+        f = SimpleNamespace(f_code=SimpleNamespace(co_filename=name), f_back=f)
+    return f
+
+
+def test_stray_threads_are_those_running_tree_code():
+    k = "/runs/worktrees/abc/kernels/"
+    frames = {1: _frames(k + "k31/moe/situ.py", "/lib/threading.py"),  # the main thread
+              2: _frames("/lib/time.py", k + "k31/moe/situ.py", "/lib/threading.py"),
+              3: _frames("/lib/queue.py", "/lib/concurrent/futures/thread.py"),  # an idle worker
+              4: _frames("/site/triton/compiler.py")}
+    assert stray_threads(frames, 1, k) == 1
+    assert stray_threads({1: frames[1], 3: frames[3]}, 1, k) == 0
+
+
+def test_inputs_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
+    """Case 1, keyed on the inputs: the bench gives every timed replay (and verify) a fresh
+    input index, and each request's position advances with the index, so no request sees the
+    same (token, position) twice and no whole input set repeats."""
+    from kernels.k31.workload import Workload
+
+    w = Workload(vocab=512, rows=4, context=96, steps=40, seed=0)
+    seen, per_row = set(), [set() for _ in range(w.rows)]
+    for i in range(w.steps):
+        tok, pos = w.step_inputs(i, "cpu")
+        key = (tuple(tok.tolist()), tuple(pos.tolist()))
+        assert key not in seen
+        seen.add(key)
+        for r, row in enumerate(zip(tok.tolist(), pos.tolist())):
+            assert row not in per_row[r]
+            per_row[r].add(row)
+
+
+# ------------------------------------------------------------------ tamper evidence
+def test_seal_names_a_replaced_clock_and_nothing_else(monkeypatch):
+    seal = tamper.Seal()
+    assert seal.replaced() == []
+    real = time.perf_counter
+    monkeypatch.setattr(time, "perf_counter", lambda: real() * 0.5)
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, end: 0.0)
+    assert seal.replaced() == ["time.perf_counter", "torch.cuda.Event.elapsed_time"]
+    assert tamper.verdict(seal, None)[0] == ("time.perf_counter was replaced by the candidate's "
+                                            "code (expected the gate's own function)")
+    monkeypatch.undo()
+    assert seal.replaced() == []
+
+
+def test_seal_fails_loudly_on_a_name_that_no_longer_exists():
+    with pytest.raises(RuntimeError, match="gates.timing.Timer.gone is sealed but does not exist"):
+        tamper.Seal(names=(("gates.timing", "Timer.gone"),))
+
+
+def test_workload_reader_is_the_tree_code_on_the_stack():
+    tree = Path("/runs/worktrees/abc")
+    corpus = "/runs/worktrees/abc/kernels/k31/workload/corpus/austen.txt"
+    gate = ["/work/kern/gates/session.py", "/work/kern/gates/bench_side.py"]
+    protected = ["/runs/worktrees/abc/kernels/k31/workload/__init__.py"]
+    kernel = ["/runs/worktrees/abc/kernels/k31/moe/situ.py"]
+    assert tamper.workload_reader(corpus, protected + gate, tree) is None  # the gates' own read
+    assert tamper.workload_reader(corpus, kernel + gate, tree) == "kernels/k31/moe/situ.py"
+    assert tamper.workload_reader(corpus, protected + kernel + gate, tree) == "kernels/k31/moe/situ.py"
+    assert tamper.workload_reader("/runs/worktrees/abc/kernels/k31/moe/x.py", kernel, tree) is None
+
+
+def test_workload_audit_refuses_and_remembers_a_kernels_read(tmp_path):
+    """In a subprocess: an audit hook cannot be removed once installed."""
+    (tmp_path / "kernels/k31/workload/corpus").mkdir(parents=True)
+    (tmp_path / "kernels/k31/workload/corpus/text.txt").write_text("It is a truth")
+    (tmp_path / "kernels/k31/workload/__init__.py").write_text(
+        "from pathlib import Path\ndef text():\n"
+        "    return (Path(__file__).parent / 'corpus' / 'text.txt').read_text()\n")
+    (tmp_path / "kernels/k31/moe").mkdir()
+    (tmp_path / "kernels/k31/moe/situ.py").write_text(
+        "from ..workload import text\ndef peek():\n    return text()\n")
+    for d in ("kernels", "kernels/k31", "kernels/k31/moe"):
+        (tmp_path / d / "__init__.py").touch()
+    script = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(tmp_path)!r})
+from gates.tamper import WorkloadAudit
+audit = WorkloadAudit({str(tmp_path)!r}).install()
+from kernels.k31 import workload
+from kernels.k31.moe import situ
+assert workload.text() == "It is a truth"  # the gates may read it
+try:
+    situ.peek()
+except PermissionError as e:
+    print("refused:", e)
+print("reads:", audit.reads)
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "refused: tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/text.txt" in out.stdout
+    assert "reads: ['kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/text.txt']" in out.stdout
+
+
+def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_path):
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "logits_a.pt").write_bytes(b"A's logits")
+    (tmp_path / "tree" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "tree" / "situ.py").write_text("x = 1\n")
+    roots = [tmp_path / "rec" / "logits_a.pt", tmp_path / "rec" / "absent.json", tmp_path / "tree"]
+    before = tamper.file_marks(roots)
+    assert sorted(Path(p).name for p in before) == ["logits_a.pt", "situ.py"]
+    (tmp_path / "tree" / "__pycache__" / "situ.pyc").write_bytes(b"")  # Python's, on import
+    (tmp_path / "rec" / "noise.json").write_text("{}")  # main's noise passes, beside it
+    assert tamper.changed_files(before, tamper.file_marks(roots)) == []
+    time.sleep(0.01)
+    p = tmp_path / "rec" / "logits_a.pt"
+    p.write_bytes(p.read_bytes())
+    (tmp_path / "tree" / "situ.py").unlink()
+    assert tamper.changed_files(before, tamper.file_marks(roots)) == [str(p), str(tmp_path / "tree" / "situ.py")]
+
+
+def test_fresh_memory_reads_as_poison_in_a_tap_side():
+    from gates.numerics import poison_fresh_memory
+
+    was = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        poison_fresh_memory()
+        assert torch.isnan(torch.empty(1 << 20)).all()  # a fresh page would read as zeros
+        assert (torch.empty(3, dtype=torch.int32) == torch.iinfo(torch.int32).max).all()
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+
+
+# ------------------------------------------------------------------ what a commit contains
+def test_source_checks_judge_only_what_the_change_adds():
+    before = b"import importlib\n\ndef get():\n    return importlib\n"
+    after = before + b"import threading\n"
+    assert scope.source_problems("kernels/k31/tunables.py", before, before) == []
+    assert scope.source_problems("kernels/k31/tunables.py", after, before) == [
+        "kernels/k31/tunables.py:5 imports threading: kernels may not use threading (it reaches "
+        "outside the kernel: dynamic imports, native code, processes, threads or frames)"]
+
+
+def test_source_checks_resolve_relative_imports_and_leave_broken_files_to_the_build():
+    init = b"from .workload import Workload\n"
+    assert "imports kernels.k31.workload" in scope.source_problems("kernels/k31/__init__.py", init)[0]
+    assert scope.source_problems("kernels/k31/moe/situ.py", b"def broken(:\n") == []
+    honest = b"import math\nimport torch\nimport triton.language as tl\nfrom ..platform import cdiv\n"
+    assert scope.source_problems("kernels/k31/moe/situ.py", honest) == []
+
+
+def test_scope_names_a_file_moved_out_of_a_protected_path():
+    sc = scope.check(commits=1, paths=["kernels/k31/moe/reference.py", "kernels/k31/reference.py"],
+                     changed_lines=0, editable=["kernels/k31/**"], protected=["kernels/k31/reference.py"])
+    assert sc.problems == ["kernels/k31/reference.py is protected"]
+
+
+def test_kern_yaml_names_the_new_bench_limits():
+    data = yaml.safe_load((ROOT / "kern.yaml").read_text())
+    assert validate(data) == []
+    del data["bench"]["max_op_rel_rms"]
+    assert validate(data) == ["bench.max_op_rel_rms: expected int or float, found nothing (key missing)"]

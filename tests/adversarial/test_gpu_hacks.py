@@ -1,0 +1,66 @@
+"""The hacks only a GPU shows: the timed replay is a CUDA graph, so what happens outside the
+graph (a side stream, a branch taken only while capturing) and the CUDA event clock exist
+only there. Skipped without CUDA (``gpu``); the repository's kern.yaml runs the small model on
+the GPU profile too (see conftest.py), so each case costs seconds on the device.
+
+  2  lm_head launched on a side stream the capture does not join: the graph never writes the
+     logits, so the poisoned outputs stay poisoned (and the graph differs from the eager step)
+  7  torch.cuda.Event.elapsed_time replaced at import (through an alias, past the scope
+     gate): the side's seal names it
+  8  SiTU skipped while the stream is capturing: the graph differs from the eager step
+
+Not yet run on a device by the author of this file; expected outcomes are asserted as for
+the CPU cases.
+"""
+from __future__ import annotations
+
+import pytest
+
+from gates.bench import BenchRequest, report_lines, run_bench
+from harness.pipeline import check_scope, decide_outcome
+from tests.adversarial import hacks as H
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+TAP_PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_b": "ok"}}
+
+
+@pytest.fixture(scope="module")
+def benches(catalogue):
+    repo, shas, ctx = catalogue
+    main = ctx.repo.main_sha()
+    out = {}
+    for hack in H.GPU_HACKS:
+        sha = shas[hack.name]
+        sc = check_scope(ctx, sha, main)
+        bench = run_bench(BenchRequest(repo, sha, None, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
+                                       rounds=1, replays=2), progress=lambda m: None)
+        out[hack.name] = (sc, bench, decide_outcome(sc, TAP_PASSED, bench))
+    return out
+
+
+def _checked(benches, hack):
+    sc, bench, out = benches[hack.name]
+    assert sc.ok, sc.problems  # the scope gate cannot see these: the run must
+    assert bench["outcome"] == "ok", bench.get("error")
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    return bench["analysis"]["sides"]["B"]
+
+
+def test_side_stream_leaves_the_graphs_outputs_poisoned(benches):
+    b = _checked(benches, H.SIDE_STREAM)
+    visits = [c for c in b["failed_checks"] if "replays" in c]
+    assert visits and all(c["unwritten_or_invalid"] > 0 for c in visits), b["failed_checks"]
+    assert not b["graph_matches_eager"]
+
+
+def test_replaced_event_clock_is_named_by_the_seal(benches):
+    b = _checked(benches, H.SLOW_EVENTS)
+    visits = [c for c in b["failed_checks"] if "replays" in c]
+    assert visits and all(any(t.startswith("torch.cuda.Event.elapsed_time was replaced")
+                              for t in c["tampered"]) for c in visits), b["failed_checks"]
+
+
+def test_skipping_work_while_capturing_makes_the_graph_differ(benches):
+    b = _checked(benches, H.SKIP_CAPTURED)
+    assert not b["graph_matches_eager"], b

@@ -1,0 +1,204 @@
+"""The hacks only running code shows: real candidate commits through the real gates (CPU,
+Triton interpreter, the small model), each rejected for its own reason.
+
+One repository and one recording of main serve every case (all tap cases touch only the
+SiTU op). The accuracy cases run as the pipeline runs them: the scope gate, then ``kern test``
+and ``decide_outcome``. The bench cases run ``kern bench`` on the candidate and assert the
+check that fails and what the pipeline decides from that bench result once ``kern test`` has
+passed (it does for these hacks: they change no value under the tap); the bench-only skip
+(case 8) runs the whole pipeline, tap included, since its point is that the tap passes it.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from gates.accuracy import TestRequest, run_test
+from gates.bench import BenchRequest, report_lines, run_bench
+from harness.pipeline import check_scope, decide_outcome
+from tests.adversarial import hacks as H
+
+# slow: run serially after the unit tests (.ci/run); the work below uses both cores itself
+pytestmark = pytest.mark.slow
+
+TAP = [H.STALE_OUTPUT, H.BENCH_ROWS_ONLY, H.UNINITIALISED, H.LOW_PRECISION, H.READS_CORPUS,
+       H.BENCH_ONLY_SKIP]
+# hack -> (with main as side A?, timed replays); the lightest that shows each check
+BENCH = {H.POINTER_MEMO.name: (False, 2), H.LAZY_THREAD.name: (False, 1),
+         H.SLOW_CLOCK.name: (True, 1), H.BENCH_ONLY_SKIP.name: (False, 1)}
+CUDA = torch.cuda.is_available()
+if CUDA:  # a replay runs no Python there; the GPU analog is test_gpu_hacks.py's side stream
+    del BENCH[H.LAZY_THREAD.name]
+# what the pipeline holds when kern test has passed (the premise of the bench-only cases)
+TAP_PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_b": "ok"}}
+
+
+@pytest.fixture(scope="module")
+def results(catalogue):
+    repo, shas, ctx = catalogue
+    main = ctx.repo.main_sha()
+
+    def tap(name):
+        return run_test(TestRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda))
+
+    def bench(name):
+        with_main, replays = BENCH[name]
+        return run_bench(BenchRequest(repo, shas[name], main if with_main else None, ctx.settings,
+                                      ctx.profile, ctx.runs, ctx.cuda, rounds=1, replays=replays),
+                         progress=lambda m: None)
+
+    # two at a time (CI has two cores), in submission order: the first tap records main while
+    # the other worker runs the benches, which need no recording; the remaining taps replay
+    # that recording (they wait on its lock, so they come after the benches). The hack that
+    # writes into main's recording runs last, beside the A/B bench: the gate then sets that
+    # recording aside, and no other tap may be using it.
+    last = H.SLOW_CLOCK.name
+    with ThreadPoolExecutor(2) as pool:
+        jobs = {("tap", TAP[0].name): pool.submit(tap, TAP[0].name)}
+        jobs.update({("bench", n): pool.submit(bench, n) for n in BENCH if n != last})
+        jobs.update({("tap", h.name): pool.submit(tap, h.name) for h in TAP[1:]})
+        out = {k: f.result() for k, f in jobs.items()}
+        jobs = {("tap", H.REWRITES_RECORDING.name): pool.submit(tap, H.REWRITES_RECORDING.name),
+                ("bench", last): pool.submit(bench, last)}
+        out.update({k: f.result() for k, f in jobs.items()})
+    scope = {h.name: check_scope(ctx, shas[h.name], main) for h in TAP + [H.REWRITES_RECORDING]}
+    return out, scope
+
+
+def _tap(results, hack):
+    out, scope = results
+    test = out[("tap", hack.name)]
+    return test, decide_outcome(scope[hack.name], test, None)
+
+
+def _why(test) -> str:
+    return " | ".join(test["reasons"]) + "\n" + test.get("b_log_tail", "")[-600:]
+
+
+def _bench(results, hack, test=TAP_PASSED):
+    out, scope = results
+    bench = out[("bench", hack.name)]
+    assert bench["outcome"] == "ok", bench.get("error")
+    return bench, decide_outcome(scope.get(hack.name) or _SCOPE_OK, test, bench)
+
+
+class _ScopeOk:
+    ok, problems = True, []
+
+
+_SCOPE_OK = _ScopeOk()
+
+
+def test_stale_output_is_caught_by_the_poisoned_outputs(results):
+    """Case 3: SiTU leaves its output as the last call left it; the tap poisons every op's
+    outputs before each call, so what was not written this call reads as poison."""
+    test, out = _tap(results, H.STALE_OUTPUT)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert any("output not fully written: moe.situ.out" in r for r in test["reasons"]), _why(test)
+
+
+def test_bench_rows_fast_path_is_caught_at_the_bucket_size(results):
+    """Case 4: wrong only at the bench's batch sizes. The tap's rows are test_rows [1] plus
+    every bucket ([2]); the break is reported at rows 2 and nowhere at rows 1."""
+    test, out = _tap(results, H.BENCH_ROWS_ONLY)
+    assert test["spec"]["rows"] == [1, 2]
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    breaks = test["evidence"]["local"]["reference_breaks"]
+    assert breaks and all("moe.situ.out" in b and "(rows 2)" in b for b in breaks), breaks
+
+
+def test_uninitialised_scratch_is_caught_by_poisoned_fresh_memory(results):
+    """Case 5: the tap side fills every fresh allocation with NaN, so a term read from
+    memory nobody wrote poisons the output (on a plain CPU run it is an untouched zero page
+    and the hack is bit-identical)."""
+    test, out = _tap(results, H.UNINITIALISED)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert any("moe.situ.out" in r and "not fully written" in r for r in test["reasons"]), _why(test)
+
+
+def test_low_precision_on_awkward_sizes_breaks_the_reference_tolerance(results):
+    """Case 9: fp8 rounding of the activation on odd batch sizes only (never a bench size):
+    the tap's awkward size (1 row) meets the reference tolerance and breaks it."""
+    test, out = _tap(results, H.LOW_PRECISION)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    breaks = test["evidence"]["local"]["reference_breaks"]
+    assert breaks and all("moe.situ.out" in b and "(rows 1)" in b for b in breaks), breaks
+
+
+def test_reading_the_corpus_at_import_is_refused(results):
+    """Case 10 (run time): the audit hook refuses the kernel module's open of the corpus, so
+    the candidate's side ends with the refusal as its last words."""
+    test, out = _tap(results, H.READS_CORPUS)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert test["evidence"]["outcome_b"] == "error", _why(test)
+    assert "tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/" in test["b_log_tail"]
+    assert "kernel code may not read the workload" in test["b_log_tail"]
+
+
+def test_writing_into_mains_recording_is_caught_and_the_recording_set_aside(results):
+    """Case 13 (found while building the catalogue): the replay side is told where main's
+    recording lies and runs with the user's rights, so a kernel could write its own results
+    there and compare equal to itself. Every file of the recording (and of main's tree) must
+    be untouched when the side ends; this one rewrote main's logits with the same bytes."""
+    test, out = _tap(results, H.REWRITES_RECORDING)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert test["evidence"]["outcome_b"] == "tampered", _why(test)
+    assert "tamper: the candidate's side changed main's recording or tree: " in test["b_log_tail"]
+    assert test["b_log_tail"].rstrip().endswith("logits_a.pt"), test["b_log_tail"][-300:]
+    assert "-tampered-" in test["a_dir"]  # never used again
+
+
+def test_result_cache_by_pointer_is_caught_by_changed_inputs(results):
+    """Case 1: the bench changes the inputs before every timed replay and checks its outputs
+    after it: a cache keyed on the buffers returns the same logits twice."""
+    bench, out = _bench(results, H.POINTER_MEMO)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert failed and all(c["repeated_outputs"] >= 1 for c in failed), failed
+
+
+@pytest.mark.skipif(CUDA, reason="CPU only: a CUDA graph replay runs no Python thread")
+def test_work_in_a_thread_is_caught_after_the_replay(results):
+    """Case 2 (run time): SiTU runs in a thread that sleeps past the end of the replay (the
+    step's remaining ops take a tenth of that), so the thread is still running the tree's
+    code when the replay has returned; and the op check of the verify step finds SiTU's
+    output not yet written when the op returned."""
+    bench, out = _bench(results, H.LAZY_THREAD)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    visits = [c for c in failed if "replays" in c]
+    assert visits and all(c["threads_left_running"] >= 1 for c in visits), failed
+    assert "moe.situ" in [c for c in failed if c.get("check") == "ops_match_reference"][0]["ops"]
+
+
+def test_replaced_clock_is_caught_by_the_seal_and_the_coordinators_clock(results):
+    """Case 7 (run time): ``vars(time)["perf_counter"] = ...`` at import gets past the scope
+    gate's monkeypatch check. Two independent checks name it: the side's seal (the clock is
+    not the one sealed before the tree loaded) and, against main, the coordinator's own
+    clock (half of every replay passed unseen by the candidate's clock). On a GPU the host
+    clock times nothing (CUDA events do), so only the seal speaks there."""
+    bench, out = _bench(results, H.SLOW_CLOCK)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    visits = [c for c in failed if "tampered" in c]
+    assert visits and all(any(t.startswith("time.perf_counter was replaced") for t in c["tampered"])
+                          for c in visits), failed
+    assert [c["check"] for c in failed if "check" in c] == ([] if CUDA else ["hidden_time"]), failed
+    assert bench["analysis"]["sides"]["A"]["failed_checks"] == []
+
+
+def test_skipping_work_under_the_scorer_passes_the_tap_and_fails_the_bench(results):
+    """Case 8 (run time): the kernel reads the driver's mode from its command line and skips
+    the SiTU activation (the dense MLP and every shared expert) only when benched. The tap
+    sees the honest kernel (bit-identical); the scorer's own step, checked op by op against
+    the reference in its verify, does not. (Its logits barely move: the synthetic model
+    scales every branch by 0.02, so an end-to-end comparison could not see this.)"""
+    test, _ = _tap(results, H.BENCH_ONLY_SKIP)
+    assert test["verdict"] == "PASS bit-identical", _why(test)
+    bench, out = _bench(results, H.BENCH_ONLY_SKIP, test)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert [c["check"] for c in failed if "check" in c] == ["ops_match_reference"], failed
+    assert failed[-1]["ops"] == ["moe.situ"], failed
