@@ -77,6 +77,8 @@ def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> 
         return Outcome("timed out", "accuracy gate timeout", {"gate": gate})
     if outcome_a != "ok":  # main's own side: the machine or main is broken, not the candidate
         return Outcome("crashed", f"kern test: main's side ended with {outcome_a}", {"gate": gate})
+    if outcome_b == "tampered":  # a cheat caught by the gate, not a crash: kern test said FAIL
+        return Outcome("abandoned", "accuracy", {"gate": gate})
     if outcome_b not in (None, "ok", "not run"):  # a segfault, out of memory, an exception
         return Outcome("crashed", f"kern test: the candidate's side ended with {outcome_b}",
                        {"gate": gate})
