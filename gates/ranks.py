@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sides import HARNESS_ROOT, Outcome, classify, side_env
+from .sides import HARNESS_ROOT, Outcome, _last_line, classify, side_env
 
 WORLDS = (1, 2, 4, 8)
 
@@ -239,10 +239,3 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     return Outcome(True, "ok", 0, wall, combine(results, spec["layout"], backend), tails[0],
                    logs[0])
 
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-        return lines[-1] if lines else ""
-    except OSError:
-        return ""
