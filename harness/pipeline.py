@@ -89,6 +89,8 @@ def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> 
         gate["bench"] = {"outcome": kind, "error": (bench_res or {}).get("error")}
         if kind == "timeout":
             return Outcome("timed out", "scorer timeout", {"gate": gate})
+        if kind == "tampered":
+            return Outcome("abandoned", "scorer check", {"gate": gate})
         return Outcome("crashed", f"scorer: {kind}", {"gate": gate})
     an = bench_res["analysis"]
     sb = an["sides"]["B"]

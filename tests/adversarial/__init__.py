@@ -29,7 +29,7 @@ own reason (the test asserts the reason, never only "not merged"). Hacks: ``hack
       torch.cuda.is_current_stream_capturing()        bench: graph differs from eager     GPU only
  9  fp8 activation on odd batch sizes only            kern test: reference tolerance      runtime
 10  the workload imported                             scope: imports kernels.k31.workload static
-    the corpus opened by path at import               kern test: side error (audit hook)  runtime
+    the corpus opened by path at import               kern test: tampered (audit hook)    runtime
 11  kern.yaml thresholds loosened                     scope: kern.yaml is protected       static
 12  pyproject dependency; requirements.txt;           scope: protected / outside globs /  static
     foreign or dynamic import; .so; data blob          not a kernel dependency / __import__

@@ -194,6 +194,23 @@ def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_p
     assert tamper.changed_files(before, tamper.file_marks(roots)) == [str(p), str(tmp_path / "tree" / "situ.py")]
 
 
+def test_a_side_that_was_caught_tampering_is_rejected_not_crashed():
+    from gates import sides
+    from harness.pipeline import decide_outcome
+    from harness.scope import ScopeResult
+
+    tail = "Traceback ...\nPermissionError: tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/x"
+    assert sides.classify(1, False, tail) == "tampered"
+    assert sides.reply_kind("TamperError: tamper: time.perf_counter was replaced") == "tampered"
+    test = {"verdict": "FAIL", "reasons": ["candidate side ended: tampered"],
+            "evidence": {"outcome_a": "ok", "outcome_b": "tampered"}}
+    out = decide_outcome(ScopeResult(True), test, None)
+    assert (out.state, out.reason) == ("abandoned", "accuracy")
+    passed = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_b": "ok"}}
+    out = decide_outcome(ScopeResult(True), passed, {"outcome": "tampered", "error": "sideB: tamper: ..."})
+    assert (out.state, out.reason) == ("abandoned", "scorer check")
+
+
 def test_fresh_memory_reads_as_poison_in_a_tap_side():
     from gates.numerics import poison_fresh_memory
 

@@ -131,10 +131,10 @@ def test_reading_the_corpus_at_import_is_refused(results):
     """Case 10 (run time): the audit hook refuses the kernel module's open of the corpus, so
     the candidate's side ends with the refusal as its last words."""
     test, out = _tap(results, H.READS_CORPUS)
-    # the refusal is an exception in the candidate's side: the loop records it as a crash
-    assert (out.state, out.reason, test["verdict"]) == \
-        ("crashed", "kern test: the candidate's side ended with error", "FAIL"), _why(test)
-    assert test["evidence"]["outcome_b"] == "error", _why(test)
+    # the refusal reaches the candidate as an exception, but its words name a rule broken,
+    # not a part that failed (gates/sides.py): rejected, not a crash
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert test["evidence"]["outcome_b"] == "tampered", _why(test)
     assert "tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/" in test["b_log_tail"]
     assert "kernel code may not read the workload" in test["b_log_tail"]
 
