@@ -176,8 +176,9 @@ class Orchestrator:
                                     estimate_ms=prop.estimate_ms)
                 report.collected.append((a.number, L.NOT_DONE, prop.message[:80]))
                 continue
-            if prop.kind != "commit":
-                self._final(a.number, L.CRASHED, f"agent failed: {prop.reason[:300]}", report)
+            if prop.kind != "commit":  # the backend's own time limit is a timeout, not a crash
+                self._final(a.number, L.TIMED_OUT if prop.timed_out else L.CRASHED,
+                            f"agent failed: {prop.reason[:300]}", report)
                 continue
             tip = self.ctx.repo.tip(a.number)
             self.led.transition(a.number, L.JUDGING, commit_sha=tip,

@@ -43,6 +43,7 @@ class Proposal:
     message: str = ""  # commit message, or the declined idea
     estimate_ms: float | None = None  # declined ideas: the estimated score change
     reason: str = ""  # failures: why
+    timed_out: bool = False  # failures: the backend's own time limit ended the agent
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
@@ -54,7 +55,7 @@ class Proposal:
 
 KINDS = ("commit", "declined", "failed")
 _TYPES = {"kind": (str,), "message": (str,), "reason": (str,), "transcript": (str,),
-          "estimate_ms": (int, float, type(None)), "tokens_in": (int,), "tokens_out": (int,),
+          "estimate_ms": (int, float, type(None)), "timed_out": (bool,), "tokens_in": (int,), "tokens_out": (int,),
           "cost_usd": (int, float)}
 
 
@@ -79,7 +80,7 @@ def parse_proposal(text: str) -> Proposal:
         raise ProposalError(f"kind: expected one of {', '.join(KINDS)}, found {data.get('kind')!r}")
     for key, types in _TYPES.items():
         v = data.get(key)
-        if key in data and (isinstance(v, bool) or not isinstance(v, types)):
+        if key in data and ((isinstance(v, bool) and bool not in types) or not isinstance(v, types)):
             raise ProposalError(f"{key}: expected {' or '.join(t.__name__ for t in types)}, "
                                 f"found {v!r}"[:200])
     for key in ("tokens_in", "tokens_out", "cost_usd"):

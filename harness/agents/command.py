@@ -56,7 +56,7 @@ class CommandAgent:
                                                   f"{e}", transcript=str(log))
         moved = after != before
         if ran.timed_out:
-            return Proposal(kind="failed", transcript=str(log),
+            return Proposal(kind="failed", transcript=str(log), timed_out=True,
                             reason=f"agent command timed out after {self.timeout_s:g}s "
                                    f"(agent.timeout_s){'; it had committed' if moved else ''}; "
                                    f"output tail:\n{ran.tail}")

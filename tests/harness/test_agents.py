@@ -328,7 +328,7 @@ def test_command_failed_declined_and_timeout(repo):
                      ).propose(brief(), repo)
     assert (p.kind, p.message, p.estimate_ms) == ("declined", "split K", -0.2)
     p = CommandAgent({"command": "sleep 30", "timeout_s": 0.5}).propose(brief(), repo)
-    assert p.kind == "failed" and "timed out after 0.5s" in p.reason
+    assert p.kind == "failed" and p.timed_out and "timed out after 0.5s" in p.reason
 
 
 # ---- anthropic, against a local Messages API -------------------------------------------------

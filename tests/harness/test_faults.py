@@ -208,6 +208,8 @@ case "$KERN_ATTEMPT" in
      echo "# b" >> kernels/k31/moe/situ.py; git commit -qam two ;;
   6) printf '{"kind": "commit", "message": "moe.situ: faster"}' > ../../attempts/6/proposal.json
      kill -KILL $PPID ;;  # claims a commit it never made
+  7) printf '{"kind": "failed", "timed_out": true, "reason": "agent command timed out after 2s"}' \
+       > ../../attempts/7/proposal.json; kill -KILL $PPID ;;  # its backend's own limit ended it
 esac
 """
 
@@ -217,15 +219,15 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
     script = tmp_path / "agent.sh"
     script.write_text(AGENT)
     repo = make_repo(tmp_path, {"agent.backend": "command", "agent.command": f"exec sh {script}",
-                                "agent.timeout_s": 3, "loop.concurrency": 6})
-    fake_profile(repo, [f"op.{c}" for c in "abcdef"])
+                                "agent.timeout_s": 3, "loop.concurrency": 7})
+    fake_profile(repo, [f"op.{c}" for c in "abcdefg"])
     base = git.Repo(repo).head.commit.hexsha
     gates = Gates(monkeypatch)
     ctx, settings = context(repo)
     orch = Orchestrator(ctx, settings.data)
     t0 = time.monotonic()
-    assert [n for n, _ in orch.tick().spawned] == [1, 2, 3, 4, 5, 6]
-    orch.wait_agents([2, 3, 4, 5, 6], 60)
+    assert [n for n, _ in orch.tick().spawned] == [1, 2, 3, 4, 5, 6, 7]
+    orch.wait_agents([2, 3, 4, 5, 6, 7], 60)
     hung = _read_pid(attempt_dir(ctx.runs, 1))
     time.sleep(max(0.0, 3.5 - (time.monotonic() - t0)))  # past agent.timeout_s
     orch.tick(spawn=False)
@@ -238,6 +240,7 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
         and "expected a JSON object" in got[3].reason
     for n in (4, 5, 6):
         assert (got[n].state, got[n].reason) == (L.ABANDONED, L.SCOPE), got[n]
+    assert (got[7].state, got[7].reason) == (L.TIMED_OUT, "agent failed: agent command timed out after 2s")
     assert got[4].gate["scope"] == ["kern.yaml is protected", "notes.txt is outside the editable "
                                     "globs ['kernels/k31/**']"]
     assert got[5].gate["scope"] == ["2 commits: an attempt must be exactly one commit"]
