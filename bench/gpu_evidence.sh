@@ -7,6 +7,8 @@
 #            evidence/extra-work vs main with the eager baseline and the fla-core peer
 #   bench  - kern bench main five times (CV), kern profile at 128 rows, the compile baseline
 #   loop   - kern loop with the tuner backend on reduced settings (see the phase)
+#   ab     - issue 4's bar: a plain A/B (no baselines, no peers) timed whole, the compile
+#            baseline at 64 rows; issue 7: the GPU-only reward hacks
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
@@ -72,6 +74,15 @@ PY
   python3 -m harness.cli report --format json --out $OUT/loop_journey.json
   python3 -m harness.cli report --format html --out $OUT/loop_journey.html
   python3 -m harness.cli report > $OUT/loop_journey.md; python3 -m harness.cli status > $OUT/loop_status.txt
+  ;;
+ab)
+  t0=$(date +%s); timeout 260 python3 -m harness.cli bench evidence/extra-work --vs main \
+    --out $OUT/bench_ab_plain.json 2>$OUT/bench_ab_plain.err | tail -14
+  echo "kern bench evidence/extra-work --vs main (plain A/B): wall $(( $(date +%s)-t0 ))s"
+  t0=$(date +%s); timeout 170 python3 -m pytest -q -p no:cacheprovider -rA tests/adversarial/test_gpu_hacks.py \
+    2>&1 | tail -25 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
+  t0=$(date +%s); timeout ${2:-200} python3 bench/tools/compile_baseline.py 64 > $OUT/compile_baseline_64.jsonl \
+    2>$OUT/compile_baseline_64.err; tail -c 600 $OUT/compile_baseline_64.jsonl; echo "compile baseline 64: wall $(( $(date +%s)-t0 ))s"
   ;;
 esac
 cp -r runs/step $OUT/ 2>/dev/null; ls $OUT

@@ -199,17 +199,16 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
         }
     if "A" in samples:
         a, b = samples["A"], samples["B"]
-        d = stats.bootstrap_delta(a, b, buckets, weights, iters=cfg["bootstrap"], seed=0)
-        first = {bk: [x for v in blocks["A"][0::2] for x in v[bk]] for bk in buckets}
-        last = {bk: [x for v in blocks["A"][1::2] for x in v[bk]] for bk in buckets}
-        band = stats.noise_band(first, last, buckets, weights, floor_pct=cfg["noise_pct"],
-                                iters=cfg["bootstrap"], seed=1) if last[buckets[0]] else \
-            cfg["noise_pct"] / 100 * out["sides"]["A"]["score"]
+        # the scorer's contract: a side's n-th replay of a bucket ran input set n (see stats)
+        d = stats.paired_delta(a, b, buckets, weights, iters=cfg["bootstrap"], seed=0)
+        visits = {bk: [j for j, v in enumerate(blocks["A"]) for _ in v[bk]] for bk in buckets}
+        band = stats.paired_noise_band(a, b, visits, buckets, weights, floor_pct=cfg["noise_pct"],
+                                       iters=cfg["bootstrap"], seed=1)
         cls = stats.classify(d["low"], d["high"], band)
         g = stats.guard(a, b, buckets, cfg["guard_pct"], d["buckets"])
         a_score = out["sides"]["A"]["score"]
         out["ab"] = {"delta": d, "band": band, "classification": cls, "guard_ok": g.ok,
-                     "guard": g.text(), "delta_pct": d["delta"] / a_score * 100}
+                     "guard": g.text(), "delta_pct": d["delta"] / a_score * 100, "paired": True}
         # no time may pass that B's clock did not see (beyond main's untimed work)
         hidden = stats.hidden_time(checks["A"], checks["B"], cfg["max_hidden_pct"])
         if hidden:

@@ -49,3 +49,30 @@ def test_guard_names_the_bucket_that_got_slower():
 def test_score_is_the_weighted_mean_of_medians():
     med = {b: float(i + 1) for i, b in enumerate(BUCKETS)}
     assert stats.score(med, BUCKETS, WEIGHTS) == (1 * 1 + 2 * 2 + 4 * 3 + 4 * 4 + 2 * 5) / 13
+
+
+@settings(max_examples=40, deadline=None)
+@given(base=st.lists(st.floats(min_value=5.0, max_value=50.0), min_size=4, max_size=30),
+       spread=st.lists(st.floats(min_value=0.9, max_value=1.1), min_size=30, max_size=30),
+       gain=st.floats(min_value=-0.05, max_value=0.05))
+def test_paired_delta_sees_through_the_inputs_own_cost(base, spread, gain):
+    """Each input's own cost (``spread``) multiplies both sides' replay alike: the paired delta
+    is exactly the gain, with no width, however large that cost is."""
+    a = {16: [x * f for x, f in zip(base, spread)]}
+    b = {16: [x * (1 + gain) for x in a[16]]}
+    d = stats.paired_delta(a, b, [16], [1], iters=100, seed=0)
+    want = stats.median(a[16]) * gain
+    assert abs(d["delta"] - want) < 1e-9 * max(1.0, abs(want)) + 1e-9
+    assert abs(d["high"] - d["low"]) < 1e-9 + 1e-9 * abs(want)
+    visits = {16: [i % 2 for i in range(len(base))]}
+    band = stats.paired_noise_band(a, b, visits, [16], [1], floor_pct=0.0, iters=100, seed=1)
+    assert band < 1e-6 * stats.median(a[16])  # a uniform gain does not widen A's own band
+
+
+def test_paired_samples_must_pair():
+    import pytest
+
+    with pytest.raises(ValueError, match="same number of replays"):
+        stats.paired_delta({16: [1.0, 2.0]}, {16: [1.0]}, [16], [1], iters=10, seed=0)
+    with pytest.raises(ValueError, match="finite and positive"):
+        stats.paired_delta({16: [1.0, 0.0]}, {16: [1.0, 1.0]}, [16], [1], iters=10, seed=0)
