@@ -125,10 +125,11 @@ def paired_noise_band(a: dict, b: dict, visits: dict, buckets: list[int],
         norm = median(a[bk]) * np.exp(-0.5 * _log_ratios(a[bk], b[bk], bk))  # a_n / sqrt(a_n b_n)
         first[bk] = [float(x) for x, v in zip(norm, visits[bk]) if v % 2 == 0]
         last[bk] = [float(x) for x, v in zip(norm, visits[bk]) if v % 2 == 1]
-    a_score = score({bk: median(a[bk]) for bk in buckets}, buckets, weights)
+    # the floor is a share of A's own score: the normalized times sit sqrt(b/a) below it
+    floor = floor_pct / 100.0 * score({bk: median(a[bk]) for bk in buckets}, buckets, weights)
     if not last[buckets[0]]:  # one A visit: nothing to compare it with
-        return floor_pct / 100.0 * a_score
-    return noise_band(first, last, buckets, weights, floor_pct=floor_pct, iters=iters, seed=seed)
+        return floor
+    return max(floor, noise_band(first, last, buckets, weights, floor_pct=0.0, iters=iters, seed=seed))
 
 
 def noise_band(a_first: dict, a_last: dict, buckets: list[int], weights: list[float], *,
