@@ -95,12 +95,21 @@ def failures(summary: dict, on_cuda: bool) -> list[str]:
 
 # ------------------------------------------------------------------ one rank
 def partial_values(rows: int, hidden: int, rank: int, seed: int) -> torch.Tensor:
-    """This rank's partial sums: signs and magnitudes over 2^-20..2^20 (so the order of f32 adds
-    and the rounding of bf16 adds change the result: a path that sums differently shows)."""
+    """This rank's partial sums: random signs, magnitudes 2^-20..2^20, and on a third of the
+    elements rank 1 holding exactly minus rank 0's value (a cancellation). Summed in another
+    order, or in bf16, those elements lose the other ranks' small terms, so a path that sums
+    differently shows in the checks."""
     g = torch.Generator().manual_seed(seed * 1000 + rank * 7 + rows)
     mant = torch.randn(rows, hidden, generator=g)
     exp = torch.randint(-20, 21, (rows, hidden), generator=g).float()
-    return (mant * torch.exp2(exp)).to(torch.bfloat16)
+    x = (mant * torch.exp2(exp)).to(torch.bfloat16)
+    if rank in (0, 1):  # rank 0's values and the cancelling third, from a generator both share
+        shared = torch.Generator().manual_seed(seed * 1000 + rows)
+        base = (torch.randn(rows, hidden, generator=shared) *
+                torch.exp2(torch.randint(-20, 21, (rows, hidden), generator=shared).float())).to(torch.bfloat16)
+        cancel = torch.rand(rows, hidden, generator=shared) < 1 / 3
+        x = base if rank == 0 else torch.where(cancel, -base, x)
+    return x
 
 
 def time_ms(device, fn, repeats: int) -> list[float]:

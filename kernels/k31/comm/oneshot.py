@@ -130,8 +130,20 @@ class OneShotAllReduce:
         self.buffer = symm_mem.empty(self.capacity, dtype=torch.uint8, device=device)
         # a group name (not the ProcessGroup object): accepted by rendezvous in torch 2.11 and 2.13
         self.handle = symm_mem.rendezvous(self.buffer, group_name)
-        # every rank's buffer, mapped into this process (rank order; this rank's is its own)
-        self.peers = [self.handle.get_buffer(r, (self.capacity,), torch.uint8) for r in range(world)]
+        # every rank's buffer, mapped into this process (rank order; this rank's is its own).
+        # torch 2.13 may place the tensor at an offset inside a pooled block: get_remote_tensor
+        # adds that offset, get_buffer (all older torch has) starts at the block. The check
+        # below catches a view of the wrong bytes before any kernel reads it.
+        if hasattr(self.handle, "get_remote_tensor"):
+            self.peers = [self.handle.get_remote_tensor(r, (self.capacity,), torch.uint8) for r in range(world)]
+        else:
+            self.peers = [self.handle.get_buffer(r, (self.capacity,), torch.uint8) for r in range(world)]
+        if self.peers[rank].data_ptr() != self.buffer.data_ptr():
+            raise RuntimeError(
+                f"oneshot: torch {torch.__version__}'s view of this rank's symmetric buffer starts at "
+                f"{self.peers[rank].data_ptr():#x}, the buffer at {self.buffer.data_ptr():#x}; the "
+                f"peers' views would be off by the same amount (kernels/k31/comm/oneshot.py must "
+                f"follow torch's offset API)")
 
     def fits(self, tensors) -> bool:
         return pack_offsets([t.numel() * t.element_size() for t in tensors])[1] <= self.capacity
