@@ -7,6 +7,8 @@
 #            evidence/extra-work vs main with the eager baseline and the fla-core peer
 #   bench  - kern bench main five times (CV), kern profile at 128 rows, the compile baseline
 #   loop   - kern loop with the tuner backend on reduced settings (see the phase)
+#   allreduce [REV] - issue 6: one-shot vs NCCL vs gather all-reduce latency on 2 GPUs and the
+#            GPU tests of the one-shot path, at REV (a branch of the bundle; default main)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
@@ -72,6 +74,14 @@ PY
   python3 -m harness.cli report --format json --out $OUT/loop_journey.json
   python3 -m harness.cli report --format html --out $OUT/loop_journey.html
   python3 -m harness.cli report > $OUT/loop_journey.md; python3 -m harness.cli status > $OUT/loop_status.txt
+  ;;
+allreduce)  # issue 6: the one-shot all-reduce on 2 GPUs (latency vs NCCL and gather, bit identity)
+  rev=${2:-main}
+  if [ "$rev" != main ]; then git checkout -q "$rev" || { echo "no revision $rev in the bundle"; exit 1; }; fi
+  echo "allreduce at $(git rev-parse HEAD 2>/dev/null || echo snapshot), $(nvidia-smi -L | wc -l) GPUs"
+  t0=$(date +%s); timeout 300 python3 bench/tools/allreduce_latency.py --world 2 --out $OUT/allreduce_latency.json \
+    2>$OUT/allreduce_latency.err | tee $OUT/allreduce_latency.txt; echo "allreduce tool: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_comm.py 2>&1 | tail -15 | tee $OUT/allreduce_tests_gpu.txt
   ;;
 esac
 cp -r runs/step $OUT/ 2>/dev/null; ls $OUT
