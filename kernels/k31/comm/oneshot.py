@@ -55,6 +55,8 @@ def _sum_kernel(out_ptr, p0, p1, p2, p3, p4, p5, p6, p7, n,
     ranks' elements, added in rank order (``p0`` first), rounded once to ``out``'s dtype."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
+    # unrolled, one pointer argument per rank: the adds read in rank order, and the constexpr W
+    # compiles away the ranks that do not exist
     acc = tl.load(p0 + offs, mask=m, other=0.0).to(tl.float32)
     if W > 1:
         acc += tl.load(p1 + offs, mask=m, other=0.0).to(tl.float32)
