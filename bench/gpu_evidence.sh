@@ -9,6 +9,8 @@
 #   loop   - kern loop with the tuner backend on reduced settings (see the phase)
 #   ab     - issue 4's bar: a plain A/B (no baselines, no peers) timed whole, the compile
 #            baseline at 64 rows; issue 7: the GPU-only reward hacks
+#   allreduce [REV] - issue 6: one-shot vs NCCL vs gather all-reduce latency on 2 GPUs and the
+#            GPU tests of the one-shot path, at REV (a branch of the bundle; default main)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
@@ -83,6 +85,14 @@ ab)
     2>&1 | tail -25 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
   t0=$(date +%s); timeout ${2:-200} python3 bench/tools/compile_baseline.py 64 > $OUT/compile_baseline_64.jsonl \
     2>$OUT/compile_baseline_64.err; tail -c 600 $OUT/compile_baseline_64.jsonl; echo "compile baseline 64: wall $(( $(date +%s)-t0 ))s"
+  ;;
+allreduce)  # issue 6: the one-shot all-reduce on 2 GPUs (latency vs NCCL and gather, bit identity)
+  rev=${2:-main}
+  if [ "$rev" != main ]; then git checkout -q "$rev" || { echo "no revision $rev in the bundle"; exit 1; }; fi
+  echo "allreduce at $(git rev-parse HEAD 2>/dev/null || echo snapshot), $(nvidia-smi -L | wc -l) GPUs"
+  t0=$(date +%s); timeout 300 python3 bench/tools/allreduce_latency.py --world 2 --out $OUT/allreduce_latency.json \
+    2>$OUT/allreduce_latency.err | tee $OUT/allreduce_latency.txt; echo "allreduce tool: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
+  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_comm.py 2>&1 | tail -15 | tee $OUT/allreduce_tests_gpu.txt
   ;;
 esac
 cp -r runs/step $OUT/ 2>/dev/null; ls $OUT

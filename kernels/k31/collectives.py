@@ -28,10 +28,32 @@ ring or tree order that differs between ranks' chunks and between backends, and 
 bf16). Partial sums accumulate in f32 and round once to the tensor's dtype. This is also the
 one-shot all-reduce's algorithm (each rank reads every peer's partial and sums in a fixed order),
 so a custom one-shot kernel can be bit-identical to this fallback.
+
+``all_reduce`` has three paths (:func:`choose_all_reduce` picks one per call; the mode comes
+from the constructor's ``all_reduce`` or else the ``KERN_ALL_REDUCE`` variable, default auto):
+
+* ``oneshot`` (``kernels/k31/comm/oneshot.py``): each rank copies its partial into a torch
+  symmetric-memory buffer, and one Triton kernel reads all W ranks' buffers over NVLink and
+  sums them in rank order in f32, rounding once: the same bytes as ``gather``, on every rank,
+  with one kernel instead of an NCCL all-gather plus W - 1 adds. CUDA only, 2 to 8 ranks, a
+  message no larger than the buffer sized at construction (``max_bytes``).
+* ``gather``: the all-gather above; runs on any backend and any message size. The fallback.
+* ``nccl``: the backend's own ``all_reduce`` (ring or tree order, bf16 adds), kept only as the
+  comparison for benchmarks: its sums differ from the other two in the last bits, so it is
+  never chosen unless asked for by name.
+
+``auto`` takes ``oneshot`` where it is available and the call fits its buffer, else ``gather``
+(never ``nccl``: the fallback must give the same bytes, so that which path ran never changes a
+result). Asking for ``oneshot`` by name where it cannot run is an error that says why.
 """
 from __future__ import annotations
 
+import os
+from collections import Counter
+
 import torch
+
+from .comm.oneshot import MAX_WORLD, SUMMABLE, pack_offsets
 
 # ------------------------------------------------------------------ pure math (tested directly)
 
@@ -129,6 +151,95 @@ def argmax_in_rank_order(values: torch.Tensor, ids: torch.Tensor) -> tuple[torch
     return best_v, best_i
 
 
+# ------------------------------------------------------------------ all-reduce path (pure)
+
+ALL_REDUCE_MODES = ("auto", "oneshot", "gather", "nccl")
+ALL_REDUCE_ENV = "KERN_ALL_REDUCE"
+
+
+class CollectivesError(ValueError):
+    """An all-reduce path was asked for that cannot run here (the user changes the setting or
+    the environment)."""
+
+
+def all_reduce_mode(requested: str | None, env: str | None) -> str:
+    """The mode: the constructor's ``requested`` if given, else the ``KERN_ALL_REDUCE`` value
+    ``env``, else ``auto``."""
+    mode = requested if requested is not None else (env or "auto")
+    if mode not in ALL_REDUCE_MODES:
+        source = "the all_reduce argument" if requested is not None else ALL_REDUCE_ENV
+        raise CollectivesError(f"collectives: {source} must be one of {', '.join(ALL_REDUCE_MODES)}, "
+                               f"got {mode!r}")
+    return mode
+
+
+def oneshot_unavailable(backend: str, world: int, max_bytes: int, has_symmetric_memory: bool) -> str | None:
+    """Why the one-shot path cannot be built in this environment, or None if it can be tried
+    (torch's symmetric memory may still refuse at rendezvous, e.g. without peer access)."""
+    if "nccl" not in backend:  # "nccl", or a per-device string like "cpu:gloo,cuda:nccl"
+        return (f"the process group's backend is {backend}, not nccl: the one-shot all-reduce "
+                f"maps peer GPU memory, which needs CUDA GPUs")
+    if not has_symmetric_memory:
+        return f"torch {torch.__version__} has no torch.distributed._symmetric_memory"
+    if not 2 <= world <= MAX_WORLD:
+        return f"the kernel sums 2 to {MAX_WORLD} ranks, the group has {world}"
+    if max_bytes <= 0:
+        return f"the buffer has {max_bytes} bytes (max_bytes must be positive)"
+    return None
+
+
+def oneshot_refusal(tensors, capacity: int) -> str | None:
+    """Why one call's ``tensors`` cannot take the one-shot path, or None if they can: each must
+    be a contiguous CUDA tensor of a summable dtype, and all of them packed must fit the
+    symmetric buffer of ``capacity`` bytes."""
+    if not tensors:
+        return "the call names no tensor"
+    for i, t in enumerate(tensors):
+        if t.device.type != "cuda":
+            return f"tensor {i} is on {t.device}, not a CUDA device"
+        if t.dtype not in SUMMABLE:
+            return f"tensor {i} is {t.dtype}, the kernel sums {', '.join(map(str, SUMMABLE))}"
+        if not t.is_contiguous():
+            return f"tensor {i} is not contiguous (shape {tuple(t.shape)}, stride {t.stride()})"
+    need = pack_offsets([t.numel() * t.element_size() for t in tensors])[1]
+    if need > capacity:
+        return f"the call needs {need} bytes of symmetric buffer, it has {capacity}"
+    return None
+
+
+def choose_all_reduce(mode: str, unavailable: str | None, refusal: str | None) -> str:
+    """The path one ``all_reduce`` call takes: ``oneshot``, ``gather`` or ``nccl``.
+
+    ``unavailable``: why the one-shot path was not built (None: it was); ``refusal``: why this
+    call cannot use it (None: it can). ``auto`` falls back to ``gather``, whose bytes are the
+    one-shot's; an explicit ``oneshot`` that cannot be met raises."""
+    if mode in ("gather", "nccl"):
+        return mode
+    reason = unavailable or refusal
+    if mode == "oneshot" and reason:
+        where = "here" if unavailable else "for this call"
+        raise CollectivesError(
+            f"collectives: all_reduce 'oneshot' was asked for but cannot run {where}: {reason}. "
+            f"Set {ALL_REDUCE_ENV}=auto (oneshot where it can run, else gather) or gather, or run "
+            f"2 to {MAX_WORLD} ranks on CUDA GPUs with torch symmetric memory")
+    return "gather" if reason else "oneshot"
+
+
+# The one-shot path's buffer unless the constructor is told otherwise: the step at the largest
+# bucket (256 rows of the full model) needs 5.25 MiB (step_all_reduce_bytes, a test holds it);
+# 8 MiB leaves room and is nothing beside an H200's memory. A fixed size keeps the sides'
+# ``Distributed(layout)`` call the same for every revision of the tree.
+ONESHOT_BUFFER_BYTES = 8 << 20
+
+
+def step_all_reduce_bytes(hidden: int, latent: int, rows: int) -> int:
+    """The largest symmetric buffer one decode-step ``all_reduce`` call needs: the step sums
+    ``attn_out`` and ``mlp_out`` ``[rows, hidden]`` alone and ``lat_sum [rows, latent]`` with
+    ``shared_out [rows, hidden]`` together, all bf16 (``step.py``). A call the step adds later
+    that is larger takes the gather path under ``auto``."""
+    return max(pack_offsets([rows * hidden * 2])[1], pack_offsets([rows * latent * 2, rows * hidden * 2])[1])
+
+
 # ------------------------------------------------------------------ implementations
 
 
@@ -158,7 +269,12 @@ class Distributed:
     count (``--emulate``), each process computes its rank's share of the larger layout and the
     collectives span the processes that exist."""
 
-    def __init__(self, layout, group=None):
+    def __init__(self, layout, group=None, *, all_reduce: str | None = None,
+                 max_bytes: int = ONESHOT_BUFFER_BYTES):
+        """``all_reduce``: ``auto`` | ``oneshot`` | ``gather`` | ``nccl`` (None: the
+        ``KERN_ALL_REDUCE`` variable, else ``auto``); ``max_bytes``: the symmetric buffer of
+        the one-shot path, the largest call it takes. Collective: every rank constructs it with
+        the same arguments."""
         import torch.distributed as dist
 
         self.dist, self.group = dist, group
@@ -173,6 +289,40 @@ class Distributed:
                 f"collectives: process {self.rank} of {self.world} must compute layout rank "
                 f"{self.rank} of world {self.world}; the caller built layout rank {layout.rank} "
                 f"of world {layout.world}")
+        self.all_reduce_mode = all_reduce_mode(all_reduce, os.environ.get(ALL_REDUCE_ENV))
+        self.oneshot, self.oneshot_unavailable = None, "not asked for"
+        if self.all_reduce_mode in ("auto", "oneshot"):
+            self.oneshot, self.oneshot_unavailable = self._build_oneshot(int(max_bytes))
+            choose_all_reduce(self.all_reduce_mode, self.oneshot_unavailable, None)  # raises if unmet
+        self.paths = Counter()  # all_reduce calls issued per path (a captured call counts once)
+
+    def _build_oneshot(self, max_bytes: int):
+        """(the one-shot all-reduce, None), or (None, why not); the same answer on every rank."""
+        try:
+            import torch.distributed._symmetric_memory  # noqa: F401
+            has_symm = True
+        except ImportError:
+            has_symm = False
+        backend = str(self.dist.get_backend(self.group))
+        reason = oneshot_unavailable(backend, self.world, max_bytes, has_symm)
+        if reason:  # decided from what every rank shares: no rank goes further
+            return None, reason
+        from .comm.oneshot import OneShotAllReduce
+
+        group = self.group or self.dist.group.WORLD
+        device = torch.device("cuda", torch.cuda.current_device())
+        built = None
+        try:
+            built = OneShotAllReduce(group.group_name, self.rank, self.world, device, max_bytes)
+        except Exception as e:  # torch's own refusal (no peer access, no IPC, old driver)
+            reason = f"torch symmetric memory failed on rank {self.rank}: {type(e).__name__}: {e}"
+        # every rank must take the same path, or one waits in a barrier kernel while another
+        # waits in an NCCL all-gather: the one-shot path is used only if every rank built it
+        ok = torch.tensor([0 if reason else 1], dtype=torch.int32, device=device)
+        self.dist.all_reduce(ok, op=self.dist.ReduceOp.MIN, group=self.group)
+        if int(ok.item()) == 0:
+            return None, reason or "torch symmetric memory failed on another rank (its log says why)"
+        return built, None
 
     def _gather(self, t: torch.Tensor) -> torch.Tensor:
         """``[W, *t.shape]``: every rank's ``t`` in rank order."""
@@ -182,8 +332,17 @@ class Distributed:
         return out.view(self.world, *t.shape)
 
     def all_reduce(self, *tensors: torch.Tensor) -> None:
-        for t in tensors:
-            t.copy_(sum_in_rank_order(self._gather(t)))
+        refusal = oneshot_refusal(tensors, self.oneshot.capacity) if self.oneshot else None
+        path = choose_all_reduce(self.all_reduce_mode, self.oneshot_unavailable, refusal)
+        self.paths[path] += 1
+        if path == "oneshot":
+            self.oneshot.reduce(*tensors)
+        elif path == "nccl":
+            for t in tensors:
+                self.dist.all_reduce(t, group=self.group)
+        else:
+            for t in tensors:
+                t.copy_(sum_in_rank_order(self._gather(t)))
 
     def gather_heads(self, q: torch.Tensor, q_all: torch.Tensor) -> None:
         rows, h = q.shape[0], q.shape[1]
