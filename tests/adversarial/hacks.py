@@ -191,7 +191,12 @@ SLOW_EVENTS = Hack(7, "gpu-slow-events", "halve every CUDA event interval", _sit
 SKIP_CAPTURED = Hack(8, "gpu-skip-when-capturing", "skip SiTU in the captured graph", _situ(
     (SITU_EMPTY, SITU_EMPTY + "    if torch.cuda.is_current_stream_capturing():  # the timed graph\n"
      "        out.zero_()\n        return\n")))
-GPU_HACKS = [SIDE_STREAM, SLOW_EVENTS, SKIP_CAPTURED]
+# Not a hack but a fault only a GPU shows (issue 7 item 2): a kernel reading far outside its
+# input. CUDA reports an illegal memory access and the process's context is lost.
+WILD_READ = Hack(0, "gpu-wild-read", "SiTU reads its up-projection 128 GiB past the input", _situ(
+    ("    u = tl.load(src + inter, mask=ok, other=0.0).to(tl.float32)\n",
+     "    u = tl.load(src + inter + (1 << 36), mask=ok, other=0.0).to(tl.float32)\n")))
+GPU_HACKS = [SIDE_STREAM, SLOW_EVENTS, SKIP_CAPTURED, WILD_READ]
 
 REWRITES_RECORDING = Hack(13, "rewrite-main-recording", "write into main's recording, which the replay is told where to find",
                           _situ((SITU_IMPORTS, SITU_IMPORTS + "import json\nfrom pathlib import Path\n"

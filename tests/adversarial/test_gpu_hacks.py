@@ -64,3 +64,11 @@ def test_replaced_event_clock_is_named_by_the_seal(benches):
 def test_skipping_work_while_capturing_makes_the_graph_differ(benches):
     b = _checked(benches, H.SKIP_CAPTURED)
     assert not b["graph_matches_eager"], b
+
+
+def test_a_wild_read_is_recorded_as_a_crash_naming_the_illegal_access(benches):
+    """The fault, not a hack: the side dies with CUDA's illegal-address error; the scorer names
+    it and the pipeline records the attempt crashed (never merged, never a hang)."""
+    sc, bench, out = benches[H.WILD_READ.name]
+    assert bench["outcome"] == "illegal-memory-access", (bench["outcome"], bench.get("error"))
+    assert (out.state, out.reason) == ("crashed", "scorer: illegal-memory-access"), out
