@@ -73,7 +73,8 @@ def cross_note(a_spec: dict, b_spec: dict) -> str | None:
     return (f"A runs layout {a_spec['layout']} on {a_spec['world']} process(es), B layout "
             f"{b_spec['layout']} on {b_spec['world']}: every op sees other shapes and every sum "
             f"another order, so no op call of B corresponds to one of A's; judged by the "
-            f"gathered logits against the band of A with every op on the reference")
+            f"gathered logits alone (test.layout_kl_pass, else the band of A with every op on "
+            f"the reference)")
 
 
 def _digest(obj) -> str:
@@ -237,7 +238,7 @@ def rank_lines(res: dict) -> list[str]:
     for side, spec in (("A", res.get("base_spec") or res["spec"]), ("B", res["spec"])):
         info = rk.get(side.lower())
         how = (f"{info['world']} processes ({info['backend']}): {info['note']}" if info else
-               f"1 process, layout {spec.get('layout')}")
+               "1 process")
         bad = rk.get(f"{side.lower()}_disagree") or []
         agree = "" if not info else (f"; ranks DISAGREE after {len(bad)} step(s)" if bad else
                                      "; every rank identical at every step")

@@ -273,7 +273,9 @@ def profile(side, rows: int, bandwidth, leave_one_out=True) -> dict:
         out["ops"][row] = {**r, "floor_ms": floor_ms,
                            "pct_of_floor": (floor_ms / r["ms"] * 100) if floor_ms and r["ms"] else None}
     if leave_one_out:
-        for row in out["ops"]:
+        # by name, not by this rank's times: every rank must leave the same row out at once,
+        # or their collectives pair different calls
+        for row in sorted(out["ops"]):
             omit = Omit(row)
             st = side.step(rows, hook=omit, comm=routed(omit))
             side.set_inputs(st, 0)

@@ -155,9 +155,13 @@ def merge_digests(results: list[dict], layout: str, backend: str) -> dict:
     """One tap result from every rank's: rank 0's (the accuracy gate judges rank 0's op calls
     and the gathered logits), with ``ranks`` and ``rank_disagreements``: the steps after which
     some rank held other replicated bytes or other gathered logits than rank 0."""
+    digests = [r.get("rank_digests") or {} for r in results]
+    if not digests[0] and results[0].get("role") in ("record", "replay"):
+        # an empty comparison would read as agreement: no digest is a failure to measure
+        raise ValueError("ranks: rank 0's tap recorded no per-step digests to compare")
     out = dict(results[0])
     out["ranks"] = describe(len(results), layout, backend)
-    out["rank_disagreements"] = disagreements([r.get("rank_digests") or {} for r in results])
+    out["rank_disagreements"] = disagreements(digests)
     return out
 
 

@@ -329,6 +329,7 @@ def side_main(opts: dict, device: str, outdir: Path, rank: int = 0) -> dict:
         first = free_pass(side, runs, steps, snap, keep, opts["budget_mb"] * 2**20, store)
         torch.save(first.pop("logits"), outdir / "logits_a.pt")
         torch.save(store, outdir / "kept_a.pt")
+        result["rank_digests"] = first.pop("rank_digests", None)
         result["pass"] = first
     elif role == "noise":
         # asked for only when B is not bit-identical to the recording: A again from the
@@ -349,6 +350,7 @@ def side_main(opts: dict, device: str, outdir: Path, rank: int = 0) -> dict:
     else:
         free = free_pass(side, runs, steps, snap, set(), 0, {})
         torch.save(free.pop("logits"), outdir / "logits_b.pt")
+        result["rank_digests"] = free.pop("rank_digests", None)
         free = json.loads(json.dumps(free))  # the same form as A's recording (lists, not tuples)
         result["pass"] = free
         if not cross:
