@@ -185,6 +185,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         result["samples"] = samples
         result["checks"] = checks
         if req.world > 1:
+            result["rank_samples"] = rank_samples
             result["rank_medians"] = {k: {b: [stats.median(t) for t in per] for b, per in sb.items()}
                                       for k, sb in rank_samples.items()}
         result["analysis"] = analyse(samples, blocks, checks, result, req.settings["bench"],
