@@ -7,6 +7,11 @@
 #            evidence/extra-work vs main with the eager baseline and the fla-core peer
 #   bench  - kern bench main five times (CV), kern profile at 128 rows, the compile baseline
 #   loop   - kern loop with the tuner backend on reduced settings (see the phase)
+#   x2 STEP - on the 2-GPU device (nvidia-h200-x2), issue 6; STEP (one device call each):
+#            test    kern test main --vs main --gpus 2 --base-gpus 1 on a reduced tap (the 2-rank
+#                    step against the whole model in one process, judged by logits)
+#            bench   kern bench main --gpus 2 --emulate 8 --rounds 1 (the W = 2, emulate 8 score)
+#            profile kern profile main --gpus 2 --emulate 8 --rows 128 (rank 0, collectives as rows)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
@@ -72,6 +77,36 @@ PY
   python3 -m harness.cli report --format json --out $OUT/loop_journey.json
   python3 -m harness.cli report --format html --out $OUT/loop_journey.html
   python3 -m harness.cli report > $OUT/loop_journey.md; python3 -m harness.cli status > $OUT/loop_status.txt
+  ;;
+x2)  # issue 6: every side as 2 rank processes over NCCL (multicast off: device_env.sh)
+  nvidia-smi topo -m > $OUT/x2_topo.txt 2>&1
+  case ${2:?x2 needs a step: test, bench or profile} in
+  test)  # reduced tap so the whole model fits one process and its reference band fits ~150 s:
+    # one weight set, batch sizes 1, 3 and bucket 8, context 8192 (DSA still selects 2048)
+    python3 - <<'PY'
+import yaml, pathlib
+c = yaml.safe_load(pathlib.Path("kern.yaml").read_text()); g = c["profiles"]["gpu"]
+g.update(buckets=[8], weights=[1], test_rows=[1, 3], test_context=8192, test_steps=1)
+c["target"]["weight_sets"] = 1
+pathlib.Path("/tmp/kern-x2-test.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
+PY
+    t0=$(date +%s); timeout ${3:-400} python3 -m harness.cli --config /tmp/kern-x2-test.yaml test main --vs main \
+      --gpus 2 --base-gpus 1 --out $OUT/x2_test_1rank_vs_2rank.json 2>$OUT/x2_test.err | tail -20
+    echo "kern test main --vs main --gpus 2 --base-gpus 1: wall $(( $(date +%s)-t0 ))s"
+    cp /tmp/kern-x2-test.yaml $OUT/; cp -r runs/tap/*/*.log $OUT/ 2>/dev/null
+    ;;
+  bench)
+    t0=$(date +%s); timeout ${3:-500} python3 -m harness.cli bench main --gpus 2 --emulate 8 --rounds 1 \
+      --out $OUT/x2_bench_emulate8.json 2>$OUT/x2_bench.err | tail -14
+    echo "kern bench main --gpus 2 --emulate 8 --rounds 1: wall $(( $(date +%s)-t0 ))s"
+    cp runs/bench/*/*.log $OUT/ 2>/dev/null
+    ;;
+  profile)
+    t0=$(date +%s); timeout ${3:-500} python3 -m harness.cli profile main --gpus 2 --emulate 8 --rows 128 \
+      --out $OUT/x2_profile_128.json 2>$OUT/x2_profile.err | tail -34
+    echo "kern profile main --gpus 2 --emulate 8 --rows 128: wall $(( $(date +%s)-t0 ))s"
+    ;;
+  esac
   ;;
 esac
 cp -r runs/step $OUT/ 2>/dev/null; ls $OUT
