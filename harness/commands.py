@@ -20,13 +20,14 @@ def register(sub) -> None:
                     "starts with the verdict. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE.")
     p.add_argument("rev", help="the candidate: a git revision, or WORKTREE for uncommitted edits")
     p.add_argument("--vs", default="main", dest="base", help="the base revision (default: main)")
-    add_rank_flags(p, "each side")
+    add_rank_flags(p, "each side", timed=False)
     p.add_argument("--base-gpus", type=int, default=None,
                    help="run the base on this many processes with the model split over them "
                         "(1: the whole model in one), the candidate on --gpus: proves that the "
                         "split step computes the same model; op calls cannot be compared across "
-                        "layouts, so the logits are judged against the band of the base with every "
-                        "op on the reference")
+                        "layouts, so the gathered logits are judged alone: KL within "
+                        "test.layout_kl_pass, else within the band of the base with every op on "
+                        "the reference")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     p.add_argument("--out", default=None, help="also write the full result JSON here")
     p.set_defaults(func=cmd_test)
@@ -82,11 +83,11 @@ def register(sub) -> None:
     doctor.register(sub)
 
 
-def add_rank_flags(p, what: str) -> None:
+def add_rank_flags(p, what: str, timed: bool = True) -> None:
+    slowest = "; a replay's time is its slowest rank's" if timed else ""
     p.add_argument("--gpus", type=int, default=None,
                    help=f"run {what} as this many processes, one per rank (1, 2, 4, 8; gloo on "
-                        "the CPU, NCCL on GPUs): the model split TP/DCP/EP over them; a replay's "
-                        "time is its slowest rank's")
+                        f"the CPU, NCCL on GPUs): the model split TP/DCP/EP over them{slowest}")
     p.add_argument("--emulate", type=int, default=None,
                    help="with --gpus W: each process computes its rank's share of this larger "
                         "layout (8: the published TP8+DCP8 / EP2xTP4), collectives over the W "
