@@ -11,6 +11,11 @@
 #            baseline at 64 rows; issue 7: the GPU-only reward hacks
 #   allreduce [REV] - issue 6: one-shot vs NCCL vs gather all-reduce latency on 2 GPUs and the
 #            GPU tests of the one-shot path, at REV (a branch of the bundle; default main)
+#   x2 STEP - on the 2-GPU device (nvidia-h200-x2), issue 6; STEP (one device call each):
+#            test    kern test main --vs main --gpus 2 --base-gpus 1 on a reduced tap (the 2-rank
+#                    step against the whole model in one process, judged by logits)
+#            bench   kern bench main --gpus 2 --emulate 8 --rounds 1 (the W = 2, emulate 8 score)
+#            profile kern profile main --gpus 2 --emulate 8 --rows 128 (rank 0, collectives as rows)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
@@ -93,6 +98,36 @@ allreduce)  # issue 6: the one-shot all-reduce on 2 GPUs (latency vs NCCL and ga
   t0=$(date +%s); timeout 300 python3 bench/tools/allreduce_latency.py --world 2 --out $OUT/allreduce_latency.json \
     2>$OUT/allreduce_latency.err | tee $OUT/allreduce_latency.txt; echo "allreduce tool: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
   timeout 240 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_comm.py 2>&1 | tail -15 | tee $OUT/allreduce_tests_gpu.txt
+  ;;
+x2)  # issue 6: every side as 2 rank processes over NCCL (multicast off: device_env.sh)
+  nvidia-smi topo -m > $OUT/x2_topo.txt 2>&1
+  case ${2:?x2 needs a step: test, bench or profile} in
+  test)  # reduced tap so the whole model fits one process and its reference band fits ~150 s:
+    # one weight set, batch sizes 1, 3 and bucket 8, context 8192 (DSA still selects 2048)
+    python3 - <<'PY'
+import yaml, pathlib
+c = yaml.safe_load(pathlib.Path("kern.yaml").read_text()); g = c["profiles"]["gpu"]
+g.update(buckets=[8], weights=[1], test_rows=[1, 3], test_context=8192, test_steps=1)
+c["target"]["weight_sets"] = 1
+pathlib.Path("/tmp/kern-x2-test.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
+PY
+    t0=$(date +%s); timeout ${3:-400} python3 -m harness.cli --config /tmp/kern-x2-test.yaml test main --vs main \
+      --gpus 2 --base-gpus 1 --out $OUT/x2_test_1rank_vs_2rank.json 2>$OUT/x2_test.err | tail -20
+    echo "kern test main --vs main --gpus 2 --base-gpus 1: wall $(( $(date +%s)-t0 ))s"
+    cp /tmp/kern-x2-test.yaml $OUT/; cp -r runs/tap/*/*.log $OUT/ 2>/dev/null
+    ;;
+  bench)
+    t0=$(date +%s); timeout ${3:-500} python3 -m harness.cli bench main --gpus 2 --emulate 8 --rounds 1 \
+      --out $OUT/x2_bench_emulate8.json 2>$OUT/x2_bench.err | tail -14
+    echo "kern bench main --gpus 2 --emulate 8 --rounds 1: wall $(( $(date +%s)-t0 ))s"
+    cp runs/bench/*/*.log $OUT/ 2>/dev/null
+    ;;
+  profile)
+    t0=$(date +%s); timeout ${3:-500} python3 -m harness.cli profile main --gpus 2 --emulate 8 --rows 128 \
+      --out $OUT/x2_profile_128.json 2>$OUT/x2_profile.err | tail -34
+    echo "kern profile main --gpus 2 --emulate 8 --rows 128: wall $(( $(date +%s)-t0 ))s"
+    ;;
+  esac
   ;;
 esac
 cp -r runs/step $OUT/ 2>/dev/null; ls $OUT

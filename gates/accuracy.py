@@ -18,9 +18,8 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, tamper, verdict
+from . import checkout, ranks, tamper, verdict
 from .session import side_spec, tap_rows
-from .sides import run_side
 
 
 @dataclass
@@ -34,6 +33,10 @@ class TestRequest:
     profile: dict  # the profile for this machine
     runs_dir: Path
     cuda: bool
+    world: int = 1  # processes of each side, one per rank (kern test --gpus)
+    layout: str | None = None  # None: the profile's
+    base_world: int | None = None  # --base-gpus: A on this many ranks of its own layout
+    base_layout: str | None = None
 
 
 # main's recording as B and the verdict read it (its logs may still grow; they are not read)
@@ -45,10 +48,33 @@ def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
 
 
 def tap_spec(req: TestRequest) -> dict:
+    """B's tap (and A's, unless A runs on another layout: :func:`base_spec`)."""
     prof = req.profile
     return side_spec(req.settings, prof, context=prof["test_context"], steps=prof["test_steps"],
                      rows=tap_rows(prof["test_rows"], prof["buckets"]),
-                     budget_mb=req.settings["test"]["snapshot_budget_mb"])
+                     budget_mb=req.settings["test"]["snapshot_budget_mb"],
+                     layout=req.layout or prof["layout"], world=req.world)
+
+
+def base_spec(spec: dict, base_world: int | None, base_layout: str | None) -> dict:
+    """A's tap: B's, or with ``--base-gpus`` the same workload on A's own ranks and layout.
+    Sides on different layouts are marked ``cross_layout`` (pure)."""
+    if base_world is None:
+        return spec
+    a = {**spec, "world": base_world, "layout": base_layout}
+    cross = (a["world"], a["layout"]) != (spec["world"], spec["layout"])
+    return {**a, "cross_layout": cross}
+
+
+def cross_note(a_spec: dict, b_spec: dict) -> str | None:
+    """Why op digests cannot be compared, when A and B run different layouts (pure)."""
+    if not a_spec.get("cross_layout"):
+        return None
+    return (f"A runs layout {a_spec['layout']} on {a_spec['world']} process(es), B layout "
+            f"{b_spec['layout']} on {b_spec['world']}: every op sees other shapes and every sum "
+            f"another order, so no op call of B corresponds to one of A's; judged by the "
+            f"gathered logits alone (test.layout_kl_pass, else the band of A with every op on "
+            f"the reference)")
 
 
 def _digest(obj) -> str:
@@ -65,7 +91,12 @@ def run_test(req: TestRequest, progress=None) -> dict:
 
     tree_paths = [p for p in paths if p.startswith("kernels/")]
     touched = contracts.ops_touched_by(tree_paths)
-    spec = tap_spec(req)
+    b_spec = tap_spec(req)
+    spec = base_spec(b_spec, req.base_world, req.base_layout)  # A's
+    cross = cross_note(spec, b_spec)
+    if cross:
+        b_spec = {**b_spec, "cross_layout": True}
+        touched = None  # another layout changes every op's rounding: the band covers every op
     timeout = float(req.settings["test"]["timeout_s"])
     a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
     b_tree = checkout.checkout(req.repo, rev_sha, req.runs_dir)
@@ -84,12 +115,15 @@ def run_test(req: TestRequest, progress=None) -> dict:
     if a_kind == "ok":
         # B runs with the user's rights and is told where main's recording lies: what it reads
         # from main must be unchanged when it ends (else it could record its own results there)
-        guarded = [a_dir / n for n in RECORDING] + [a_tree / "kernels"]
+        a_world = int(spec.get("world", 1))
+        guarded = [a_dir / n for n in RECORDING] + [a_tree / "kernels"] + [
+            p for r in range(1, a_world)
+            for p in (a_dir / f"record.rank{r}.json", *(a_dir / f"rank{r}" / n for n in RECORDING))]
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
             marks = tamper.file_marks(guarded)
-        b = run_side("tap", b_tree, {**spec, "role": "replay", "record": str(a_dir)},
-                     b_dir / "result.json", timeout, _tagged(progress, "B replay"))
+        b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
+                      b_dir / "result.json", timeout, _tagged(progress, "B replay"))
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
         moved = tamper.changed_files(marks, tamper.file_marks(guarded))
         if moved:
@@ -102,7 +136,7 @@ def run_test(req: TestRequest, progress=None) -> dict:
         b_kind, b_wall, b_res, b_tail = "not run", 0.0, None, ""
     a_res = json.loads(rec.read_text()) if a_kind == "ok" else None
     n_kind, n_wall = "not needed", 0.0
-    if a_res and b_kind == "ok" and not _bit_identical(a_res, b.result, a_dir, b_dir):
+    if a_res and b_kind == "ok" and (cross or not _bit_identical(a_res, b.result, a_dir, b_dir)):
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             n_kind, n_wall, n_tail = _noise_a(a_dir, a_tree, spec, touched, timeout, progress)
@@ -111,12 +145,16 @@ def run_test(req: TestRequest, progress=None) -> dict:
         else:
             a_tail = n_tail
     ev = {"outcome_a": a_kind, "outcome_b": b_kind, "outcome_noise": n_kind, "protected_changed": prot,
-          "same_setup": (b_res or {}).get("same_setup", True)}
+          "same_setup": (b_res or {}).get("same_setup", True), "cross_layout": cross,
+          "ranks": {"a": (a_res or {}).get("ranks"), "b": (b_res or {}).get("ranks"),
+                    "a_disagree": (a_res or {}).get("rank_disagreements") or [],
+                    "b_disagree": (b_res or {}).get("rank_disagreements") or []}}
     th = req.settings["test"]
     if a_res and b_res:
         la = torch.load(a_dir / "logits_a.pt")
         lb = torch.load(b_dir / "logits_b.pt")
-        ev["tap"] = verdict.tap_diff(a_res["pass"], b_res["pass"])
+        ev["tap"] = verdict.own_defects(b_res["pass"]) if cross else \
+            verdict.tap_diff(a_res["pass"], b_res["pass"])
         ev["logits"] = verdict.logit_stats(la, lb, th["near_tie_factor"])
         if "repeat" in a_res:
             ev["noise"] = verdict.logit_stats(la, torch.load(a_dir / "logits_a2.pt"),
@@ -134,7 +172,7 @@ def run_test(req: TestRequest, progress=None) -> dict:
     return {
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
-        "spec": spec, "wall_s": time.monotonic() - t0, "a_wall_s": a_wall, "b_wall_s": b_wall,
+        "spec": b_spec, "base_spec": spec, "wall_s": time.monotonic() - t0, "a_wall_s": a_wall, "b_wall_s": b_wall,
         "noise_wall_s": n_wall,
         "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
         "b_log_tail": b_tail[-2000:] if b_kind not in ("ok", "not run") else "",
@@ -149,7 +187,7 @@ def _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress):
         return "ok", 0.0, "", a_dir
     a_dir.mkdir(parents=True, exist_ok=True)
     a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
-    a = run_side("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"))
+    a = ranks.run("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"))
     if not a.ok:  # keep its log, but never let a failed recording look cached
         failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
         a_dir.rename(failed)
@@ -172,7 +210,7 @@ def _noise_a(a_dir, a_tree, spec, touched, timeout, progress):
     if out.exists() and (a_dir / "logits_a2.pt").exists():
         return "ok", 0.0, ""
     n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-    n = run_side("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"))
+    n = ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"))
     if not n.ok:
         out.unlink(missing_ok=True)
     return n.kind, n.wall_s, n.log_tail
@@ -189,6 +227,25 @@ def _tagged(progress, tag):
 
 
 # ------------------------------------------------------------------ report
+def rank_lines(res: dict) -> list[str]:
+    """Each side's processes and layout, and whether its ranks agreed (only when a side ran
+    on several ranks or on its own layout)."""
+    ev = res["evidence"]
+    rk = ev.get("ranks") or {}
+    if not (rk.get("a") or rk.get("b") or ev.get("cross_layout")):
+        return []
+    out = []
+    for side, spec in (("A", res.get("base_spec") or res["spec"]), ("B", res["spec"])):
+        info = rk.get(side.lower())
+        how = (f"{info['world']} processes ({info['backend']}): {info['note']}" if info else
+               "1 process")
+        bad = rk.get(f"{side.lower()}_disagree") or []
+        agree = "" if not info else (f"; ranks DISAGREE after {len(bad)} step(s)" if bad else
+                                     "; every rank identical at every step")
+        out.append(f"ranks      {side}: layout {spec.get('layout')}, {how}{agree}")
+    return out
+
+
 def report_lines(res: dict, limit: int = 8) -> list[str]:
     """One fact per line by section; equal things counted, different things worst first."""
     ev = res["evidence"]
@@ -208,12 +265,16 @@ def report_lines(res: dict, limit: int = 8) -> list[str]:
             last = [ln for ln in res[f"{side}_log_tail"].strip().splitlines() if ln.strip()][-1:]
             out.append(f"diff       {side.upper()}'s last words: {last[0][:160] if last else '(none)'} "
                        f"(log in {res[f'{side}_dir']})")
+    out += rank_lines(res)
     tap = ev.get("tap")
     if tap:
         spec = res["spec"]
         out.append(f"tap        {len(spec['rows'])} batch sizes {spec['rows']} x {spec['steps']} steps, "
                    f"context {spec['context']}: {tap['calls']} op calls")
-        if tap["differ_raw"] == 0 and not tap["sequence"]:
+        if not tap.get("compared", True):
+            out.append("tap        not compared with A's op calls (another layout); B's own "
+                       "defects checked")
+        elif tap["differ_raw"] == 0 and not tap["sequence"]:
             out.append(f"tap        {tap['calls']} op calls bit-identical")
         else:
             out.append(f"tap        {tap['calls'] - tap['differ_raw']} equal, {tap['differ_raw']} differ "

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, stats
+from . import checkout, ranks, stats
 from .session import side_spec
 from .sides import Interactive, SideError
 
@@ -49,6 +49,22 @@ class BenchRequest:
     replays: int | None = None
     peers: bool = False
     alternate: bool | None = None  # sides in alternating processes; None: when they cannot share
+    world: int = 1  # processes per side, one per rank (kern bench --gpus)
+    layout: str | None = None  # None: the profile's
+
+
+def processes(cuda: bool, same_model: bool, world: int, forced: bool | None,
+              sides: int) -> tuple[bool, bool]:
+    """(shared, alternate): whether one store process builds the model and shares it over CUDA
+    IPC, and whether the sides' processes alternate, one side alive at a time.
+
+    Sharing needs one GPU and two sides that build the same model; a rank group builds one
+    share per rank instead (a store serves one process). Sides that cannot share would each
+    need most of the GPU, and two rank groups alive at once would double every GPU's memory and
+    (on the CPU) the processes per core: they alternate, unless the user says otherwise."""
+    shared = cuda and same_model and world == 1
+    alternate = forced if forced is not None else ((cuda and not shared) or world > 1)
+    return shared, bool(alternate) and sides > 1
 
 
 def pattern(rounds: int) -> list[str]:
@@ -68,15 +84,13 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         revs["A"] = checkout.resolve(req.repo, req.base)
     trees = {k: checkout.checkout(req.repo, sha, req.runs_dir) for k, sha in revs.items()}
     per_side = pattern(rounds).count("A") if req.base else rounds
-    spec = side_spec(req.settings, prof, rows=buckets, steps=per_side * replays + 8 * len(buckets) + 16)
+    spec = side_spec(req.settings, prof, rows=buckets, steps=per_side * replays + 8 * len(buckets) + 16,
+                     layout=req.layout or prof["layout"], world=req.world)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = req.runs_dir / "bench" / f"{stamp}-{revs['B'][:12] if revs['B'] != checkout.WORKTREE else 'worktree'}"
     digests = {k: model_digest(t) for k, t in trees.items()}
-    shared = req.cuda and len(set(digests.values())) == 1
-    # two sides that cannot share one model (their layouts differ) would each need most of the
-    # GPU: then only one side process lives at a time and they alternate, visit by visit
-    alternate = req.alternate if req.alternate is not None else (req.cuda and not shared)
-    alternate = alternate and len(trees) > 1
+    shared, alternate = processes(req.cuda, len(set(digests.values())) == 1, req.world,
+                                  req.alternate, len(trees))
     order = pattern(rounds) if req.base else ["B"] * rounds
     last_visit = {k: max(i for i, x in enumerate(order) if x == k) for k in set(order)}
     extra_key = "A" if "A" in trees else "B"  # main's tree when there is one
@@ -86,9 +100,14 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
               "alternating": alternate, "rounds": rounds, "replays": replays, "buckets": buckets,
               "weights": weights, "verify": {}, "prepare": {},
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
+    if req.world > 1:
+        result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
     attach_spec = dict(spec)
 
+    now = {"side": None}  # the side being asked, for errors that name who acts
+
     def open_side(k: str) -> Interactive:
+        now["side"] = k
         if k in sides:
             return sides[k]
         if alternate:
@@ -96,7 +115,8 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                 sides.pop(other).close()
         label = f"side{k}" + (f"-{opened[k]}" if opened[k] else "")
         opened[k] += 1
-        s = sides[k] = Interactive("bench", trees[k], attach_spec, work, label)
+        s = sides[k] = ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
+            if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
         r = s.request({"cmd": "prepare"}, timeout)
         result["prepare"].setdefault(k, []).append({x: r[x] for x in ("capture_s", "build_s")})
         result["environment"] = r["environment"]
@@ -118,6 +138,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         if req.cuda:  # the read ceiling, measured on this card at the start of the run
             result["bandwidth"] = {"Bps": open_side(order[0]).request({"cmd": "bandwidth"}, timeout)["Bps"]}
         samples = {k: {b: [] for b in buckets} for k in trees}
+        rank_samples = {k: {b: [[] for _ in range(req.world)] for b in buckets} for k in trees}
         blocks = {k: [] for k in trees}  # per visit: {bucket: [ms]}
         checks = {k: [] for k in trees}
         for i, k in enumerate(order):
@@ -128,6 +149,8 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                 r = side.request({"cmd": "time", "bucket": b, "n": replays}, timeout)
                 wall_ms = (time.monotonic() - t_req) * 1e3
                 samples[k][b] += r["times"]
+                for rank, times in enumerate(r.get("rank_times") or [r["times"]]):
+                    rank_samples[k][b][rank] += times
                 visit[b] = r["times"]
                 checks[k].append({"bucket": b, **r["checks"], "wall_ms": wall_ms,
                                   "sum_ms": sum(r["times"])})
@@ -146,6 +169,11 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         result["outcome"] = e.kind
         result["error"] = str(e)
         result["log"] = str(e.log_path)
+        if isinstance(e, ranks.RanksDisagree):
+            side = now["side"]
+            result["error"] += (f"; {'the candidate' if side == 'B' else 'the base'} "
+                                f"{revs[side][:12]} (side {side}) is not deterministic across ranks: "
+                                f"its collectives or kernels must give every rank the same bytes")
     finally:
         for s in sides.values():
             s.close()
@@ -156,6 +184,10 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
     if result["outcome"] == "ok":
         result["samples"] = samples
         result["checks"] = checks
+        if req.world > 1:
+            result["rank_samples"] = rank_samples
+            result["rank_medians"] = {k: {b: [stats.median(t) for t in per] for b, per in sb.items()}
+                                      for k, sb in rank_samples.items()}
         result["analysis"] = analyse(samples, blocks, checks, result, req.settings["bench"],
                                      buckets, weights)
     result["work_dir"] = str(work)
@@ -229,6 +261,10 @@ def report_lines(res: dict) -> list[str]:
                  f"model {'shared over CUDA IPC' if res['shared_model'] else 'built per side'}"
                  + (f"; sides alternate, one process at a time ({_processes(res)})"
                     if res.get("alternating") else ""))
+    rk = res.get("ranks")
+    if rk:
+        lines.append(f"ranks      {rk['world']} processes per side ({rk['backend']}), layout "
+                     f"{rk['layout']}: {rk['note']}; a replay's time is its slowest rank's")
     if res["outcome"] != "ok":
         lines.append(f"FAILED     {res['outcome']}: {res.get('error')} (log {res.get('log')})")
         return lines
@@ -244,8 +280,10 @@ def report_lines(res: dict) -> list[str]:
             if b in cost and bw:
                 fl = cost[b]["bytes"] / bw * 1e3
                 floor = f"  floor {fl:.3f} ms ({fl / s['median'] * 100:.0f} % of floor)"
+            per_rank = (res.get("rank_medians") or {}).get(k, {}).get(b)
+            per_rank = f"  ranks {' / '.join(f'{x:.3f}' for x in per_rank)}" if per_rank else ""
             lines.append(f"{k} {b:4d} rows  median {s['median']:9.3f} ms  p10–p90 {s['p10']:.3f}–{s['p90']:.3f}"
-                         f"  cv {s['cv'] * 100:.2f} %{floor}")
+                         f"  cv {s['cv'] * 100:.2f} %{floor}{per_rank}")
         if sd["failed_checks"]:
             lines.append(f"{k} CHECK FAILED: {sd['failed_checks'][:3]}")
         if not sd["graph_matches_eager"]:

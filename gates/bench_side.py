@@ -20,6 +20,8 @@ both sides' protected model code agrees (``model_digest``), so two sides fit on 
 Commands (one JSON object per line; one JSON reply per line on stdout):
   {"cmd": "prepare"}                          build/attach, compile and capture every bucket
   {"cmd": "time", "bucket": B, "n": N}         N timed replays -> {"times": [...], "checks": {...}}
+                                               (several ranks: and "replicated_sha", the last
+                                               replay's replicated bytes and gathered logits)
   {"cmd": "verify", "bucket": B, "ops": O}     graph vs eager on an unseen input (O: and every
                                                op of the eager run against the reference)
   {"cmd": "cost", "bucket": B}                 roofline bytes/FLOPs of one step, per op row
@@ -48,7 +50,7 @@ def reply(obj) -> None:
 
 
 class Bench:
-    def __init__(self, opts: dict, device: str, seal=None, audit=None):
+    def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0):
         import kernels
 
         self.kernels_dir = str(Path(kernels.__file__).resolve().parent) + os.sep
@@ -56,7 +58,7 @@ class Bench:
         self.opts = opts
         self.spec = Spec.from_dict(opts)
         self.buckets = list(opts["rows"])
-        self.side = Side(self.spec, device, attach=opts.get("attach"))
+        self.side = Side(self.spec, device, attach=opts.get("attach"), rank=rank)
         self.dev = self.side.device
         self.steps, self.timers = {}, {}
         self.cursor = {}  # next unused input set per bucket
@@ -122,7 +124,13 @@ class Bench:
                   "repeated_outputs": int(st[:, 2].sum()),
                   "threads_left_running": sum(1 for x in strays if x),
                   "tampered": self._tampered()}
-        return {"times": times, "checks": checks}
+        out = {"times": times, "checks": checks}
+        if self.spec.world > 1:  # the coordinator checks that every rank ended the same
+            from .driver import rank_digests
+
+            d = rank_digests(self.side, step)
+            out["replicated_sha"] = f"{d['replicated_sha']}-{d['logits_sha']}"
+        return out
 
     def _stray_threads(self) -> int:
         """Threads other than this one that are running the tree's code right after a replay
@@ -240,7 +248,7 @@ def stray_threads(frames: dict, me: int, kernels_dir: str) -> int:
     return n
 
 
-def side_main(opts: dict, device: str, seal=None, audit=None) -> dict:
+def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> dict:
     """Serve commands until 'quit'; the driver's JSON result is a summary. ``seal`` and
     ``audit`` (``gates/tamper.py``) were made before the tree's kernels were loaded."""
     bench = None
@@ -257,7 +265,7 @@ def side_main(opts: dict, device: str, seal=None, audit=None) -> dict:
                 reply({"ok": True})
                 break
             if cmd == "prepare":
-                bench = Bench(opts, device, seal, audit)
+                bench = Bench(opts, device, seal, audit, rank)
                 reply({"ok": True, **bench.prepare()})
             elif cmd == "time":
                 reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]))})

@@ -49,9 +49,9 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     rank = 0
     if int(spec.get("world", 1)) > 1:
-        if args.mode != "run":
-            raise SystemExit(f"gates.driver: several ranks (world {spec['world']}) run only in "
-                             f"'run' mode (kern step --gpus), not in {args.mode!r}")
+        if args.mode == "store":
+            raise SystemExit(f"gates.driver: the model store serves one process, not a rank "
+                             f"group (world {spec['world']}): each rank builds its own share")
         from .ranks import join
 
         rank, device = join(device, float(spec.get("collective_timeout_s", 600)))
@@ -64,13 +64,13 @@ def main(argv=None) -> int:
         # the accuracy gate judges values: memory nobody wrote must read as poison there (the
         # scorer keeps PyTorch's default mode, so its timed kernels are the production ones)
         poison_fresh_memory()
-        result = tap.side_main(spec, device, out.parent)
+        result = tap.side_main(spec, device, out.parent, rank)
     elif args.mode == "store":
         result = store_mode(spec, device, out)
     else:
         from . import bench_side
 
-        result = bench_side.side_main(spec, device, seal=seal, audit=audit)
+        result = bench_side.side_main(spec, device, seal=seal, audit=audit, rank=rank)
     signs = tamper.verdict(seal, audit)
     if signs:  # a side that was tampered with has measured nothing the harness may use
         raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
@@ -199,10 +199,10 @@ def op_error(side, rows: int) -> dict:
     return check.table()
 
 
-def rank_digests(side, step) -> dict:
+def rank_digests(side, step, logits=None) -> dict:
     """Hashes that every rank of a multi-process step must share: what is replicated (final
     hidden state, residual snapshots and partial, top values, next tokens) and the gathered
-    logits."""
+    logits (``logits``: already gathered; else gathered here, a collective)."""
     import hashlib
 
     import torch
@@ -213,7 +213,8 @@ def rank_digests(side, step) -> dict:
             h.update(t.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
         return h.hexdigest()[:16]
 
-    logits = side.comm.gather_shares(step.logits)
+    if logits is None:
+        logits = side.comm.gather_shares(step.logits)
     return {"replicated_sha": sha(step.x, step.snaps, step.partial, step.top_val, step.next_token),
             "logits_sha": sha(logits)}
 
@@ -241,13 +242,16 @@ def routing_summary(step, sh) -> dict:
 def profile(side, rows: int, bandwidth, leave_one_out=True) -> dict:
     """Per op row: events around each op in one eager step, roofline floor, and the time saved
     by re-capturing the step without that row."""
-    from .profile import Omit, OpClock
+    from .profile import Collectives, Omit, OpClock
     from .session import log
     from .timing import Timer
 
+    def routed(around):  # several ranks: the collectives become rows of their own
+        return Collectives(side.comm, around) if side.spec.world > 1 else None
+
     snap = side.rows_snapshot(rows)
     clock = OpClock(side.shapes, side.device)
-    step = side.step(rows, hook=clock)
+    step = side.step(rows, hook=clock, comm=routed(clock))
     side.set_inputs(step, 0)
     step.run()  # compile everything first
     side.restore_rows(snap)
@@ -264,13 +268,16 @@ def profile(side, rows: int, bandwidth, leave_one_out=True) -> dict:
     del timer
     out = {"rows": rows, "step_ms": full, "ops": {}}
     for row, r in sorted(table.items(), key=lambda kv: -kv[1]["ms"]):
-        floor_ms = r["bytes"] / bandwidth * 1e3 if bandwidth else None
+        # a collective has no floor: it moves data between GPUs, not through HBM alone
+        floor_ms = r["bytes"] / bandwidth * 1e3 if bandwidth and r["bytes"] else None
         out["ops"][row] = {**r, "floor_ms": floor_ms,
                            "pct_of_floor": (floor_ms / r["ms"] * 100) if floor_ms and r["ms"] else None}
     if leave_one_out:
-        for row in out["ops"]:
+        # by name, not by this rank's times: every rank must leave the same row out at once,
+        # or their collectives pair different calls
+        for row in sorted(out["ops"]):
             omit = Omit(row)
-            st = side.step(rows, hook=omit)
+            st = side.step(rows, hook=omit, comm=routed(omit))
             side.set_inputs(st, 0)
             st.run()  # every buffer written once by the full step
             omit.active = True

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sides import HARNESS_ROOT, Outcome, _last_line, classify, side_env
+from .sides import (HARNESS_ROOT, Interactive, Outcome, SideError, _last_line, classify,
+                    reply_kind, run_side, side_env)
 
 WORLDS = (1, 2, 4, 8)
 
@@ -48,20 +49,43 @@ def layout_name(gpus: int, emulate: int | None = None) -> str:
     return f"tp{n}"
 
 
+def side_ranks(gpus: int | None, emulate: int | None, cuda: bool,
+               devices: int) -> tuple[int, str | None]:
+    """(processes, layout) of a side from ``--gpus`` / ``--emulate``: one process on the
+    profile's layout (None) when neither is given. ``devices``: GPUs this machine has."""
+    if gpus is None and emulate is None:
+        return 1, None
+    world = gpus or 1
+    layout = layout_name(world, emulate)
+    if cuda and devices < world:
+        raise RanksError(f"--gpus {world} needs {world} GPUs, this machine has {devices}")
+    return world, layout
+
+
+def base_ranks(base_gpus: int | None, gpus: int | None,
+               emulate: int | None) -> tuple[int | None, str | None]:
+    """(processes, layout) of the base side from ``kern test --base-gpus M``: M processes with
+    the model split over them (``tpM``), or (None, None) when A runs like B."""
+    if base_gpus is None:
+        return None, None
+    if gpus is None:
+        raise RanksError("--base-gpus M needs --gpus W: the candidate's processes, the model "
+                         "split over them (without --gpus it computes one rank's share only)")
+    if emulate is not None:
+        raise RanksError("--base-gpus compares the whole model split two ways; with --emulate N "
+                         "each process computes only its share of the N-rank layout, which no "
+                         "other process count reproduces: drop --emulate")
+    return base_gpus, layout_name(base_gpus)
+
+
 def rank_env(base: dict, rank: int, world: int, port: int) -> dict:
     """A rank's environment: the side's, plus torchrun's variables."""
     return {**base, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
-def combine(results: list[dict], layout: str, backend: str) -> dict:
-    """One ``run`` result from every rank's: rank 0's document, where each bucket's
-    ``median_ms`` is the slowest rank's (a step is done when its last rank is), NaN counts are
-    summed, and ``ranks_agree`` says whether every rank ended with the same bytes of
-    everything replicated (residual stream, top values, next tokens) and of the gathered
-    logits."""
-    world = len(results)
-    out = dict(results[0])
+def describe(world: int, layout: str, backend: str) -> dict:
+    """What ``world`` processes computing ``layout`` are, for reports and JSON."""
     n = int(layout[2:]) if layout.startswith("tp") else world
     if world == 1:
         note = (f"one process computes rank 0's share of the {n}-rank layout; the collectives "
@@ -71,20 +95,122 @@ def combine(results: list[dict], layout: str, backend: str) -> dict:
                 f"the collectives span the {world} processes")
     else:
         note = f"the model split over {world} processes"
-    out["ranks"] = {"world": world, "layout": layout, "backend": backend, "emulated": n > world,
-                    "note": note}
+    return {"world": world, "layout": layout, "backend": backend, "emulated": n > world,
+            "note": note}
+
+
+def slowest_per_replay(times_by_rank: list[list[float]]) -> list[float]:
+    """One time per replay from every rank's: the slowest rank's. The ranks of one replay meet
+    in its collectives, so the step is done when its last rank is; taking the maximum per
+    replay (then the median over replays) is the TPOT a deployment sees, where the slowest
+    rank's own median could pair one rank's fast replays with another's slow ones."""
+    n = {len(t) for t in times_by_rank}
+    if len(n) != 1:
+        raise ValueError(f"ranks: every rank must time the same replays, got counts {sorted(n)}")
+    return [max(col) for col in zip(*times_by_rank)]
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
+
+
+def combine(results: list[dict], layout: str, backend: str) -> dict:
+    """One ``run`` result from every rank's: rank 0's document, where each bucket's times are
+    the slowest rank's per replay (:func:`slowest_per_replay`) and ``median_ms`` their median,
+    NaN counts are summed, and ``ranks_agree`` says whether every rank ended with the same bytes
+    of everything replicated (residual stream, top values, next tokens) and of the gathered
+    logits."""
+    world = len(results)
+    out = dict(results[0])
+    out["ranks"] = describe(world, layout, backend)
     buckets = {}
     for b, e0 in results[0]["buckets"].items():
         entries = [r["buckets"][b] for r in results]
         medians = [e["median_ms"] for e in entries]
-        slow = max(range(world), key=lambda r: medians[r])
-        agree = all(e.get("replicated_sha") == e0.get("replicated_sha")
-                    and e.get("logits_sha") == e0.get("logits_sha") for e in entries)
-        buckets[b] = {**e0, "median_ms": medians[slow], "times_ms": entries[slow]["times_ms"],
-                      "slowest_rank": slow, "rank_medians_ms": medians,
+        times = slowest_per_replay([e["times_ms"] for e in entries])
+        buckets[b] = {**e0, "median_ms": _median(times), "times_ms": times,
+                      "slowest_rank": max(range(world), key=lambda r: medians[r]),
+                      "rank_medians_ms": medians,
                       "nan_or_inf_logits": sum(e["nan_or_inf_logits"] for e in entries),
-                      "ranks_agree": agree}
+                      "ranks_agree": agree(entries, ("replicated_sha", "logits_sha"))}
     out["buckets"] = buckets
+    return out
+
+
+def agree(per_rank: list[dict], keys) -> bool:
+    """Whether every rank's ``keys`` hold rank 0's values."""
+    return all(r.get(k) == per_rank[0].get(k) for r in per_rank for k in keys)
+
+
+def disagreements(digests_by_rank: list[dict]) -> list[str]:
+    """The keys (rank 0's order) at which some rank's digest is missing or differs from rank
+    0's: ``[{"rows:step": sha}, ...]`` one per rank."""
+    first = digests_by_rank[0]
+    keys = list(first) + [k for d in digests_by_rank[1:] for k in d if k not in first]
+    return [k for k in dict.fromkeys(keys)
+            if any(d.get(k) != first.get(k) for d in digests_by_rank)]
+
+
+def merge_digests(results: list[dict], layout: str, backend: str) -> dict:
+    """One tap result from every rank's: rank 0's (the accuracy gate judges rank 0's op calls
+    and the gathered logits), with ``ranks`` and ``rank_disagreements``: the steps after which
+    some rank held other replicated bytes or other gathered logits than rank 0."""
+    digests = [r.get("rank_digests") or {} for r in results]
+    if not digests[0] and results[0].get("role") in ("record", "replay"):
+        # an empty comparison would read as agreement: no digest is a failure to measure
+        raise ValueError("ranks: rank 0's tap recorded no per-step digests to compare")
+    out = dict(results[0])
+    out["ranks"] = describe(len(results), layout, backend)
+    out["rank_disagreements"] = disagreements(digests)
+    return out
+
+
+def merge_checks(per_rank: list[dict]) -> dict:
+    """The output checks of one timed visit over every rank: counts summed (a failure on any
+    rank is a failure), tamper signs listed with their rank."""
+    out = dict(per_rank[0])
+    for k, v in per_rank[0].items():
+        if k == "tampered":
+            out[k] = [f"rank {r}: {x}" for r, c in enumerate(per_rank) for x in c.get(k, [])]
+        elif k != "replays" and isinstance(v, (int, float)):
+            out[k] = sum(c.get(k, 0) for c in per_rank)
+    return out
+
+
+def worst_ops(tables: list[dict]) -> dict:
+    """Per op the worst rank's row of ``opcheck.ReferenceCheck.table()`` (NaN counts summed)."""
+    out: dict = {}
+    for t in tables:
+        for op, o in t.items():
+            w = out.get(op)
+            if w is None or o["rel_rms"] > w["rel_rms"]:
+                out[op] = {**o, "nan": o["nan"] + (w["nan"] if w else 0)}
+            else:
+                w["nan"] += o["nan"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["rel_rms"]))
+
+
+def merge_replies(cmd: str, replies: list[dict]) -> dict:
+    """One scorer-side reply from every rank's reply to ``cmd``: timed replays take the
+    slowest rank per replay (``rank_times`` keeps each rank's), checks add up, ``verify`` holds
+    only if it holds on every rank, ``ranks_agree`` compares the replicated bytes each rank
+    ended with; anything else is rank 0's (roofline cost, bandwidth: rank 0's share)."""
+    out = dict(replies[0])
+    if cmd == "time":
+        out["times"] = slowest_per_replay([r["times"] for r in replies])
+        out["rank_times"] = [r["times"] for r in replies]
+        out["checks"] = merge_checks([r["checks"] for r in replies])
+        out["replicated_sha"] = [r.get("replicated_sha") for r in replies]
+        out["ranks_agree"] = agree(replies, ("replicated_sha",))
+    elif cmd == "verify":
+        out["equal"] = all(r["equal"] for r in replies)
+        out["max_abs_diff"] = max(r["max_abs_diff"] for r in replies)
+        out["nan"] = sum(r["nan"] for r in replies)
+        if all("ops" in r for r in replies):
+            out["ops"] = worst_ops([r["ops"] for r in replies])
+    elif cmd == "prepare":
+        for k in ("build_s", "capture_s"):
+            out[k] = max(r[k] for r in replies)
     return out
 
 
@@ -198,10 +324,18 @@ def rank_out(out: Path, rank: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}.json")
 
 
+def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress=None) -> Outcome:
+    """One side of ``mode`` as one process (world 1) or as its ranks (:func:`launch`)."""
+    if int(spec.get("world", 1)) == 1:
+        return run_side(mode, tree, spec, out, timeout_s, progress)
+    return launch(mode, tree, spec, out, timeout_s, progress)
+
+
 def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
            progress=None) -> Outcome:
-    """Run ``gates.driver MODE`` as ``spec["world"]`` ranks and combine their results into
-    ``out``'s Outcome. A failing rank is named in ``kind`` and its log is the one reported."""
+    """Run ``gates.driver MODE`` as ``spec["world"]`` ranks and merge their results into
+    ``out`` (``run``: :func:`combine`; ``tap``: :func:`merge_digests`) and the Outcome. A
+    failing rank is named in ``kind`` and its log is the one reported."""
     import json
 
     world = int(spec["world"])
@@ -236,6 +370,74 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     results = [json.loads(rank_out(out, r).read_text()) for r in range(world)]
     device = str(results[0].get("environment", {}).get("device", ""))
     backend = "none" if world == 1 else "nccl" if device.startswith("cuda") else "gloo"
-    return Outcome(True, "ok", 0, wall, combine(results, spec["layout"], backend), tails[0],
-                   logs[0])
+    merged = (combine if mode == "run" else merge_digests)(results, spec["layout"], backend)
+    out.write_text(json.dumps(merged, indent=1, default=str))
+    return Outcome(True, "ok", 0, wall, merged, tails[0], logs[0])
+
+
+class RanksDisagree(SideError):
+    """The ranks of one side ended a timed visit with different replicated bytes."""
+
+
+class RankGroup:
+    """The ``world`` rank processes of one scorer side, driven as one side: each request goes
+    to every rank (the step's collectives need them all) and their replies become one
+    (:func:`merge_replies`). A rank that ends, errs or falls silent ends the group, so no rank
+    is left blocked in a collective on a dead peer."""
+
+    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str, world: int):
+        port, base = free_port(), side_env()
+        self.name, self.world = name, world
+        self.members = [Interactive(mode, tree, spec, workdir, f"{name}.rank{r}",
+                                    env=rank_env(base, r, world, port)) for r in range(world)]
+        self.log_path = self.members[0].log_path
+
+    def request(self, obj: dict, timeout_s: float) -> dict:
+        for m in self.members:
+            m.send(obj)
+        replies: list = [None] * self.world
+        deadline = time.monotonic() + timeout_s
+        while any(x is None for x in replies):
+            for r, m in enumerate(self.members):
+                if replies[r] is not None:
+                    continue
+                try:
+                    replies[r] = m.poll(0.05)
+                except SideError as e:  # this rank ended: the others would wait on it forever
+                    self.kill()
+                    raise SideError(e.kind, f"{e} (rank {r} of {self.world})", e.log_path) from None
+            if any(x is not None and not x.get("ok", True) for x in replies):
+                break  # a rank that answered with an error: its peers may wait on it forever
+            late = [r for r, x in enumerate(replies) if x is None]
+            if late and time.monotonic() > deadline:
+                self.kill()
+                raise SideError("timeout", f"{self.name}: rank(s) {late} of {self.world} gave no "
+                                f"answer within {timeout_s:.0f}s", self.members[late[0]].log_path)
+        for r, rep in enumerate(replies):
+            if rep is not None and not rep.get("ok", True):
+                self.kill()
+                raise SideError(reply_kind(str(rep.get("error"))),
+                                f"{self.name} rank {r} of {self.world}: {rep.get('error')}",
+                                self.members[r].log_path)
+        merged = merge_replies(obj.get("cmd", ""), replies)
+        if merged.get("ranks_agree") is False:
+            shas = merged["replicated_sha"]
+            odd = next(r for r, x in enumerate(shas) if x != shas[0])
+            raise RanksDisagree(
+                "ranks disagree",
+                f"{self.name}: after {obj.get('bucket')} rows the {self.world} ranks hold different "
+                f"replicated bytes (residual stream, top values, next tokens or gathered logits: "
+                f"rank 0 {shas[0]}, rank {odd} {shas[odd]}); expected every rank identical",
+                self.log_path)
+        return merged
+
+    def close(self) -> None:
+        for m in self.members:
+            m.send({"cmd": "quit"})
+        for m in self.members:
+            m.close()
+
+    def kill(self) -> None:
+        for m in self.members:
+            m.kill()
 

@@ -102,11 +102,13 @@ class Side:
     def shapes(self):
         return self.model.shapes
 
-    def step(self, rows: int, mode: str = "kernel", hook=None):
+    def step(self, rows: int, mode: str = "kernel", hook=None, comm=None):
+        """A step on ``rows`` rows; ``comm`` replaces the side's collectives (a profile's
+        clocked ones)."""
         from kernels.k31.dispatch import Ops
         from kernels.k31.step import DecodeStep
 
-        return DecodeStep(self.model, rows, Ops(self.shapes, mode, hook), self.comm)
+        return DecodeStep(self.model, rows, Ops(self.shapes, mode, hook), comm or self.comm)
 
     def set_inputs(self, step, index: int) -> None:
         """Workload step ``index`` for the first ``step.rows`` requests."""

@@ -174,7 +174,8 @@ class SideError(RuntimeError):
 class Interactive:
     """A side process driven by JSON lines (bench sides, the model store)."""
 
-    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str):
+    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str,
+                 env: dict | None = None):
         import queue
         import threading
 
@@ -186,7 +187,7 @@ class Interactive:
         self._log = open(self.log_path, "w")
         cmd = [sys.executable, "-m", "gates.driver", mode, "--tree", str(tree), "--spec",
                str(spec_path), "--out", str(workdir / f"{name}.json")]
-        self.proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=env or side_env(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,
                                      start_new_session=True)
         self._lines: "queue.Queue[str | None]" = queue.Queue()
@@ -199,14 +200,22 @@ class Interactive:
         threading.Thread(target=pump, daemon=True).start()
 
     def read(self, timeout_s: float) -> dict:
+        reply = self.poll(timeout_s)
+        if reply is None:
+            self.kill()
+            raise SideError("timeout", f"{self.name}: no answer within {timeout_s:.0f}s",
+                            self.log_path)
+        return reply
+
+    def poll(self, wait_s: float) -> dict | None:
+        """The next reply, or None when none came within ``wait_s``; a process that ended
+        raises :class:`SideError` saying how."""
         import queue
 
         try:
-            line = self._lines.get(timeout=timeout_s)
+            line = self._lines.get(timeout=wait_s)
         except queue.Empty:
-            self.kill()
-            raise SideError("timeout", f"{self.name}: no answer within {timeout_s:.0f}s",
-                            self.log_path) from None
+            return None
         if line is None:
             self.proc.wait()
             tail = self.log_path.read_text(errors="replace")[-3000:]
@@ -214,12 +223,15 @@ class Interactive:
             raise SideError(kind, f"{self.name} ended ({kind}): {_last_words(tail)}", self.log_path)
         return json.loads(line)
 
-    def request(self, obj: dict, timeout_s: float) -> dict:
+    def send(self, obj: dict) -> None:
         try:
             self.proc.stdin.write(json.dumps(obj) + "\n")
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            pass  # read() reports how the process ended
+            pass  # the next read reports how the process ended
+
+    def request(self, obj: dict, timeout_s: float) -> dict:
+        self.send(obj)
         reply = self.read(timeout_s)
         if not reply.get("ok", True):
             raise SideError(reply_kind(str(reply.get("error"))), f"{self.name}: {reply.get('error')}",

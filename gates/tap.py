@@ -264,7 +264,15 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
             hook.run_key = f"{key}s{s}"
             step.run()
             base_hook.settle()
-            out["logits"][f"{rows}:{s}"] = step.logits.detach().float().cpu().clone()
+            logits = step.logits
+            if side.spec.world > 1:  # every rank's vocabulary share, so any layout compares
+                from .driver import rank_digests
+
+                logits = side.comm.gather_shares(step.logits)
+                d = rank_digests(side, step, logits)
+                out.setdefault("rank_digests", {})[f"{rows}:{s}"] = \
+                    f"{d['replicated_sha']}-{d['logits_sha']}"
+            out["logits"][f"{rows}:{s}"] = logits.detach().float().cpu().clone()
         side.sync()
         base = hook.inner if reference_ops else hook
         out["runs"][key] = {"calls": base.log.calls, "kept_bytes": base.used,
@@ -274,10 +282,39 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
     return out
 
 
-def side_main(opts: dict, device: str, outdir: Path) -> dict:
+def rank_dir(root: Path, rank: int) -> Path:
+    """Where rank ``rank`` of a side writes (and reads its base's) recordings: rank 0 in the
+    side's own folder, as a one-process side does, the others in ``rank<r>`` under it."""
+    return root / f"rank{rank}" if rank else root
+
+
+def record_file(root: Path, rank: int, world: int) -> Path:
+    """Rank ``rank``'s own recording document: ``record.json`` of a one-process side, else the
+    rank's file as the launcher names it (``record.json`` then holds the merged document)."""
+    return root / "record.json" if world == 1 else root / f"record.rank{rank}.json"
+
+
+def any_rank(side: Side, flag: bool) -> bool:
+    """Whether ``flag`` holds on some rank: a decision every rank must take alike, or their
+    steps' collectives would pair different calls."""
+    if side.spec.world == 1:
+        return flag
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=side.device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def side_main(opts: dict, device: str, outdir: Path, rank: int = 0) -> dict:
     role = opts["role"]
     spec = Spec.from_dict(opts)
-    side = Side(spec, device)
+    side = Side(spec, device, rank=rank)
+    outdir = rank_dir(outdir, rank)
+    outdir.mkdir(parents=True, exist_ok=True)
+    # a base on another layout (kern test --base-gpus): no op call of B corresponds to one of
+    # A's, so nothing is kept for pinning and B is judged by its logits alone
+    cross = bool(opts.get("cross_layout"))
     # every run starts from the whole initial state (caches included), so a run's hashes do
     # not depend on which runs came before it
     snap = side.model.state.snapshot()
@@ -287,11 +324,12 @@ def side_main(opts: dict, device: str, outdir: Path) -> dict:
               "build_s": side.build_s, "weights_hash": weights_hash(side.model),
               "state_hash": state_hash(side.model)}
     if role == "record":
-        keep = None if opts.get("touched") is None else set(opts["touched"])
+        keep = set() if cross else None if opts.get("touched") is None else set(opts["touched"])
         store: dict = {}
         first = free_pass(side, runs, steps, snap, keep, opts["budget_mb"] * 2**20, store)
         torch.save(first.pop("logits"), outdir / "logits_a.pt")
         torch.save(store, outdir / "kept_a.pt")
+        result["rank_digests"] = first.pop("rank_digests", None)
         result["pass"] = first
     elif role == "noise":
         # asked for only when B is not bit-identical to the recording: A again from the
@@ -310,16 +348,19 @@ def side_main(opts: dict, device: str, outdir: Path) -> dict:
             torch.save(band.pop("logits"), outdir / "logits_aref.pt")
             result["band_ops"] = sorted(ref_ops)
     else:
-        record = json.loads((Path(opts["record"]) / "record.json").read_text())
         free = free_pass(side, runs, steps, snap, set(), 0, {})
         torch.save(free.pop("logits"), outdir / "logits_b.pt")
+        result["rank_digests"] = free.pop("rank_digests", None)
         free = json.loads(json.dumps(free))  # the same form as A's recording (lists, not tuples)
         result["pass"] = free
-        result["same_setup"] = (record["weights_hash"] == result["weights_hash"]
-                                and record["state_hash"] == result["state_hash"])
-        if _differs(record["pass"], free) and result["same_setup"]:
-            kept = torch.load(Path(opts["record"]) / "kept_a.pt", weights_only=False)
-            result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept, opts)
+        if not cross:
+            base = rank_dir(Path(opts["record"]), rank)
+            record = json.loads(record_file(Path(opts["record"]), rank, spec.world).read_text())
+            result["same_setup"] = (record["weights_hash"] == result["weights_hash"]
+                                    and record["state_hash"] == result["state_hash"])
+            if any_rank(side, _differs(record["pass"], free) and result["same_setup"]):
+                kept = torch.load(base / "kept_a.pt", weights_only=False)
+                result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept, opts)
     result["wall_s"] = time.monotonic() - t0
     return result
 

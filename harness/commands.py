@@ -20,6 +20,14 @@ def register(sub) -> None:
                     "starts with the verdict. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE.")
     p.add_argument("rev", help="the candidate: a git revision, or WORKTREE for uncommitted edits")
     p.add_argument("--vs", default="main", dest="base", help="the base revision (default: main)")
+    add_rank_flags(p, "each side", timed=False)
+    p.add_argument("--base-gpus", type=int, default=None,
+                   help="run the base on this many processes with the model split over them "
+                        "(1: the whole model in one), the candidate on --gpus: proves that the "
+                        "split step computes the same model; op calls cannot be compared across "
+                        "layouts, so the gathered logits are judged alone: KL within "
+                        "test.layout_kl_pass, else within the band of the base with every op on "
+                        "the reference")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     p.add_argument("--out", default=None, help="also write the full result JSON here")
     p.set_defaults(func=cmd_test)
@@ -45,6 +53,7 @@ def register(sub) -> None:
     p.add_argument("--rounds", type=int, default=None, help="A B B A rounds (default: kern.yaml)")
     p.add_argument("--replays", type=int, default=None,
                    help="timed replays per bucket per visit (default: kern.yaml)")
+    add_rank_flags(p, "each side (its ranks alive together, the sides alternating)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_bench)
@@ -63,13 +72,7 @@ def register(sub) -> None:
     p.add_argument("--profile-rows", type=int, default=0)
     p.add_argument("--ref-rows", type=int, default=0)
     p.add_argument("--state-dtype", default="bf16", choices=("bf16", "f32"))
-    p.add_argument("--gpus", type=int, default=None,
-                   help="run the step as this many processes, one per rank (1, 2, 4, 8; gloo on "
-                        "the CPU, NCCL on GPUs): the model split TP/DCP/EP over them; a bucket's "
-                        "time is the slowest rank's")
-    p.add_argument("--emulate", type=int, default=None,
-                   help="with --gpus W: each process computes its rank's share of this larger "
-                        "layout (8: the published TP8+DCP8 / EP2xTP4), collectives over W processes")
+    add_rank_flags(p, "the step")
     p.add_argument("--out", default=None, help="write the result JSON here")
     p.set_defaults(func=cmd_step)
 
@@ -78,6 +81,31 @@ def register(sub) -> None:
     report_cmd.register(sub)
     loop_cmd.register(sub)
     doctor.register(sub)
+
+
+def add_rank_flags(p, what: str, timed: bool = True) -> None:
+    slowest = "; a replay's time is its slowest rank's" if timed else ""
+    p.add_argument("--gpus", type=int, default=None,
+                   help=f"run {what} as this many processes, one per rank (1, 2, 4, 8; gloo on "
+                        f"the CPU, NCCL on GPUs): the model split TP/DCP/EP over them{slowest}")
+    p.add_argument("--emulate", type=int, default=None,
+                   help="with --gpus W: each process computes its rank's share of this larger "
+                        "layout (8: the published TP8+DCP8 / EP2xTP4), collectives over the W "
+                        "processes, so per-rank cost matches that deployment")
+
+
+def rank_args(args, cuda: bool, verb: str) -> tuple[int, str | None] | None:
+    """(processes, layout) from --gpus/--emulate; None after saying why they cannot run."""
+    from gates import ranks
+
+    try:
+        import torch
+
+        return ranks.side_ranks(args.gpus, args.emulate, cuda,
+                                torch.cuda.device_count() if cuda else 0)
+    except ranks.RanksError as e:
+        print(f"kern {verb}: {e}", file=sys.stderr)
+        return None
 
 
 def op_table() -> list[dict]:
@@ -172,10 +200,21 @@ def cmd_test(args) -> int:
     from gates.accuracy import TestRequest, report_lines, run_test
     from gates.checkout import RevisionError
 
+    from gates import ranks
+
     repo, settings, prof, cuda, runs = _context(args)
     err = Console(stderr=True)
+    sides = rank_args(args, cuda, "test")
+    if sides is None:
+        return 2
     try:
-        res = run_test(TestRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda),
+        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate)
+    except ranks.RanksError as e:
+        err.print(f"kern test: {e}")
+        return 2
+    try:
+        res = run_test(TestRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
+                                   *sides, base_world, base_layout),
                        progress=None if args.json else _progress(err))
     except RevisionError as e:
         err.print(f"kern test: {e}")
@@ -192,21 +231,10 @@ def cmd_step(args) -> int:
     from gates.sides import run_side
 
     repo, settings, prof, cuda, runs = _context(args)
-    ranks = None
-    if args.gpus is not None or args.emulate is not None:
-        from gates import ranks
-
-        try:
-            layout = ranks.layout_name(args.gpus or 1, args.emulate)
-        except ranks.RanksError as e:
-            print(f"kern step: {e}", file=sys.stderr)
-            return 2
-        import torch
-
-        if cuda and torch.cuda.device_count() < (args.gpus or 1):
-            print(f"kern step: --gpus {args.gpus} needs {args.gpus} GPUs, this machine has "
-                  f"{torch.cuda.device_count()}", file=sys.stderr)
-            return 2
+    sides = rank_args(args, cuda, "step")
+    if sides is None:
+        return 2
+    world, layout = sides
     sha = checkout.resolve(repo, args.rev)
     tree = checkout.checkout(repo, sha, runs)
     rows = [int(x) for x in args.rows.split(",")] if args.rows else list(prof["buckets"])
@@ -216,8 +244,10 @@ def cmd_step(args) -> int:
     out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
     timeout = float(settings["bench"]["timeout_s"])
     show = lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr)  # noqa: E731
-    if ranks is not None:
-        spec.update(layout=layout, world=args.gpus or 1)
+    if layout is not None:
+        from gates import ranks
+
+        spec.update(layout=layout, world=world)
         res = ranks.launch("run", tree, spec, out, timeout, progress=show)
     else:
         res = run_side("run", tree, spec, out, timeout, progress=show)
@@ -262,10 +292,13 @@ def cmd_bench(args) -> int:
 
     repo, settings, prof, cuda, runs = _context(args)
     err = Console(stderr=True)
+    sides = rank_args(args, cuda, "bench")
+    if sides is None:
+        return 2
     try:
         res = run_bench(BenchRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
                                      tuple(args.baseline), args.rounds, args.replays, args.peers,
-                                     args.alternate),
+                                     args.alternate, *sides),
                         progress=lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False))
     except RevisionError as e:
         err.print(f"kern bench: {e}")

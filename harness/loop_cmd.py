@@ -46,6 +46,9 @@ def register(sub) -> None:
     p.add_argument("rev", nargs="?", default="WORKTREE")
     p.add_argument("--rows", type=int, default=None, help="batch size (default 128 on a GPU)")
     p.add_argument("--no-free", action="store_true", help="skip the leave-one-out column")
+    from .commands import add_rank_flags
+
+    add_rank_flags(p, "the step (the table is rank 0's; each collective is a row of its own)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_profile)
@@ -198,21 +201,25 @@ def _view(ctx):
 
 
 def cmd_profile(args) -> int:
-    from gates import checkout
+    from gates import checkout, ranks
     from gates.session import side_spec
-    from gates.sides import run_side
 
-    from .commands import _context
+    from .commands import _context, rank_args
 
     repo, settings, prof, cuda, runs = _context(args)
+    sides = rank_args(args, cuda, "profile")
+    if sides is None:
+        return 2
+    world, layout = sides
     sha = checkout.resolve(repo, args.rev)
     tree = checkout.checkout(repo, sha, runs)
     rows = args.rows or (128 if cuda else max(prof["buckets"]))
     spec = side_spec(settings.data, prof, steps=1, rows=[rows], replays=10 if cuda else 1,
-                     profile_rows=rows, free=not args.no_free)
+                     profile_rows=rows, free=not args.no_free, layout=layout or prof["layout"],
+                     world=world)
     out = Path(args.out) if args.out else runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
-    res = run_side("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
-                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
+    res = ranks.run("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
+                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
     if not res.ok:
         print(f"kern profile: the step ended with {res.kind}; log {res.log_path}", file=sys.stderr)
         return 1
@@ -234,6 +241,11 @@ def profile_lines(result: dict, cuda: bool) -> list[str]:
                           f"not GPU times)"]
     if bw:
         lines.append(f"read bandwidth measured at the start: {bw / 1e12:.2f} TB/s")
+    rk = result.get("ranks")
+    if rk:
+        lines.append(f"rank 0 of {rk['world']} processes ({rk['backend']}), layout {rk['layout']}: "
+                     f"{rk['note']}; collectives are rows of their own (events include the wait "
+                     f"for the slowest peer)")
     lines.append(f"{'op':34s} {'ms':>9s} {'calls':>6s} {'floor ms':>9s} {'% floor':>8s} {'free ms':>8s}  module")
     total = 0.0
     for name, r in p["ops"].items():

@@ -34,6 +34,7 @@ _SCHEMA: dict[str, tuple] = {
     "test.near_tie_factor": (_NUM, True),
     "test.band_factor": (_NUM, True),
     "test.max_near_tie_flips": (_NUM, True),
+    "test.layout_kl_pass": (_NUM, True),
     "test.reference": (dict, True),
     "bench.warmup": (int, True),
     "bench.replays": (int, True),

@@ -111,3 +111,81 @@ def test_kern_step_runs_two_ranks_emulating_four(tmp_path):
     assert res["ranks"]["emulated"] and res["ranks"]["world"] == 2
     b = res["buckets"]["1"]
     assert b["ranks_agree"] and b["nan_or_inf_logits"] == 0 and len(b["rank_medians_ms"]) == 2
+
+
+# ------------------------------------------------------------------ scorer and gate over ranks
+def test_a_replay_takes_its_slowest_rank_then_the_median_over_replays():
+    # rank 0 is slow on replay 0, rank 1 on replays 1 and 2: no rank's own median is the TPOT
+    assert ranks.slowest_per_replay([[5.0, 1.0, 1.0], [1.0, 4.0, 3.0]]) == [5.0, 4.0, 3.0]
+    res = ranks.combine([_rank_result(1.0, [5.0, 1.0, 1.0]), _rank_result(3.0, [1.0, 4.0, 3.0])],
+                        "tp2", "gloo")
+    assert res["buckets"]["4"]["median_ms"] == 4.0 and res["buckets"]["4"]["slowest_rank"] == 1
+    with pytest.raises(ValueError):
+        ranks.slowest_per_replay([[1.0, 2.0], [1.0]])
+
+
+def _time_reply(times, sha, tampered=(), repeated=0):
+    return {"ok": True, "times": times, "replicated_sha": sha,
+            "checks": {"replays": len(times), "unwritten_or_invalid": 0, "nonfinite": 0,
+                       "repeated_outputs": repeated, "threads_left_running": 0,
+                       "tampered": list(tampered)}}
+
+
+def test_merged_time_replies_sum_checks_and_compare_replicated_bytes():
+    m = ranks.merge_replies("time", [_time_reply([2.0, 1.0], "x"),
+                                     _time_reply([1.0, 3.0], "x", tampered=["clock replaced"],
+                                                 repeated=1)])
+    assert m["times"] == [2.0, 3.0] and m["rank_times"] == [[2.0, 1.0], [1.0, 3.0]]
+    assert m["checks"]["repeated_outputs"] == 1 and m["checks"]["replays"] == 2
+    assert m["checks"]["tampered"] == ["rank 1: clock replaced"] and m["ranks_agree"]
+    assert not ranks.merge_replies("time", [_time_reply([1.0], "x"),
+                                            _time_reply([1.0], "y")])["ranks_agree"]
+
+
+def test_merged_verify_holds_only_on_every_rank_and_keeps_the_worst_op():
+    op = lambda rel, nan=0: {"rel_rms": rel, "max_ulp": 1.0, "nan": nan, "calls": 1, "at": "s"}  # noqa: E731
+    v = ranks.merge_replies("verify", [
+        {"ok": True, "equal": True, "max_abs_diff": 0.0, "nan": 0, "ops": {"a": op(1e-4), "b": op(0.3)}},
+        {"ok": True, "equal": False, "max_abs_diff": 0.5, "nan": 2, "ops": {"a": op(0.2, nan=1), "b": op(1e-3)}}])
+    assert not v["equal"] and v["max_abs_diff"] == 0.5 and v["nan"] == 2
+    assert v["ops"]["a"]["rel_rms"] == 0.2 and v["ops"]["a"]["nan"] == 1 and v["ops"]["b"]["rel_rms"] == 0.3
+    p = ranks.merge_replies("prepare", [{"build_s": 1.0, "capture_s": 4.0, "environment": {"r": 0}},
+                                        {"build_s": 2.0, "capture_s": 3.0, "environment": {"r": 1}}])
+    assert (p["build_s"], p["capture_s"], p["environment"]) == (2.0, 4.0, {"r": 0})
+
+
+def test_tap_digests_name_the_steps_where_ranks_disagree():
+    assert ranks.disagreements([{"4:0": "a", "4:1": "b"}, {"4:0": "a", "4:1": "b"}]) == []
+    assert ranks.disagreements([{"4:0": "a", "4:1": "b"}, {"4:0": "a", "4:1": "c"}]) == ["4:1"]
+    assert ranks.disagreements([{"4:0": "a"}, {}]) == ["4:0"]  # a rank that recorded nothing
+    merged = ranks.merge_digests([{"role": "replay", "rank_digests": {"1:0": "a"}, "pass": 0},
+                                  {"role": "replay", "rank_digests": {"1:0": "b"}, "pass": 1}],
+                                 "tp2", "gloo")
+    assert merged["pass"] == 0 and merged["rank_disagreements"] == ["1:0"]
+    assert merged["ranks"]["world"] == 2
+    with pytest.raises(ValueError):  # no digest must never read as agreement
+        ranks.merge_digests([{"role": "replay"}, {"role": "replay"}], "tp2", "gloo")
+
+
+def test_side_ranks_and_base_ranks_say_what_the_user_must_change():
+    assert ranks.side_ranks(None, None, cuda=False, devices=0) == (1, None)
+    assert ranks.side_ranks(2, 8, cuda=True, devices=2) == (2, "tp8")
+    with pytest.raises(ranks.RanksError, match="needs 4 GPUs"):
+        ranks.side_ranks(4, None, cuda=True, devices=2)
+    assert ranks.base_ranks(None, 2, None) == (None, None)
+    assert ranks.base_ranks(1, 2, None) == (1, "tp1")
+    with pytest.raises(ranks.RanksError, match="drop --emulate"):
+        ranks.base_ranks(1, 2, 8)
+    with pytest.raises(ranks.RanksError, match="needs --gpus"):
+        ranks.base_ranks(1, None, None)
+
+
+def test_rank_groups_never_share_a_model_and_their_sides_alternate():
+    from gates.bench import processes
+
+    assert processes(cuda=True, same_model=True, world=1, forced=None, sides=2) == (True, False)
+    assert processes(cuda=True, same_model=False, world=1, forced=None, sides=2) == (False, True)
+    assert processes(cuda=True, same_model=True, world=2, forced=None, sides=2) == (False, True)
+    assert processes(cuda=False, same_model=True, world=2, forced=None, sides=2) == (False, True)
+    assert processes(cuda=False, same_model=True, world=2, forced=False, sides=2) == (False, False)
+    assert processes(cuda=False, same_model=True, world=2, forced=None, sides=1) == (False, False)

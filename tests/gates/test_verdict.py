@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from gates.verdict import judge, logit_stats, tap_diff
+from gates.verdict import judge, logit_stats, own_defects, tap_diff
 
 TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4.0,
-      "max_near_tie_flips": 0.02, "reference": {"default": {"rel_rms": 1e-2}}}
+      "max_near_tie_flips": 0.02, "layout_kl_pass": 1e-2,
+      "reference": {"default": {"rel_rms": 1e-2}}}
 
 
 def _call(i, out="h1", state="s1", unwritten=0):
@@ -70,3 +71,48 @@ def test_difference_within_the_reference_band_passes_on_the_floor():
     assert ev["logits"]["kl_max"] > TH["kl_pass"], "the case must be outside logit evidence"
     v = judge(ev, TH)
     assert v.name == "PASS within noise floor", v.reasons
+
+
+# ------------------------------------------------------------------ sides over several ranks
+RANKS = {"a": {"world": 2}, "b": {"world": 2}}
+
+
+def test_candidate_ranks_that_disagree_fail_although_rank_0_is_bit_identical():
+    a = _pass(_call(0), _call(1))
+    v = judge(_ev(a, a, _logits(1), _logits(1),
+                  ranks={**RANKS, "a_disagree": [], "b_disagree": ["3:0", "3:1"]}), TH)
+    assert v.name == "FAIL" and v.exit_code == 1
+    assert "candidate's 2 ranks" in v.reasons[0] and "rows 3 step 1" in v.reasons[0]
+    assert "not deterministic across ranks" in v.reasons[0]
+
+
+def test_base_ranks_that_disagree_leave_the_candidate_unjudged():
+    a = _pass(_call(0), _call(1))
+    v = judge(_ev(a, a, _logits(1), _logits(1),
+                  ranks={**RANKS, "a_disagree": ["3:0"], "b_disagree": []}), TH)
+    assert v.name == "INCONCLUSIVE" and "the base's 2 ranks" in v.reasons[0]
+
+
+def _cross(lb, **kw):
+    """B on another layout than A: only B's own defects and the logits are evidence."""
+    b = _pass(_call(0), _call(1, out="other shapes"))
+    return _ev(_pass(_call(0), _call(1)), b, _logits(1), lb, outcome_noise="ok",
+               cross_layout="A tp1 on 1, B tp2 on 2", **kw) | {"tap": own_defects(b)}
+
+
+def test_another_layout_is_judged_by_logits_and_never_called_bit_identical():
+    same = judge(_cross(_logits(1)), TH)
+    assert same.name == "PASS logit evidence" and "A tp1 on 1" in same.reasons[-1]
+    lb = {k: v * 1.02 for k, v in _logits(1).items()}  # every logit moved, no argmax
+    ev = _cross(lb)
+    assert TH["kl_pass"] < ev["logits"]["kl_max"] <= TH["layout_kl_pass"], ev["logits"]["kl_max"]
+    v = judge(ev, TH)
+    assert v.name == "PASS logit evidence" and "layout_kl_pass" in v.reasons[0]
+
+
+def test_another_layout_far_from_the_base_fails_and_its_defects_count():
+    assert judge(_cross(_logits(1, 3.0)), TH).name == "FAIL"  # a wrong shard or merge
+    b = _pass(_call(0), _call(1, unwritten=4))
+    ev = _cross(_logits(1)) | {"tap": own_defects(b)}
+    v = judge(ev, TH)
+    assert v.name == "FAIL" and "not fully written" in v.reasons[0]
