@@ -118,7 +118,8 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         s = sides[k] = ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
             if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
         r = s.request({"cmd": "prepare"}, timeout)
-        result["prepare"].setdefault(k, []).append({x: r[x] for x in ("capture_s", "build_s")})
+        result["prepare"].setdefault(k, []).append(
+            {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
         result["workload"] = r["workload"]
         progress(f"side {k}: ready (build {r['build_s']:.0f}s, capture {r['capture_s']:.0f}s)"

@@ -78,8 +78,11 @@ class Bench:
             self.cursor[b] = 2
             log(f"bench: captured {b} rows")
         self.side.sync()
+        # which path each cross-rank sum took (one count per captured call; none at world 1)
+        paths = dict(getattr(self.side.comm, "paths", {}))
         return {"capture_s": time.monotonic() - t0, "build_s": self.side.build_s,
-                "environment": environment(self.dev), "workload": self.side.workload.describe()}
+                "environment": environment(self.dev), "workload": self.side.workload.describe(),
+                "all_reduce_paths": paths}
 
     def _next_inputs(self, b: int) -> None:
         step = self.steps[b]

@@ -163,6 +163,8 @@ def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0) ->
         entry["median_ms"] = sorted(times)[len(times) // 2]
         if dev.type == "cuda":
             entry["peak_memory_gib"] = torch.cuda.max_memory_allocated(dev) / 2**30
+        if spec.world > 1:  # which path the cross-rank sums took, so far (captures count once)
+            entry["all_reduce_paths"] = dict(getattr(side.comm, "paths", {}))
         log(f"rows {rows}: median {entry['median_ms']:.3f} ms, NaN/Inf {nan}")
         result["buckets"][str(rows)] = entry
         _save(out, result)  # a later phase failing must not lose what was measured
