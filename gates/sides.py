@@ -108,6 +108,12 @@ def _named(text: str) -> str | None:
     low = text.lower()
     if "illegal memory access" in low or "misaligned address" in low or "illegal address" in low:
         return "illegal-memory-access"
+    # a kernel's fault is reported asynchronously, by whichever later CUDA call meets the dead
+    # context (on the H200 a wild read in a Triton kernel surfaced as cuBLAS's
+    # EXECUTION_FAILED): still the device failing under the candidate, not a Python error
+    if "cuda error" in low or "cublas_status_execution_failed" in low \
+            or "unspecified launch failure" in low:
+        return "cuda-fault"
     # CUDA's words, torch's CPU allocator's (also under the side's address-space cap), Python's
     if "out of memory" in low or "can't allocate memory" in low or "cannot allocate memory" in low \
             or "memoryerror" in low:

@@ -67,8 +67,10 @@ def test_skipping_work_while_capturing_makes_the_graph_differ(benches):
 
 
 def test_a_wild_read_is_recorded_as_a_crash_naming_the_illegal_access(benches):
-    """The fault, not a hack: the side dies with CUDA's illegal-address error; the scorer names
-    it and the pipeline records the attempt crashed (never merged, never a hang)."""
+    """The fault, not a hack: the side's CUDA context dies. CUDA reports it asynchronously, at
+    whichever later call meets the dead context (on the H200: cuBLAS's EXECUTION_FAILED), so
+    the scorer names it a device fault; the pipeline records the attempt crashed (never merged,
+    never a hang)."""
     sc, bench, out = benches[H.WILD_READ.name]
-    assert bench["outcome"] == "illegal-memory-access", (bench["outcome"], bench.get("error"))
-    assert (out.state, out.reason) == ("crashed", "scorer: illegal-memory-access"), out
+    assert bench["outcome"] in ("illegal-memory-access", "cuda-fault"), (bench["outcome"], bench.get("error"))
+    assert (out.state, out.reason) == ("crashed", f"scorer: {bench['outcome']}"), out

@@ -41,6 +41,10 @@ CPU_OOM = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultC
     (-signal.SIGSEGV, False, "", "crash (signal SIGSEGV)"),
     (-signal.SIGKILL, True, "", "timeout"),
     (1, False, "Traceback (most recent call last):\nValueError: bad", "error"),
+    (1, False, "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx(",
+     "cuda-fault"),  # the H200's words for a wild read in an earlier Triton kernel
+    (1, False, "RuntimeError: CUDA error: an illegal memory access was encountered",
+     "illegal-memory-access"),
     (0, False, "", "ok"),
 ])
 def test_a_sides_end_is_named(returncode, timed_out, tail, kind):
