@@ -20,8 +20,9 @@ both sides' protected model code agrees (``model_digest``), so two sides fit on 
 Commands (one JSON object per line; one JSON reply per line on stdout):
   {"cmd": "prepare"}                          build/attach, compile and capture every bucket
   {"cmd": "time", "bucket": B, "n": N}         N timed replays -> {"times": [...], "checks": {...}}
-                                               (several ranks: and "replicated_sha", the last
-                                               replay's replicated bytes and gathered logits)
+                                               (several ranks: and "replicated_sha", of every
+                                               replay's replicated bytes and the last one's
+                                               gathered logits)
   {"cmd": "verify", "bucket": B, "ops": O}     graph vs eager on an unseen input (O: and every
                                                op of the eager run against the reference)
   {"cmd": "cost", "bucket": B}                 roofline bytes/FLOPs of one step, per op row
@@ -30,6 +31,7 @@ Commands (one JSON object per line; one JSON reply per line on stdout):
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -102,10 +104,15 @@ class Bench:
         vocab = self.side.model.weights.embed.shape[0]
 
         strays = []
+        # several ranks: every replay's replicated outputs, digested on the device (untimed),
+        # so ranks that part ways on some replays only are seen, not just at the visit's end
+        replicated = [] if self.spec.world > 1 else None
 
         def between(i):
             if i > 0:  # check the previous replay's outputs (untimed, on the device)
                 strays.append(self._stray_threads())
+                if replicated is not None:
+                    replicated.append(_replicated_digest(step))
                 s = step.logits.double().sum()
                 stats[i - 1, 0] = torch.isnan(step.logits).sum() + \
                     ((step.next_token < 0) | (step.next_token >= vocab)).sum()
@@ -116,6 +123,8 @@ class Bench:
 
         times = timer.measure(n, between)
         strays.append(self._stray_threads())
+        if replicated is not None:
+            replicated.append(_replicated_digest(step))
         s = step.logits.double().sum()
         stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
             ((step.next_token < 0) | (step.next_token >= vocab)).sum()
@@ -132,7 +141,8 @@ class Bench:
             from .driver import rank_digests
 
             d = rank_digests(self.side, step)
-            out["replicated_sha"] = f"{d['replicated_sha']}-{d['logits_sha']}"
+            every = hashlib.sha256(torch.stack(replicated).cpu().numpy().tobytes()).hexdigest()[:16]
+            out["replicated_sha"] = f"{d['replicated_sha']}-{d['logits_sha']}-{every}"
         return out
 
     def _stray_threads(self) -> int:
@@ -298,3 +308,11 @@ def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> 
             reply({"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]})
             break
     return {"served": served}
+
+
+def _replicated_digest(step) -> torch.Tensor:
+    """What every rank must hold alike after a replay (residual stream, top values, next
+    tokens), as the fingerprint's int64 pair per tensor, on the device (no host sync)."""
+    from .fingerprint import digest_on_device
+
+    return torch.cat([digest_on_device(t) for t in (step.x, step.top_val, step.next_token)])
