@@ -114,6 +114,9 @@ def validate(data) -> list[str]:
                 problems.append(f"profiles.{name}.buckets: expected positive integers, found {b}")
             if any(not isinstance(x, _NUM) or x <= 0 for x in w):
                 problems.append(f"profiles.{name}.weights: expected positive numbers, found {w}")
+        floor = prof.get("noise_pct", 0.0)
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor < 0:
+            problems.append(f"profiles.{name}.noise_pct: expected a percentage >= 0, found {floor!r}")
         mem = prof.get("memory_gib")
         if mem is not None and (isinstance(mem, bool) or not isinstance(mem, _NUM) or mem <= 0):
             problems.append(f"profiles.{name}.memory_gib: expected a positive number of GiB, found {mem!r}")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.bench import analyse, pattern
+from gates.bench import analyse, bench_settings, pattern
 from harness.pipeline import decide_outcome
 from harness.scope import ScopeResult
 from harness.settings import load
@@ -31,7 +31,7 @@ from harness.settings import load
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = load(ROOT / "kern.yaml")
 GPU = SETTINGS.profile(True)
-BENCH = SETTINGS["bench"]
+BENCH = bench_settings(SETTINGS["bench"], GPU)
 ROUNDS = GPU.get("rounds") or BENCH["rounds"]  # as run_bench picks them
 REPLAYS = GPU.get("replays") or BENCH["replays"]
 BUCKETS, WEIGHTS = GPU["buckets"], GPU["weights"]
@@ -122,3 +122,21 @@ def test_half_a_percent_is_below_what_the_gate_claims_to_see():
 def test_two_percent_extra_work_is_abandoned_as_slower(noise):
     out = decide(*simulate(random.Random(7), noise, -0.02))
     assert (out.state, out.reason) == ("abandoned", "slower"), out
+
+
+def test_a_machine_profile_sets_its_own_noise_floor():
+    cpu = SETTINGS.profile(False)
+    assert bench_settings(SETTINGS["bench"], cpu)["noise_pct"] == cpu["noise_pct"] >= 7.0
+    assert bench_settings({"noise_pct": 0.5, "guard_pct": 2.0}, {"rounds": 3}) == \
+        {"noise_pct": 0.5, "guard_pct": 2.0}  # a profile without one keeps the section's
+
+
+@pytest.mark.parametrize("bad", [-1, "ten", True])
+def test_a_profile_noise_floor_must_be_a_percentage(bad):
+    import copy
+
+    from harness.settings import validate
+
+    data = copy.deepcopy(SETTINGS.data)
+    data["profiles"]["cpu"]["noise_pct"] = bad
+    assert validate(data) == [f"profiles.cpu.noise_pct: expected a percentage >= 0, found {bad!r}"]
