@@ -50,20 +50,35 @@ def layout_name(gpus: int, emulate: int | None = None) -> str:
 
 
 def side_ranks(gpus: int | None, emulate: int | None, cuda: bool,
-               devices: int) -> tuple[int, str | None]:
+               devices: int, model: str | None = None) -> tuple[int, str | None]:
     """(processes, layout) of a side from ``--gpus`` / ``--emulate``: one process on the
-    profile's layout (None) when neither is given. ``devices``: GPUs this machine has."""
+    profile's layout (None) when neither is given. ``devices``: GPUs this machine has;
+    ``model``: the profile's model, whose dimensions the layout must divide."""
     if gpus is None and emulate is None:
         return 1, None
     world = gpus or 1
     layout = layout_name(world, emulate)
     if cuda and devices < world:
         raise RanksError(f"--gpus {world} needs {world} GPUs, this machine has {devices}")
+    if model is not None:
+        splits(model, layout)
     return world, layout
 
 
-def base_ranks(base_gpus: int | None, gpus: int | None,
-               emulate: int | None) -> tuple[int | None, str | None]:
+def splits(model: str, layout: str) -> None:
+    """Refuse, before any process starts, a layout the model's dimensions do not divide into
+    (the small CPU model has 4 KDA heads: it splits 1, 2 or 4 ways, not 8)."""
+    from kernels.k31.config import ConfigError, Dims, Layout, Shapes
+
+    try:
+        Shapes(Dims.named(model), Layout.named(layout))
+    except ConfigError as e:
+        raise RanksError(f"the {model} model does not split into layout {layout} ({e}); ask for "
+                         f"fewer ranks, or run the profile with model: full") from None
+
+
+def base_ranks(base_gpus: int | None, gpus: int | None, emulate: int | None,
+               model: str | None = None) -> tuple[int | None, str | None]:
     """(processes, layout) of the base side from ``kern test --base-gpus M``: M processes with
     the model split over them (``tpM``), or (None, None) when A runs like B."""
     if base_gpus is None:
@@ -75,7 +90,10 @@ def base_ranks(base_gpus: int | None, gpus: int | None,
         raise RanksError("--base-gpus compares the whole model split two ways; with --emulate N "
                          "each process computes only its share of the N-rank layout, which no "
                          "other process count reproduces: drop --emulate")
-    return base_gpus, layout_name(base_gpus)
+    layout = layout_name(base_gpus)
+    if model is not None:
+        splits(model, layout)
+    return base_gpus, layout
 
 
 def rank_env(base: dict, rank: int, world: int, port: int) -> dict:

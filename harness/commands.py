@@ -94,7 +94,7 @@ def add_rank_flags(p, what: str, timed: bool = True) -> None:
                         "processes, so per-rank cost matches that deployment")
 
 
-def rank_args(args, cuda: bool, verb: str) -> tuple[int, str | None] | None:
+def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:
     """(processes, layout) from --gpus/--emulate; None after saying why they cannot run."""
     from gates import ranks
 
@@ -102,7 +102,7 @@ def rank_args(args, cuda: bool, verb: str) -> tuple[int, str | None] | None:
         import torch
 
         return ranks.side_ranks(args.gpus, args.emulate, cuda,
-                                torch.cuda.device_count() if cuda else 0)
+                                torch.cuda.device_count() if cuda else 0, model)
     except ranks.RanksError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)
         return None
@@ -204,11 +204,11 @@ def cmd_test(args) -> int:
 
     repo, settings, prof, cuda, runs = _context(args)
     err = Console(stderr=True)
-    sides = rank_args(args, cuda, "test")
+    sides = rank_args(args, cuda, "test", prof["model"])
     if sides is None:
         return 2
     try:
-        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate)
+        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate, prof["model"])
     except ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
@@ -231,7 +231,7 @@ def cmd_step(args) -> int:
     from gates.sides import run_side
 
     repo, settings, prof, cuda, runs = _context(args)
-    sides = rank_args(args, cuda, "step")
+    sides = rank_args(args, cuda, "step", prof["model"])
     if sides is None:
         return 2
     world, layout = sides
@@ -292,7 +292,7 @@ def cmd_bench(args) -> int:
 
     repo, settings, prof, cuda, runs = _context(args)
     err = Console(stderr=True)
-    sides = rank_args(args, cuda, "bench")
+    sides = rank_args(args, cuda, "bench", prof["model"])
     if sides is None:
         return 2
     try:

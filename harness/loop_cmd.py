@@ -207,7 +207,7 @@ def cmd_profile(args) -> int:
     from .commands import _context, rank_args
 
     repo, settings, prof, cuda, runs = _context(args)
-    sides = rank_args(args, cuda, "profile")
+    sides = rank_args(args, cuda, "profile", prof["model"])
     if sides is None:
         return 2
     world, layout = sides

@@ -178,6 +178,15 @@ def test_side_ranks_and_base_ranks_say_what_the_user_must_change():
         ranks.base_ranks(1, 2, 8)
     with pytest.raises(ranks.RanksError, match="needs --gpus"):
         ranks.base_ranks(1, None, None)
+    # the layout must divide the profile's model, said before any process starts
+    assert ranks.side_ranks(4, None, cuda=False, devices=0, model="small") == (4, "tp4")
+    assert ranks.side_ranks(2, 8, cuda=True, devices=2, model="full") == (2, "tp8")
+    with pytest.raises(ranks.RanksError, match=r"small model does not split into layout tp8 .*"
+                                               r"kda_heads=4 does not split into 8 parts"):
+        ranks.side_ranks(8, None, cuda=False, devices=0, model="small")
+    with pytest.raises(ranks.RanksError, match="small model does not split into layout tp8"):
+        ranks.side_ranks(2, 8, cuda=False, devices=0, model="small")
+    assert ranks.base_ranks(4, 2, None, model="small") == (4, "tp4")
 
 
 def test_rank_groups_never_share_a_model_and_their_sides_alternate():
