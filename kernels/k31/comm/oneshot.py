@@ -147,9 +147,6 @@ class OneShotAllReduce:
                 f"peers' views would be off by the same amount (kernels/k31/comm/oneshot.py must "
                 f"follow torch's offset API)")
 
-    def fits(self, tensors) -> bool:
-        return pack_offsets([t.numel() * t.element_size() for t in tensors])[1] <= self.capacity
-
     def reduce(self, *tensors: torch.Tensor) -> None:
         """Sum each tensor over the ranks in place (rank order, f32, one rounding). Every rank
         must call this with the same shapes and dtypes in the same order."""
