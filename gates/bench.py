@@ -9,11 +9,12 @@ interval, the A-vs-A noise band, a classification and the guard.
 from __future__ import annotations
 
 import hashlib
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, ranks, stats
+from . import checkout, ranks, stats, verdict
 from .session import side_spec
 from .sides import Interactive, SideError
 
@@ -51,6 +52,23 @@ class BenchRequest:
     alternate: bool | None = None  # sides in alternating processes; None: when they cannot share
     world: int = 1  # processes per side, one per rank (kern bench --gpus)
     layout: str | None = None  # None: the profile's
+    # the accuracy gate's verdict on this commit and the evidence it weighed (verdict, band,
+    # noise, noise_tap): the bar the timed replays' outputs are held to; None: scored alone
+    accuracy: dict | None = None
+
+
+def draw_secrets(rng) -> dict:
+    """What each run of the scorer draws for itself and tells the sides only when it runs
+    (never in kern.yaml or a spec file): the seed of the state sketches' projections
+    (``gates/timed.py``) and the seed of the reference check's sample of calls."""
+    return {"sketch_seed": rng.randrange(1, 2**31), "sample_seed": rng.randrange(1, 2**31)}
+
+
+def reference_sample(calls: dict, per_op: int, rng) -> dict:
+    """Pure given ``rng``: for each op with more than ``per_op`` calls per step, the indices of
+    ``per_op`` of them (sorted); ops with fewer are checked whole (not listed)."""
+    return {op: sorted(rng.sample(range(n), per_op)) for op, n in sorted(calls.items())
+            if n > per_op}
 
 
 def processes(cuda: bool, same_model: bool, world: int, forced: bool | None,
@@ -72,7 +90,8 @@ def pattern(rounds: int) -> list[str]:
     return ["A", "B", "B", "A"] * rounds
 
 
-PROFILE_OVERRIDES = ("noise_pct",)  # bench-section statistics a machine profile may set
+PROFILE_OVERRIDES = ("noise_pct",)
+FIRST_SET = 2  # the first input set a timed replay runs (prepare compiled on set 1)  # bench-section statistics a machine profile may set
 
 
 def bench_settings(bench: dict, profile: dict) -> dict:
@@ -105,9 +124,11 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
     extra_key = "A" if "A" in trees else "B"  # main's tree when there is one
     store, sides = None, {}
     opened = {k: 0 for k in trees}
+    secrets = draw_secrets(random.SystemRandom())
     result = {"revs": revs, "digests": digests, "shared_model": shared, "spec": spec,
               "alternating": alternate, "rounds": rounds, "replays": replays, "buckets": buckets,
-              "weights": weights, "verify": {}, "prepare": {},
+              "weights": weights, "verify": {}, "prepare": {}, "secrets": secrets,
+              "accuracy_claim": (req.accuracy or {}).get("verdict"), "timed_files": {},
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
     if req.world > 1:
         result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
@@ -126,7 +147,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         opened[k] += 1
         s = sides[k] = ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
             if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
-        r = s.request({"cmd": "prepare"}, timeout)
+        r = s.request({"cmd": "prepare", "sketch_seed": secrets["sketch_seed"]}, timeout)
         result["prepare"].setdefault(k, []).append(
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
@@ -156,7 +177,10 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
             visit = {}
             for b in buckets:
                 t_req = time.monotonic()  # this process's clock: the candidate cannot reach it
-                r = side.request({"cmd": "time", "bucket": b, "n": replays}, timeout)
+                # input sets 2, 3, ... per side and bucket across its visits (set 1 compiled
+                # and captured the step): both sides' n-th replay runs set n
+                first = FIRST_SET + len(samples[k][b])
+                r = side.request({"cmd": "time", "bucket": b, "n": replays, "first": first}, timeout)
                 wall_ms = (time.monotonic() - t_req) * 1e3
                 samples[k][b] += r["times"]
                 for rank, times in enumerate(r.get("rank_times") or [r["times"]]):
@@ -165,15 +189,27 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                 checks[k].append({"bucket": b, **r["checks"], "wall_ms": wall_ms,
                                   "sum_ms": sum(r["times"])})
             blocks[k].append(visit)
+            # the visit's timed outputs, before its process may go (sides that alternate)
+            path = work / f"timed-{k}-{i:02d}.pt"
+            side.request({"cmd": "save_record", "path": str(path)}, timeout)
+            result["timed_files"].setdefault(k, []).append(str(path))
             progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
-                # the candidate's ops against the reference once, at the smallest bucket (main's
-                # were judged when they merged; the reference at the largest one is costly)
-                result["verify"][k] = {b: side.request({"cmd": "verify", "bucket": b,
-                                                        "ops": k == "B" and b == buckets[0]}, timeout)
-                                       for b in buckets}
+                result["verify"][k] = _verify(side, k, buckets, timeout,
+                                              int(b_cfg["reference_calls_per_op"]),
+                                              random.Random(secrets["sample_seed"]))
                 if k == extra_key:
                     _extras(req, side, buckets, timeout, result)
+                if k == "A" and "B" in result["timed_files"]:
+                    # main's process compares (the candidate's never sees main's outputs); B's
+                    # last visit came before A's (A B B A)
+                    progress("judging the timed outputs against main's")
+                    t_j = time.monotonic()
+                    result["timed"] = side.request(
+                        {"cmd": "judge_outputs", "mine": result["timed_files"]["A"],
+                         "theirs": result["timed_files"]["B"],
+                         "near_tie_factor": req.settings["test"]["near_tie_factor"]}, timeout)["timed"]
+                    result["timed_judge_s"] = time.monotonic() - t_j
         result["outcome"] = "ok"
     except SideError as e:
         result["outcome"] = e.kind
@@ -189,6 +225,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
             s.close()
         if store:
             store.close()
+        _remove_timed_files(result["timed_files"], req.world)
     result["processes"] = opened
     result["wall_s"] = time.monotonic() - t0
     if result["outcome"] == "ok":
@@ -199,9 +236,35 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
             result["rank_medians"] = {k: {b: [stats.median(t) for t in per] for b, per in sb.items()}
                                       for k, sb in rank_samples.items()}
         result["analysis"] = analyse(samples, blocks, checks, result, bench_settings(b_cfg, prof),
-                                     buckets, weights)
+                                     buckets, weights,
+                                     judging={"accuracy": req.accuracy, "test": req.settings["test"]})
     result["work_dir"] = str(work)
     return result
+
+
+def _verify(side, k: str, buckets: list, timeout: float, per_op: int, rng) -> dict:
+    """Graph against eager at every bucket; for the candidate also its op calls against the
+    protected reference at every bucket the scorer times: every call at the first bucket, and
+    at the others ``per_op`` calls of each op drawn per run (the reference at 256 rows costs
+    more than the whole A/B otherwise). Main's ops were judged when they merged."""
+    out = {}
+    sample = None
+    for b in buckets:
+        msg = {"cmd": "verify", "bucket": b, "ops": k == "B"}
+        if k == "B" and sample is not None:
+            msg["sample"] = reference_sample(sample, per_op, rng)
+        out[b] = side.request(msg, timeout)
+        if k == "B" and sample is None:
+            sample = {op: o["calls"] for op, o in (out[b].get("ops") or {}).items()}
+    return out
+
+
+def _remove_timed_files(files: dict, world: int) -> None:
+    """The replays' outputs are GBs at full size: their statistics stay in the result."""
+    for paths in files.values():
+        for p in paths:
+            for q in ([Path(p)] if world == 1 else [Path(f"{p}.rank{r}") for r in range(world)]):
+                q.unlink(missing_ok=True)
 
 
 def _extras(req: BenchRequest, side: Interactive, buckets, timeout, result) -> None:
@@ -221,16 +284,29 @@ def _extras(req: BenchRequest, side: Interactive, buckets, timeout, result) -> N
         result["extras_error"] = str(e)
 
 
-def analyse(samples, blocks, checks, result, cfg, buckets, weights) -> dict:
-    """Pure: medians, score, checks, and (with two sides) the A/B decision inputs."""
+def analyse(samples, blocks, checks, result, cfg, buckets, weights, judging=None) -> dict:
+    """Pure: medians, score, checks, and (with two sides) the A/B decision inputs.
+
+    ``judging`` (``{"accuracy": ..., "test": kern.yaml's test section}``): the bar for the
+    timed replays' outputs (``verdict.judge_timed``); without it they are not judged."""
     out = {"sides": {}}
+    cost, bw = result.get("cost") or {}, (result.get("bandwidth") or {}).get("Bps")
     for k, sm in samples.items():
         summ = {b: stats.bucket_summary(sm[b]) for b in buckets}
         bad = stats.failed_checks(checks[k])
         ops = [v["ops"] for v in result.get("verify", {}).get(k, {}).values() if "ops" in v]
-        far = stats.far_from_reference(ops[0], cfg["max_op_rel_rms"]) if ops else None
+        far = stats.far_from_reference(stats.worst_ops(ops), cfg["max_op_rel_rms"]) if ops else None
         if far:
             bad.append(far)
+        floor = stats.below_floor({b: summ[b]["median"] for b in buckets},
+                                  {b: cost[b]["bytes"] for b in buckets if b in cost}, bw)
+        if floor:
+            bad.append(floor)
+        if k == "B" and judging is not None and result.get("timed"):
+            timed = verdict.judge_timed(result["timed"], judging["accuracy"], judging["test"],
+                                        cfg["state_sketch_rel"])
+            if timed:
+                bad.append(timed)
         ver = result.get("verify", {}).get(k, {})
         visit_scores = [stats.score({b: stats.median(v[b]) for b in buckets}, buckets, weights)
                         for v in blocks[k]]
@@ -320,6 +396,7 @@ def report_lines(res: dict) -> list[str]:
                          f"{e['fla_us']:.1f} µs (ours/fla {e['ratio_ours_over_fla']:.2f})")
         else:
             lines.append(f"peer       kda decode {b}: {e}")
+    lines += timed_lines(res)
     if "ab" in an:
         ab = an["ab"]
         for b in buckets:
@@ -333,3 +410,26 @@ def report_lines(res: dict) -> list[str]:
     else:
         lines.append(f"score {an['sides']['B']['score']:.3f} ms")
     return lines
+
+
+def timed_lines(res: dict) -> list[str]:
+    """What the timed replays' outputs showed against main's (one line, two when they differ)."""
+    timed = res.get("timed")
+    if not timed:
+        return []
+    n = sum(t["replays"] for t in timed.values())
+    claim = res.get("accuracy_claim")
+    raw = [(b, t["first_raw_difference"]) for b, t in sorted(timed.items(), key=lambda x: int(x[0]))
+           if t["first_raw_difference"] is not None]
+    when = f" ({res['timed_judge_s']:.1f} s)" if res.get("timed_judge_s") is not None else ""
+    if not raw:
+        return [f"timed      {n} timed replays per side: outputs and state equal main's byte for "
+                f"byte{when}"]
+    lg = verdict.merge_logit_stats([t["logits"] for t in timed.values()])
+    b, first = raw[0]
+    sk = max(t["sketch_rel_max"] for t in timed.values())
+    return [f"timed      {n} timed replays per side: first difference at {b} rows replay "
+            f"{first['replay']} ({', '.join(first['what'])}){when}",
+            f"timed      logits: argmax flips {lg['flips_confident']} confident, "
+            f"{lg['flips_near_tie']} near-tie of {lg['rows']} rows; KL max {verdict.fmt(lg['kl_max'])}; "
+            f"state sketch {verdict.fmt(sk)} from main's; judged against: {claim or 'no accuracy verdict (scored alone)'}"]

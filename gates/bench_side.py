@@ -1,30 +1,40 @@
 """One side of the scorer, inside its own subprocess, driven by JSON lines on stdin.
 
-Every timed replay is one CUDA-graph replay of the whole step. Before it (untimed) the step's
-inputs are set to a token/position set never used before in this process and the outputs are
+Every timed replay is one CUDA-graph replay of the whole step. Before it (untimed) the
+recurrent state of its rows is reset to its seeded initial values, the step's tokens are set to
+an input set never used before in this process (at fixed positions) and the outputs are
 poisoned; after it (untimed) a device-side check records whether the outputs were fully
-written, finite and different from the previous replay's. So a kernel that caches results
-across replays, or leaves outputs unwritten, shows up as a failed check rather than a faster
-score. After each replay it also counts other Python threads still running the tree's code
+written, finite and different from the previous replay's, and ``gates/timed.py`` keeps the
+replay's outputs and state digests, which main's side compares with its own replay by replay
+(``judge_outputs``): the outputs of the replays that were timed are the outputs judged. So
+a kernel that caches results across replays, leaves outputs unwritten, or skips work only in
+the timed replays shows up as a failed check rather than a faster score. After each replay it also counts other Python threads still running the tree's code
 (work carried out of the timed region) and asks the tamper seal whether the candidate
 replaced the clocks or the checks (``gates/tamper.py``). ``verify`` re-runs one unseen input
 from the initial state through the graph and eagerly and compares them: the graph computes
-what the step computes. With ``ops`` its eager run also checks every op against the protected
-reference (``gates/opcheck.py``): here, in the scorer's process and at its shapes, so a
-kernel that skips work only when it is benched is caught although the accuracy gate saw an
-honest kernel.
+what the step computes. With ``ops`` its eager run also checks op calls against the protected
+reference (``gates/opcheck.py``) at every bucket: here, in the scorer's process and at its
+shapes (all calls at the first bucket, a sample drawn afresh per run at the others).
 
 The model comes from the side's own build, or from a store process through CUDA IPC when
 both sides' protected model code agrees (``model_digest``), so two sides fit on one GPU.
 
 Commands (one JSON object per line; one JSON reply per line on stdout):
-  {"cmd": "prepare"}                          build/attach, compile and capture every bucket
-  {"cmd": "time", "bucket": B, "n": N}         N timed replays -> {"times": [...], "checks": {...}}
+  {"cmd": "prepare", "sketch_seed": S}        build/attach, compile and capture every bucket
+  {"cmd": "time", "bucket": B, "n": N, "first": F}
+                                               N timed replays on input sets F, F+1, ...
+                                               -> {"times": [...], "checks": {...}}
                                                (several ranks: and "replicated_sha", of every
                                                replay's replicated bytes and the last one's
                                                gathered logits)
-  {"cmd": "verify", "bucket": B, "ops": O}     graph vs eager on an unseen input (O: and every
-                                               op of the eager run against the reference)
+  {"cmd": "save_record", "path": P}            write the timed replays' outputs kept since the
+                                               last save to P (one file per visit)
+  {"cmd": "judge_outputs", "mine": [P], "theirs": [P], "near_tie_factor": F}
+                                               main's side: its files against the candidate's
+  {"cmd": "verify", "bucket": B, "ops": O, "sample": {op: [call index, ...]}}
+                                               graph vs eager on an unseen input (O: and the
+                                               eager run's op calls against the reference: all
+                                               of them, or for an op in ``sample`` those listed)
   {"cmd": "cost", "bucket": B}                 roofline bytes/FLOPs of one step, per op row
   {"cmd": "baseline", "kind": K, "bucket": B, "n": N}   eager reference step / torch.compile
   {"cmd": "quit"}
@@ -52,8 +62,11 @@ def reply(obj) -> None:
 
 
 class Bench:
-    def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0):
+    def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0,
+                 sketch_seed: int = 0):
         import kernels
+
+        from .timed import TimedRecord
 
         self.kernels_dir = str(Path(kernels.__file__).resolve().parent) + os.sep
         self.seal, self.audit = seal, audit
@@ -65,6 +78,10 @@ class Bench:
         self.steps, self.timers = {}, {}
         self.cursor = {}  # next unused input set per bucket
         self.sums = {}
+        self.record = TimedRecord(self.side, sketch_seed)
+        # every replay decodes at the workload's step-1 positions (see gates/timed.py: with
+        # the recurrent state reset, a replay is then a function of its input set alone)
+        _, self.positions = self.side.workload.step_inputs(1, self.dev)
 
     def prepare(self) -> dict:
         from .timing import Timer
@@ -86,18 +103,34 @@ class Bench:
                 "environment": environment(self.dev), "workload": self.side.workload.describe(),
                 "all_reduce_paths": paths}
 
-    def _next_inputs(self, b: int) -> None:
+    def _next_inputs(self, b: int) -> int:
+        """Untimed, before a replay: the recurrent rows back to their initial values, the next
+        unused input set at the fixed positions, outputs poisoned. Returns the input set."""
+        from kernels.k31.state import refill_recurrent
+
         step = self.steps[b]
         i = self.cursor[b]
         self.cursor[b] += 1
         if i >= self.side.workload.steps:
             raise RuntimeError(f"bench: bucket {b} used all {self.side.workload.steps} unique "
                                f"input sets; raise the workload's steps")
+        refill_recurrent(self.side.model.state, self.side.shapes, b, self.spec.seed)
         self.side.set_inputs(step, i)
+        step.pos.copy_(self.positions[:b])
         step.logits.fill_(float("nan"))
         step.next_token.fill_(-1)
+        return i
 
-    def time(self, b: int, n: int) -> dict:
+    def time(self, b: int, n: int, first: int | None = None) -> dict:
+        """``n`` timed replays on input sets ``first``, ``first + 1``, ... (the coordinator's
+        count, so that a side in alternating processes continues where its last process
+        stopped: both sides' n-th replay runs input set n). Never a set this process used."""
+        if first is not None:
+            if first < self.cursor[b]:
+                raise RuntimeError(f"bench: asked to time input set {first} at {b} rows, but this "
+                                   f"process already used sets up to {self.cursor[b] - 1} (a "
+                                   f"coordinator bug: every timed replay needs an unused set)")
+            self.cursor[b] = first
         step, timer = self.steps[b], self.timers[b]
         stats = torch.zeros(n, 3, dtype=torch.float64, device=self.dev)
         prev = torch.zeros((), dtype=torch.float64, device=self.dev)
@@ -107,24 +140,27 @@ class Bench:
         # several ranks: every replay's replicated outputs, digested on the device (untimed),
         # so ranks that part ways on some replays only are seen, not just at the visit's end
         replicated = [] if self.spec.world > 1 else None
+        sets = []
 
         def between(i):
             if i > 0:  # check the previous replay's outputs (untimed, on the device)
                 strays.append(self._stray_threads())
                 if replicated is not None:
                     replicated.append(_replicated_digest(step))
+                self.record.keep(b, sets[-1], step)
                 s = step.logits.double().sum()
                 stats[i - 1, 0] = torch.isnan(step.logits).sum() + \
                     ((step.next_token < 0) | (step.next_token >= vocab)).sum()
                 stats[i - 1, 1] = s
                 stats[i - 1, 2] = (s == prev).double()
                 prev.copy_(s)
-            self._next_inputs(b)
+            sets.append(self._next_inputs(b))
 
         times = timer.measure(n, between)
         strays.append(self._stray_threads())
         if replicated is not None:
             replicated.append(_replicated_digest(step))
+        self.record.keep(b, sets[-1], step)
         s = step.logits.double().sum()
         stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
             ((step.next_token < 0) | (step.next_token >= vocab)).sum()
@@ -156,26 +192,24 @@ class Bench:
 
         return verdict(self.seal, self.audit)
 
-    def verify(self, b: int, ops: bool = False) -> dict:
+    def verify(self, b: int, ops: bool = False, sample: dict | None = None) -> dict:
         """Graph replay vs eager step on an unseen input, both from the initial state; with
-        ``ops`` the eager step runs under a reference check of every op."""
+        ``ops`` the eager step runs under a reference check of its op calls (every call, or
+        for an op in ``sample`` the calls it lists)."""
         from kernels.k31.state import refill_recurrent
 
         from .opcheck import ReferenceCheck
 
         step, timer = self.steps[b], self.timers[b]
-        st, sh, seed = self.side.model.state, self.side.shapes, self.spec.seed
-        i = self.cursor[b]
-        self.cursor[b] += 1
-        refill_recurrent(st, sh, b, seed)
-        self.side.set_inputs(step, i)
-        step.logits.fill_(float("nan"))
+        st, sh = self.side.model.state, self.side.shapes
+        i = self._next_inputs(b)  # the recurrent rows reset, fixed positions, outputs poisoned
         timer.once()
         graph_logits = step.logits.clone()
-        check = ReferenceCheck(sh) if ops else None
+        check = ReferenceCheck(sh, sample=sample) if ops else None
         eager_step = self.side.step(b, hook=check) if ops else step
-        refill_recurrent(st, sh, b, seed)
+        refill_recurrent(st, sh, b, self.spec.seed)
         self.side.set_inputs(eager_step, i)
+        eager_step.pos.copy_(self.positions[:b])
         eager_step.logits.fill_(float("nan"))
         eager_step.run()
         eager = eager_step.logits
@@ -278,12 +312,28 @@ def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> 
                 reply({"ok": True})
                 break
             if cmd == "prepare":
-                bench = Bench(opts, device, seal, audit, rank)
+                bench = Bench(opts, device, seal, audit, rank, int(msg.get("sketch_seed", 0)))
                 reply({"ok": True, **bench.prepare()})
             elif cmd == "time":
-                reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]))})
+                first = msg.get("first")
+                reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]),
+                                                None if first is None else int(first))})
             elif cmd == "verify":
-                reply({"ok": True, **bench.verify(int(msg["bucket"]), bool(msg.get("ops")))})
+                reply({"ok": True, **bench.verify(int(msg["bucket"]), bool(msg.get("ops")),
+                                                  msg.get("sample"))})
+            elif cmd == "save_record":
+                path = Path(msg["path"])
+                if bench.spec.world > 1:
+                    path = path.with_name(f"{path.name}.rank{rank}")
+                reply({"ok": True, **bench.record.save(path)})
+            elif cmd == "judge_outputs":
+                from .timed import compare
+
+                def ranked(ps):
+                    return [f"{p}.rank{rank}" for p in ps] if bench.spec.world > 1 else ps
+
+                reply({"ok": True, "timed": compare(ranked(msg["mine"]), ranked(msg["theirs"]),
+                                                    float(msg["near_tie_factor"]), bench.dev)})
             elif cmd == "bandwidth":
                 from .timing import read_bandwidth
 

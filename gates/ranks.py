@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .sides import (HARNESS_ROOT, Interactive, Outcome, SideError, _last_line, classify,
                     reply_kind, run_side, side_env)
+from .stats import worst_ops
 
 WORLDS = (1, 2, 4, 8)
 
@@ -193,19 +194,6 @@ def merge_checks(per_rank: list[dict]) -> dict:
         elif k != "replays" and isinstance(v, (int, float)):
             out[k] = sum(c.get(k, 0) for c in per_rank)
     return out
-
-
-def worst_ops(tables: list[dict]) -> dict:
-    """Per op the worst rank's row of ``opcheck.ReferenceCheck.table()`` (NaN counts summed)."""
-    out: dict = {}
-    for t in tables:
-        for op, o in t.items():
-            w = out.get(op)
-            if w is None or o["rel_rms"] > w["rel_rms"]:
-                out[op] = {**o, "nan": o["nan"] + (w["nan"] if w else 0)}
-            else:
-                w["nan"] += o["nan"]
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]["rel_rms"]))
 
 
 def merge_replies(cmd: str, replies: list[dict]) -> dict:

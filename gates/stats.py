@@ -216,6 +216,43 @@ def far_from_reference(ops: dict, max_rel_rms: float) -> dict | None:
                    f"scorer's own step"}
 
 
+def worst_ops(tables: list[dict]) -> dict:
+    """Per op the worst row (of several ranks or buckets) of ``opcheck.ReferenceCheck.table()`` (NaN counts summed)."""
+    out: dict = {}
+    for t in tables:
+        for op, o in t.items():
+            w = out.get(op)
+            if w is None or o["rel_rms"] > w["rel_rms"]:
+                out[op] = {**o, "nan": o["nan"] + (w["nan"] if w else 0)}
+            else:
+                w["nan"] += o["nan"]
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["rel_rms"]))
+
+
+def below_floor(medians: dict, floor_bytes: dict, bandwidth_Bps: float | None) -> dict | None:
+    """A bucket whose median replay is faster than its roofline floor: the bytes the step must
+    move (``cost``, counted on main's side for the same workload) over the read bandwidth
+    measured on this card in the same run. No kernel moves its bytes faster than the card can
+    read them, so such a time is a measurement of something other than the step. None when
+    every bucket is at or above its floor, or without a measured bandwidth (the CPU)."""
+    if not bandwidth_Bps:
+        return None
+    fast = []
+    for b, ms in sorted(medians.items()):
+        if b not in floor_bytes:
+            continue
+        floor_ms = floor_bytes[b] / bandwidth_Bps * 1e3
+        if ms < floor_ms:
+            fast.append((b, ms, floor_ms))
+    if not fast:
+        return None
+    b, ms, fl = min(fast, key=lambda x: x[1] / x[2])
+    return {"check": "roofline_floor", "buckets": [x[0] for x in fast],
+            "why": f"faster than the roofline floor: {ms:.3f} ms at {b} rows, below the "
+                   f"{fl:.3f} ms its {floor_bytes[b] / 1e9:.3f} GB take at the "
+                   f"{bandwidth_Bps / 1e12:.2f} TB/s read bandwidth measured in this run"}
+
+
 def hidden_time(a_visits: list[dict], b_visits: list[dict], max_pct: float) -> dict | None:
     """Time the coordinator saw pass that the candidate's clock did not report.
 

@@ -40,12 +40,15 @@ class Verdict:
 
 # ------------------------------------------------------------------ logits
 def logit_stats(a_logits: dict, b_logits: dict, near_tie_factor: float) -> dict:
-    """Row-by-row comparison of ``{"rows:step": [rows, vocab] f32}`` logits, A vs B."""
+    """Row-by-row comparison of ``{"rows:step": [rows, vocab] f32}`` logits, A vs B.
+
+    Works where the tensors are (the scorer compares tens of thousands of rows on the GPU):
+    the per-row quantities stay tensors and only the 64 worst rows become Python values."""
     rows_total = flips_near = flips_real = 0
     kl_max = kl_sum = 0.0
     ulp_max = 0.0
     nonfinite = 0
-    worst = []
+    per_key = []  # (key, kl, flip, near, margin, rms, ulps) per compared key, in key order
     missing = sorted(set(a_logits) - set(b_logits))
     for key in sorted(a_logits, key=_key_order):
         if key not in b_logits:
@@ -73,17 +76,39 @@ def logit_stats(a_logits: dict, b_logits: dict, near_tie_factor: float) -> dict:
         kl_max = max(kl_max, float(kl.max()))
         kl_sum += float(kl.clamp(max=1e30).sum())
         ulp_max = max(ulp_max, float(ulps.max()))
-        for r in range(a.shape[0]):
-            worst.append({"at": f"rows {key.split(':')[0]} step {key.split(':')[1]} row {r}",
-                          "kl": float(kl[r]), "flip": bool(flip[r]),
-                          "near_tie": bool(near[r]), "margin": float(margin[r]),
-                          "rms_delta": float(rms[r]), "max_ulps": float(ulps[r])})
-    worst.sort(key=lambda w: (not (w["flip"] and not w["near_tie"]), -w["kl"]))
+        per_key.append((key, kl, flip, near, margin, rms, ulps))
     return {"rows": rows_total, "flips_near_tie": flips_near, "flips_confident": flips_real,
             "kl_max": kl_max, "kl_mean": kl_sum / max(1, rows_total), "max_ulps": ulp_max,
             "nonfinite_rows": nonfinite, "missing": missing,
             "identical": ulp_max == 0.0 and flips_near + flips_real == 0 and not missing,
-            "worst": worst[:64]}
+            "worst": _worst_rows(per_key, 64)}
+
+
+def _worst_rows(per_key: list, limit: int) -> list[dict]:
+    """The ``limit`` worst rows: confident flips first, then by KL, ties in (key, row) order."""
+    if not per_key:
+        return []
+    kl = torch.cat([k[1] for k in per_key])
+    confident = torch.cat([(k[2] & ~k[3]) for k in per_key])
+    # two stable sorts: by KL (descending), then confident flips first
+    order = torch.sort(kl, descending=True, stable=True).indices
+    order = order[torch.sort(confident[order].to(torch.int8), descending=True, stable=True).indices]
+    order = order[:limit].tolist()
+    starts, pos = [], 0
+    for k in per_key:
+        starts.append(pos)
+        pos += k[1].numel()
+    cols = [torch.cat([k[j] for k in per_key]) for j in range(1, 7)]
+    picked = [c[order].tolist() for c in cols]
+    out = []
+    for n, i in enumerate(order):
+        which = max(j for j, s in enumerate(starts) if s <= i)
+        key, r = per_key[which][0], i - starts[which]
+        kl_v, flip, near, margin, rms, ulps = (p[n] for p in picked)
+        out.append({"at": f"rows {key.split(':')[0]} step {key.split(':')[1]} row {r}",
+                    "kl": float(kl_v), "flip": bool(flip), "near_tie": bool(near),
+                    "margin": float(margin), "rms_delta": float(rms), "max_ulps": float(ulps)})
+    return out
 
 
 def _f32_ulp(x: torch.Tensor) -> torch.Tensor:
@@ -348,3 +373,75 @@ def fmt(x: float) -> str:
     if math.isinf(x):
         return "inf"
     return f"{x:.3g}"
+
+
+# ------------------------------------------------------------------ the scorer's timed outputs
+IDENTICAL_CLAIMS = {"PASS bit-identical": "first_raw_difference",
+                    "PASS value-identical": "first_value_difference"}
+
+
+def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: float) -> dict | None:
+    """The outputs of the scorer's timed replays against main's on the same inputs
+    (``gates/timed.py``): None when they pass, else the failed check ``{check, why}``.
+
+    ``accuracy``: the accuracy gate's verdict for this commit and the evidence it weighed
+    (``verdict``, and ``band``, ``noise``, ``noise_tap`` from ``kern test``'s evidence), or
+    None when the scorer runs alone (no band: the rule's fixed limits apply).
+    An identical claim (bit or value) must hold for every timed replay exactly. Otherwise
+    B's timed logits are judged by the accuracy gate's own rule (:func:`judge` on the same
+    thresholds, near-tie rule and band) and its recurrent state must stay within
+    ``sketch_limit`` of main's (relative distance of the random projections)."""
+    claim = (accuracy or {}).get("verdict")
+    if not timed:
+        return None
+    key = IDENTICAL_CLAIMS.get(claim)
+    if key:
+        for bucket in sorted(timed, key=int):
+            first = timed[bucket][key]
+            if first is not None:
+                return {"check": "timed_outputs_identical", "bucket": int(bucket),
+                        "replay": first["replay"],
+                        "why": f"timed outputs differ from main's although the accuracy gate saw "
+                               f"identical ones ({claim}): at {bucket} rows, timed replay "
+                               f"{first['replay']} ({', '.join(first['what'])} differ)"}
+        return None
+    for bucket in sorted(timed, key=int):
+        t = timed[bucket]
+        if not t["sketch_rel_max"] <= sketch_limit:
+            w = t["sketch_worst"] or {}
+            return {"check": "timed_outputs_accuracy", "bucket": int(bucket),
+                    "why": f"timed outputs fail the accuracy gate's rule: the recurrent state "
+                           f"written at {bucket} rows (timed replay {w.get('replay')}) is "
+                           f"{t['sketch_rel_max']:.3g} from main's (relative), expected at most "
+                           f"{sketch_limit:g}"}
+    lg = merge_logit_stats([timed[b]["logits"] for b in sorted(timed, key=int)])
+    acc = accuracy or {}
+    calls = sum(t["replays"] for t in timed.values())
+    ev = {"outcome_a": "ok", "outcome_b": "ok", "protected_changed": [], "same_setup": True,
+          # nothing of the tap applies here: the replays' outputs are the only evidence
+          "tap": {"calls": calls, "differ_raw": calls, "differ_value": calls, "sequence": [],
+                  "by_op": {}, "unwritten": [], "nonfinite": [], "outside": [], "compared": True},
+          "logits": lg, "band": acc.get("band"), "noise": acc.get("noise"),
+          "noise_tap": acc.get("noise_tap"), "outcome_noise": "not needed"}
+    v = judge(ev, th)
+    if v.name.startswith("PASS"):
+        return None
+    worst = lg["worst"][0]["at"].replace(" step ", " timed replay ") if lg["worst"] else ""
+    return {"check": "timed_outputs_accuracy",
+            "why": f"timed outputs fail the accuracy gate's rule ({v.name}): "
+                   f"{'; '.join(v.reasons[:2])}" + (f"; worst at {worst}" if worst else "")}
+
+
+def merge_logit_stats(parts: list[dict]) -> dict:
+    """Several :func:`logit_stats` results as one (disjoint rows)."""
+    rows = sum(p["rows"] for p in parts)
+    worst = sorted((w for p in parts for w in p["worst"]),
+                   key=lambda w: (not (w["flip"] and not w["near_tie"]), -w["kl"]))
+    return {"rows": rows, "flips_near_tie": sum(p["flips_near_tie"] for p in parts),
+            "flips_confident": sum(p["flips_confident"] for p in parts),
+            "kl_max": max((p["kl_max"] for p in parts), default=0.0),
+            "kl_mean": sum(p["kl_mean"] * p["rows"] for p in parts) / max(1, rows),
+            "max_ulps": max((p["max_ulps"] for p in parts), default=0.0),
+            "nonfinite_rows": sum(p["nonfinite_rows"] for p in parts),
+            "missing": [m for p in parts for m in p["missing"]],
+            "identical": all(p["identical"] for p in parts), "worst": worst[:64]}

@@ -147,9 +147,18 @@ def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
         faults.point("bench")
         ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
         bench = run_bench(BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
-                                       ctx.profile, ctx.runs, ctx.cuda),
+                                       ctx.profile, ctx.runs, ctx.cuda,
+                                       accuracy=accuracy_claim(test)),
                           progress=lambda m: ctx.progress(f"  {m}"))
     return sc, test, bench
+
+
+def accuracy_claim(test: dict) -> dict:
+    """Pure: what the accuracy gate said of a commit and the evidence it weighed, as the bar
+    the scorer holds the timed replays' outputs to (``verdict.judge_timed``)."""
+    ev = test.get("evidence") or {}
+    return {"verdict": test["verdict"], "band": ev.get("band"), "noise": ev.get("noise"),
+            "noise_tap": ev.get("noise_tap")}
 
 
 def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,

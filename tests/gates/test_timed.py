@@ -1,0 +1,159 @@
+"""The scorer judges what it times: the timed replays' outputs of two sides compared replay by
+replay (``gates/timed.py``), and the decision on them (``verdict.judge_timed``), the roofline
+floor and the reference sample (``gates/stats.py``, ``gates/bench.py``) as pure functions."""
+from __future__ import annotations
+
+import random
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gates import stats, timed
+from gates.bench import draw_secrets, reference_sample
+from gates.verdict import judge_timed, logit_stats
+
+TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4.0,
+      "max_near_tie_flips": 0.02, "layout_kl_pass": 1e-2,
+      "reference": {"default": {"rel_rms": 1e-2}}}
+VOCAB = 37
+
+
+def _record(seed: int, sets: list[int], rows: int, layers: int = 3) -> dict:
+    """One visit's file, as ``TimedRecord.save`` writes it, for one bucket."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(sets)
+    logits = torch.randn(n, rows, VOCAB, generator=g) * 3
+    top = logits.max(-1)
+    return {rows: {"set": list(sets), "logits": logits, "top_val": top.values,
+                   "next_token": top.indices, "state_raw": torch.randint(0, 2**40, (n, layers, 2), generator=g),
+                   "state_value": torch.randint(0, 2**40, (n, layers, 2), generator=g),
+                   "sketch": torch.randn(n, layers, rows, timed.SKETCHES, generator=g)}}
+
+
+def _save(tmp_path, name, data) -> str:
+    p = tmp_path / name
+    torch.save(data, p)
+    return str(p)
+
+
+def _compare(tmp_path, a, b):
+    return timed.compare([_save(tmp_path, "a.pt", a)], [_save(tmp_path, "b.pt", b)], 4.0, "cpu")
+
+
+def test_equal_records_have_no_difference_and_a_changed_replay_is_named(tmp_path):
+    a = _record(0, [2, 3, 4, 5], rows=3)
+    same = _compare(tmp_path, a, _record(0, [2, 3, 4, 5], rows=3))["3"]
+    assert same["first_raw_difference"] is None and same["first_value_difference"] is None
+    assert same["logits"]["identical"] and same["sketch_rel_max"] == 0.0 and same["replays"] == 4
+
+    b = _record(0, [2, 3, 4, 5], rows=3)
+    b[3]["logits"][2, 1, 5] += 1.0  # replay 2 skipped work in one row
+    b[3]["state_raw"][3, 0, 0] ^= 1  # replay 3 wrote a different state
+    got = _compare(tmp_path, a, b)["3"]
+    assert got["first_raw_difference"] == {"replay": 2, "what": ["logits"]}
+    assert got["first_value_difference"]["replay"] == 2
+    assert not got["logits"]["identical"] and got["logits"]["rows"] == 12
+
+
+def test_signed_zeros_differ_in_bytes_not_in_value(tmp_path):
+    a = _record(1, [2, 3], rows=1)
+    a[1]["logits"][0, 0, 0] = 0.0
+    b = {1: {k: (v.clone() if isinstance(v, torch.Tensor) else list(v)) for k, v in a[1].items()}}
+    b[1]["logits"][0, 0, 0] = -0.0
+    got = _compare(tmp_path, a, b)["1"]
+    assert got["first_raw_difference"] == {"replay": 0, "what": ["logits"]}
+    assert got["first_value_difference"] is None
+
+
+def test_sides_that_ran_different_input_sets_are_a_bench_bug(tmp_path):
+    import pytest
+
+    with pytest.raises(RuntimeError, match="expected the same sequence"):
+        _compare(tmp_path, _record(0, [2, 3], rows=2), _record(0, [2, 4], rows=2))
+
+
+def test_files_of_several_visits_are_joined_in_order(tmp_path):
+    a1, a2 = _record(0, [2, 3], rows=2), _record(1, [4, 5], rows=2)
+    b2 = _record(1, [4, 5], rows=2)
+    b2[2]["next_token"][1, 0] += 1
+    got = timed.compare([_save(tmp_path, "a1", a1), _save(tmp_path, "a2", a2)],
+                        [_save(tmp_path, "b1", a1), _save(tmp_path, "b2", b2)], 4.0, "cpu")["2"]
+    assert got["replays"] == 4 and got["first_raw_difference"] == {"replay": 3, "what": ["next tokens"]}
+
+
+def _timed(delta: float = 0.0, sketch: float = 0.0, seed: int = 0, rows: int = 8) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(rows, VOCAB, generator=g) * 3
+    b = a + delta * torch.randn(rows, VOCAB, generator=g)
+    first = None if delta == 0 and sketch == 0 else {"replay": 0, "what": ["logits"]}
+    return {str(rows): {"replays": 1, "first_raw_difference": first, "first_value_difference": first,
+                        "sketch_rel_max": sketch, "sketch_worst": {"replay": 0, "tensor": 0},
+                        "logits": logit_stats({f"{rows}:0": a}, {f"{rows}:0": b}, 4.0)}}
+
+
+def test_an_identical_claim_must_hold_for_every_timed_replay():
+    for claim in ("PASS bit-identical", "PASS value-identical"):
+        assert judge_timed(_timed(), {"verdict": claim}, TH, 0.05) is None
+        bad = judge_timed(_timed(delta=1e-6), {"verdict": claim}, TH, 0.05)
+        assert bad["check"] == "timed_outputs_identical"
+        assert bad["why"].startswith("timed outputs differ from main's although the accuracy gate "
+                                     "saw identical ones") and "8 rows, timed replay 0" in bad["why"]
+
+
+def test_other_claims_are_held_to_the_accuracy_gates_own_rule():
+    evidence = {"verdict": "PASS logit evidence"}
+    assert judge_timed(_timed(delta=1e-5), evidence, TH, 0.05) is None  # rounding-level
+    big = judge_timed(_timed(delta=3.0), evidence, TH, 0.05)  # work skipped: logits move
+    assert big["check"] == "timed_outputs_accuracy" and "FAIL" in big["why"]
+    # a band the gate measured for this commit widens the bar as it widened the gate's
+    mid = _timed(delta=0.02)
+    kl = mid["8"]["logits"]["kl_max"]
+    assert TH["kl_pass"] < kl < TH["kl_fail"]
+    assert judge_timed(mid, evidence, TH, 0.05)["check"] == "timed_outputs_accuracy"
+    band = {**mid["8"]["logits"], "kl_max": kl, "flips_near_tie": 0, "flips_confident": 0}
+    assert judge_timed(mid, {"verdict": "PASS within noise floor", "band": band}, TH, 0.05) is None
+
+
+def test_a_state_far_from_mains_fails_whatever_the_logits():
+    got = judge_timed(_timed(delta=1e-5, sketch=0.9), {"verdict": "PASS logit evidence"}, TH, 0.05)
+    assert got["check"] == "timed_outputs_accuracy" and "recurrent state" in got["why"]
+    assert judge_timed(_timed(delta=1e-5, sketch=0.01), {"verdict": "PASS logit evidence"}, TH,
+                       0.05) is None
+
+
+def test_a_bench_alone_still_refuses_gross_differences():
+    assert judge_timed(_timed(delta=3.0), None, TH, 0.05)["check"] == "timed_outputs_accuracy"
+    assert judge_timed(_timed(), None, TH, 0.05) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(ms=st.dictionaries(st.sampled_from([16, 32, 64, 128, 256]),
+                          st.floats(min_value=0.01, max_value=500.0), min_size=1),
+       gb=st.floats(min_value=0.001, max_value=100.0), tbps=st.floats(min_value=0.5, max_value=5.0))
+def test_below_floor_fires_exactly_when_a_median_beats_bytes_over_bandwidth(ms, gb, tbps):
+    floor_bytes = {b: gb * 1e9 for b in ms}
+    got = stats.below_floor(ms, floor_bytes, tbps * 1e12)
+    fast = [b for b, m in ms.items() if m < gb * 1e9 / (tbps * 1e12) * 1e3]
+    assert (got is None) == (not fast)
+    if got:
+        assert got["check"] == "roofline_floor" and sorted(got["buckets"]) == sorted(fast)
+        assert got["why"].startswith("faster than the roofline floor")
+    assert stats.below_floor(ms, floor_bytes, None) is None  # the CPU: no measured ceiling
+
+
+@given(calls=st.dictionaries(st.sampled_from(["moe.experts", "kda.core", "mla.topk", "lm_head.argmax"]),
+                             st.integers(1, 100)), per_op=st.integers(1, 4), seed=st.integers(0, 99))
+def test_the_reference_sample_checks_per_op_calls_of_every_op_that_has_more(calls, per_op, seed):
+    got = reference_sample(calls, per_op, random.Random(seed))
+    assert got == reference_sample(calls, per_op, random.Random(seed))  # pure given the rng
+    for op, n in calls.items():
+        if n > per_op:
+            assert len(set(got[op])) == per_op and all(0 <= i < n for i in got[op])
+        else:
+            assert op not in got  # checked whole
+
+
+def test_each_run_draws_its_own_secrets():
+    rng = random.SystemRandom()
+    assert draw_secrets(rng) != draw_secrets(rng)
