@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gates import stats
@@ -94,8 +94,12 @@ def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> 
         return Outcome("crashed", f"scorer: {kind}", {"gate": gate})
     an = bench_res["analysis"]
     sb = an["sides"]["B"]
-    if sb["failed_checks"] or not sb["graph_matches_eager"]:
-        gate["bench"] = {"checks": sb["failed_checks"][:4], "graph_matches_eager": sb["graph_matches_eager"]}
+    again = reverify_check(bench_res)
+    checks = sb["failed_checks"] + ([again] if again else [])
+    if checks or not sb["graph_matches_eager"]:
+        gate["bench"] = {"checks": checks[:4], "graph_matches_eager": sb["graph_matches_eager"]}
+        if "reverify" in bench_res:
+            gate["reverify"] = reverify_summary(bench_res["reverify"])
         return Outcome("abandoned", "scorer check", {"gate": gate})
     ab = an["ab"]
     buckets = bench_res["buckets"]
@@ -103,6 +107,8 @@ def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> 
     gate["bench"] = {"classification": ab["classification"], "band_ms": ab["band"]}
     gate["guard"] = {"ok": ab["guard_ok"], "text": ab["guard"], "rows": worst,
                      "worst_pct": ab["delta"]["buckets"][worst]["delta"] / an["sides"]["A"]["buckets"][worst]["median"] * 100}
+    if "reverify" in bench_res:
+        gate["reverify"] = reverify_summary(bench_res["reverify"])
     fields = {
         "gate": gate,
         "medians_a": {str(b): an["sides"]["A"]["buckets"][b]["median"] for b in buckets},
@@ -115,6 +121,21 @@ def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> 
     if merge:
         return Outcome("merged", None, fields)
     return Outcome("abandoned", why, fields)
+
+
+def reverify_summary(again: dict) -> dict:
+    """Pure: what the ledger row keeps of the re-measurement (beside the first's numbers)."""
+    if again.get("outcome") != "ok":
+        return {"outcome": again.get("outcome"), "error": again.get("error")}
+    an = again["analysis"]
+    sides = an["sides"]
+    return {"outcome": "ok", "classification": an["ab"]["classification"],
+            "delta_ms": an["ab"]["delta"]["delta"], "ci": [an["ab"]["delta"]["low"], an["ab"]["delta"]["high"]],
+            "delta_pct": an["ab"]["delta_pct"], "band_ms": an["ab"]["band"],
+            "medians_a": {str(b): v["median"] for b, v in sides["A"]["buckets"].items()},
+            "medians_b": {str(b): v["median"] for b, v in sides["B"]["buckets"].items()},
+            "checks": [c.get("check") for c in sides["B"]["failed_checks"]],
+            "processes": again.get("processes"), "secrets": again.get("secrets")}
 
 
 def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
@@ -146,11 +167,48 @@ def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
             return sc, test, None
         faults.point("bench")
         ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
-        bench = run_bench(BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
-                                       ctx.profile, ctx.runs, ctx.cuda,
-                                       accuracy=accuracy_claim(test)),
-                          progress=lambda m: ctx.progress(f"  {m}"))
+        request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
+                               ctx.runs, ctx.cuda, accuracy=accuracy_claim(test))
+        bench = run_bench(request, progress=lambda m: ctx.progress(f"  {m}"))
+        pct = float(ctx.settings["bench"]["reverify_pct"])
+        if needs_reverify(bench, pct):
+            # a large gain is merged only once an independent measurement reproduces it: fresh
+            # processes, the sides alternating, inputs of its own
+            ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
+            bench["reverify"] = run_bench(replace(request, alternate=True),
+                                          progress=lambda m: ctx.progress(f"  again: {m}"))
     return sc, test, bench
+
+
+def needs_reverify(bench: dict | None, pct: float) -> bool:
+    """Pure: the scorer found a gain larger than ``pct`` % with every check clean."""
+    if not bench or bench.get("outcome") != "ok":
+        return False
+    an = bench["analysis"]
+    return (an.get("ab", {}).get("classification") == "faster" and not an["sides"]["B"]["failed_checks"]
+            and an["ab"]["delta_pct"] < -pct)
+
+
+def reverify_check(bench: dict) -> dict | None:
+    """Pure: None when the re-measurement of a large gain (``bench["reverify"]``) reproduced it
+    (it ran, its checks are clean and it also finds the candidate faster), else the failed
+    check that names what the second measurement found."""
+    again = bench.get("reverify")
+    if again is None:
+        return None
+    first = bench["analysis"]["ab"]
+    if again.get("outcome") != "ok":
+        return {"check": "reverify", "why": f"the re-measurement of a {first['delta_pct']:+.1f} % "
+                f"gain did not finish ({again.get('outcome')}: {again.get('error')})"}
+    an = again["analysis"]
+    ab, bad = an["ab"], an["sides"]["B"]["failed_checks"]
+    if bad or ab["classification"] != "faster":
+        d = ab["delta"]
+        found = f"failed checks {[c.get('check') for c in bad]}" if bad else \
+            f"{d['delta']:+.2f} ms ({ab['delta_pct']:+.1f} %) [{d['low']:+.2f}, {d['high']:+.2f}] {ab['classification']}"
+        return {"check": "reverify", "why": f"a {first['delta_pct']:+.1f} % gain was not reproduced "
+                f"by an independent re-measurement (fresh processes, alternating sides): {found}"}
+    return None
 
 
 def accuracy_claim(test: dict) -> dict:

@@ -157,3 +157,50 @@ def test_the_reference_sample_checks_per_op_calls_of_every_op_that_has_more(call
 def test_each_run_draws_its_own_secrets():
     rng = random.SystemRandom()
     assert draw_secrets(rng) != draw_secrets(rng)
+
+
+def _bench_result(pct: float, cls: str = "faster", checks=()) -> dict:
+    return {"outcome": "ok", "processes": {"A": 2, "B": 1}, "secrets": {},
+            "analysis": {"ab": {"classification": cls, "delta_pct": pct, "band": 1.0,
+                                "delta": {"delta": pct, "low": pct - 1, "high": pct + 1}},
+                         "sides": {"A": {"buckets": {16: {"median": 100.0}}},
+                                   "B": {"buckets": {16: {"median": 100.0 + pct}},
+                                         "failed_checks": list(checks)}}}}
+
+
+def test_only_a_clean_gain_above_the_bar_is_measured_again():
+    from harness.pipeline import needs_reverify
+
+    assert needs_reverify(_bench_result(-20.0), 15.0)
+    assert not needs_reverify(_bench_result(-10.0), 15.0)
+    assert not needs_reverify(_bench_result(-20.0, checks=[{"check": "hidden_time"}]), 15.0)
+    assert not needs_reverify(_bench_result(+20.0, "slower"), 15.0)
+    assert not needs_reverify({"outcome": "timeout"}, 15.0) and not needs_reverify(None, 15.0)
+
+
+def test_a_large_gain_merges_only_when_the_second_measurement_reproduces_it():
+    from harness.pipeline import decide_outcome
+    from harness.scope import ScopeResult
+
+    test = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
+    guard = {"guard_ok": True, "guard": "guard ok"}
+
+    def bench(again):
+        b = _bench_result(-40.0)
+        b["buckets"] = [16]
+        b["analysis"]["ab"].update(guard)
+        b["analysis"]["ab"]["delta"]["buckets"] = {16: {"delta": -40.0, "low": -41, "high": -39}}
+        b["analysis"]["sides"]["B"]["graph_matches_eager"] = True
+        b["reverify"] = again
+        return b
+
+    ok = ScopeResult(True, [])
+    merged = decide_outcome(ok, test, bench(_bench_result(-38.0)))
+    assert merged.state == "merged" and merged.fields["gate"]["reverify"]["delta_pct"] == -38.0
+    lost = decide_outcome(ok, test, bench(_bench_result(-1.0, "within noise")))
+    assert (lost.state, lost.reason) == ("abandoned", "scorer check")
+    check = lost.fields["gate"]["bench"]["checks"][0]
+    assert check["check"] == "reverify" and "-40.0 % gain was not reproduced" in check["why"]
+    assert lost.fields["gate"]["reverify"]["classification"] == "within noise"
+    died = decide_outcome(ok, test, bench({"outcome": "timeout", "error": "no answer"}))
+    assert died.fields["gate"]["bench"]["checks"][0]["check"] == "reverify"
