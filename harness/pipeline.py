@@ -60,7 +60,13 @@ def phase_definition(ctx: Context) -> dict:
     p = ctx.profile
     return {"model": p["model"], "layout": p["layout"], "buckets": p["buckets"],
             "weights": p["weights"], "context": p["context"], "seed": ctx.settings["target"]["seed"],
-            "corpus": corpus_hash()}
+            "corpus": corpus_hash(), "replay": REPLAY_PROTOCOL}
+
+
+# What one timed replay is. 2: one step from the seeded recurrent state at the workload's
+# step-1 positions (gates/timed.py); 1 (before 2026-12-01, no key): a chain of steps whose
+# positions advanced with the input set. Scores of the two are not comparable.
+REPLAY_PROTOCOL = 2
 
 
 def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> Outcome:
