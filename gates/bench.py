@@ -187,11 +187,13 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                     rank_samples[k][b][rank] += times
                 visit[b] = r["times"]
                 checks[k].append({"bucket": b, **r["checks"], "wall_ms": wall_ms,
-                                  "sum_ms": sum(r["times"])})
+                                  "sum_ms": sum(r["times"]), "untimed_ms": r.get("untimed_ms")})
             blocks[k].append(visit)
             # the visit's timed outputs, before its process may go (sides that alternate)
             path = work / f"timed-{k}-{i:02d}.pt"
+            t_s = time.monotonic()
             side.request({"cmd": "save_record", "path": str(path)}, timeout)
+            result.setdefault("timed_save_s", []).append(time.monotonic() - t_s)
             result["timed_files"].setdefault(k, []).append(str(path))
             progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
@@ -228,6 +230,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         _remove_timed_files(result["timed_files"], req.world)
     result["processes"] = opened
     result["wall_s"] = time.monotonic() - t0
+    result["judged_cost"] = judged_cost(result, checks if result.get("outcome") == "ok" else {})
     if result["outcome"] == "ok":
         result["samples"] = samples
         result["checks"] = checks
@@ -240,6 +243,21 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                                      judging={"accuracy": req.accuracy, "test": req.settings["test"]})
     result["work_dir"] = str(work)
     return result
+
+
+def judged_cost(result: dict, checks: dict) -> dict:
+    """Pure: what judging the timed outputs cost in this run, in seconds of its wall time: the
+    untimed device work between replays (resetting the state, keeping the outputs), writing
+    each visit's outputs, and main's side comparing them."""
+    spans = [c.get("untimed_ms") or {} for cs in checks.values() for c in cs]
+    reset = sum(x.get("reset", 0.0) for x in spans) / 1e3
+    record = sum(x.get("record", 0.0) for x in spans) / 1e3
+    save = sum(result.get("timed_save_s") or [])
+    judge = result.get("timed_judge_s") or 0.0
+    total = reset + record + save + judge
+    wall = result.get("wall_s") or 0.0
+    return {"reset_s": reset, "record_s": record, "save_s": save, "judge_s": judge,
+            "total_s": total, "share_of_wall": total / wall if wall else None}
 
 
 def _verify(side, k: str, buckets: list, timeout: float, per_op: int, rng) -> dict:
@@ -421,7 +439,9 @@ def timed_lines(res: dict) -> list[str]:
     claim = res.get("accuracy_claim")
     raw = [(b, t["first_raw_difference"]) for b, t in sorted(timed.items(), key=lambda x: int(x[0]))
            if t["first_raw_difference"] is not None]
-    when = f" ({res['timed_judge_s']:.1f} s)" if res.get("timed_judge_s") is not None else ""
+    cost = res.get("judged_cost") or {}
+    when = (f" (judging them cost {cost['total_s']:.1f} s, {cost['share_of_wall'] * 100:.1f} % of "
+            f"the run)") if cost.get("share_of_wall") is not None else ""
     if not raw:
         return [f"timed      {n} timed replays per side: outputs and state equal main's byte for "
                 f"byte{when}"]

@@ -141,26 +141,32 @@ class Bench:
         # so ranks that part ways on some replays only are seen, not just at the visit's end
         replicated = [] if self.spec.world > 1 else None
         sets = []
+        from .timing import Spans
+
+        spans = Spans(self.dev)  # what the judged outputs add between replays
 
         def between(i):
             if i > 0:  # check the previous replay's outputs (untimed, on the device)
                 strays.append(self._stray_threads())
                 if replicated is not None:
                     replicated.append(_replicated_digest(step))
-                self.record.keep(b, sets[-1], step)
+                with spans.span("record"):
+                    self.record.keep(b, sets[-1], step)
                 s = step.logits.double().sum()
                 stats[i - 1, 0] = torch.isnan(step.logits).sum() + \
                     ((step.next_token < 0) | (step.next_token >= vocab)).sum()
                 stats[i - 1, 1] = s
                 stats[i - 1, 2] = (s == prev).double()
                 prev.copy_(s)
-            sets.append(self._next_inputs(b))
+            with spans.span("reset"):
+                sets.append(self._next_inputs(b))
 
         times = timer.measure(n, between)
         strays.append(self._stray_threads())
         if replicated is not None:
             replicated.append(_replicated_digest(step))
-        self.record.keep(b, sets[-1], step)
+        with spans.span("record"):
+            self.record.keep(b, sets[-1], step)
         s = step.logits.double().sum()
         stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
             ((step.next_token < 0) | (step.next_token >= vocab)).sum()
@@ -172,7 +178,7 @@ class Bench:
                   "repeated_outputs": int(st[:, 2].sum()),
                   "threads_left_running": sum(1 for x in strays if x),
                   "tampered": self._tampered()}
-        out = {"times": times, "checks": checks}
+        out = {"times": times, "checks": checks, "untimed_ms": spans.totals_ms()}
         if self.spec.world > 1:  # the coordinator checks that every rank ended the same
             from .driver import rank_digests
 

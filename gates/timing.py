@@ -84,3 +84,45 @@ def read_bandwidth(device: torch.device, gib: float = 1.0, reps: int = 10) -> fl
     del x
     times.sort()
     return n * 2 / times[len(times) // 2]
+
+
+class Spans:
+    """Time of named untimed work between replays (device time on a GPU, from events, with no
+    host sync per span; the host clock on the CPU), summed per name: what the scorer's own
+    checks cost beside the replays they check."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._marks: dict = {}
+
+    def span(self, name: str):
+        return _Span(self, name)
+
+    def totals_ms(self) -> dict:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return {k: sum(s.elapsed_time(e) for s, e in v) for k, v in self._marks.items()}
+        return {k: sum(v) for k, v in self._marks.items()}
+
+
+class _Span:
+    def __init__(self, spans: Spans, name: str):
+        self.spans, self.name = spans, name
+
+    def __enter__(self):
+        if self.spans.device.type == "cuda":
+            self.start = torch.cuda.Event(enable_timing=True)
+            self.start.record()
+        else:
+            self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        marks = self.spans._marks.setdefault(self.name, [])
+        if self.spans.device.type == "cuda":
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            marks.append((self.start, end))
+        else:
+            marks.append((time.perf_counter() - self.start) * 1e3)
+        return False
