@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import checkout, ranks, stats
+from .hidden import Hidden
 from .session import side_spec
 from .sides import Interactive, SideError
 
@@ -51,6 +52,9 @@ class BenchRequest:
     alternate: bool | None = None  # sides in alternating processes; None: when they cannot share
     world: int = 1  # processes per side, one per rank (kern bench --gpus)
     layout: str | None = None  # None: the profile's
+    # the judgment's hidden inputs (gates/hidden.py): both sides decode the workload of its
+    # input seed (replay n of each side on input set n); None: the target seed
+    hidden: Hidden | None = None
 
 
 def processes(cuda: bool, same_model: bool, world: int, forced: bool | None,
@@ -108,6 +112,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
     result = {"revs": revs, "digests": digests, "shared_model": shared, "spec": spec,
               "alternating": alternate, "rounds": rounds, "replays": replays, "buckets": buckets,
               "weights": weights, "verify": {}, "prepare": {},
+              "hidden": req.hidden.to_dict() if req.hidden else None,
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
     if req.world > 1:
         result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
@@ -126,7 +131,9 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         opened[k] += 1
         s = sides[k] = ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
             if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
-        r = s.request({"cmd": "prepare"}, timeout)
+        # the hidden inputs only once the side has imported the candidate's tree
+        s.wait_imported(timeout)
+        r = s.request({"cmd": "prepare", "hidden": result["hidden"]}, timeout)
         result["prepare"].setdefault(k, []).append(
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
@@ -320,6 +327,7 @@ def report_lines(res: dict) -> list[str]:
                          f"{e['fla_us']:.1f} µs (ours/fla {e['ratio_ours_over_fla']:.2f})")
         else:
             lines.append(f"peer       kda decode {b}: {e}")
+    lines.append(hidden_line(res.get("hidden")))
     if "ab" in an:
         ab = an["ab"]
         for b in buckets:
@@ -333,3 +341,11 @@ def report_lines(res: dict) -> list[str]:
     else:
         lines.append(f"score {an['sides']['B']['score']:.3f} ms")
     return lines
+
+
+def hidden_line(hidden: dict | None) -> str:
+    """The input seed both sides decoded, shown once the run is over (one line)."""
+    if hidden is None:
+        return "hidden     none: the workload of the target seed"
+    h = Hidden.from_dict(hidden)
+    return f"hidden     input seed {h.input_seed} on both sides (drawn for this judgment)"

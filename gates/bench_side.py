@@ -17,8 +17,11 @@ honest kernel.
 The model comes from the side's own build, or from a store process through CUDA IPC when
 both sides' protected model code agrees (``model_digest``), so two sides fit on one GPU.
 
-Commands (one JSON object per line; one JSON reply per line on stdout):
-  {"cmd": "prepare"}                          build/attach, compile and capture every bucket
+Commands (one JSON object per line; one JSON reply per line on stdout, after the driver's
+``{"imported": true}``):
+  {"cmd": "prepare", "hidden": H}             build/attach, compile and capture every bucket;
+                                               H: the judgment's hidden inputs (its input
+                                               seed sets the workload), or null
   {"cmd": "time", "bucket": B, "n": N}         N timed replays -> {"times": [...], "checks": {...}}
                                                (several ranks: and "replicated_sha", of every
                                                replay's replicated bytes and the last one's
@@ -52,7 +55,8 @@ def reply(obj) -> None:
 
 
 class Bench:
-    def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0):
+    def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0,
+                 hidden=None):
         import kernels
 
         self.kernels_dir = str(Path(kernels.__file__).resolve().parent) + os.sep
@@ -60,7 +64,10 @@ class Bench:
         self.opts = opts
         self.spec = Spec.from_dict(opts)
         self.buckets = list(opts["rows"])
-        self.side = Side(self.spec, device, attach=opts.get("attach"), rank=rank)
+        # the hidden input seed sets the tokens and positions only: an attached (shared)
+        # model was built without it and is the same model
+        self.side = Side(self.spec, device, attach=opts.get("attach"), rank=rank,
+                         input_seed=hidden.input_seed if hidden else None)
         self.dev = self.side.device
         self.steps, self.timers = {}, {}
         self.cursor = {}  # next unused input set per bucket
@@ -278,7 +285,11 @@ def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> 
                 reply({"ok": True})
                 break
             if cmd == "prepare":
-                bench = Bench(opts, device, seal, audit, rank)
+                from .hidden import Hidden
+
+                hidden = msg.get("hidden")
+                hidden = None if hidden is None else Hidden.from_dict(hidden, "the prepare request")
+                bench = Bench(opts, device, seal, audit, rank, hidden)
                 reply({"ok": True, **bench.prepare()})
             elif cmd == "time":
                 reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]))})
