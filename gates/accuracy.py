@@ -341,14 +341,15 @@ def report_lines(res: dict, limit: int = 8) -> list[str]:
         out.append("reference  unchanged ops: nothing to check")
     for r in res["reasons"][1:]:
         out.append(f"why        {r}")
-    out.append(hidden_line(res.get("hidden")))
+    out.append(hidden_line(res.get("hidden"), res.get("replayed_from")))
     out.append(f"{res['verdict']}" + (f": {res['reasons'][0]}" if res["reasons"] else "")
                + f"  ({res['wall_s']:.0f}s)")
     return out
 
 
-def hidden_line(hidden: dict | None) -> str:
+def hidden_line(hidden: dict | None, replayed: int | None = None) -> str:
     """The judgment's hidden inputs, shown once it is over (one line)."""
     if hidden is None:
         return "hidden     none: the target seed and the visible batch sizes only"
-    return f"hidden     {Hidden.from_dict(hidden).describe()} (drawn for this judgment)"
+    how = f"attempt #{replayed}'s, replayed" if replayed is not None else "drawn for this judgment"
+    return f"hidden     {Hidden.from_dict(hidden).describe()} ({how})"

@@ -327,7 +327,7 @@ def report_lines(res: dict) -> list[str]:
                          f"{e['fla_us']:.1f} µs (ours/fla {e['ratio_ours_over_fla']:.2f})")
         else:
             lines.append(f"peer       kda decode {b}: {e}")
-    lines.append(hidden_line(res.get("hidden")))
+    lines.append(hidden_line(res.get("hidden"), res.get("replayed_from")))
     if "ab" in an:
         ab = an["ab"]
         for b in buckets:
@@ -343,9 +343,10 @@ def report_lines(res: dict) -> list[str]:
     return lines
 
 
-def hidden_line(hidden: dict | None) -> str:
+def hidden_line(hidden: dict | None, replayed: int | None = None) -> str:
     """The input seed both sides decoded, shown once the run is over (one line)."""
     if hidden is None:
         return "hidden     none: the workload of the target seed"
     h = Hidden.from_dict(hidden)
-    return f"hidden     input seed {h.input_seed} on both sides (drawn for this judgment)"
+    how = f"attempt #{replayed}'s, replayed" if replayed is not None else "drawn for this run"
+    return f"hidden     input seed {h.input_seed} on both sides ({how})"

@@ -76,6 +76,16 @@ def draw(rng: random.Random, buckets, test_rows, count: int = 2) -> Hidden:
     return Hidden(rng.randrange(SEED_BOUND), rows)
 
 
+def misfit(h: Hidden, buckets, test_rows) -> str | None:
+    """Pure: why ``h`` cannot be this profile's hidden inputs (extra sizes it would never
+    draw: another profile's, or a hand-edited record), or None."""
+    bad = [r for r in h.extra_rows if r not in candidates(buckets, test_rows)]
+    if not bad:
+        return None
+    return (f"extra batch size(s) {', '.join(map(str, bad))} are not hidden sizes of this profile "
+            f"(1 .. {max(buckets)}, neither a bucket {list(buckets)} nor a test row {list(test_rows)})")
+
+
 def fresh(buckets, test_rows, count: int = 2) -> Hidden:
     """This judgment's hidden inputs, from the operating system's randomness (never a seeded
     generator: a seed would be one more thing a candidate could learn)."""

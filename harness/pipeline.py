@@ -127,8 +127,16 @@ def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
                        protected=ctx.settings["protected"], sources=sources)
 
 
-def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
-    """Run the gates on one commit against its base. Returns (scope, test, bench) results."""
+def draw_hidden(ctx: Context):
+    """One judgment's hidden inputs, from this process's own randomness (gates/hidden.py)."""
+    from gates import hidden
+
+    return hidden.for_profile(ctx.settings, ctx.profile)
+
+
+def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
+    """Run the gates on one commit against its base, both gates on the same hidden inputs
+    (``hidden``; None: drawn here). Returns (scope, test, bench) results."""
     from gates.accuracy import TestRequest, run_test
     from gates.bench import BenchRequest, run_bench
 
@@ -136,18 +144,19 @@ def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
     sc = check_scope(ctx, rev_sha, base_sha)
     if not sc.ok:
         return sc, None, None
+    hidden = draw_hidden(ctx) if hidden is None else hidden
     with gpu_lock(ctx.runs):
         faults.point("test")
         ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
         test = run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                                    ctx.runs, ctx.cuda))
+                                    ctx.runs, ctx.cuda, hidden=hidden))
         ctx.progress(f"accuracy: {test['verdict']}")
         if not test["verdict"].startswith("PASS"):
             return sc, test, None
         faults.point("bench")
         ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
         bench = run_bench(BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
-                                       ctx.profile, ctx.runs, ctx.cuda),
+                                       ctx.profile, ctx.runs, ctx.cuda, hidden=hidden),
                           progress=lambda m: ctx.progress(f"  {m}"))
     return sc, test, bench
 
@@ -162,10 +171,11 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
             return _record_found_merge(ctx, number, rev_sha)
         # a decision taken before a rebase no longer holds
         led.update(number, base_sha=base_sha, commit_sha=rev_sha, decision=None)
-        sc, test, bench = judge(ctx, rev_sha, base_sha)
+        hidden = draw_hidden(ctx)  # every judgment its own, a re-judgment after a rebase too
+        sc, test, bench = judge(ctx, rev_sha, base_sha, hidden)
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
-        out = decide_outcome(sc, test, bench)
+        out = with_hidden(decide_outcome(sc, test, bench), hidden if test is not None else None)
         if out.state != "merged":
             # no commit: the tip is the base, whose note belongs to whoever made main
             return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
@@ -186,6 +196,15 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         ctx.progress(f"attempt #{number}: main moved; rebased onto {main[:10]}, judging again")
         rev_sha, base_sha = tip, main
     return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": "main kept moving"}}), rev_sha)
+
+
+def with_hidden(out: Outcome, hidden) -> Outcome:
+    """Pure: ``out`` with the judgment's hidden inputs among the fields the ledger records
+    (only once the decision is made: while judging they live in this process and the sides;
+    None when no gate ran on them)."""
+    if hidden is None:
+        return out
+    return Outcome(out.state, out.reason, {**out.fields, "hidden": hidden.to_dict()})
 
 
 def merged_unrecorded(attempt: L.Attempt, rev_sha: str, merge_base: str) -> bool:
