@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from . import checkout, ranks, tamper, verdict
+from .hidden import Hidden
 from .session import side_spec, tap_rows
 
 
@@ -37,6 +38,9 @@ class TestRequest:
     layout: str | None = None  # None: the profile's
     base_world: int | None = None  # --base-gpus: A on this many ranks of its own layout
     base_layout: str | None = None
+    # the judgment's hidden inputs (gates/hidden.py), the same for A and B; None: none (the
+    # target seed, the visible rows). The pipeline and the CLI draw one per judgment.
+    hidden: Hidden | None = None
 
 
 # main's recording as B and the verdict read it (its logs may still grow; they are not read)
@@ -100,14 +104,17 @@ def run_test(req: TestRequest, progress=None) -> dict:
     timeout = float(req.settings["test"]["timeout_s"])
     a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
     b_tree = checkout.checkout(req.repo, rev_sha, req.runs_dir)
+    hidden = req.hidden.to_dict() if req.hidden else None
+    # the recording holds the hidden inputs' runs: it serves only judgments with the same ones
     key = _digest({"spec": spec, "touched": sorted(touched) if touched is not None else None,
-                   "cuda": req.cuda})
+                   "cuda": req.cuda, "hidden": hidden})
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
     rec = a_dir / "record.json"
     a_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one recording per base and tap, however many callers
-        a_kind, a_wall, a_tail, a_dir = _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress)
+        a_kind, a_wall, a_tail, a_dir = _record_a(req, a_dir, rec, a_tree, spec, touched, timeout,
+                                                  progress, hidden)
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
@@ -123,7 +130,7 @@ def run_test(req: TestRequest, progress=None) -> dict:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
             marks = tamper.file_marks(guarded)
         b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
-                      b_dir / "result.json", timeout, _tagged(progress, "B replay"))
+                      b_dir / "result.json", timeout, _tagged(progress, "B replay"), hidden)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
         moved = tamper.changed_files(marks, tamper.file_marks(guarded))
         if moved:
@@ -139,7 +146,7 @@ def run_test(req: TestRequest, progress=None) -> dict:
     if a_res and b_kind == "ok" and (cross or not _bit_identical(a_res, b.result, a_dir, b_dir)):
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            n_kind, n_wall, n_tail = _noise_a(a_dir, a_tree, spec, touched, timeout, progress)
+            n_kind, n_wall, n_tail = _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden)
         if n_kind == "ok":
             a_res = {**a_res, **json.loads((a_dir / "noise.json").read_text())}
         else:
@@ -172,7 +179,9 @@ def run_test(req: TestRequest, progress=None) -> dict:
     return {
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
-        "spec": b_spec, "base_spec": spec, "wall_s": time.monotonic() - t0, "a_wall_s": a_wall, "b_wall_s": b_wall,
+        "spec": b_spec, "base_spec": spec, "hidden": hidden,
+        "rows": tap_rows(b_spec["rows"], [], req.hidden.extra_rows if req.hidden else ()),
+        "wall_s": time.monotonic() - t0, "a_wall_s": a_wall, "b_wall_s": b_wall,
         "noise_wall_s": n_wall,
         "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
         "b_log_tail": b_tail[-2000:] if b_kind not in ("ok", "not run") else "",
@@ -182,12 +191,12 @@ def run_test(req: TestRequest, progress=None) -> dict:
     }
 
 
-def _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress):
+def _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress, hidden):
     if rec.exists() and (a_dir / "kept_a.pt").exists():
         return "ok", 0.0, "", a_dir
     a_dir.mkdir(parents=True, exist_ok=True)
     a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
-    a = ranks.run("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"))
+    a = ranks.run("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"), hidden)
     if not a.ok:  # keep its log, but never let a failed recording look cached
         failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
         a_dir.rename(failed)
@@ -204,13 +213,13 @@ def _bit_identical(a_res: dict, b_res: dict, a_dir: Path, b_dir: Path) -> bool:
                                torch.load(b_dir / "logits_b.pt"), 1.0)["identical"]
 
 
-def _noise_a(a_dir, a_tree, spec, touched, timeout, progress):
+def _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden):
     """A's repeat and band passes (cached beside the recording, like it)."""
     out = a_dir / "noise.json"
     if out.exists() and (a_dir / "logits_a2.pt").exists():
         return "ok", 0.0, ""
     n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-    n = ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"))
+    n = ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)
     if not n.ok:
         out.unlink(missing_ok=True)
     return n.kind, n.wall_s, n.log_tail
@@ -269,7 +278,8 @@ def report_lines(res: dict, limit: int = 8) -> list[str]:
     tap = ev.get("tap")
     if tap:
         spec = res["spec"]
-        out.append(f"tap        {len(spec['rows'])} batch sizes {spec['rows']} x {spec['steps']} steps, "
+        rows = res.get("rows") or spec["rows"]
+        out.append(f"tap        {len(rows)} batch sizes {rows} x {spec['steps']} steps, "
                    f"context {spec['context']}: {tap['calls']} op calls")
         if not tap.get("compared", True):
             out.append("tap        not compared with A's op calls (another layout); B's own "
@@ -331,6 +341,15 @@ def report_lines(res: dict, limit: int = 8) -> list[str]:
         out.append("reference  unchanged ops: nothing to check")
     for r in res["reasons"][1:]:
         out.append(f"why        {r}")
+    out.append(hidden_line(res.get("hidden"), res.get("replayed_from")))
     out.append(f"{res['verdict']}" + (f": {res['reasons'][0]}" if res["reasons"] else "")
                + f"  ({res['wall_s']:.0f}s)")
     return out
+
+
+def hidden_line(hidden: dict | None, replayed: int | None = None) -> str:
+    """The judgment's hidden inputs, shown once it is over (one line)."""
+    if hidden is None:
+        return "hidden     none: the target seed and the visible batch sizes only"
+    how = f"attempt #{replayed}'s, replayed" if replayed is not None else "drawn for this judgment"
+    return f"hidden     {Hidden.from_dict(hidden).describe()} ({how})"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import checkout, ranks, stats, verdict
+from .hidden import Hidden
 from .session import side_spec
 from .sides import Interactive, SideError
 
@@ -55,6 +56,9 @@ class BenchRequest:
     # the accuracy gate's verdict on this commit and the evidence it weighed (verdict, band,
     # noise, noise_tap): the bar the timed replays' outputs are held to; None: scored alone
     accuracy: dict | None = None
+    # the judgment's hidden inputs (gates/hidden.py): both sides decode the workload of its
+    # input seed (replay n of each side on input set n); None: the target seed
+    hidden: Hidden | None = None
 
 
 def draw_secrets(rng) -> dict:
@@ -129,6 +133,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
               "alternating": alternate, "rounds": rounds, "replays": replays, "buckets": buckets,
               "weights": weights, "verify": {}, "prepare": {}, "secrets": secrets,
               "accuracy_claim": (req.accuracy or {}).get("verdict"), "timed_files": {},
+              "hidden": req.hidden.to_dict() if req.hidden else None,
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
     if req.world > 1:
         result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
@@ -147,7 +152,10 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         opened[k] += 1
         s = sides[k] = ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
             if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
-        r = s.request({"cmd": "prepare", "sketch_seed": secrets["sketch_seed"]}, timeout)
+        # the hidden inputs only once the side has imported the candidate's tree
+        s.wait_imported(timeout)
+        r = s.request({"cmd": "prepare", "hidden": result["hidden"],
+                       "sketch_seed": secrets["sketch_seed"]}, timeout)
         result["prepare"].setdefault(k, []).append(
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
@@ -415,6 +423,7 @@ def report_lines(res: dict) -> list[str]:
         else:
             lines.append(f"peer       kda decode {b}: {e}")
     lines += timed_lines(res)
+    lines.append(hidden_line(res.get("hidden"), res.get("replayed_from")))
     if "ab" in an:
         ab = an["ab"]
         for b in buckets:
@@ -453,3 +462,12 @@ def timed_lines(res: dict) -> list[str]:
             f"timed      logits: argmax flips {lg['flips_confident']} confident, "
             f"{lg['flips_near_tie']} near-tie of {lg['rows']} rows; KL max {verdict.fmt(lg['kl_max'])}; "
             f"state sketch {verdict.fmt(sk)} from main's; judged against: {claim or 'no accuracy verdict (scored alone)'}"]
+
+
+def hidden_line(hidden: dict | None, replayed: int | None = None) -> str:
+    """The input seed both sides decoded, shown once the run is over (one line)."""
+    if hidden is None:
+        return "hidden     none: the workload of the target seed"
+    h = Hidden.from_dict(hidden)
+    how = f"attempt #{replayed}'s, replayed" if replayed is not None else "drawn for this run"
+    return f"hidden     input seed {h.input_seed} on both sides ({how})"

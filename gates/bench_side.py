@@ -19,8 +19,13 @@ shapes (all calls at the first bucket, a sample drawn afresh per run at the othe
 The model comes from the side's own build, or from a store process through CUDA IPC when
 both sides' protected model code agrees (``model_digest``), so two sides fit on one GPU.
 
-Commands (one JSON object per line; one JSON reply per line on stdout):
-  {"cmd": "prepare", "sketch_seed": S}        build/attach, compile and capture every bucket
+Commands (one JSON object per line; one JSON reply per line on stdout, after the driver's
+``{"imported": true}``):
+  {"cmd": "prepare", "hidden": H, "sketch_seed": S}
+                                               build/attach, compile and capture every bucket;
+                                               H: the judgment's hidden inputs (its input
+                                               seed sets the workload), or null; S: the seed
+                                               of the state sketches (gates/timed.py)
   {"cmd": "time", "bucket": B, "n": N, "first": F}
                                                N timed replays on input sets F, F+1, ...
                                                -> {"times": [...], "checks": {...}}
@@ -63,7 +68,7 @@ def reply(obj) -> None:
 
 class Bench:
     def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0,
-                 sketch_seed: int = 0):
+                 hidden=None, sketch_seed: int = 0):
         import kernels
 
         from .timed import TimedRecord
@@ -73,7 +78,10 @@ class Bench:
         self.opts = opts
         self.spec = Spec.from_dict(opts)
         self.buckets = list(opts["rows"])
-        self.side = Side(self.spec, device, attach=opts.get("attach"), rank=rank)
+        # the hidden input seed sets the tokens and positions only: an attached (shared)
+        # model was built without it and is the same model
+        self.side = Side(self.spec, device, attach=opts.get("attach"), rank=rank,
+                         input_seed=hidden.input_seed if hidden else None)
         self.dev = self.side.device
         self.steps, self.timers = {}, {}
         self.cursor = {}  # next unused input set per bucket
@@ -318,7 +326,12 @@ def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> 
                 reply({"ok": True})
                 break
             if cmd == "prepare":
-                bench = Bench(opts, device, seal, audit, rank, int(msg.get("sketch_seed", 0)))
+                from .hidden import Hidden
+
+                hidden = msg.get("hidden")
+                hidden = None if hidden is None else Hidden.from_dict(hidden, "the prepare request")
+                bench = Bench(opts, device, seal, audit, rank, hidden,
+                              int(msg.get("sketch_seed", 0)))
                 reply({"ok": True, **bench.prepare()})
             elif cmd == "time":
                 first = msg.get("first")

@@ -5,6 +5,10 @@ kernel tree from ``--tree``, builds the seeded model on the device and does one 
 one JSON document to ``--out`` (and tensors next to it where the mode records them). It
 decides nothing: verdicts and statistics are computed by the harness from what it writes.
 
+Before a mode's work the driver imports the whole tree, says so on stdout and only then
+receives the judgment's hidden inputs on stdin (``gates/sides.py``: the hand-over; bench sides
+get them in their ``prepare`` request): the candidate's import-time code finds nothing there.
+
 Modes:
   run      every batch size: one eager step (NaN and poison checks), graph capture and timed
            replays, peak memory; the per-op profile at --profile-rows; the whole step's error
@@ -21,7 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+from .sides import IMPORTED
 from .tree import open_tree, prepare_interpreter
+
+
+HIDDEN_MODES = ("run", "tap", "bench")  # the modes whose inputs a judgment's hidden values set
 
 
 def main(argv=None) -> int:
@@ -39,11 +47,32 @@ def main(argv=None) -> int:
 
     from . import tamper
 
-    # before any of the tree's kernel modules is imported: what they must not replace, and
-    # the hook that stops them reading the workload
-    seal = tamper.Seal()
-    audit = tamper.WorkloadAudit(root).install()
     spec = json.loads(Path(args.spec).read_text()) if args.spec.endswith(".json") else json.loads(args.spec)
+    # before any of the tree's kernel modules is imported: what they must not replace (fd 0
+    # included), and the hook that stops them reading the workload, main's recording (the
+    # replay side is told where it lies) or a process's file descriptors
+    seal = tamper.Seal()
+    guarded = {spec["record"]: "main's recording"} if spec.get("record") else {}
+    audit = tamper.WorkloadAudit(root, guarded).install()
+    # the coordinator's pipe (the hand-over; a bench side's replies and the store's): the
+    # tree's prints go to the log instead, so no line on it is the candidate's
+    channel = sys.stdout
+    sys.stdout = sys.stderr
+    if args.mode == "tap":
+        from .numerics import poison_fresh_memory
+
+        # the accuracy gate judges values: memory nobody wrote must read as poison there (the
+        # scorer keeps PyTorch's default mode, so its timed kernels are the production ones)
+        poison_fresh_memory()
+    hidden = None
+    if args.mode in HIDDEN_MODES:
+        from .tree import import_tree
+
+        import_tree()
+        channel.write(IMPORTED + "\n")
+        channel.flush()
+        if args.mode != "bench":  # a bench side reads its hidden inputs in 'prepare'
+            hidden = receive_hidden(seal)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -56,17 +85,13 @@ def main(argv=None) -> int:
 
         rank, device = join(device, float(spec.get("collective_timeout_s", 600)))
     if args.mode == "run":
-        result = run_mode(spec, device, out, rank)
+        result = run_mode(spec, device, out, rank, hidden)
     elif args.mode == "tap":
         from . import tap
-        from .numerics import poison_fresh_memory
 
-        # the accuracy gate judges values: memory nobody wrote must read as poison there (the
-        # scorer keeps PyTorch's default mode, so its timed kernels are the production ones)
-        poison_fresh_memory()
-        result = tap.side_main(spec, device, out.parent, rank)
+        result = tap.side_main(spec, device, out.parent, rank, hidden)
     elif args.mode == "store":
-        result = store_mode(spec, device, out)
+        result = store_mode(spec, device, out, channel)
     else:
         from . import bench_side
 
@@ -80,6 +105,38 @@ def main(argv=None) -> int:
 
         leave()
     return 0
+
+
+def receive_hidden(seal):
+    """The coordinator's one line on fd 0, read after the tree was imported: this side's
+    hidden inputs (a ``Hidden``, or None when the caller judges with none). Read byte by byte
+    from the descriptor (no buffer a candidate could have filled), blocking (whatever the
+    tree set). A line that is gone, or a stdin that is no longer the gates' pipe, means the
+    candidate's code read it first."""
+    import os
+
+    from .hidden import Hidden
+    from .tamper import TamperError
+
+    moved = seal.stdin_replaced()
+    if moved:
+        raise TamperError(f"tamper: {moved}")
+    os.set_blocking(0, True)
+    line = b""
+    while not line.endswith(b"\n"):
+        try:
+            got = os.read(0, 1)
+        except OSError as e:
+            raise TamperError(f"tamper: the side's stdin cannot be read after the tree was imported "
+                              f"({e}): the candidate's code closed or replaced it") from None
+        if not got:
+            raise TamperError(
+                "tamper: the gates' hidden inputs were not on this side's stdin after the tree was "
+                f"imported (expected one JSON line, found {len(line)} byte(s) and the end of "
+                "input): the candidate's code read them first")
+        line += got
+    d = json.loads(line)["hidden"]
+    return None if d is None else Hidden.from_dict(d, "the coordinator's hand-over line")
 
 
 def limit_memory() -> None:
@@ -99,15 +156,17 @@ def limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (want, want))
 
 
-def store_mode(opts: dict, device: str, out: Path) -> dict:
+def store_mode(opts: dict, device: str, out: Path, channel) -> dict:
     """Build the model once and share it with the bench sides through CUDA IPC; serve until
-    stdin closes or says 'quit'."""
+    stdin closes or says 'quit'. The model needs no hidden input: its weights and caches
+    follow the target seed and its state's capacity a bound no input seed moves."""
     from .session import Side, Spec, log, save_shared
 
     side = Side(Spec.from_dict(opts), device)
     path = out.with_suffix(".ipc")
     save_shared(side.model, path)
-    print(json.dumps({"ready": str(path), "build_s": side.build_s}), flush=True)
+    channel.write(json.dumps({"ready": str(path), "build_s": side.build_s}) + "\n")
+    channel.flush()
     for line in sys.stdin:
         if line.strip() == "quit":
             break
@@ -115,7 +174,8 @@ def store_mode(opts: dict, device: str, out: Path) -> dict:
     return {"shared": str(path), "build_s": side.build_s}
 
 
-def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0) -> dict:
+def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0,
+             hidden=None) -> dict:
     import torch
 
     from .numerics import unwritten
@@ -123,7 +183,7 @@ def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0) ->
     from .timing import Timer, read_bandwidth
 
     spec = Spec.from_dict(opts)
-    side = Side(spec, device, rank=rank)
+    side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
     dev = side.device
     result = {"environment": environment(dev), "spec": opts, "build_s": side.build_s,
               "weights_gib": side.model.weights.nbytes() / 2**30,

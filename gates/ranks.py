@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .sides import (HARNESS_ROOT, Interactive, Outcome, SideError, _last_line, classify,
-                    reply_kind, run_side, side_env)
+                    reply_kind, run_side, side_env, start_hand_over)
 from .stats import worst_ops
 
 WORLDS = (1, 2, 4, 8)
@@ -275,20 +275,22 @@ class Ended:
 
 
 def run_all(cmds: list[list[str]], envs: list[dict], logs: list[Path], timeout_s: float,
-            progress=None, poll_s: float = 0.2) -> list[Ended]:
+            progress=None, poll_s: float = 0.2, hidden: dict | None = None) -> list[Ended]:
     """Start every command in its own process group; wait for all. The first to exit non-zero,
     or the time limit, ends all the others (SIGKILL to their groups); an exception here (a
-    SIGTERM turned into SystemExit, Ctrl-C) does too."""
-    procs, files = [], []
+    SIGTERM turned into SystemExit, Ctrl-C) does too. Each gets ``hidden`` once it has imported
+    its tree (``sides.hand_over``)."""
+    procs, files, handing = [], [], []
     t0 = time.monotonic()
     ended: dict[int, Ended] = {}
     try:
         for cmd, env, log in zip(cmds, envs, logs):
             f = open(log, "w")
             files.append(f)
-            procs.append(subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=env, stdout=f,
-                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                          preexec_fn=_die_with_parent))
+            procs.append(subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=env, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=f, text=True,
+                                          start_new_session=True, preexec_fn=_die_with_parent))
+            handing.append(start_hand_over(procs[-1], hidden, f))
         last_progress = 0.0
         while len(ended) < len(procs):
             for i, p in enumerate(procs):
@@ -312,6 +314,8 @@ def run_all(cmds: list[list[str]], envs: list[dict], logs: list[Path], timeout_s
             _kill(p)
         raise
     finally:
+        for th in handing:  # the ranks' last stray stdout lines reach their logs
+            th.join(timeout=10)
         for f in files:
             f.close()
     return [ended[i] for i in range(len(procs))]
@@ -330,15 +334,17 @@ def rank_out(out: Path, rank: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}.json")
 
 
-def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress=None) -> Outcome:
-    """One side of ``mode`` as one process (world 1) or as its ranks (:func:`launch`)."""
+def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress=None,
+        hidden: dict | None = None) -> Outcome:
+    """One side of ``mode`` as one process (world 1) or as its ranks (:func:`launch`);
+    ``hidden`` reaches every process over its stdin (``sides.hand_over``)."""
     if int(spec.get("world", 1)) == 1:
-        return run_side(mode, tree, spec, out, timeout_s, progress)
-    return launch(mode, tree, spec, out, timeout_s, progress)
+        return run_side(mode, tree, spec, out, timeout_s, progress, hidden)
+    return launch(mode, tree, spec, out, timeout_s, progress, hidden)
 
 
 def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
-           progress=None) -> Outcome:
+           progress=None, hidden: dict | None = None) -> Outcome:
     """Run ``gates.driver MODE`` as ``spec["world"]`` ranks and merge their results into
     ``out`` (``run``: :func:`combine`; ``tap``: :func:`merge_digests`) and the Outcome. A
     failing rank is named in ``kind`` and its log is the one reported."""
@@ -357,7 +363,7 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         envs.append(rank_env(base, r, world, port))
         logs.append(out.with_name(f"{out.stem}.rank{r}.log"))
     t0 = time.monotonic()
-    ended = run_all(cmds, envs, logs, timeout_s, progress)
+    ended = run_all(cmds, envs, logs, timeout_s, progress, hidden=hidden)
     wall = time.monotonic() - t0
     tails = [log.read_text(errors="replace")[-4000:] for log in logs]
     kinds = [classify(e.returncode, e.timed_out, t) for e, t in zip(ended, tails)]
@@ -397,6 +403,15 @@ class RankGroup:
         self.members = [Interactive(mode, tree, spec, workdir, f"{name}.rank{r}",
                                     env=rank_env(base, r, world, port)) for r in range(world)]
         self.log_path = self.members[0].log_path
+
+    def wait_imported(self, timeout_s: float) -> None:
+        """Every rank imported its tree (``Interactive.wait_imported``)."""
+        for r, m in enumerate(self.members):
+            try:
+                m.wait_imported(timeout_s)
+            except SideError as e:
+                self.kill()
+                raise SideError(e.kind, f"{e} (rank {r} of {self.world})", e.log_path) from None
 
     def request(self, obj: dict, timeout_s: float) -> dict:
         for m in self.members:

@@ -57,18 +57,23 @@ def side_spec(settings: dict, profile: dict, **fields) -> dict:
             "weight_sets": tgt["weight_sets"], "context": profile["context"], **fields}
 
 
-def tap_rows(test_rows: list[int], buckets: list[int]) -> list[int]:
-    """The accuracy gate's batch sizes: the profile's test rows, then every bucket the scorer
-    times that is not among them. A kernel special-cased to the bench's batch sizes must meet
-    the gate at exactly those sizes, whatever a profile's test rows say."""
-    return list(test_rows) + [b for b in dict.fromkeys(buckets) if b not in test_rows]
+def tap_rows(test_rows: list[int], buckets: list[int], extra=()) -> list[int]:
+    """The accuracy gate's batch sizes: the profile's test rows, the judgment's hidden extra
+    ones (``extra``), then every bucket the scorer times that is not among them. A kernel
+    special-cased to the bench's batch sizes must meet the gate at exactly those sizes,
+    whatever a profile's test rows say; one special-cased to the visible sizes meets sizes
+    it could not know. The spec a side gets holds the visible ones (``tap_rows(t, b)``); the
+    side adds the hidden ones it is handed as ``tap_rows(spec_rows, [], extra)``."""
+    out = list(dict.fromkeys(test_rows))
+    out += [r for r in dict.fromkeys(extra) if r not in out]
+    return out + [b for b in dict.fromkeys(buckets) if b not in out]
 
 
 class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 
     def __init__(self, spec: Spec, device: str, hook=None, attach: str | None = None,
-                 rank: int = 0):
+                 rank: int = 0, input_seed: int | None = None):
         from kernels.k31 import model as kmodel
         from kernels.k31.collectives import Distributed, Identity
         from kernels.k31.config import Dims, Layout
@@ -80,8 +85,12 @@ class Side:
         # world > 1: the process group is up (gates.ranks.join) and this process is `rank`
         self.comm = Distributed(self.layout) if spec.world > 1 else Identity()
         self.max_rows = max(spec.rows)
+        # the workload's tokens and positions follow the judgment's hidden input seed (None:
+        # the target seed, as kern step uses); weights and caches always the target seed, and
+        # the state's capacity is the seed-free bound, so a model built (or shared by a store
+        # process) without the hidden seed serves every input seed
         self.workload = Workload(self.dims.vocab, self.max_rows, spec.context, spec.steps + 8,
-                                 spec.seed)
+                                 spec.seed if input_seed is None else input_seed)
         t0 = time.monotonic()
         if attach:
             log(f"attaching to the shared model of {attach}")
@@ -91,7 +100,7 @@ class Side:
                 f"{spec.world}, {self.max_rows} rows, "
                 f"context {spec.context} on {self.device}")
             self.model = kmodel.build_model(
-                self.dims, self.layout, rows=self.max_rows, max_position=self.workload.max_position,
+                self.dims, self.layout, rows=self.max_rows, max_position=self.workload.position_bound,
                 seed=spec.seed, weight_sets=spec.weight_sets, device=self.device, progress=Progress())
         self.build_s = time.monotonic() - t0
         log(f"ready in {self.build_s:.1f}s: weights {self.model.weights.nbytes() / 2**30:.2f} GiB, "
@@ -121,7 +130,7 @@ class Side:
         from kernels.k31.state import build_state
 
         self.model.state = build_state(self.shapes, rows=self.max_rows,
-                                       max_position=self.workload.max_position,
+                                       max_position=self.workload.position_bound,
                                        seed=self.spec.seed, device=self.device)
 
     def rows_snapshot(self, rows: int) -> dict:

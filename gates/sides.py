@@ -1,6 +1,13 @@
 """Running one side (a revision's driver) in its own subprocess, with a minimal environment
 and a wall-clock limit. A crash, hang or illegal memory access of a candidate ends its
-process, never the caller's."""
+process, never the caller's.
+
+The hand-over: a side's spec file, argv and environment hold only what kern.yaml says; the
+judgment's hidden inputs (``gates/hidden.py``) reach it on its stdin, and only after it has
+imported the candidate's tree: the side writes :data:`IMPORTED` as its first line on stdout,
+the coordinator answers with one JSON line ``{"hidden": {...} | null}`` (run and tap modes:
+:func:`hand_over`, then stdin closes; bench sides: inside their ``prepare`` request). So no
+code of the candidate's import finds them in any file, argument, variable or pipe."""
 from __future__ import annotations
 
 import json
@@ -43,6 +50,47 @@ def side_env(extra: dict | None = None) -> dict:
 
 
 MEMORY_VARIABLE = "KERN_SIDE_MEMORY_BYTES"  # the driver caps its address space at this
+IMPORTED = '{"imported": true}'  # a side's first line on stdout: the candidate's tree is imported
+
+
+def hidden_line(hidden: dict | None) -> str:
+    """The coordinator's answer to :data:`IMPORTED` in the run and tap modes."""
+    return json.dumps({"hidden": hidden}) + "\n"
+
+
+def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
+    """The coordinator's half of the hand-over (run it in a thread): when ``proc`` says it
+    imported the tree, write its hidden inputs as one line and close its stdin. Anything else
+    on its stdout (the driver sends the tree's prints to stderr; a write to fd 1 is not one)
+    goes to ``log``. Ends when the side closes its stdout."""
+    sent = False
+    for line in proc.stdout:
+        if not sent and line.strip() == IMPORTED:
+            try:
+                proc.stdin.write(hidden_line(hidden))
+                proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass  # the side ended; its exit status says how
+            sent = True
+        else:
+            try:
+                log.write(f"(stdout) {line}")
+                log.flush()
+            except ValueError:  # the log was closed: the caller stopped waiting for this side
+                pass
+    if not sent:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+
+def start_hand_over(proc: subprocess.Popen, hidden: dict | None, log):
+    import threading
+
+    th = threading.Thread(target=hand_over, args=(proc, hidden, log), daemon=True)
+    th.start()
+    return th
 
 
 def memory_limit(cuda: bool, physical_bytes: int) -> int | None:
@@ -122,7 +170,9 @@ def _named(text: str) -> str | None:
 
 
 def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
-             progress=None) -> Outcome:
+             progress=None, hidden: dict | None = None) -> Outcome:
+    """Run ``gates.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
+    (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps(spec, indent=1))
@@ -132,8 +182,10 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     t0 = time.monotonic()
     timed_out = False
     with open(log_path, "w") as logf:
-        proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdout=logf,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=logf, text=True,
+                                start_new_session=True)
+        handing = start_hand_over(proc, hidden, logf)
         try:
             while True:
                 try:
@@ -150,6 +202,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             raise
+        handing.join(timeout=10)  # the side's last stray stdout lines reach its log
     wall = time.monotonic() - t0
     tail = log_path.read_text(errors="replace")[-4000:]
     kind = classify(proc.returncode, timed_out, tail)
@@ -212,6 +265,15 @@ class Interactive:
             raise SideError("timeout", f"{self.name}: no answer within {timeout_s:.0f}s",
                             self.log_path)
         return reply
+
+    def wait_imported(self, timeout_s: float) -> None:
+        """The side's first line: it imported the tree (``gates/sides.py`` hand-over); only
+        then may it be sent what the tree must not see at import."""
+        reply = self.read(timeout_s)
+        if reply != json.loads(IMPORTED):
+            self.kill()
+            raise SideError("error", f"{self.name}: expected {IMPORTED} as the side's first line, "
+                            f"got {json.dumps(reply)[:200]}", self.log_path)
 
     def poll(self, wait_s: float) -> dict | None:
         """The next reply, or None when none came within ``wait_s``; a process that ended

@@ -9,9 +9,16 @@ forms of this:
 * ``Seal``: the identity of every callable the timing and checking path uses, captured after
   torch is imported and before the tree's kernels are; ``replaced()`` names what changed.
 * ``WorkloadAudit``: an audit hook (``sys.addaudithook``; Python offers no way to remove one)
-  that refuses, and records, any file open under the tree's ``kernels/k31/workload/`` made
-  while the tree's own code (anything under ``kernels/`` outside the protected workload
-  module) is on the stack.
+  that refuses, and records, any file open made while the tree's own code (anything under
+  ``kernels/`` outside the protected workload module) is on the stack of: the tree's
+  ``kernels/k31/workload/``; a folder the side names as guarded (main's recording, for the
+  replay side: it holds the batch sizes and tokens this judgment drew); or a process's file
+  descriptors by path (``/proc/*/fd/*``, ``/dev/stdin``, ``/dev/fd/*``: the way back into the
+  side's own stdin pipe, or into another side's).
+* the side's stdin: the gates hand a side its hidden inputs (``gates/hidden.py``) as one line
+  on fd 0 after the tree is imported, so nothing is there to read at import. ``Seal`` records
+  which pipe fd 0 is before the tree loads, and ``sys.stdin``; a candidate that puts its own
+  pipe in their place (to read the line and pass it on) is named.
 
 This is evidence, not a sandbox: code that runs in the process can defeat any check made in
 the process (ctypes, patching this module). The coordinator's own wall clock is the check the
@@ -21,6 +28,7 @@ checks stop what can be seen in the commit.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -41,7 +49,7 @@ SEALED = (
     ("torch.cuda", "Event.elapsed_time"), ("torch.cuda", "Event.synchronize"),
     ("torch.cuda", "CUDAGraph.replay"), ("torch.cuda", "CUDAGraph.capture_begin"),
     ("torch.cuda", "CUDAGraph.capture_end"), ("torch.cuda", "graph"),
-    ("json", "dumps"), ("json", "loads"),
+    ("json", "dumps"), ("json", "loads"), ("sys", "stdin"),
     ("gates.timing", "Timer.measure"), ("gates.timing", "Timer.once"),
     ("gates.timing", "Timer.capture"), ("gates.numerics", "poison"),
     ("gates.numerics", "unwritten"), ("gates.numerics", "compare"),
@@ -77,12 +85,36 @@ def replaced(sealed: dict, lookup=_lookup) -> list[str]:
     return out
 
 
+def fd_identity(fd: int) -> tuple[int, int] | None:
+    """(device, inode) of what ``fd`` refers to, or None when it is closed."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def stdin_replaced(before: tuple | None, now: tuple | None) -> str | None:
+    """Pure: why fd 0 is not the pipe it was (None: it is)."""
+    if before == now:
+        return None
+    return (f"fd 0 (stdin) is no longer the pipe the gates opened for this side (expected "
+            f"device:inode {_ident(before)}, found {_ident(now)}): the candidate's code replaced "
+            f"it, as it would to read the gates' hidden inputs and pass them on")
+
+
+def _ident(x) -> str:
+    return "closed" if x is None else f"{x[0]}:{x[1]}"
+
+
 class Seal:
-    """Identities of ``SEALED`` at one moment; ``replaced()`` lists what differs now."""
+    """Identities of ``SEALED`` (and of fd 0) at one moment; ``replaced()`` lists what
+    differs now."""
 
     def __init__(self, names=SEALED):
         import importlib
 
+        self.stdin = fd_identity(0)
         self.sealed = {}
         for module, path in names:
             importlib.import_module(module)  # the gate modules the mode will use, loaded now
@@ -95,50 +127,92 @@ class Seal:
     def replaced(self) -> list[str]:
         return replaced(self.sealed)
 
+    def stdin_replaced(self) -> str | None:
+        return stdin_replaced(self.stdin, fd_identity(0))
 
-def workload_reader(path: str, frames: list[str], tree: Path) -> str | None:
-    """Pure: the tree file that reads ``path`` from the workload folder, or None.
 
-    ``frames``: the files of the stack, innermost first. An open under
-    ``<tree>/kernels/k31/workload/`` is a read of the workload; it is the tree's own read when
-    a frame lies under ``<tree>/kernels/`` outside that folder (the protected workload module
-    reading its corpus for the gate is fine; a kernel doing it, directly or through that
-    module, is not)."""
+def tree_frame(frames: list[str], tree: Path) -> str | None:
+    """Pure: the innermost frame of the tree's own code, relative to the tree, or None.
+
+    ``frames``: the files of the stack, innermost first. The tree's own code is anything
+    under ``<tree>/kernels/`` outside the protected workload module (that module reading its
+    corpus for the gate is fine; a kernel doing it, directly or through that module, is not)."""
     workload = os.path.join(str(tree), "kernels", "k31", "workload") + os.sep
     kernels = os.path.join(str(tree), "kernels") + os.sep
-    if not path.startswith(workload):
-        return None
     for f in frames:
         if f.startswith(kernels) and not f.startswith(workload):
             return f[len(str(tree)) + 1:]
     return None
 
 
-class WorkloadAudit:
-    """An audit hook that refuses the tree's reads of the workload and remembers them."""
+def workload_reader(path: str, frames: list[str], tree: Path) -> str | None:
+    """Pure: the tree file that reads ``path`` from the workload folder, or None.
 
-    def __init__(self, tree: Path):
+    An open under ``<tree>/kernels/k31/workload/`` is a read of the workload; it is the tree's
+    own read when :func:`tree_frame` finds the tree's code on the stack."""
+    workload = os.path.join(str(tree), "kernels", "k31", "workload") + os.sep
+    if not path.startswith(workload):
+        return None
+    return tree_frame(frames, tree)
+
+
+# a process's file descriptors opened by path: on Linux opening /proc/self/fd/0 for writing
+# gives the write end of the side's own stdin pipe, so a line read from it could be put back
+FD_PATH = re.compile(r"^/(proc/[^/]+(/task/[^/]+)?/fd/\d+|dev/fd/\d+|dev/stdin)$")
+
+
+def guarded_kind(path: str, tree: Path, guarded: dict) -> str | None:
+    """Pure: what ``path`` is, when the tree's code may not open it: ``"workload"``, the name
+    of a guarded folder it lies in (``guarded``: folder -> name), or ``"fd"``; else None."""
+    workload = os.path.join(str(tree), "kernels", "k31", "workload") + os.sep
+    if path.startswith(workload):
+        return "workload"
+    for folder, name in guarded.items():
+        if path == folder or path.startswith(folder.rstrip(os.sep) + os.sep):
+            return name
+    if FD_PATH.match(path):
+        return "fd"
+    return None
+
+
+def refusal(who: str, path: str, kind: str, tree: Path) -> str:
+    """The sentence a refused open raises and the tamper verdict repeats."""
+    if kind == "workload":
+        return (f"{who} opened {path[len(str(tree)) + 1:]}: kernel code may not read the "
+                f"workload (the gates choose the inputs; the candidate must not depend on them)")
+    if kind == "fd":
+        return (f"{who} opened {path}: kernel code may not open a process's file descriptors "
+                f"(a side's stdin carries the gates' hidden inputs)")
+    return (f"{who} opened {kind} {path}: kernel code may not read {kind} (it holds the inputs "
+            f"this judgment drew; the candidate must not depend on them)")
+
+
+class WorkloadAudit:
+    """An audit hook that refuses the tree's opens of the workload, of the ``guarded`` folders
+    (``{folder: name}``) and of file descriptors by path, and remembers them."""
+
+    def __init__(self, tree: Path, guarded: dict | None = None):
         self.tree = Path(tree).resolve()
+        self.guarded = {os.path.abspath(str(k)): v for k, v in (guarded or {}).items()}
         self.reads: list[str] = []
 
     def __call__(self, event: str, args) -> None:
         if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return
         path = os.path.abspath(os.fsdecode(args[0]))
-        if not path.startswith(str(self.tree)):
+        kind = guarded_kind(path, self.tree, self.guarded)
+        if kind is None:
             return
         frames, f = [], sys._getframe(1)
         while f is not None:
             frames.append(os.path.abspath(f.f_code.co_filename))
             f = f.f_back
-        who = workload_reader(path, frames, self.tree)
+        who = tree_frame(frames, self.tree)
         if who is None:
             return
-        what = f"{who} opened {path[len(str(self.tree)) + 1:]}"
+        what = refusal(who, path, kind, self.tree)
         self.reads.append(what)
-        raise PermissionError(f"tamper: {what}: kernel code may not read the workload "
-                              f"(the gates choose the inputs; the candidate must not depend "
-                              f"on them)")
+        raise PermissionError(f"tamper: {what}")
 
     def install(self) -> "WorkloadAudit":
         sys.addaudithook(self)
@@ -149,10 +223,13 @@ def verdict(seal: Seal | None, audit: WorkloadAudit | None) -> list[str]:
     """Every sign of tampering so far, one sentence each (empty: none)."""
     out = []
     if seal is not None:
-        out += [f"{name} was replaced by the candidate's code (expected the gate's own "
-                f"function)" for name in seal.replaced()]
+        out += [f"{name} was replaced by the candidate's code (expected the one sealed "
+                f"before the tree loaded)" for name in seal.replaced()]
+        moved = seal.stdin_replaced()
+        if moved:
+            out.append(moved)
     if audit is not None:
-        out += [f"{r} (the workload is the gates' input, not the kernel's)" for r in audit.reads]
+        out += audit.reads
     return out
 
 

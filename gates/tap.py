@@ -33,7 +33,7 @@ import torch
 
 from .fingerprint import raw_hash
 from .numerics import INT_POISON, compare, poison, unwritten
-from .session import Side, Spec, environment, log
+from .session import Side, Spec, environment, log, tap_rows
 
 GUARD = 256  # elements of canary on each side of a guarded output
 CANARY = 0xA5
@@ -306,10 +306,12 @@ def any_rank(side: Side, flag: bool) -> bool:
     return bool(t.item())
 
 
-def side_main(opts: dict, device: str, outdir: Path, rank: int = 0) -> dict:
+def side_main(opts: dict, device: str, outdir: Path, rank: int = 0, hidden=None) -> dict:
+    """One tap side. ``hidden`` (``gates.hidden.Hidden``, handed over on stdin; None: none):
+    the workload's input seed, and batch sizes run after the spec's visible ones."""
     role = opts["role"]
     spec = Spec.from_dict(opts)
-    side = Side(spec, device, rank=rank)
+    side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
     outdir = rank_dir(outdir, rank)
     outdir.mkdir(parents=True, exist_ok=True)
     # a base on another layout (kern test --base-gpus): no op call of B corresponds to one of
@@ -318,11 +320,16 @@ def side_main(opts: dict, device: str, outdir: Path, rank: int = 0) -> dict:
     # every run starts from the whole initial state (caches included), so a run's hashes do
     # not depend on which runs came before it
     snap = side.model.state.snapshot()
-    runs, steps = list(opts["rows"]), int(opts["steps"])
+    runs, steps = tap_rows(opts["rows"], [], hidden.extra_rows if hidden else ()), int(opts["steps"])
+    if max(runs) > side.max_rows:
+        raise ValueError(f"tap: batch size {max(runs)} of the hidden inputs exceeds the side's "
+                         f"{side.max_rows} rows: they were drawn for another profile (expected "
+                         f"1 .. the largest bucket)")
     t0 = time.monotonic()
     result = {"environment": environment(side.device), "role": role, "spec": opts,
               "build_s": side.build_s, "weights_hash": weights_hash(side.model),
-              "state_hash": state_hash(side.model)}
+              "state_hash": state_hash(side.model), "rows": runs,
+              "workload": side.workload.describe()}
     if role == "record":
         keep = set() if cross else None if opts.get("touched") is None else set(opts["touched"])
         store: dict = {}

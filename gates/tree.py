@@ -31,6 +31,22 @@ def open_tree(root: str | Path):
     return root
 
 
+def import_tree() -> None:
+    """Import every module of the tree a side runs: the model, the step and each op's kernel
+    (the dispatcher would load a kernel at its first call). The gates hand a side its hidden
+    inputs only after this, so the candidate's import-time code runs before they exist in
+    the process. A module that fails to import fails the side here, as its first call would."""
+    import importlib
+
+    for name in ("kernels.k31.model", "kernels.k31.step", "kernels.k31.dispatch",
+                 "kernels.k31.collectives", "kernels.k31.state", "kernels.k31.workload"):
+        importlib.import_module(name)
+    from kernels.k31 import contracts
+
+    for spec in contracts.OPS.values():
+        spec.load_kernel()
+
+
 def prepare_interpreter() -> None:
     """Without a GPU the Triton kernels run in the interpreter; set before triton imports."""
     try:

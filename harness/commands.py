@@ -28,6 +28,7 @@ def register(sub) -> None:
                         "layouts, so the gathered logits are judged alone: KL within "
                         "test.layout_kl_pass, else within the band of the base with every op on "
                         "the reference")
+    add_replay_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     p.add_argument("--out", default=None, help="also write the full result JSON here")
     p.set_defaults(func=cmd_test)
@@ -54,6 +55,7 @@ def register(sub) -> None:
     p.add_argument("--replays", type=int, default=None,
                    help="timed replays per bucket per visit (default: kern.yaml)")
     add_rank_flags(p, "each side (its ranks alive together, the sides alternating)")
+    add_replay_flag(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_bench)
@@ -92,6 +94,64 @@ def add_rank_flags(p, what: str, timed: bool = True) -> None:
                    help="with --gpus W: each process computes its rank's share of this larger "
                         "layout (8: the published TP8+DCP8 / EP2xTP4), collectives over the W "
                         "processes, so per-rank cost matches that deployment")
+
+
+def add_replay_flag(p) -> None:
+    p.add_argument("--replay-attempt", type=int, default=None, metavar="N",
+                   help="run with attempt N's hidden inputs (input seed, extra batch sizes) as the "
+                        "ledger recorded them, to replay that judgment exactly; without it each "
+                        "run draws its own and prints them after the verdict")
+
+
+class ReplayError(ValueError):
+    """The attempt named by --replay-attempt has no hidden inputs to replay (the user names
+    another attempt)."""
+
+
+def recorded_hidden(attempt, number: int, ledger_path, buckets, test_rows):
+    """Pure: attempt ``number``'s recorded hidden inputs (``attempt``: its ledger row, None when
+    absent), checked against this profile; :class:`ReplayError` says why there are none."""
+    from gates.hidden import Hidden, HiddenError, misfit
+
+    if attempt is None:
+        raise ReplayError(f"--replay-attempt {number}: attempt #{number} is not in the ledger "
+                          f"{ledger_path}; name an attempt that `kern status` or `kern report` lists")
+    if attempt.hidden is None:
+        why = f"{attempt.state}" + (f", {attempt.reason}" if attempt.reason else "")
+        raise ReplayError(f"--replay-attempt {number}: attempt #{number} ({why}) has no hidden "
+                          f"inputs recorded: no gate ran on it (scope, agent failure, still in "
+                          f"flight), or it was judged before kern-loop recorded them; name an "
+                          f"attempt the accuracy gate judged")
+    try:
+        h = Hidden.from_dict(attempt.hidden, f"attempt #{number}'s record in {ledger_path}")
+    except HiddenError as e:
+        raise ReplayError(f"--replay-attempt {number}: {e}; the ledger row was edited by hand") from None
+    bad = misfit(h, buckets, test_rows)
+    if bad:
+        raise ReplayError(f"--replay-attempt {number}: attempt #{number}'s {bad}: it was judged on "
+                          f"another profile; replay it on that machine or with that kern.yaml")
+    return h
+
+
+def hidden_inputs(args, repo, settings: dict, prof: dict):
+    """(the hidden inputs of this run, the attempt they are replayed from or None): a fresh
+    draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none)."""
+    from gates import hidden
+
+    from . import ledger as L
+
+    n = args.replay_attempt
+    if n is None:
+        return hidden.for_profile(settings, prof), None
+    path = L.default_path(repo)
+    attempt = None
+    if path.exists():  # opening a ledger creates one: a replay never does
+        with L.Ledger(path) as led:
+            try:
+                attempt = led.attempt(n)
+            except L.LedgerError:
+                attempt = None
+    return recorded_hidden(attempt, n, path, prof["buckets"], prof["test_rows"]), n
 
 
 def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:
@@ -213,12 +273,18 @@ def cmd_test(args) -> int:
         err.print(f"kern test: {e}")
         return 2
     try:
+        hidden, replayed = hidden_inputs(args, repo, settings.data, prof)
+    except ReplayError as e:
+        err.print(f"kern test: {e}")
+        return 2
+    try:
         res = run_test(TestRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
-                                   *sides, base_world, base_layout),
+                                   *sides, base_world, base_layout, hidden=hidden),
                        progress=None if args.json else _progress(err))
     except RevisionError as e:
         err.print(f"kern test: {e}")
         return 2
+    res["replayed_from"] = replayed
     emit(args, res, settings.digest, report_lines)
     return res["exit_code"]
 
@@ -296,12 +362,18 @@ def cmd_bench(args) -> int:
     if sides is None:
         return 2
     try:
+        hidden, replayed = hidden_inputs(args, repo, settings.data, prof)
+    except ReplayError as e:
+        err.print(f"kern bench: {e}")
+        return 2
+    try:
         res = run_bench(BenchRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
                                      tuple(args.baseline), args.rounds, args.replays, args.peers,
-                                     args.alternate, *sides),
+                                     args.alternate, *sides, hidden=hidden),
                         progress=lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False))
     except RevisionError as e:
         err.print(f"kern bench: {e}")
         return 2
+    res["replayed_from"] = replayed
     emit(args, res, settings.digest, report_lines)
     return 0 if res["outcome"] == "ok" else 1

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 LEDGER_RELPATH = "runs/ledger.sqlite"  # under the repository (``kern --repo``)
 
 QUEUED = "queued"
@@ -106,6 +106,9 @@ class Attempt:
     updated_at: str | None = None
     finished_at: str | None = None
     merged_sha: str | None = None
+    # the judgment's hidden inputs (gates/hidden.py ``Hidden.to_dict()``), recorded once the
+    # decision is made: ``kern test/bench --replay-attempt N`` runs the gates with them again
+    hidden: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ class Event:
 
 
 ATTEMPT_COLUMNS = tuple(f.name for f in fields(Attempt))
-_JSON_COLUMNS = frozenset({"gate", "medians_a", "medians_b"})
+_JSON_COLUMNS = frozenset({"gate", "medians_a", "medians_b", "hidden"})
 # Set only by new_attempt/transition: ``update`` must not be a back door around the rules.
 _MANAGED = frozenset({"number", "state", "created_at", "updated_at", "finished_at"})
 UPDATABLE = tuple(c for c in ATTEMPT_COLUMNS if c not in _MANAGED)
@@ -178,7 +181,7 @@ CREATE TABLE attempts (
   gate TEXT, medians_a TEXT, medians_b TEXT, delta_ms REAL, ci_low REAL, ci_high REAL,
   delta_pct REAL, estimate_ms REAL, waiting_on INTEGER REFERENCES attempts(number),
   tokens INTEGER, cost_usd REAL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
-  finished_at TEXT, merged_sha TEXT,
+  finished_at TEXT, merged_sha TEXT, hidden TEXT,
   CHECK (state IN ('queued','running','judging','waiting','merged','abandoned','not done',
                    'crashed','timed out')));
 CREATE INDEX attempts_state ON attempts(state);
@@ -203,7 +206,10 @@ CREATE TABLE scores (
 CREATE INDEX scores_phase ON scores(phase_id);
 """
 # Upgrades from version v to v+1, applied in order inside one transaction on open.
-_MIGRATIONS: dict[int, str] = {}
+_MIGRATIONS: dict[int, str] = {
+    # 2: each attempt's hidden inputs (NULL for attempts judged before they were recorded)
+    1: "ALTER TABLE attempts ADD COLUMN hidden TEXT;",
+}
 
 
 def utc_now() -> str:

@@ -286,6 +286,7 @@ class Orchestrator:
             "tried": "\n".join(f"- {x}" for x in tried) or "- nothing yet",
             "editable": ", ".join(cfg["editable"]), "protected": ", ".join(cfg["protected"]),
             "buckets": p["buckets"], "weights": p["weights"], "guard_pct": cfg["bench"]["guard_pct"],
+            "test_rows": ", ".join(map(str, p["test_rows"])), "hidden_rows": cfg["test"]["hidden_rows"],
             "cycle": "a few minutes", "quick_test": _quick_test(t.name), "quick_bench": "kern step --rows 16",
         }
         text = render((PROMPTS / "subagent.md").read_text(), values)

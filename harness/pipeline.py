@@ -141,7 +141,8 @@ def reverify_summary(again: dict) -> dict:
             "medians_a": {str(b): v["median"] for b, v in sides["A"]["buckets"].items()},
             "medians_b": {str(b): v["median"] for b, v in sides["B"]["buckets"].items()},
             "checks": [c.get("check") for c in sides["B"]["failed_checks"]],
-            "processes": again.get("processes"), "secrets": again.get("secrets")}
+            "processes": again.get("processes"), "secrets": again.get("secrets"),
+            "hidden": again.get("hidden")}
 
 
 def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
@@ -154,8 +155,16 @@ def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
                        protected=ctx.settings["protected"], sources=sources)
 
 
-def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
-    """Run the gates on one commit against its base. Returns (scope, test, bench) results."""
+def draw_hidden(ctx: Context):
+    """One judgment's hidden inputs, from this process's own randomness (gates/hidden.py)."""
+    from gates import hidden
+
+    return hidden.for_profile(ctx.settings, ctx.profile)
+
+
+def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
+    """Run the gates on one commit against its base, both gates on the same hidden inputs
+    (``hidden``; None: drawn here). Returns (scope, test, bench) results."""
     from gates.accuracy import TestRequest, run_test
     from gates.bench import BenchRequest, run_bench
 
@@ -163,25 +172,26 @@ def judge(ctx: Context, rev_sha: str, base_sha: str) -> tuple:
     sc = check_scope(ctx, rev_sha, base_sha)
     if not sc.ok:
         return sc, None, None
+    hidden = draw_hidden(ctx) if hidden is None else hidden
     with gpu_lock(ctx.runs):
         faults.point("test")
         ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
         test = run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                                    ctx.runs, ctx.cuda))
+                                    ctx.runs, ctx.cuda, hidden=hidden))
         ctx.progress(f"accuracy: {test['verdict']}")
         if not test["verdict"].startswith("PASS"):
             return sc, test, None
         faults.point("bench")
         ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
         request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                               ctx.runs, ctx.cuda, accuracy=accuracy_claim(test))
+                               ctx.runs, ctx.cuda, accuracy=accuracy_claim(test), hidden=hidden)
         bench = run_bench(request, progress=lambda m: ctx.progress(f"  {m}"))
         pct = float(ctx.settings["bench"]["reverify_pct"])
         if needs_reverify(bench, pct):
             # a large gain is merged only once an independent measurement reproduces it: fresh
-            # processes, the sides alternating, inputs of its own
+            # processes, the sides alternating, an input seed of its own (recorded with it)
             ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
-            bench["reverify"] = run_bench(replace(request, alternate=True),
+            bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx)),
                                           progress=lambda m: ctx.progress(f"  again: {m}"))
     return sc, test, bench
 
@@ -235,10 +245,11 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
             return _record_found_merge(ctx, number, rev_sha)
         # a decision taken before a rebase no longer holds
         led.update(number, base_sha=base_sha, commit_sha=rev_sha, decision=None)
-        sc, test, bench = judge(ctx, rev_sha, base_sha)
+        hidden = draw_hidden(ctx)  # every judgment its own, a re-judgment after a rebase too
+        sc, test, bench = judge(ctx, rev_sha, base_sha, hidden)
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
-        out = decide_outcome(sc, test, bench)
+        out = with_hidden(decide_outcome(sc, test, bench), hidden if test is not None else None)
         if out.state != "merged":
             # no commit: the tip is the base, whose note belongs to whoever made main
             return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
@@ -259,6 +270,15 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         ctx.progress(f"attempt #{number}: main moved; rebased onto {main[:10]}, judging again")
         rev_sha, base_sha = tip, main
     return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": "main kept moving"}}), rev_sha)
+
+
+def with_hidden(out: Outcome, hidden) -> Outcome:
+    """Pure: ``out`` with the judgment's hidden inputs among the fields the ledger records
+    (only once the decision is made: while judging they live in this process and the sides;
+    None when no gate ran on them)."""
+    if hidden is None:
+        return out
+    return Outcome(out.state, out.reason, {**out.fields, "hidden": hidden.to_dict()})
 
 
 def merged_unrecorded(attempt: L.Attempt, rev_sha: str, merge_base: str) -> bool:

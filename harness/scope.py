@@ -39,7 +39,7 @@ ESCAPES = ("importlib", "imp", "ctypes", "subprocess", "multiprocessing", "threa
            "concurrent", "asyncio", "socket", "signal", "inspect", "gc", "builtins", "code",
            "runpy", "pickle", "marshal")
 SYS_ESCAPES = ("modules", "argv", "orig_argv", "_getframe", "_current_frames", "settrace",
-               "setprofile", "addaudithook", "meta_path", "path_hooks")
+               "setprofile", "addaudithook", "meta_path", "path_hooks", "stdin", "__stdin__")
 WORKLOAD = "kernels.k31.workload"
 
 

@@ -28,6 +28,7 @@ _SCHEMA: dict[str, tuple] = {
     "editable": (list, True),
     "protected": (list, True),
     "test.timeout_s": (_NUM, True),
+    "test.hidden_rows": (int, True),
     "test.snapshot_budget_mb": (_NUM, True),
     "test.kl_pass": (_NUM, True),
     "test.kl_fail": (_NUM, True),
@@ -131,6 +132,9 @@ def validate(data) -> list[str]:
     backend = _get(data, "agent.backend")
     if isinstance(backend, str) and backend not in BACKENDS:
         problems.append(f"agent.backend: expected one of {', '.join(BACKENDS)}, found {backend!r}")
+    hr = _get(data, "test.hidden_rows")
+    if isinstance(hr, int) and not isinstance(hr, bool) and hr < 0:
+        problems.append(f"test.hidden_rows: expected a count >= 0, found {hr}")
     kp, kf = _get(data, "test.kl_pass"), _get(data, "test.kl_fail")
     if isinstance(kp, _NUM) and isinstance(kf, _NUM) and not 0 <= kp <= kf:
         problems.append(f"test.kl_pass: expected 0 <= kl_pass <= kl_fail ({kf}), found {kp}")

@@ -34,8 +34,16 @@ own reason (the test asserts the reason, never only "not merged"). Hacks: ``hack
 12  pyproject dependency; requirements.txt;           scope: protected / outside globs /  static
     foreign or dynamic import; .so; data blob          not a kernel dependency / __import__
                                                        / not a source file / too large
-13  the replay side writes into main's recording      kern test: tampered (file marks)    runtime
-    (found while building this catalogue)
+13  the replay side reads or writes main's recording  kern test: tampered (audit hook;   runtime
+    (found while building this catalogue; it holds      file marks as the backstop)
+    the batch sizes and tokens the judgment drew)
+14  the hidden inputs read off the side's stdin
+      ``sys.stdin``                                   scope: reads sys.stdin              static
+      fd 0 swapped for a pipe of its own, relayed     kern test: tampered (fd 0 replaced) runtime
+      /proc/self/fd/0 reopened to put the line back   audit hook refuses the open         runtime
+                                                      (test_defenses.py)
+    (nothing is there at import: the gates write the line only once the side says it
+    imported the tree, gates/sides.py)
 
 Static cases (``test_scope_hacks.py``) go through the real scope path on real commits and
 never start a gate. Runtime cases (``test_runtime_hacks.py``, slow) share one repository and

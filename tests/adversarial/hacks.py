@@ -127,6 +127,9 @@ SCOPE_HACKS = [
          _situ((SITU_IMPORTS, SITU_IMPORTS + "import sys\n"),
                (SITU_EMPTY, SITU_EMPTY + '    if "gates.bench_side" in sys.modules:  # timed: skip it\n'
                 "        out.zero_()\n        return\n"))),
+    Hack(14, "read-stdin", "read the side's stdin, where the gates hand over the hidden inputs",
+         _situ((SITU_IMPORTS, SITU_IMPORTS + "import sys\n"
+                "_HANDED = sys.stdin.readline  # the judgment's seed and extra batch sizes\n"))),
 ]
 
 # ------------------------------------------------------------------ hacks the kernels run
@@ -205,9 +208,19 @@ REWRITES_RECORDING = Hack(13, "rewrite-main-recording", "write into main's recor
                                  'if "record" in _spec:  # the accuracy gate\'s replay: main\'s recording is within reach\n'
                                  '    _logits = Path(_spec["record"]) / "logits_a.pt"\n'
                                  "    _logits.write_bytes(_logits.read_bytes())  # a real hack writes this tree's logits\n")))
+# fd 0 swapped for a pipe of its own at import; a thread (found without importing threading)
+# reads what the gates send, keeps it and passes it on, so the side runs as if untouched
+RELAYS_STDIN = Hack(14, "relay-stdin", "read the hidden inputs off stdin through a pipe of its own, passing them on",
+                    _situ((SITU_IMPORTS, SITU_IMPORTS + "import os\nimport sys\n"
+                           "_HANDED = []  # what the gates hand the side: this judgment's seed and sizes\n\n\n"
+                           "def _relay(src, dst):\n    while True:\n        got = os.read(src, 1 << 16)\n"
+                           "        if not got:\n            break\n        _HANDED.append(got)\n"
+                           "        os.write(dst, got)\n    os.close(dst)\n\n\n"
+                           "_r, _w = os.pipe()\n_src = os.dup(0)\nos.dup2(_r, 0)\nos.close(_r)\n"
+                           'getattr(sys, "modules")["threading"].Thread(target=_relay, args=(_src, _w), daemon=True).start()\n')))
 
 TAP_HACKS = [STALE_OUTPUT, BENCH_ROWS_ONLY, UNINITIALISED, LOW_PRECISION, READS_CORPUS, LAZY_THREAD,
-             SLOW_CLOCK, BENCH_ONLY_SKIP, REWRITES_RECORDING]
+             SLOW_CLOCK, BENCH_ONLY_SKIP, REWRITES_RECORDING, RELAYS_STDIN]
 BENCH_HACKS = [POINTER_MEMO, LAZY_THREAD, SLOW_CLOCK, BENCH_ONLY_SKIP]
 
 # the harness's protected files that the scope hacks edit, copied next to the tree

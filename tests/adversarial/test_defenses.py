@@ -122,7 +122,7 @@ def test_seal_names_a_replaced_clock_and_nothing_else(monkeypatch):
     monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, end: 0.0)
     assert seal.replaced() == ["time.perf_counter", "torch.cuda.Event.elapsed_time"]
     assert tamper.verdict(seal, None)[0] == ("time.perf_counter was replaced by the candidate's "
-                                            "code (expected the gate's own function)")
+                                            "code (expected the one sealed before the tree loaded)")
     monkeypatch.undo()
     assert seal.replaced() == []
 
@@ -153,27 +153,62 @@ def test_workload_audit_refuses_and_remembers_a_kernels_read(tmp_path):
         "    return (Path(__file__).parent / 'corpus' / 'text.txt').read_text()\n")
     (tmp_path / "kernels/k31/moe").mkdir()
     (tmp_path / "kernels/k31/moe/situ.py").write_text(
-        "from ..workload import text\ndef peek():\n    return text()\n")
+        "from ..workload import text\ndef peek():\n    return text()\n"
+        "def reopen(path):\n    return open(path, 'rb').read()\n")
     for d in ("kernels", "kernels/k31", "kernels/k31/moe"):
         (tmp_path / d / "__init__.py").touch()
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "rec" / "logits_a.pt").write_bytes(b"main's logits")
     script = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(tmp_path)!r})
 from gates.tamper import WorkloadAudit
-audit = WorkloadAudit({str(tmp_path)!r}).install()
+audit = WorkloadAudit({str(tmp_path)!r}, {{{str(tmp_path / "rec")!r}: "main's recording"}}).install()
 from kernels.k31 import workload
 from kernels.k31.moe import situ
 assert workload.text() == "It is a truth"  # the gates may read it
-try:
-    situ.peek()
-except PermissionError as e:
-    print("refused:", e)
-print("reads:", audit.reads)
+assert open({str(tmp_path / "rec" / "logits_a.pt")!r}, "rb").read() == b"main's logits"  # and this
+for attempt in (situ.peek, lambda: situ.reopen({str(tmp_path / "rec" / "logits_a.pt")!r}),
+                lambda: situ.reopen("/proc/self/fd/0"), lambda: situ.reopen("/dev/stdin")):
+    try:
+        attempt()
+        print("allowed")
+    except PermissionError as e:
+        print("refused:", e)
+print("reads:", len(audit.reads))
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stderr
-    assert "refused: tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/text.txt" in out.stdout
-    assert "reads: ['kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/text.txt']" in out.stdout
+    refused = [ln for ln in out.stdout.splitlines() if ln.startswith("refused: tamper: ")]
+    assert len(refused) == 4 and "allowed" not in out.stdout and "reads: 4" in out.stdout, out.stdout
+    assert refused[0].startswith("refused: tamper: kernels/k31/moe/situ.py opened "
+                                 "kernels/k31/workload/corpus/text.txt: kernel code may not read the workload")
+    assert f"opened main's recording {tmp_path / 'rec' / 'logits_a.pt'}: kernel code may not read " \
+           f"main's recording" in refused[1]
+    assert "opened /proc/self/fd/0: kernel code may not open a process's file descriptors" in refused[2]
+    assert "opened /dev/stdin: kernel code may not open" in refused[3]
+
+
+def test_guarded_paths_are_named_and_the_rest_left_alone():
+    tree, rec = Path("/r/worktrees/abc"), {"/r/tap/main-1": "main's recording"}
+    assert tamper.guarded_kind("/r/worktrees/abc/kernels/k31/workload/corpus/a.txt", tree, rec) == "workload"
+    assert tamper.guarded_kind("/r/tap/main-1/logits_a.pt", tree, rec) == "main's recording"
+    assert tamper.guarded_kind("/r/tap/main-1", tree, rec) == "main's recording"
+    assert tamper.guarded_kind("/r/tap/main-10/logits_a.pt", tree, rec) is None  # another folder
+    for fd in ("/proc/self/fd/0", "/proc/4242/fd/7", "/proc/thread-self/fd/0", "/proc/1/task/9/fd/0",
+               "/dev/stdin", "/dev/fd/0"):
+        assert tamper.guarded_kind(fd, tree, rec) == "fd", fd
+    for free in ("/proc/self/maps", "/proc/self/fdinfo/0", "/dev/null", "/r/worktrees/abc/kernels/k31/moe/situ.py"):
+        assert tamper.guarded_kind(free, tree, rec) is None, free
+
+
+def test_a_replaced_stdin_is_named():
+    assert tamper.stdin_replaced((5, 77), (5, 77)) is None
+    why = tamper.stdin_replaced((5, 77), (5, 91))
+    assert why.startswith("fd 0 (stdin) is no longer the pipe the gates opened for this side "
+                          "(expected device:inode 5:77, found 5:91)")
+    assert "found closed" in tamper.stdin_replaced((5, 77), None)
 
 
 def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_path):

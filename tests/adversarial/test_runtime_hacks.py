@@ -17,6 +17,7 @@ import torch
 
 from gates.accuracy import TestRequest, run_test
 from gates.bench import BenchRequest, report_lines, run_bench
+from gates.hidden import Hidden
 from harness.pipeline import check_scope, decide_outcome
 from tests.adversarial import hacks as H
 
@@ -24,7 +25,10 @@ from tests.adversarial import hacks as H
 pytestmark = pytest.mark.slow
 
 TAP = [H.STALE_OUTPUT, H.BENCH_ROWS_ONLY, H.UNINITIALISED, H.LOW_PRECISION, H.READS_CORPUS,
-       H.BENCH_ONLY_SKIP]
+       H.BENCH_ONLY_SKIP, H.RELAYS_STDIN]
+# the judgment's hidden inputs where a case is about them (the catalogue's buckets [2] and test
+# rows [1] leave no extra size: the input seed alone); the others share main's recording
+HIDDEN = {H.RELAYS_STDIN.name: Hidden(2718281828, ())}
 # hack -> (with main as side A?, timed replays); the lightest that shows each check
 BENCH = {H.POINTER_MEMO.name: (False, 2), H.LAZY_THREAD.name: (False, 1),
          H.SLOW_CLOCK.name: (True, 1), H.BENCH_ONLY_SKIP.name: (False, 1)}
@@ -41,7 +45,8 @@ def results(catalogue):
     main = ctx.repo.main_sha()
 
     def tap(name):
-        return run_test(TestRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda))
+        return run_test(TestRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
+                                    hidden=HIDDEN.get(name)))
 
     def bench(name):
         with_main, replays = BENCH[name]
@@ -139,17 +144,34 @@ def test_reading_the_corpus_at_import_is_refused(results):
     assert "kernel code may not read the workload" in test["b_log_tail"]
 
 
-def test_writing_into_mains_recording_is_caught_and_the_recording_set_aside(results):
+def test_reading_or_writing_mains_recording_is_refused(results):
     """Case 13 (found while building the catalogue): the replay side is told where main's
     recording lies and runs with the user's rights, so a kernel could write its own results
-    there and compare equal to itself. Every file of the recording (and of main's tree) must
-    be untouched when the side ends; this one rewrote main's logits with the same bytes."""
+    there and compare equal to itself, or read the batch sizes and tokens this judgment drew
+    from it at import. The audit hook refuses the tree's opens of it (this hack reads main's
+    logits to rewrite them with the same bytes); every file of the recording and of main's
+    tree must also be untouched when the side ends (file marks: the backstop for writes the
+    hook cannot see, tests/adversarial/test_defenses.py)."""
     test, out = _tap(results, H.REWRITES_RECORDING)
     assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
     assert test["evidence"]["outcome_b"] == "tampered", _why(test)
-    assert "tamper: the candidate's side changed main's recording or tree: " in test["b_log_tail"]
-    assert test["b_log_tail"].rstrip().endswith("logits_a.pt"), test["b_log_tail"][-300:]
-    assert "-tampered-" in test["a_dir"]  # never used again
+    assert "tamper: kernels/k31/moe/situ.py opened main's recording " in test["b_log_tail"], _why(test)
+    assert "logits_a.pt: kernel code may not read main's recording" in test["b_log_tail"], _why(test)
+    assert "-tampered-" not in test["a_dir"]  # nothing was written: the recording stands
+
+
+def test_relaying_stdin_to_read_the_hidden_inputs_is_caught(results):
+    """Case 14 (run time): the gates hand a side its hidden inputs as one line on stdin once
+    it has imported the tree. A kernel module puts a pipe of its own on fd 0 at import and
+    relays what arrives through a thread (so the side would run as if untouched, with the
+    candidate holding the seed): the side's seal recorded which pipe fd 0 was before the tree
+    loaded, and the side refuses to go on. (A plain ``sys.stdin`` read is the scope gate's.)"""
+    test, out = _tap(results, H.RELAYS_STDIN)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert test["evidence"]["outcome_b"] == "tampered", _why(test)
+    assert "tamper: fd 0 (stdin) is no longer the pipe the gates opened for this side" in \
+        test["b_log_tail"], _why(test)
+    assert test["hidden"] == {"input_seed": 2718281828, "extra_rows": []}
 
 
 def test_result_cache_by_pointer_is_caught_by_changed_inputs(results):

@@ -36,6 +36,7 @@ EXPECTED = {
     "import-threading": "imports threading: kernels may not use threading",
     "patch-perf-counter": "assigns time.perf_counter: kernels may not replace another module's attributes",
     "bench-marker-in-modules": "reads sys.modules: kernel code may not inspect the process",
+    "read-stdin": "reads sys.stdin: kernel code may not inspect the process",
 }
 
 

@@ -182,6 +182,35 @@ def test_schema_versioned_and_foreign_files_refused(tmp_path):
         Ledger(other)
 
 
+def test_a_version_1_ledger_gains_the_hidden_inputs_column_and_keeps_its_rows(tmp_path):
+    """Ledgers written before the hidden inputs were recorded open as they are: the upgrade
+    adds the column (NULL for the old attempts, so a replay of them says none was recorded),
+    in the same transaction as the version, and every row and merge rule stays."""
+    path = tmp_path / "v1.sqlite"
+    v1 = L._SCHEMA.replace(" hidden TEXT,", "")
+    assert v1 != L._SCHEMA  # the version 1 schema: today's without the column
+    con = sqlite3.connect(path)
+    con.executescript(v1)
+    con.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
+    con.execute("INSERT INTO attempts(number, title, state, created_at, updated_at, commit_sha) "
+                "VALUES (1, 'old', 'merged', 't', 't', ?)", ("c" * 40,))
+    con.commit()
+    con.close()
+    led = Ledger(path)
+    assert led.schema_version() == 2 == L.SCHEMA_VERSION
+    old = led.attempt(1)
+    assert (old.title, old.state, old.hidden) == ("old", "merged", None)
+    with pytest.raises(sqlite3.IntegrityError, match="merged attempt never changes"):
+        led._db.execute("UPDATE attempts SET hidden='{}' WHERE number=1")  # the triggers stay
+    n = led.new_attempt(title="new", hypothesis="", target="", backend="tuner", base_sha=None,
+                        phase_id=None)
+    led.transition(n, "judging")
+    led.transition(n, "abandoned", reason="accuracy", hidden={"input_seed": 7, "extra_rows": [5, 6]})
+    assert led.attempt(n).hidden == {"input_seed": 7, "extra_rows": [5, 6]}
+    led.close()
+    assert Ledger(path).attempt(n).hidden["extra_rows"] == [5, 6]  # and it stays upgraded
+
+
 def test_reader_sees_writer_commits(tmp_path):
     w = fresh(tmp_path)
     r = Ledger(tmp_path / "runs" / "ledger.sqlite")

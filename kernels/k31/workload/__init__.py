@@ -1,5 +1,7 @@
 """The decode workload: real-text token ids, per-request positions near the target context.
-Protected (the gates and the scorer must see the same workload for every candidate).
+Protected (the gates and the scorer must see the same workload for every candidate). Its seed
+is the gates' input seed, drawn per judgment (``gates/hidden.py``), not the model's: the state
+a model holds is sized by :attr:`Workload.position_bound`, which no seed moves.
 
 Tokenizer (deterministic, no download): the corpus is split into words and single punctuation
 marks (``\\w+|[^\\w\\s]``); the ``vocab - 256`` most frequent pieces get ids 0.. by descending
@@ -77,6 +79,13 @@ class Workload:
     @property
     def max_position(self) -> int:
         return max(self.positions) + self.steps
+
+    @property
+    def position_bound(self) -> int:
+        """The largest position any seed's workload reaches (``max_position`` never exceeds
+        it: positions are ``context - jitter`` with jitter >= 0, at least 1): the capacity a
+        model's state needs, the same whatever the input seed."""
+        return max(1, self.context) + self.steps
 
     def step_tokens(self, step: int) -> list[int]:
         toks = tokens(self.vocab)

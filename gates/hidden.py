@@ -1,0 +1,97 @@
+"""The gates' hidden inputs: drawn per judgment in the harness process, shown only afterwards.
+
+kern.yaml is readable in every worktree, so its test rows and its target seed are inputs an
+agent can see and special-case. Each judgment therefore draws, from the harness process's own
+randomness (``random.SystemRandom``, the operating system's entropy), an **input seed** (the
+workload's tokens and positions; weights and caches stay seeded by ``target.seed``) and a few
+**extra batch sizes** for the accuracy gate's tap. They reach a side only over its stdin,
+after it has imported the candidate's tree (``gates/sides.py``, ``gates/driver.py``), never in
+kern.yaml, a spec file, argv or the environment; the ledger records them once the decision
+is made, so a judgment can be replayed exactly (``kern test REV --vs BASE --replay-attempt N``).
+
+Loop-side: nothing here imports torch or the kernel tree.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+SEED_BOUND = 2**32  # input seeds are drawn from [0, SEED_BOUND)
+
+
+class HiddenError(ValueError):
+    """A record of hidden inputs is malformed; the message names its source and who acts."""
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """One judgment's hidden inputs (plain data)."""
+
+    input_seed: int
+    extra_rows: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"input_seed": self.input_seed, "extra_rows": list(self.extra_rows)}
+
+    @staticmethod
+    def from_dict(d, source: str = "hidden inputs") -> "Hidden":
+        """The inverse of :meth:`to_dict`; anything else raises :class:`HiddenError` naming
+        ``source`` (where ``d`` came from) and what was expected."""
+        if not isinstance(d, dict) or set(d) != {"input_seed", "extra_rows"}:
+            raise HiddenError(f"{source}: expected {{'input_seed': int, 'extra_rows': [int, ...]}}, "
+                              f"found {d!r}")
+        seed, rows = d["input_seed"], d["extra_rows"]
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_BOUND:
+            raise HiddenError(f"{source}: input_seed: expected an integer in [0, {SEED_BOUND}), "
+                              f"found {seed!r}")
+        if not isinstance(rows, (list, tuple)) or any(
+                isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows) \
+                or len(set(rows)) != len(rows):
+            raise HiddenError(f"{source}: extra_rows: expected distinct positive integers, "
+                              f"found {rows!r}")
+        return Hidden(seed, tuple(rows))
+
+    def describe(self) -> str:
+        """One line for a report, shown after the verdict."""
+        rows = ", ".join(map(str, self.extra_rows)) if self.extra_rows else "none"
+        return f"input seed {self.input_seed}, extra batch sizes {rows}"
+
+
+def candidates(buckets, test_rows) -> list[int]:
+    """Pure: the batch sizes an extra row count may take, ascending: 1 .. the largest bucket,
+    neither a bucket nor a visible test row (those the gate runs anyway)."""
+    seen = set(buckets) | set(test_rows)
+    return [r for r in range(1, max(buckets) + 1) if r not in seen]
+
+
+def draw(rng: random.Random, buckets, test_rows, count: int = 2) -> Hidden:
+    """Pure given ``rng``: an input seed and ``count`` distinct extra row counts from
+    :func:`candidates`, ascending. Where fewer than ``count`` qualify (the cpu profile's
+    buckets [2, 4] with test rows 1 and 3 leave none), every one that does is drawn and the
+    hidden part is the input seed and those: a judgment never fails for want of sizes."""
+    if count < 0:
+        raise ValueError(f"hidden: count of extra rows must be >= 0, got {count}")
+    pool = candidates(buckets, test_rows)
+    rows = tuple(sorted(rng.sample(pool, min(count, len(pool)))))
+    return Hidden(rng.randrange(SEED_BOUND), rows)
+
+
+def misfit(h: Hidden, buckets, test_rows) -> str | None:
+    """Pure: why ``h`` cannot be this profile's hidden inputs (extra sizes it would never
+    draw: another profile's, or a hand-edited record), or None."""
+    bad = [r for r in h.extra_rows if r not in candidates(buckets, test_rows)]
+    if not bad:
+        return None
+    return (f"extra batch size(s) {', '.join(map(str, bad))} are not hidden sizes of this profile "
+            f"(1 .. {max(buckets)}, neither a bucket {list(buckets)} nor a test row {list(test_rows)})")
+
+
+def fresh(buckets, test_rows, count: int = 2) -> Hidden:
+    """This judgment's hidden inputs, from the operating system's randomness (never a seeded
+    generator: a seed would be one more thing a candidate could learn)."""
+    return draw(random.SystemRandom(), buckets, test_rows, count)
+
+
+def for_profile(settings: dict, profile: dict) -> Hidden:
+    """:func:`fresh` for a machine profile of kern.yaml (``test.hidden_rows`` extra sizes)."""
+    return fresh(profile["buckets"], profile["test_rows"], int(settings["test"]["hidden_rows"]))
