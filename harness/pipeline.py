@@ -247,6 +247,7 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         led.update(number, base_sha=base_sha, commit_sha=rev_sha, decision=None)
         hidden = draw_hidden(ctx)  # every judgment its own, a re-judgment after a rebase too
         sc, test, bench = judge(ctx, rev_sha, base_sha, hidden)
+        keep_evidence(ctx.runs, number, test, bench)
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
         out = with_hidden(decide_outcome(sc, test, bench), hidden if test is not None else None)
@@ -279,6 +280,18 @@ def with_hidden(out: Outcome, hidden) -> Outcome:
     if hidden is None:
         return out
     return Outcome(out.state, out.reason, {**out.fields, "hidden": hidden.to_dict()})
+
+
+def keep_evidence(runs: Path, number: int, test: dict | None, bench: dict | None) -> Path:
+    """The gates' full results of one judgment, beside the attempt's other files
+    (``runs/attempts/<n>/``, one file per judgment: a rebase judges again). The ledger row holds
+    the decision's summary; these hold every sample, check and timing behind it."""
+    d = runs / "attempts" / str(number)
+    d.mkdir(parents=True, exist_ok=True)
+    n = len(list(d.glob("judgment-*.json"))) + 1
+    path = d / f"judgment-{n}.json"
+    path.write_text(json.dumps({"test": test, "bench": bench}, indent=1, default=str))
+    return path
 
 
 def merged_unrecorded(attempt: L.Attempt, rev_sha: str, merge_base: str) -> bool:
