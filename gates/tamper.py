@@ -11,7 +11,9 @@ forms of this:
 * ``WorkloadAudit``: an audit hook (``sys.addaudithook``; Python offers no way to remove one)
   that refuses, and records, any file open under the tree's ``kernels/k31/workload/`` made
   while the tree's own code (anything under ``kernels/`` outside the protected workload
-  module) is on the stack.
+  module) is on the stack, and any search of the process's objects through ``gc``
+  (``get_objects``, ``get_referrers``, ``get_referents``) made from the tree's code: how a
+  kernel finds main's recorded outputs in the accuracy gate's process, or the gates' tensors.
 
 This is evidence, not a sandbox: code that runs in the process can defeat any check made in
 the process (ctypes, patching this module). The coordinator's own wall clock is the check the
@@ -20,6 +22,7 @@ checks stop what can be seen in the commit.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 from pathlib import Path
@@ -37,7 +40,7 @@ SEALED = (
     ("torch", "isnan"), ("torch", "isfinite"), ("torch", "equal"), ("torch", "zeros"),
     ("torch", "Tensor.fill_"), ("torch", "Tensor.copy_"), ("torch", "Tensor.sum"),
     ("torch", "Tensor.clone"), ("torch", "Tensor.double"), ("torch", "Tensor.cpu"),
-    ("torch.cuda", "synchronize"), ("torch.cuda", "Event.record"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "Event.record"),
     ("torch.cuda", "Event.elapsed_time"), ("torch.cuda", "Event.synchronize"),
     ("torch.cuda", "CUDAGraph.replay"), ("torch.cuda", "CUDAGraph.capture_begin"),
     ("torch.cuda", "CUDAGraph.capture_end"), ("torch.cuda", "graph"),
@@ -50,7 +53,8 @@ SEALED = (
     ("gates.fingerprint", "Pending.resolve"),
     ("gates.bench_side", "Bench.time"), ("gates.bench_side", "Bench.verify"),
     ("gates.bench_side", "Bench._next_inputs"), ("gates.bench_side", "reply"),
-    ("gates.tap", "TapHook.__call__"), ("gates.tap", "TapHook.settle"),
+    ("gates.tap", "TapHook.__call__"), ("gates.tap", "TapHook._before"),
+    ("gates.tap", "TapHook._after"), ("gates.tap", "TapHook.settle"),
     ("gates.tap", "free_pass"), ("gates.tap", "pinned_pass"),
     ("gates.tamper", "Seal.replaced"), ("gates.tamper", "WorkloadAudit.__call__"),
 )
@@ -96,6 +100,20 @@ class Seal:
         return replaced(self.sealed)
 
 
+GC_SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")  # audit event names
+
+
+def tree_caller(frames: list[str], tree: Path) -> str | None:
+    """Pure: the innermost frame's file (relative to ``tree``) that is the tree's own code
+    (under ``<tree>/kernels/`` outside the protected workload module), or None."""
+    workload = os.path.join(str(tree), "kernels", "k31", "workload") + os.sep
+    kernels = os.path.join(str(tree), "kernels") + os.sep
+    for f in frames:
+        if f.startswith(kernels) and not f.startswith(workload):
+            return f[len(str(tree)) + 1:]
+    return None
+
+
 def workload_reader(path: str, frames: list[str], tree: Path) -> str | None:
     """Pure: the tree file that reads ``path`` from the workload folder, or None.
 
@@ -105,33 +123,41 @@ def workload_reader(path: str, frames: list[str], tree: Path) -> str | None:
     reading its corpus for the gate is fine; a kernel doing it, directly or through that
     module, is not)."""
     workload = os.path.join(str(tree), "kernels", "k31", "workload") + os.sep
-    kernels = os.path.join(str(tree), "kernels") + os.sep
     if not path.startswith(workload):
         return None
-    for f in frames:
-        if f.startswith(kernels) and not f.startswith(workload):
-            return f[len(str(tree)) + 1:]
-    return None
+    return tree_caller(frames, tree)
 
 
 class WorkloadAudit:
-    """An audit hook that refuses the tree's reads of the workload and remembers them."""
+    """An audit hook that refuses the tree's reads of the workload and its searches of the
+    process's objects, and remembers them (``reads``: one sentence each)."""
 
     def __init__(self, tree: Path):
         self.tree = Path(tree).resolve()
         self.reads: list[str] = []
 
+    def _frames(self) -> list[str]:
+        frames, f = [], sys._getframe(2)
+        while f is not None:
+            frames.append(os.path.abspath(f.f_code.co_filename))
+            f = f.f_back
+        return frames
+
     def __call__(self, event: str, args) -> None:
+        if event in GC_SEARCHES:
+            who = tree_caller(self._frames(), self.tree)
+            if who is not None:
+                what = f"{who} called {event}"
+                self.reads.append(what)
+                raise PermissionError(f"tamper: {what}: kernel code may not search the process's "
+                                      f"objects (main's recorded outputs, the gates' tensors)")
+            return
         if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return
         path = os.path.abspath(os.fsdecode(args[0]))
         if not path.startswith(str(self.tree)):
             return
-        frames, f = [], sys._getframe(1)
-        while f is not None:
-            frames.append(os.path.abspath(f.f_code.co_filename))
-            f = f.f_back
-        who = workload_reader(path, frames, self.tree)
+        who = workload_reader(path, self._frames(), self.tree)
         if who is None:
             return
         what = f"{who} opened {path[len(str(self.tree)) + 1:]}"
@@ -152,8 +178,28 @@ def verdict(seal: Seal | None, audit: WorkloadAudit | None) -> list[str]:
         out += [f"{name} was replaced by the candidate's code (expected the gate's own "
                 f"function)" for name in seal.replaced()]
     if audit is not None:
-        out += [f"{r} (the workload is the gates' input, not the kernel's)" for r in audit.reads]
+        out += [f"{r} (the workload and the process's objects are the gates', not the kernel's)"
+                for r in audit.reads]
     return out
+
+
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # cuda.h's CUlimit
+
+
+def persisting_l2_bytes(device) -> int | None:
+    """The L2 set aside for persisting accesses in this process's CUDA context (None on the
+    CPU). Nothing of the gates' or torch's sets it, and an access policy window that keeps data
+    in L2 across replays (``cuStreamSetAttribute``) needs it above 0: the candidate set it."""
+    if getattr(device, "type", device) != "cuda":
+        return None
+    value = ctypes.c_size_t(0)
+    rc = ctypes.CDLL("libcuda.so.1").cuCtxGetLimit(ctypes.byref(value),
+                                                   ctypes.c_int(CU_LIMIT_PERSISTING_L2_CACHE_SIZE))
+    if rc != 0:
+        raise RuntimeError(f"tamper: cuCtxGetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE) returned "
+                           f"{rc} (expected 0, CUDA_SUCCESS): the environment's driver cannot "
+                           f"be asked what L2 is set aside")
+    return int(value.value)
 
 
 def file_marks(roots) -> dict:
