@@ -332,6 +332,16 @@ def test_source_checks_resolve_relative_imports_and_leave_broken_files_to_the_bu
     assert scope.source_problems("kernels/k31/moe/situ.py", honest) == []
 
 
+def test_source_checks_refuse_the_reference_as_a_kernel():
+    """Case 20 (a ghost fast path): a kernel that calls the protected reference, directly or
+    through the contracts that hand it out, is judged against itself."""
+    for line in (b"from ..reference import moe_situ\n", b"from .. import reference\n",
+                 b"from .. import contracts\n", b"import kernels.k31.reference as ref\n"):
+        problems = scope.source_problems("kernels/k31/moe/situ.py", line)
+        assert len(problems) == 1 and "the reference is what the gates judge kernels against" in problems[0], line
+    assert scope.source_problems("kernels/k31/moe/situ.py", b"from ..platform import cdiv\n") == []
+
+
 def test_scope_names_a_file_moved_out_of_a_protected_path():
     sc = scope.check(commits=1, paths=["kernels/k31/moe/reference.py", "kernels/k31/reference.py"],
                      changed_lines=0, editable=["kernels/k31/**"], protected=["kernels/k31/reference.py"])
