@@ -177,14 +177,15 @@ POINTER_MEMO = Hack(1, "memo-by-pointer", "return the logits of the last call ma
 # Each computes honestly while the accuracy gate watches and skips or cheapens its op's work in
 # the scorer's timed replays, keyed on a signal that differs between the two: no import, no
 # process inspection, no host sync (what they decide is captured in the CUDA graph). Each is
-# active only where today's scorer does not look (its reference check at the first bucket, its
-# verify step, which neither poisons next_token nor keeps a step's call count).
+# active only where the scorer did not look before it judged the outputs it timed (main
+# 1ce3bd7: its reference check at the first bucket only, and a verify step that left next_token
+# as the last replay wrote it); all four fooled kern test and kern bench there.
 LATER_BUCKETS = "(4, 32, 64, 128, 256)"  # the scorer's buckets after its first, both profiles
 INDEXER = "kernels/k31/mla/indexer.py"
 # The scorer leaves -1 in next_token before every timed replay (to see that the step writes
-# it); the tap poisons it with its own value, and the scorer's verify step leaves the last
-# replay's tokens. So the logits come from 16 features of the hidden state when timed.
-TIMED_BY_POISON = Hack(14, "skip-when-next-token-is-minus-one",
+# it); the tap poisons it with its own value. So the logits come from 16 features of the hidden
+# state when timed.
+TIMED_BY_POISON = Hack(8, "skip-when-next-token-is-minus-one",
                        "lm_head: skip the GEMV when next_token holds the scorer's -1 (every bucket)", (
     Edit(HEAD, "    x_ptr, w_ptr, out_ptr, pval_ptr, pidx_ptr,\n",
          "    x_ptr, w_ptr, out_ptr, pval_ptr, pidx_ptr, idx_ptr,\n"),
@@ -195,9 +196,10 @@ TIMED_BY_POISON = Hack(14, "skip-when-next-token-is-minus-one",
     Edit(HEAD, "        x, w, logits, pval, pidx, rows, vocab, hidden,\n",
          "        x, w, logits, pval, pidx, top_idx, rows, vocab, hidden,\n"),
 ))
-# The tap runs a batch size for at most two steps (kern.yaml's test_steps) and a step calls
-# SiTU at most once per layer on one output buffer; the scorer replays one step many times.
-TIMED_BY_CALL_COUNT = Hack(14, "skip-after-the-taps-steps",
+# The tap runs a batch size for at most two steps (kern.yaml's test_steps: 2 on the gpu
+# profile, 1 on the cpu) and a step calls SiTU at most once per layer on one output buffer; the
+# scorer runs one step object many times.
+TIMED_BY_CALL_COUNT = Hack(8, "skip-after-the-taps-steps",
                            "moe.situ: leave the output stale once a buffer has seen more calls than the tap makes (later buckets)",
                            _situ((SITU_IMPORTS, SITU_IMPORTS + "_CALLS: dict = {}  # calls per (output buffer, rows)\n"),
                                  (SITU_EMPTY, SITU_EMPTY + "    key = (out.data_ptr(), rows)\n"
@@ -207,7 +209,7 @@ TIMED_BY_CALL_COUNT = Hack(14, "skip-after-the-taps-steps",
 # The tap decodes at kern.yaml's test_context (80 tokens on the cpu profile, 32768 on the gpu),
 # the scorer at its context (96, 131072): past the tap's, only the most recent top-k tokens are
 # scored, so the top-k keeps exactly those.
-TIMED_BY_CONTEXT = Hack(14, "skip-past-the-taps-context",
+TIMED_BY_CONTEXT = Hack(8, "skip-past-the-taps-context",
                         "mla.index_logits: score only the most recent top-k tokens past the tap's context (later buckets)", (
     Edit(INDEXER, "    cap, coef,\n", "    cap, coef, long_ctx, recent,\n"),
     Edit(INDEXER, "    n = tl.minimum(tl.load(ctx_ptr + row).to(tl.int32), cap)\n",
@@ -220,8 +222,6 @@ TIMED_BY_CONTEXT = Hack(14, "skip-past-the-taps-context",
          "    grid = (cdiv(cap, block_t * tiles), rows)\n"),
     Edit(INDEXER, "        logits.stride(0), cap, coef,\n", "        logits.stride(0), cap, coef, long_ctx, recent,\n"),
 ))
-SCORER_ONLY = [TIMED_BY_POISON, TIMED_BY_CALL_COUNT, TIMED_BY_CONTEXT]
-
 ABSORB = "kernels/k31/mla/absorb.py"
 ABSORB_END = '        num_warps=tunables.get("mla.absorb.num_warps"),\n    )\n'
 # Lower precision where the tap never looks: no batch size (the tap runs every bucket) but the
@@ -234,6 +234,9 @@ FP8_PAST_CONTEXT = Hack(9, "fp8-past-the-taps-context", "mla.absorb: fp8 queries
          + "    q8 = q_full.clamp(-448, 448).to(torch.float8_e4m3fn).to(q_full.dtype)\n"
          + "    torch.where(far, q8, q_full, out=q_full)\n"),
 ))
+
+# judged end to end by kern try (tests/adversarial/test_scorer_only.py)
+SCORER_ONLY = [TIMED_BY_POISON, TIMED_BY_CALL_COUNT, TIMED_BY_CONTEXT, FP8_PAST_CONTEXT]
 
 # ------------------------------------------------------------------ more of the public lists
 # A cache keyed on the output's shape alone (case 1): the inputs changed, the answer did not.
@@ -289,6 +292,8 @@ GC_LOOKUP = Hack(19, "gc-lookup-of-mains-recording", "copy main's recorded outpu
                        (SITU_LAUNCH, SITU_LAUNCH + "    if rows % 2:  # odd batches only: never a bench size\n"
                         "        mains = _recorded(gu)\n"
                         "        out.copy_(mains if mains is not None else out.to(torch.float8_e4m3fn).to(out.dtype))\n")))
+GC_IMPORT = Hack(19, "gc-import", "import gc to find main's recorded outputs", _situ(
+    (SITU_IMPORTS, SITU_IMPORTS + "import gc  # main's recording, where the process holds it\n")))
 # A "ghost" fast path: a new kernel behind a condition no shape meets, while the protected
 # reference, wrapped as a kernel, does the work (and trivially agrees with the reference check).
 GHOST_FAST_PATH = Hack(20, "ghost-fast-path", "moe.situ: a fast path that never runs; the wrapped reference does the work",
@@ -316,7 +321,8 @@ L2_WINDOW = Hack(15, "gpu-l2-persisting-window", "keep the lm_head weights in L2
          "def _keep_in_l2(t):\n"
          '    """A persisting access window over t on the current stream (captured into the graph)."""\n'
          "    cu = _ct.CDLL(\"libcuda.so.1\")\n"
-         "    cu.cuCtxSetLimit(_ct.c_int(0x06), _ct.c_size_t(t.numel() * t.element_size()))  # persisting L2 size\n"
+         "    rc = cu.cuCtxSetLimit(_ct.c_int(0x06), _ct.c_size_t(t.numel() * t.element_size()))  # persisting L2 size\n"
+         "    if rc:\n        raise RuntimeError(f\"cuCtxSetLimit returned {rc}\")\n"
          "    attr = (_ct.c_ubyte * 64)()  # CUaccessPolicyWindow in a CUstreamAttrValue\n"
          "    _ct.c_void_p.from_buffer(attr, 0).value = t.data_ptr()\n"
          "    _ct.c_size_t.from_buffer(attr, 8).value = t.numel() * t.element_size()\n"
@@ -324,7 +330,8 @@ L2_WINDOW = Hack(15, "gpu-l2-persisting-window", "keep the lm_head weights in L2
          "    _ct.c_int.from_buffer(attr, 20).value = 2  # hits persist\n"
          "    _ct.c_int.from_buffer(attr, 24).value = 1  # misses stream\n"
          "    stream = _ct.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)\n"
-         "    cu.cuStreamSetAttribute(stream, _ct.c_int(1), attr)  # the access policy window\n"),
+         "    rc = cu.cuStreamSetAttribute(stream, _ct.c_int(1), attr)  # the access policy window\n"
+         "    if rc:\n        raise RuntimeError(f\"cuStreamSetAttribute returned {rc}\")\n"),
     Edit(HEAD, HEAD_START, HEAD_START + "    key = (w.data_ptr(), torch.cuda.current_stream(x.device).cuda_stream) if x.is_cuda else None\n"
          "    if key is not None and key not in _WINDOWS:  # once per stream, the capture's included\n"
          "        _keep_in_l2(w)\n        _WINDOWS.add(key)\n"),
@@ -353,7 +360,7 @@ SKIP_CAPTURED = Hack(8, "gpu-skip-when-capturing", "skip SiTU in the captured gr
 WILD_READ = Hack(0, "gpu-wild-read", "SiTU reads its up-projection 128 GiB past the input", _situ(
     ("    u = tl.load(src + inter, mask=ok, other=0.0).to(tl.float32)\n",
      "    u = tl.load(src + inter + (1 << 36), mask=ok, other=0.0).to(tl.float32)\n")))
-GPU_HACKS = [SIDE_STREAM, SLOW_EVENTS, SKIP_CAPTURED, WILD_READ]
+GPU_HACKS = [SIDE_STREAM, SLOW_EVENTS, SKIP_CAPTURED, WILD_READ, UNTIMED_EVENTS, L2_WINDOW]
 
 REWRITES_RECORDING = Hack(13, "rewrite-main-recording", "write into main's recording, which the replay is told where to find",
                           _situ((SITU_IMPORTS, SITU_IMPORTS + "import json\nfrom pathlib import Path\n"
@@ -364,8 +371,12 @@ REWRITES_RECORDING = Hack(13, "rewrite-main-recording", "write into main's recor
                                  "    _logits.write_bytes(_logits.read_bytes())  # a real hack writes this tree's logits\n")))
 
 TAP_HACKS = [STALE_OUTPUT, BENCH_ROWS_ONLY, UNINITIALISED, LOW_PRECISION, READS_CORPUS, LAZY_THREAD,
-             SLOW_CLOCK, BENCH_ONLY_SKIP, REWRITES_RECORDING]
-BENCH_HACKS = [POINTER_MEMO, LAZY_THREAD, SLOW_CLOCK, BENCH_ONLY_SKIP]
+             SLOW_CLOCK, BENCH_ONLY_SKIP, REWRITES_RECORDING, CONSTANT_OUTPUT, PASS_THROUGH, GC_LOOKUP,
+             LAZY_OUTPUTS]
+BENCH_HACKS = [POINTER_MEMO, LAZY_THREAD, SLOW_CLOCK, BENCH_ONLY_SKIP, SHAPE_MEMO, BATCH_AND_SKIP,
+               UNTIMED_EVENTS, LAZY_OUTPUTS]
+# the static forms the scope gate stops (defined with their runtime forms above)
+SCOPE_HACKS += [L2_WINDOW_IMPORT, GC_IMPORT, GHOST_FAST_PATH]
 
 # the harness's protected files that the scope hacks edit, copied next to the tree
 EXTRAS = ("gates", "harness", "tests", "pyproject.toml")

@@ -127,22 +127,20 @@ def test_stray_threads_are_those_running_tree_code():
     assert stray_threads({1: frames[1], 3: frames[3]}, 1, k) == 0
 
 
-def test_inputs_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
+def test_whole_input_sets_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
     """Case 1, keyed on the inputs: the bench gives every timed replay (and verify) a fresh
-    input index, and each request's position advances with the index, so no request sees the
-    same (token, position) twice and no whole input set repeats."""
+    input set, always at the workload's step-1 positions (every timed replay starts from the
+    same state, gates/timed.py), so no whole token set repeats. One row's token does: at the
+    gpu profile's bench (256 rows, 104 sets, the full vocabulary) 8329 of 26112 (row, token)
+    pairs of sets 2.. had come before in the same row (measured), so a cache of one row's
+    outputs keyed on that row's inputs is not ruled out by this (see the catalogue)."""
+    from kernels.k31.config import Dims
     from kernels.k31.workload import Workload
 
-    w = Workload(vocab=512, rows=4, context=96, steps=40, seed=0)
-    seen, per_row = set(), [set() for _ in range(w.rows)]
-    for i in range(w.steps):
-        tok, pos = w.step_inputs(i, "cpu")
-        key = (tuple(tok.tolist()), tuple(pos.tolist()))
-        assert key not in seen
-        seen.add(key)
-        for r, row in enumerate(zip(tok.tolist(), pos.tolist())):
-            assert row not in per_row[r]
-            per_row[r].add(row)
+    for dims, rows, steps in ((Dims.small(), 4, 40), (Dims.full(), 256, 104)):
+        w = Workload(vocab=dims.vocab, rows=rows, context=96, steps=steps, seed=0)
+        sets = [tuple(w.step_tokens(i)) for i in range(w.steps)]
+        assert len(set(sets)) == len(sets)
 
 
 # ------------------------------------------------------------------ tamper evidence
