@@ -184,6 +184,7 @@ def verdict(seal: Seal | None, audit: WorkloadAudit | None) -> list[str]:
 
 
 CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # cuda.h's CUlimit
+_CDLL = ctypes.CDLL  # bound before the tree loads (a tree may reach ctypes through sys.modules)
 
 
 def persisting_l2_bytes(device) -> int | None:
@@ -193,8 +194,8 @@ def persisting_l2_bytes(device) -> int | None:
     if getattr(device, "type", device) != "cuda":
         return None
     value = ctypes.c_size_t(0)
-    rc = ctypes.CDLL("libcuda.so.1").cuCtxGetLimit(ctypes.byref(value),
-                                                   ctypes.c_int(CU_LIMIT_PERSISTING_L2_CACHE_SIZE))
+    rc = _CDLL("libcuda.so.1").cuCtxGetLimit(ctypes.byref(value),
+                                             ctypes.c_int(CU_LIMIT_PERSISTING_L2_CACHE_SIZE))
     if rc != 0:
         raise RuntimeError(f"tamper: cuCtxGetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE) returned "
                            f"{rc} (expected 0, CUDA_SUCCESS): the environment's driver cannot "
