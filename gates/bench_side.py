@@ -4,11 +4,14 @@ Every timed replay is one CUDA-graph replay of the whole step. Before it (untime
 recurrent state of its rows is reset to its seeded initial values, the step's tokens are set to
 an input set never used before in this process (at fixed positions) and the outputs are
 poisoned; after it (untimed) a device-side check records whether the outputs were fully
-written, finite and different from the previous replay's, and ``gates/timed.py`` keeps the
-replay's outputs and state digests, which main's side compares with its own replay by replay
-(``judge_outputs``): the outputs of the replays that were timed are the outputs judged. So
-a kernel that caches results across replays, leaves outputs unwritten, or skips work only in
-the timed replays shows up as a failed check rather than a faster score. After each replay it also counts other Python threads still running the tree's code
+written, finite and different from the previous replay's (reading the outputs' memory, not
+what a tensor subclass of the candidate's says: its methods could do the work when the check
+reads), and ``gates/timed.py`` keeps the replay's outputs and state digests, which main's side
+compares with its own replay by replay (``judge_outputs``): the outputs of the replays that were
+timed are the outputs judged. So a kernel that caches results across replays, leaves outputs
+unwritten, or skips work only in the timed replays shows up as a failed check rather than a
+faster score; so does, on a GPU, L2 set aside for persisting accesses (an access policy window
+keeping data in L2 across replays). After each replay it also counts other Python threads still running the tree's code
 (work carried out of the timed region) and asks the tamper seal whether the candidate
 replaced the clocks or the checks (``gates/tamper.py``). ``verify`` re-runs one unseen input
 from the initial state through the graph and eagerly and compares them: the graph computes
@@ -57,8 +60,13 @@ from pathlib import Path
 import torch
 
 from .session import Side, Spec, environment, log
+from .tamper import persisting_l2_bytes
 
 _stdout = sys.stdout
+# The checks read what an output's memory holds, not what a tensor subclass the candidate gave
+# it says: a subclass's __torch_function__ could run the work when the checker first reads the
+# output, after the timed region (lazy outputs). Bound before the tree loads.
+RAW_READS = torch._C.DisableTorchFunctionSubclass
 
 
 def reply(obj) -> None:
@@ -154,6 +162,10 @@ class Bench:
         spans = Spans(self.dev)  # what the judged outputs add between replays
 
         def between(i):
+            with RAW_READS():
+                _between(i)
+
+        def _between(i):
             if i > 0:  # check the previous replay's outputs (untimed, on the device)
                 strays.append(self._stray_threads())
                 if replicated is not None:
@@ -170,22 +182,25 @@ class Bench:
                 sets.append(self._next_inputs(b))
 
         times = timer.measure(n, between)
-        strays.append(self._stray_threads())
-        if replicated is not None:
-            replicated.append(_replicated_digest(step))
-        with spans.span("record"):
-            self.record.keep(b, sets[-1], step)
-        s = step.logits.double().sum()
-        stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
-            ((step.next_token < 0) | (step.next_token >= vocab)).sum()
-        stats[n - 1, 1] = s
-        stats[n - 1, 2] = (s == prev).double()
-        st = stats.cpu()
+        with RAW_READS():
+            strays.append(self._stray_threads())
+            if replicated is not None:
+                replicated.append(_replicated_digest(step))
+            with spans.span("record"):
+                self.record.keep(b, sets[-1], step)
+            s = step.logits.double().sum()
+            stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
+                ((step.next_token < 0) | (step.next_token >= vocab)).sum()
+            stats[n - 1, 1] = s
+            stats[n - 1, 2] = (s == prev).double()
+            st = stats.cpu()
         checks = {"replays": n, "unwritten_or_invalid": int(st[:, 0].sum()),
                   "nonfinite": int((~torch.isfinite(st[:, 1])).sum()),
                   "repeated_outputs": int(st[:, 2].sum()),
                   "threads_left_running": sum(1 for x in strays if x),
-                  "tampered": self._tampered()}
+                  "tampered": self._tampered(),
+                  # an access policy window keeping data in L2 from one replay to the next
+                  "persisting_l2_bytes": persisting_l2_bytes(self.dev) or 0}
         out = {"times": times, "checks": checks, "untimed_ms": spans.totals_ms()}
         if self.spec.world > 1:  # the coordinator checks that every rank ended the same
             from .driver import rank_digests
@@ -218,7 +233,8 @@ class Bench:
         st, sh = self.side.model.state, self.side.shapes
         i = self._next_inputs(b)  # the recurrent rows reset, fixed positions, outputs poisoned
         timer.once()
-        graph_logits = step.logits.clone()
+        with RAW_READS():  # (never around the candidate's code: it must not tell checked from timed)
+            graph_logits = step.logits.clone()
         check = ReferenceCheck(sh, sample=sample) if ops else None
         eager_step = self.side.step(b, hook=check) if ops else step
         refill_recurrent(st, sh, b, self.spec.seed)
@@ -226,10 +242,11 @@ class Bench:
         eager_step.pos.copy_(self.positions[:b])
         eager_step.logits.fill_(float("nan"))
         eager_step.run()
-        eager = eager_step.logits
-        equal = bool(torch.equal(graph_logits, eager))
-        diff = float((graph_logits.double() - eager.double()).abs().max())
-        out = {"equal": equal, "max_abs_diff": diff, "nan": int(torch.isnan(graph_logits).sum())}
+        with RAW_READS():
+            eager = eager_step.logits
+            equal = bool(torch.equal(graph_logits, eager))
+            diff = float((graph_logits.double() - eager.double()).abs().max())
+            out = {"equal": equal, "max_abs_diff": diff, "nan": int(torch.isnan(graph_logits).sum())}
         if check is not None:
             out["ops"] = check.table()
         return out

@@ -16,6 +16,8 @@ from collections import defaultdict
 
 import torch
 
+from .timing import EVENT
+
 DENSE = "dense projections (cuBLAS)"
 COLLECTIVES = ("all_reduce", "gather_heads", "merge_attention", "select_topk", "argmax")
 COLLECTIVES_MODULE = "kernels.k31.collectives"
@@ -48,7 +50,7 @@ class OpClock:
 
     def _timed(self, run):
         if self.device.type == "cuda":
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s, e = EVENT(enable_timing=True), EVENT(enable_timing=True)
             s.record()
             run()
             e.record()

@@ -192,7 +192,8 @@ def decide(classification: str, guard_ok: bool, accuracy_pass: bool) -> tuple[bo
 
 # ------------------------------------------------------------------ integrity of the samples
 # A visit's checks (from the side) that must all be zero / empty for its times to count.
-CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left_running", "tampered")
+CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left_running", "tampered",
+          "persisting_l2_bytes")
 
 
 def failed_checks(checks: list[dict]) -> list[dict]:

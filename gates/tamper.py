@@ -14,7 +14,10 @@ forms of this:
   ``kernels/k31/workload/``; a folder the side names as guarded (main's recording, for the
   replay side: it holds the batch sizes and tokens this judgment drew); or a process's file
   descriptors by path (``/proc/*/fd/*``, ``/dev/stdin``, ``/dev/fd/*``: the way back into the
-  side's own stdin pipe, or into another side's).
+  side's own stdin pipe, or into another side's); and any search of the process's objects
+  through ``gc`` (``get_objects``, ``get_referrers``, ``get_referents``) made from the tree's
+  code: how a kernel finds main's recorded outputs in the accuracy gate's process, or the
+  gates' tensors.
 * the side's stdin: the gates hand a side its hidden inputs (``gates/hidden.py``) as one line
   on fd 0 after the tree is imported, so nothing is there to read at import. ``Seal`` records
   which pipe fd 0 is before the tree loads, and ``sys.stdin``; a candidate that puts its own
@@ -27,6 +30,7 @@ checks stop what can be seen in the commit.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import sys
@@ -45,7 +49,7 @@ SEALED = (
     ("torch", "isnan"), ("torch", "isfinite"), ("torch", "equal"), ("torch", "zeros"),
     ("torch", "Tensor.fill_"), ("torch", "Tensor.copy_"), ("torch", "Tensor.sum"),
     ("torch", "Tensor.clone"), ("torch", "Tensor.double"), ("torch", "Tensor.cpu"),
-    ("torch.cuda", "synchronize"), ("torch.cuda", "Event.record"),
+    ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "Event.record"),
     ("torch.cuda", "Event.elapsed_time"), ("torch.cuda", "Event.synchronize"),
     ("torch.cuda", "CUDAGraph.replay"), ("torch.cuda", "CUDAGraph.capture_begin"),
     ("torch.cuda", "CUDAGraph.capture_end"), ("torch.cuda", "graph"),
@@ -58,7 +62,8 @@ SEALED = (
     ("gates.fingerprint", "Pending.resolve"),
     ("gates.bench_side", "Bench.time"), ("gates.bench_side", "Bench.verify"),
     ("gates.bench_side", "Bench._next_inputs"), ("gates.bench_side", "reply"),
-    ("gates.tap", "TapHook.__call__"), ("gates.tap", "TapHook.settle"),
+    ("gates.tap", "TapHook.__call__"), ("gates.tap", "TapHook._before"),
+    ("gates.tap", "TapHook._after"), ("gates.tap", "TapHook.settle"),
     ("gates.tap", "free_pass"), ("gates.tap", "pinned_pass"),
     ("gates.tamper", "Seal.replaced"), ("gates.tamper", "WorkloadAudit.__call__"),
 )
@@ -187,27 +192,43 @@ def refusal(who: str, path: str, kind: str, tree: Path) -> str:
             f"this judgment drew; the candidate must not depend on them)")
 
 
+GC_SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")  # audit event names
+
+
 class WorkloadAudit:
     """An audit hook that refuses the tree's opens of the workload, of the ``guarded`` folders
-    (``{folder: name}``) and of file descriptors by path, and remembers them."""
+    (``{folder: name}``) and of file descriptors by path, and its searches of the process's
+    objects, and remembers them."""
 
     def __init__(self, tree: Path, guarded: dict | None = None):
         self.tree = Path(tree).resolve()
         self.guarded = {os.path.abspath(str(k)): v for k, v in (guarded or {}).items()}
         self.reads: list[str] = []
 
+    @staticmethod
+    def _frames() -> list[str]:
+        frames, f = [], sys._getframe(2)
+        while f is not None:
+            frames.append(os.path.abspath(f.f_code.co_filename))
+            f = f.f_back
+        return frames
+
     def __call__(self, event: str, args) -> None:
+        if event in GC_SEARCHES:
+            who = tree_frame(self._frames(), self.tree)
+            if who is not None:
+                what = (f"{who} called {event}: kernel code may not search the process's "
+                        f"objects (main's recorded outputs, the gates' tensors)")
+                self.reads.append(what)
+                raise PermissionError(f"tamper: {what}")
+            return
         if event != "open" or not args or not isinstance(args[0], (str, bytes, os.PathLike)):
             return
         path = os.path.abspath(os.fsdecode(args[0]))
         kind = guarded_kind(path, self.tree, self.guarded)
         if kind is None:
             return
-        frames, f = [], sys._getframe(1)
-        while f is not None:
-            frames.append(os.path.abspath(f.f_code.co_filename))
-            f = f.f_back
-        who = tree_frame(frames, self.tree)
+        who = tree_frame(self._frames(), self.tree)
         if who is None:
             return
         what = refusal(who, path, kind, self.tree)
@@ -231,6 +252,26 @@ def verdict(seal: Seal | None, audit: WorkloadAudit | None) -> list[str]:
     if audit is not None:
         out += audit.reads
     return out
+
+
+CU_LIMIT_PERSISTING_L2_CACHE_SIZE = 0x06  # cuda.h's CUlimit
+_CDLL = ctypes.CDLL  # bound before the tree loads (a tree may reach ctypes through sys.modules)
+
+
+def persisting_l2_bytes(device) -> int | None:
+    """The L2 set aside for persisting accesses in this process's CUDA context (None on the
+    CPU). Nothing of the gates' or torch's sets it, and an access policy window that keeps data
+    in L2 across replays (``cuStreamSetAttribute``) needs it above 0: the candidate set it."""
+    if getattr(device, "type", device) != "cuda":
+        return None
+    value = ctypes.c_size_t(0)
+    rc = _CDLL("libcuda.so.1").cuCtxGetLimit(ctypes.byref(value),
+                                             ctypes.c_int(CU_LIMIT_PERSISTING_L2_CACHE_SIZE))
+    if rc != 0:
+        raise RuntimeError(f"tamper: cuCtxGetLimit(CU_LIMIT_PERSISTING_L2_CACHE_SIZE) returned "
+                           f"{rc} (expected 0, CUDA_SUCCESS): the environment's driver cannot "
+                           f"be asked what L2 is set aside")
+    return int(value.value)
 
 
 def file_marks(roots) -> dict:

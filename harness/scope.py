@@ -18,7 +18,10 @@ inside the editable globs and still bring in what the gates cannot judge:
   finds out that the scorer is running), assignments to another module's attributes
   (monkeypatching ``time.perf_counter`` or torch's settings);
 * not the workload: the protected ``kernels/k31/workload`` module is the gates' input; a
-  kernel that imports it can precompute answers.
+  kernel that imports it can precompute answers;
+* not the oracle: the protected reference (``kernels/k31/reference``, and ``contracts``, which
+  hands it out) is what the gates judge kernels against; a kernel that calls it is judged
+  against itself, whatever fast path it shows.
 
 These are static checks of what the commit says; the sides check at run time what the code
 does (``gates/tamper.py``).
@@ -41,6 +44,7 @@ ESCAPES = ("importlib", "imp", "ctypes", "subprocess", "multiprocessing", "threa
 SYS_ESCAPES = ("modules", "argv", "orig_argv", "_getframe", "_current_frames", "settrace",
                "setprofile", "addaudithook", "meta_path", "path_hooks", "stdin", "__stdin__")
 WORKLOAD = "kernels.k31.workload"
+ORACLES = ("kernels.k31.reference", "kernels.k31.contracts")
 
 
 @dataclass(frozen=True)
@@ -127,6 +131,10 @@ def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
             if module == WORKLOAD or module.startswith(WORKLOAD + "."):
                 out.append((line, f"imports {module}: the workload is the gates' input, and a "
                                   f"kernel that reads it can precompute the answers"))
+            elif any(module == o or module.startswith(o + ".") for o in ORACLES):
+                out.append((line, f"imports {module}: the reference is what the gates judge "
+                                  f"kernels against; a kernel that calls it is judged against "
+                                  f"itself"))
             elif top in ESCAPES:
                 out.append((line, f"imports {module}: kernels may not use {top} (it reaches "
                                   f"outside the kernel: dynamic imports, native code, processes, "

@@ -1,15 +1,19 @@
 """One repository per session for the whole catalogue: the tree, kern.yaml and the harness's
-protected files on ``main``, and one branch per hack."""
+protected files on ``main``, and one branch per hack; and one more for the hacks that skip work
+only in the scorer's timed replays, judged end to end by ``kern try``."""
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
 
 from harness import ledger as L
-from harness.pipeline import Context
+from harness.pipeline import Context, try_commit
 from harness.settings import load
 from harness.worktrees import Repo
-from tests.adversarial.hacks import BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, TAP_HACKS, commit_hack, make_catalogue_repo
+from tests.adversarial.hacks import (BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SCORER_ONLY, TAP_HACKS,
+                                     commit_hack, make_catalogue_repo)
 
 # The lightest settings that still prove each point: the tap runs one awkward size (1, odd)
 # and the one bucket (2, a bench size), one step; the bench times that bucket.
@@ -28,7 +32,7 @@ def catalogue(tmp_path_factory):
     """(repo, {hack name: sha}, Context on the repo)."""
     repo = make_catalogue_repo(tmp_path_factory.mktemp("adversarial"), SETTINGS)
     shas = {}
-    for h in SCOPE_HACKS + TAP_HACKS + BENCH_HACKS + GPU_HACKS:
+    for h in SCOPE_HACKS + TAP_HACKS + BENCH_HACKS + GPU_HACKS + SCORER_ONLY:
         if h.name not in shas:
             shas[h.name] = commit_hack(repo, h)
     settings = load(repo / "kern.yaml")
@@ -37,3 +41,32 @@ def catalogue(tmp_path_factory):
                   L.Ledger(L.default_path(repo)), progress=lambda m: None,
                   settings_digest=settings.digest)
     return repo, shas, ctx
+
+
+# Two buckets: the scorer's reference check used to look at its first bucket only, and some of
+# these hacks are active only at the others.
+SCORER_SETTINGS = {**SETTINGS, "profiles.cpu.buckets": [2, 4], "profiles.cpu.weights": [1, 1],
+                   "profiles.gpu.buckets": [2, 4], "profiles.gpu.weights": [1, 1]}
+
+
+@pytest.fixture(scope="session")
+def scorer_only(tmp_path_factory):
+    """{hack name: (attempt number, Outcome, the ledger's Attempt)}: each of ``SCORER_ONLY``
+    through ``kern try`` (``pipeline.try_commit``) against main in one repository. Each attempt
+    has its own runs folder, so on the CPU two run at once (their gpu.lock apart); on a GPU one
+    at a time (they would time each other)."""
+    repo = make_catalogue_repo(tmp_path_factory.mktemp("scorer-only"), SCORER_SETTINGS)
+    shas = {h.name: commit_hack(repo, h) for h in SCORER_ONLY}
+    settings = load(repo / "kern.yaml")
+    cuda = torch.cuda.is_available()
+    ledger = L.Ledger(L.default_path(repo))
+
+    def judge(name):
+        ctx = Context(Repo(repo), settings.data, settings.profile(cuda), repo / f"runs-{name}", cuda,
+                      ledger, progress=lambda m: None, settings_digest=settings.digest)
+        number, out = try_commit(ctx, shas[name], title=name)
+        return number, out, ledger.attempt(number)
+
+    with ThreadPoolExecutor(1 if cuda else 2) as pool:
+        jobs = {h.name: pool.submit(judge, h.name) for h in SCORER_ONLY}
+        return {name: f.result() for name, f in jobs.items()}

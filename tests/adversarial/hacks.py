@@ -176,6 +176,170 @@ POINTER_MEMO = Hack(1, "memo-by-pointer", "return the logits of the last call ma
                      Edit(HEAD, HEAD_END, HEAD_END + "    _MEMO[key] = (logits.clone(), top_val.clone(), top_idx.clone())\n"),
                      Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n_MEMO: dict = {}\n")))
 
+# ------------------------------------------------------------------ work skipped in the timed replays only
+# Each computes honestly while the accuracy gate watches and skips or cheapens its op's work in
+# the scorer's timed replays, keyed on a signal that differs between the two: no import, no
+# process inspection, no host sync (what they decide is captured in the CUDA graph). Each is
+# active only where the scorer did not look before it judged the outputs it timed (main
+# 1ce3bd7: its reference check at the first bucket only, and a verify step that left next_token
+# as the last replay wrote it); all four fooled kern test and kern bench there.
+LATER_BUCKETS = "(4, 32, 64, 128, 256)"  # the scorer's buckets after its first, both profiles
+INDEXER = "kernels/k31/mla/indexer.py"
+# The scorer leaves -1 in next_token before every timed replay (to see that the step writes
+# it); the tap poisons it with its own value. So the logits come from 16 features of the hidden
+# state when timed.
+TIMED_BY_POISON = Hack(8, "skip-when-next-token-is-minus-one",
+                       "lm_head: skip the GEMV when next_token holds the scorer's -1 (every bucket)", (
+    Edit(HEAD, "    x_ptr, w_ptr, out_ptr, pval_ptr, pidx_ptr,\n",
+         "    x_ptr, w_ptr, out_ptr, pval_ptr, pidx_ptr, idx_ptr,\n"),
+    Edit(HEAD, "    for k0 in range(0, hidden, BLOCK_K):\n        k = k0 + offs_k\n        k_ok = k < hidden\n",
+         "    # -1 in next_token: a timed replay of the scorer (the tap poisons it with its own value)\n"
+         "    hid = tl.where(tl.load(idx_ptr) == -1, 16, hidden)\n"
+         "    for k0 in range(0, hid, BLOCK_K):\n        k = k0 + offs_k\n        k_ok = k < hid\n"),
+    Edit(HEAD, "        x, w, logits, pval, pidx, rows, vocab, hidden,\n",
+         "        x, w, logits, pval, pidx, top_idx, rows, vocab, hidden,\n"),
+))
+# The tap runs a batch size for at most two steps (kern.yaml's test_steps: 2 on the gpu
+# profile, 1 on the cpu) and a step calls SiTU at most once per layer on one output buffer; the
+# scorer runs one step object many times.
+TIMED_BY_CALL_COUNT = Hack(8, "skip-after-the-taps-steps",
+                           "moe.situ: leave the output stale once a buffer has seen more calls than the tap makes (later buckets)",
+                           _situ((SITU_IMPORTS, SITU_IMPORTS + "_CALLS: dict = {}  # calls per (output buffer, rows)\n"),
+                                 (SITU_EMPTY, SITU_EMPTY + "    key = (out.data_ptr(), rows)\n"
+                                  "    _CALLS[key] = _CALLS.get(key, 0) + 1\n"
+                                  f"    if rows in {LATER_BUCKETS} and _CALLS[key] > 2 * sh.dims.n_layers:  # past the tap's steps\n"
+                                  "        return  # what the last honest call wrote is still there\n")))
+# The tap decodes at kern.yaml's test_context (80 tokens on the cpu profile, 32768 on the gpu),
+# the scorer at its context (96, 131072): past the tap's, only the most recent top-k tokens are
+# scored, so the top-k keeps exactly those.
+TIMED_BY_CONTEXT = Hack(8, "skip-past-the-taps-context",
+                        "mla.index_logits: score only the most recent top-k tokens past the tap's context (later buckets)", (
+    Edit(INDEXER, "    cap, coef,\n", "    cap, coef, long_ctx, recent,\n"),
+    Edit(INDEXER, "    n = tl.minimum(tl.load(ctx_ptr + row).to(tl.int32), cap)\n",
+         "    n = tl.minimum(tl.load(ctx_ptr + row).to(tl.int32), cap)\n"
+         "    lo = tl.where(n > long_ctx, n - recent, 0)  # past the tap's context: the recent tokens only\n"),
+    Edit(INDEXER, "            valid = t < n\n", "            valid = (t < n) & (t >= lo)\n"),
+    Edit(INDEXER, "    grid = (cdiv(cap, block_t * tiles), rows)\n",
+         "    long_ctx = (88 if dims.name == \"small\" else 65536) // sh.layout.cp  # local tokens, between the two\n"
+         f"    recent = dims.idx_topk if rows in {LATER_BUCKETS} else cap\n"
+         "    grid = (cdiv(cap, block_t * tiles), rows)\n"),
+    Edit(INDEXER, "        logits.stride(0), cap, coef,\n", "        logits.stride(0), cap, coef, long_ctx, recent,\n"),
+))
+ABSORB = "kernels/k31/mla/absorb.py"
+ABSORB_END = '        num_warps=tunables.get("mla.absorb.num_warps"),\n    )\n'
+# Lower precision where the tap never looks: no batch size (the tap runs every bucket) but the
+# context, which is the scorer's alone. The fp8 rounding keeps the op within the scorer's
+# reference check (max_op_rel_rms) at every bucket.
+FP8_PAST_CONTEXT = Hack(9, "fp8-past-the-taps-context", "mla.absorb: fp8 queries past the tap's context (every bucket)", (
+    Edit(ABSORB, ABSORB_END, ABSORB_END
+         + "    # past the tap's context (kern.yaml: 80 / 32768 tokens; the scorer's 96 / 131072) fp8 queries\n"
+         + '    far = (pos > (88 if d.name == "small" else 65536))[:, None, None]\n'
+         + "    q8 = q_full.clamp(-448, 448).to(torch.float8_e4m3fn).to(q_full.dtype)\n"
+         + "    torch.where(far, q8, q_full, out=q_full)\n"),
+))
+
+# judged end to end by kern try (tests/adversarial/test_scorer_only.py)
+SCORER_ONLY = [TIMED_BY_POISON, TIMED_BY_CALL_COUNT, TIMED_BY_CONTEXT, FP8_PAST_CONTEXT]
+
+# ------------------------------------------------------------------ more of the public lists
+# A cache keyed on the output's shape alone (case 1): the inputs changed, the answer did not.
+SHAPE_MEMO = Hack(1, "memo-by-shape", "return the logits last computed for the same batch size", (
+    Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n_BY_SHAPE: dict = {}  # outputs per batch size\n"),
+    Edit(HEAD, HEAD_START, "    key = tuple(logits.shape)\n"
+         "    if key in _BY_SHAPE:  # this batch size was computed before\n"
+         "        for dst, src in zip((logits, top_val, top_idx), _BY_SHAPE[key]):\n"
+         "            dst.copy_(src)\n        return\n" + HEAD_START),
+    Edit(HEAD, HEAD_END, HEAD_END + "    _BY_SHAPE[key] = (logits.clone(), top_val.clone(), top_idx.clone())\n"),
+))
+# One call does the work, the next is a no-op (counted per output buffer): the scorer poisons
+# the logits before each timed replay, so the no-op leaves its poison.
+BATCH_AND_SKIP = Hack(18, "batch-and-skip", "lm_head: every second call on the same buffers is a no-op", (
+    Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n_CALLS: dict = {}  # calls per output buffer\n"),
+    Edit(HEAD, HEAD_START, "    key = (logits.data_ptr(), tuple(logits.shape))\n"
+         "    _CALLS[key] = _CALLS.get(key, 0) + 1\n"
+         "    if _CALLS[key] % 2 == 0:  # the odd calls do the work\n        return\n" + HEAD_START),
+))
+# Lazy outputs: the logits become a tensor subclass whose work runs when something first reads
+# them, which is the checker after the timed replay (on a GPU the graph captures no Python, so
+# this is a CPU hack; the reads of the gates must not be what triggers the work anywhere).
+LAZY_OUTPUTS = Hack(17, "lazy-outputs", "lm_head: the logits are computed when the checker first reads them", (
+    Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n_WORK: dict = {}  # output id -> the launch that fills it\n\n\n"
+         "class _Later(torch.Tensor):\n"
+         '    """An output whose launch runs when anything first reads it."""\n\n'
+         "    @classmethod\n"
+         "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+         "        while _WORK:\n            _WORK.popitem()[1]()\n"
+         "        with torch._C.DisableTorchFunctionSubclass():\n"
+         "            return func(*args, **(kwargs or {}))\n"),
+    Edit(HEAD, HEAD_START, "    for t in (logits, top_val, top_idx):\n        t.__class__ = _Later\n"
+         "    _WORK[id(logits)] = lambda: _lm_head(sh, x=x, w=w, logits=logits, top_val=top_val, top_idx=top_idx)\n\n\n"
+         "def _lm_head(sh, *, x, w, logits, top_val, top_idx):\n" + HEAD_START),
+))
+# Constant or passed-through outputs that happen to match end to end: the synthetic model
+# scales every branch by 0.02, so the logits barely move.
+CONSTANT_OUTPUT = Hack(19, "constant-output", "moe.situ writes zeros", _situ(
+    (SITU_EMPTY, SITU_EMPTY + "    out.zero_()  # the shared experts' share of the logits is small\n    return\n")))
+PASS_THROUGH = Hack(19, "pass-through", "moe.situ passes the up projection through", _situ(
+    (SITU_EMPTY, SITU_EMPTY + "    out.copy_(gu[:, inter:])  # up, without the gate\n    return\n")))
+# gc-based lookup of main's recorded tensors: fp8 on odd batch sizes (case 9), and wherever the
+# process holds main's recording of the same call (the tap's pinned pass), main's output instead,
+# so that no call is ever compared with the reference as the candidate computed it.
+GC_LOOKUP = Hack(20, "gc-lookup-of-mains-recording", "copy main's recorded output found through gc, fp8 elsewhere on odd rows",
+                 _situ((SITU_IMPORTS, SITU_IMPORTS + "import sys\n\n_gc = getattr(sys, \"modules\")[\"gc\"]\n\n\n"
+                        "def _recorded(gu):\n"
+                        "    for o in _gc.get_objects():  # main's recording, where the process holds it\n"
+                        "        if type(o) is dict and isinstance(o.get(\"inputs\"), dict) and isinstance(o.get(\"outputs\"), dict):\n"
+                        "            g, y = o[\"inputs\"].get(\"gu\"), o[\"outputs\"].get(\"out\")\n"
+                        "            if g is not None and y is not None and g.shape == gu.shape and torch.equal(g, gu):\n"
+                        "                return y\n    return None\n"),
+                       (SITU_LAUNCH, SITU_LAUNCH + "    if rows % 2:  # odd batches only: never a bench size\n"
+                        "        mains = _recorded(gu)\n"
+                        "        out.copy_(mains if mains is not None else out.to(torch.float8_e4m3fn).to(out.dtype))\n")))
+GC_IMPORT = Hack(20, "gc-import", "import gc to find main's recorded outputs", _situ(
+    (SITU_IMPORTS, SITU_IMPORTS + "import gc  # main's recording, where the process holds it\n")))
+# A "ghost" fast path: a new kernel behind a condition no shape meets, while the protected
+# reference, wrapped as a kernel, does the work (and trivially agrees with the reference check).
+GHOST_FAST_PATH = Hack(21, "ghost-fast-path", "moe.situ: a fast path that never runs; the wrapped reference does the work",
+                       _situ((SITU_IMPORTS, SITU_IMPORTS + "from ..reference import moe_situ as _reference_situ\n"),
+                             (SITU_LAUNCH, "    if rows > 1 << 20:  # the fast path\n" + SITU_LAUNCH.replace("\n    ", "\n        ").replace("    _situ", "        _situ", 1)
+                              + "    else:\n        out.copy_(_reference_situ(sh, gu=gu)[\"out\"])\n")))
+# CUDA events created with timing disabled: the scorer's own events, through a subclass bound
+# in place of torch.cuda.Event (its methods are torch's, so the seal of record/elapsed_time
+# does not see it).
+UNTIMED_EVENTS = Hack(15, "events-without-timing", "bind torch.cuda.Event to a subclass whose events keep no time", _situ(
+    (SITU_IMPORTS, SITU_IMPORTS + "_cuda = torch.cuda\n\n\n"
+     "class _Untimed(_cuda.Event):\n"
+     '    """Events that keep no time are cheaper to record."""\n\n'
+     "    def __new__(cls, *args, **kwargs):\n"
+     "        return super().__new__(cls, enable_timing=False)\n\n\n"
+     'setattr(_cuda, "Event", _Untimed)\n')))
+# A persisting-L2 access window over the lm_head weights: they stay in L2 from one replay to
+# the next. Statically (ctypes imported) the scope gate refuses it; at run time (ctypes found
+# through sys.modules, the driver API) only a GPU shows it.
+L2_WINDOW_IMPORT = Hack(16, "l2-window-import", "import ctypes to set a persisting-L2 access window",
+                        (Edit(HEAD, "import torch\n", "import ctypes  # cuStreamSetAttribute: an L2 access window\n\nimport torch\n"),))
+L2_WINDOW = Hack(16, "gpu-l2-persisting-window", "keep the lm_head weights in L2 across replays (access policy window)", (
+    Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n"
+         "import sys\n\n_ct = getattr(sys, \"modules\")[\"ctypes\"]\n_WINDOWS: set = set()\n\n\n"
+         "def _keep_in_l2(t):\n"
+         '    """A persisting access window over t on the current stream (captured into the graph)."""\n'
+         "    cu = _ct.CDLL(\"libcuda.so.1\")\n"
+         "    rc = cu.cuCtxSetLimit(_ct.c_int(0x06), _ct.c_size_t(t.numel() * t.element_size()))  # persisting L2 size\n"
+         "    if rc:\n        raise RuntimeError(f\"cuCtxSetLimit returned {rc}\")\n"
+         "    attr = (_ct.c_ubyte * 64)()  # CUaccessPolicyWindow in a CUstreamAttrValue\n"
+         "    _ct.c_void_p.from_buffer(attr, 0).value = t.data_ptr()\n"
+         "    _ct.c_size_t.from_buffer(attr, 8).value = t.numel() * t.element_size()\n"
+         "    _ct.c_float.from_buffer(attr, 16).value = 1.0\n"
+         "    _ct.c_int.from_buffer(attr, 20).value = 2  # hits persist\n"
+         "    _ct.c_int.from_buffer(attr, 24).value = 1  # misses stream\n"
+         "    stream = _ct.c_void_p(torch.cuda.current_stream(t.device).cuda_stream)\n"
+         "    rc = cu.cuStreamSetAttribute(stream, _ct.c_int(1), attr)  # the access policy window\n"
+         "    if rc:\n        raise RuntimeError(f\"cuStreamSetAttribute returned {rc}\")\n"),
+    Edit(HEAD, HEAD_START, HEAD_START + "    key = (w.data_ptr(), torch.cuda.current_stream(x.device).cuda_stream) if x.is_cuda else None\n"
+         "    if key is not None and key not in _WINDOWS:  # once per stream, the capture's included\n"
+         "        _keep_in_l2(w)\n        _WINDOWS.add(key)\n"),
+))
+
 # ------------------------------------------------------------------ hacks only a GPU shows
 # (tests/adversarial/test_gpu_hacks.py; their edits are applied and scope-checked on any machine)
 SIDE_STREAM = Hack(2, "gpu-side-stream", "compute the logits on a stream the graph does not capture", (
@@ -199,7 +363,7 @@ SKIP_CAPTURED = Hack(8, "gpu-skip-when-capturing", "skip SiTU in the captured gr
 WILD_READ = Hack(0, "gpu-wild-read", "SiTU reads its up-projection 128 GiB past the input", _situ(
     ("    u = tl.load(src + inter, mask=ok, other=0.0).to(tl.float32)\n",
      "    u = tl.load(src + inter + (1 << 36), mask=ok, other=0.0).to(tl.float32)\n")))
-GPU_HACKS = [SIDE_STREAM, SLOW_EVENTS, SKIP_CAPTURED, WILD_READ]
+GPU_HACKS = [SIDE_STREAM, SLOW_EVENTS, SKIP_CAPTURED, WILD_READ, UNTIMED_EVENTS, L2_WINDOW]
 
 REWRITES_RECORDING = Hack(13, "rewrite-main-recording", "write into main's recording, which the replay is told where to find",
                           _situ((SITU_IMPORTS, SITU_IMPORTS + "import json\nfrom pathlib import Path\n"
@@ -220,8 +384,12 @@ RELAYS_STDIN = Hack(14, "relay-stdin", "read the hidden inputs off stdin through
                            'getattr(sys, "modules")["threading"].Thread(target=_relay, args=(_src, _w), daemon=True).start()\n')))
 
 TAP_HACKS = [STALE_OUTPUT, BENCH_ROWS_ONLY, UNINITIALISED, LOW_PRECISION, READS_CORPUS, LAZY_THREAD,
-             SLOW_CLOCK, BENCH_ONLY_SKIP, REWRITES_RECORDING, RELAYS_STDIN]
-BENCH_HACKS = [POINTER_MEMO, LAZY_THREAD, SLOW_CLOCK, BENCH_ONLY_SKIP]
+             SLOW_CLOCK, BENCH_ONLY_SKIP, REWRITES_RECORDING, RELAYS_STDIN, CONSTANT_OUTPUT, PASS_THROUGH, GC_LOOKUP,
+             LAZY_OUTPUTS]
+BENCH_HACKS = [POINTER_MEMO, LAZY_THREAD, SLOW_CLOCK, BENCH_ONLY_SKIP, SHAPE_MEMO, BATCH_AND_SKIP,
+               UNTIMED_EVENTS, LAZY_OUTPUTS]
+# the static forms the scope gate stops (defined with their runtime forms above)
+SCOPE_HACKS += [L2_WINDOW_IMPORT, GC_IMPORT, GHOST_FAST_PATH]
 
 # the harness's protected files that the scope hacks edit, copied next to the tree
 EXTRAS = ("gates", "harness", "tests", "pyproject.toml")

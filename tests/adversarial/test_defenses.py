@@ -44,7 +44,7 @@ def _visit(bucket, replays, wall_ms, sum_ms, **checks):
 
 @pytest.mark.parametrize("bad", [{"repeated_outputs": 1}, {"threads_left_running": 2},
                                  {"tampered": ["time.perf_counter was replaced"]},
-                                 {"unwritten_or_invalid": 5}])
+                                 {"unwritten_or_invalid": 5}, {"persisting_l2_bytes": 1 << 20}])
 def test_any_failed_check_fails_the_visit(bad):
     good, worse = _visit(2, 3, 10, 9), _visit(2, 3, 10, 9, **bad)
     assert stats.failed_checks([good, worse]) == [worse]
@@ -78,6 +78,38 @@ def test_an_op_far_from_the_reference_fails_the_bench():
     assert stats.far_from_reference(nan, 0.05)["ops"] == ["kda.core"]
 
 
+def test_persisting_l2_is_asked_of_the_driver_on_a_gpu_only():
+    """Case 15: nothing of the gates' or torch's sets L2 aside for persisting accesses, so any
+    amount after a visit is the candidate's (an access policy window needs it)."""
+    assert tamper.persisting_l2_bytes(torch.device("cpu")) is None
+    assert tamper.persisting_l2_bytes("cpu") is None
+
+
+def test_the_checks_read_an_outputs_memory_not_what_a_subclass_says():
+    """Case 16 (lazy outputs): a tensor subclass whose ``__torch_function__`` does the op's work
+    when the output is first read would have the checker trigger the work after the timed
+    region; the scorer's and the tap's reads see the memory (still the poison)."""
+    from gates import bench_side, tap
+
+    work = []
+
+    class Later(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            while work:
+                work.pop()()
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+
+    out = torch.full((2, 3), float("nan"))
+    out.__class__ = Later
+    work.append(lambda: out.copy_(torch.ones(2, 3)))
+    assert bench_side.RAW_READS is tap.RAW_READS is torch._C.DisableTorchFunctionSubclass
+    with bench_side.RAW_READS():
+        assert torch.isnan(out).all()  # what the replay left
+    assert work and not torch.isnan(out).any() and not work  # a plain read runs the work
+
+
 def _frames(*files):
     f = None
     for name in reversed(files):  # outermost first, so the innermost ends up on top
@@ -95,22 +127,20 @@ def test_stray_threads_are_those_running_tree_code():
     assert stray_threads({1: frames[1], 3: frames[3]}, 1, k) == 0
 
 
-def test_inputs_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
+def test_whole_input_sets_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
     """Case 1, keyed on the inputs: the bench gives every timed replay (and verify) a fresh
-    input index, and each request's position advances with the index, so no request sees the
-    same (token, position) twice and no whole input set repeats."""
+    input set, always at the workload's step-1 positions (every timed replay starts from the
+    same state, gates/timed.py), so no whole token set repeats. One row's token does: at the
+    gpu profile's bench (256 rows, 104 sets, the full vocabulary) 8329 of 26112 (row, token)
+    pairs of sets 2.. had come before in the same row (measured), so a cache of one row's
+    outputs keyed on that row's inputs is not ruled out by this (see the catalogue)."""
+    from kernels.k31.config import Dims
     from kernels.k31.workload import Workload
 
-    w = Workload(vocab=512, rows=4, context=96, steps=40, seed=0)
-    seen, per_row = set(), [set() for _ in range(w.rows)]
-    for i in range(w.steps):
-        tok, pos = w.step_inputs(i, "cpu")
-        key = (tuple(tok.tolist()), tuple(pos.tolist()))
-        assert key not in seen
-        seen.add(key)
-        for r, row in enumerate(zip(tok.tolist(), pos.tolist())):
-            assert row not in per_row[r]
-            per_row[r].add(row)
+    for dims, rows, steps in ((Dims.small(), 4, 40), (Dims.full(), 256, 104)):
+        w = Workload(vocab=dims.vocab, rows=rows, context=96, steps=steps, seed=0)
+        sets = [tuple(w.step_tokens(i)) for i in range(w.steps)]
+        assert len(set(sets)) == len(sets)
 
 
 # ------------------------------------------------------------------ tamper evidence
@@ -125,6 +155,24 @@ def test_seal_names_a_replaced_clock_and_nothing_else(monkeypatch):
                                             "code (expected the one sealed before the tree loaded)")
     monkeypatch.undo()
     assert seal.replaced() == []
+
+
+def test_seal_names_another_class_bound_to_the_event_name(monkeypatch):
+    """Case 14: a subclass of torch.cuda.Event bound in its place (events that keep no time)
+    inherits record and elapsed_time, so only the seal of the name itself sees it; the
+    scorer's timer keeps the class bound before the tree loaded."""
+    from gates import timing
+
+    seal = tamper.Seal()
+    real = torch.cuda.Event
+
+    class Untimed(real):
+        def __new__(cls, *args, **kwargs):
+            return super().__new__(cls, enable_timing=False)
+
+    monkeypatch.setattr(torch.cuda, "Event", Untimed)
+    assert seal.replaced() == ["torch.cuda.Event"]
+    assert timing.EVENT is real
 
 
 def test_seal_fails_loudly_on_a_name_that_no_longer_exists():
@@ -211,6 +259,47 @@ def test_a_replaced_stdin_is_named():
     assert "found closed" in tamper.stdin_replaced((5, 77), None)
 
 
+def test_tree_frame_is_the_innermost_frame_of_the_trees_own_code():
+    tree = Path("/runs/worktrees/abc")
+    kernel = "/runs/worktrees/abc/kernels/k31/moe/situ.py"
+    gate = "/work/kern/gates/tap.py"
+    workload = "/runs/worktrees/abc/kernels/k31/workload/__init__.py"
+    assert tamper.tree_frame([gate], tree) is None
+    assert tamper.tree_frame([workload, gate], tree) is None  # the protected workload's own code
+    assert tamper.tree_frame(["/lib/gc.py", kernel, gate], tree) == "kernels/k31/moe/situ.py"
+
+
+def test_gc_searches_from_tree_code_are_refused_and_remembered(tmp_path):
+    """Case 19, in a subprocess (an audit hook cannot be removed): a kernel that searches the
+    process's objects (main's recorded outputs in the tap's pinned pass) is refused, however
+    it reached gc; the gates' own use of gc is not."""
+    (tmp_path / "kernels/k31/moe").mkdir(parents=True)
+    (tmp_path / "kernels/k31/moe/situ.py").write_text(
+        "import sys\n_gc = getattr(sys, 'modules')['gc']\n"
+        "def search():\n    return len(_gc.get_objects())\n")
+    for d in ("kernels", "kernels/k31", "kernels/k31/moe"):
+        (tmp_path / d / "__init__.py").touch()
+    script = f"""
+import gc, sys
+sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(tmp_path)!r})
+from gates.tamper import WorkloadAudit, verdict
+audit = WorkloadAudit({str(tmp_path)!r}).install()
+from kernels.k31.moe import situ
+assert gc.get_objects() and gc.get_referrers(audit) is not None  # the gates may
+try:
+    situ.search()
+except PermissionError as e:
+    print("refused:", e)
+print("verdict:", verdict(None, audit))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert ("refused: tamper: kernels/k31/moe/situ.py called gc.get_objects: kernel code may not "
+            "search the process's objects") in out.stdout
+    assert ("verdict: [\"kernels/k31/moe/situ.py called gc.get_objects: kernel code may not "
+            "search the process's objects (main's recorded outputs, the gates' tensors)\"]") in out.stdout
+
+
 def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_path):
     (tmp_path / "rec").mkdir()
     (tmp_path / "rec" / "logits_a.pt").write_bytes(b"A's logits")
@@ -274,6 +363,16 @@ def test_source_checks_resolve_relative_imports_and_leave_broken_files_to_the_bu
     assert scope.source_problems("kernels/k31/moe/situ.py", b"def broken(:\n") == []
     honest = b"import math\nimport torch\nimport triton.language as tl\nfrom ..platform import cdiv\n"
     assert scope.source_problems("kernels/k31/moe/situ.py", honest) == []
+
+
+def test_source_checks_refuse_the_reference_as_a_kernel():
+    """Case 20 (a ghost fast path): a kernel that calls the protected reference, directly or
+    through the contracts that hand it out, is judged against itself."""
+    for line in (b"from ..reference import moe_situ\n", b"from .. import reference\n",
+                 b"from .. import contracts\n", b"import kernels.k31.reference as ref\n"):
+        problems = scope.source_problems("kernels/k31/moe/situ.py", line)
+        assert len(problems) == 1 and "the reference is what the gates judge kernels against" in problems[0], line
+    assert scope.source_problems("kernels/k31/moe/situ.py", b"from ..platform import cdiv\n") == []
 
 
 def test_scope_names_a_file_moved_out_of_a_protected_path():

@@ -8,9 +8,19 @@ the GPU profile too (see conftest.py), so each case costs seconds on the device.
   7  torch.cuda.Event.elapsed_time replaced at import (through an alias, past the scope
      gate): the side's seal names it
   8  SiTU skipped while the stream is capturing: the graph differs from the eager step
+  8  the scorer-only candidates of test_scorer_only.py, through kern try on the GPU (issue 13's
+     first acceptance item on the H200): the same failed checks as on the CPU
+ 14  a subclass bound to torch.cuda.Event (events that keep no time): the seal names it and
+     the replays are still timed (the timer keeps the class bound before the tree loaded)
+ 15  a persisting-L2 access window over the lm_head weights (ctypes found through
+     sys.modules, the driver API): the scorer asks the driver what L2 is set aside
 
 Run on the H200 on 2026-11-29 (torch 2.11, triton 3.6, commit 2b1cfb9): 3 passed in 41 s
-(bench/results/2026-11-29-h200-gpu-hacks-and-compile64.json).
+(bench/results/2026-11-29-h200-gpu-hacks-and-compile64.json). Cases 8 (scorer-only), 14 and
+15 were written on a CPU machine and have not run on a GPU yet. On the H200, from the
+repository root:
+
+    .venv/bin/python -m pytest -q -p no:cacheprovider -m gpu tests/adversarial
 """
 from __future__ import annotations
 
@@ -19,6 +29,7 @@ import pytest
 from gates.bench import BenchRequest, report_lines, run_bench
 from harness.pipeline import check_scope, decide_outcome
 from tests.adversarial import hacks as H
+from tests.adversarial.test_scorer_only import FIRST_DIFFERENCE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -74,3 +85,27 @@ def test_a_wild_read_is_recorded_as_a_crash_naming_the_illegal_access(benches):
     sc, bench, out = benches[H.WILD_READ.name]
     assert bench["outcome"] in ("illegal-memory-access", "cuda-fault"), (bench["outcome"], bench.get("error"))
     assert (out.state, out.reason) == ("crashed", f"scorer: {bench['outcome']}"), out
+
+
+def test_another_class_bound_to_the_event_name_is_named_and_the_replays_still_timed(benches):
+    b = _checked(benches, H.UNTIMED_EVENTS)
+    visits = [c for c in b["failed_checks"] if "replays" in c]
+    assert visits and all(c["tampered"] == ["torch.cuda.Event was replaced by the candidate's code "
+                                            "(expected the gate's own function)"] for c in visits), b
+    sc, bench, out = benches[H.UNTIMED_EVENTS.name]
+    assert all(t > 0 for ts in bench["samples"]["B"].values() for t in ts), bench["samples"]
+
+
+def test_a_persisting_l2_window_is_seen_after_every_visit(benches):
+    b = _checked(benches, H.L2_WINDOW)
+    visits = [c for c in b["failed_checks"] if "replays" in c]
+    assert visits and all(c["persisting_l2_bytes"] > 0 for c in visits), b["failed_checks"]
+
+
+@pytest.mark.parametrize("hack", H.SCORER_ONLY, ids=lambda h: h.name)
+def test_scorer_only_hacks_end_abandoned_through_kern_try(scorer_only, hack):
+    number, out, attempt = scorer_only[hack.name]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), (out, attempt.gate)
+    assert attempt.gate["accuracy"]["verdict"] == "PASS bit-identical", attempt.gate
+    timed = [c for c in attempt.gate["bench"]["checks"] if c.get("check") == "timed_outputs_identical"]
+    assert timed and timed[0]["bucket"] == FIRST_DIFFERENCE[hack.name], attempt.gate["bench"]

@@ -25,16 +25,19 @@ from tests.adversarial import hacks as H
 pytestmark = pytest.mark.slow
 
 TAP = [H.STALE_OUTPUT, H.BENCH_ROWS_ONLY, H.UNINITIALISED, H.LOW_PRECISION, H.READS_CORPUS,
-       H.BENCH_ONLY_SKIP, H.RELAYS_STDIN]
+       H.BENCH_ONLY_SKIP, H.RELAYS_STDIN, H.CONSTANT_OUTPUT, H.PASS_THROUGH, H.GC_LOOKUP, H.LAZY_OUTPUTS]
 # the judgment's hidden inputs where a case is about them (the catalogue's buckets [2] and test
 # rows [1] leave no extra size: the input seed alone); the others share main's recording
 HIDDEN = {H.RELAYS_STDIN.name: Hidden(2718281828, ())}
 # hack -> (with main as side A?, timed replays); the lightest that shows each check
 BENCH = {H.POINTER_MEMO.name: (False, 2), H.LAZY_THREAD.name: (False, 1),
-         H.SLOW_CLOCK.name: (True, 1), H.BENCH_ONLY_SKIP.name: (False, 1)}
+         H.SLOW_CLOCK.name: (True, 1), H.BENCH_ONLY_SKIP.name: (False, 1),
+         H.SHAPE_MEMO.name: (False, 2), H.BATCH_AND_SKIP.name: (False, 2),
+         H.UNTIMED_EVENTS.name: (False, 1), H.LAZY_OUTPUTS.name: (False, 1)}
 CUDA = torch.cuda.is_available()
 if CUDA:  # a replay runs no Python there; the GPU analog is test_gpu_hacks.py's side stream
     del BENCH[H.LAZY_THREAD.name]
+    del BENCH[H.UNTIMED_EVENTS.name]  # on a GPU: test_gpu_hacks.py
 # what the pipeline holds when kern test has passed (the premise of the bench-only cases)
 TAP_PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_b": "ok"}}
 
@@ -226,3 +229,79 @@ def test_skipping_work_under_the_scorer_passes_the_tap_and_fails_the_bench(resul
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
     assert [c["check"] for c in failed if "check" in c] == ["ops_match_reference"], failed
     assert failed[-1]["ops"] == ["moe.situ"], failed
+
+
+def test_a_result_cache_by_shape_is_caught_by_changed_inputs(results):
+    """Case 1, keyed on the batch size alone: the second timed replay returns the first's
+    logits although its inputs changed, and the verify step's op check finds the lm_head far
+    from the reference (the cache answered for other inputs)."""
+    bench, out = _bench(results, H.SHAPE_MEMO)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    visits = [c for c in failed if "replays" in c]
+    assert visits and all(c["repeated_outputs"] >= 1 for c in visits), failed
+    assert [c["ops"] for c in failed if c.get("check") == "ops_match_reference"] == [["lm_head.argmax"]], failed
+
+
+def test_batch_and_skip_leaves_the_scorers_poison(results):
+    """Case 17: every second lm_head call on the same buffers is a no-op (the odd calls, it
+    claims, do the work of two). The scorer poisons the logits before every timed replay, so
+    the no-op's replays show NaN logits and invalid next tokens."""
+    bench, out = _bench(results, H.BATCH_AND_SKIP)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    visits = [c for c in failed if "replays" in c]
+    assert visits and all(c["unwritten_or_invalid"] > 0 for c in visits), failed
+
+
+def test_another_class_bound_to_the_event_name_is_named_by_the_seal(results):
+    """Case 14 (CUDA events created with timing disabled): a subclass of torch.cuda.Event
+    bound in its place inherits every sealed method, so only the seal of the name sees it; the
+    scorer's timer keeps the class bound before the tree loaded (on a GPU it still times:
+    test_gpu_hacks.py)."""
+    bench, out = _bench(results, H.UNTIMED_EVENTS)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    visits = [c for c in failed if "replays" in c]
+    assert visits and all(c["tampered"] == ["torch.cuda.Event was replaced by the candidate's code "
+                                            "(expected the gate's own function)"] for c in visits), failed
+
+
+def test_lazy_outputs_are_read_as_the_memory_they_are(results):
+    """Case 16: the logits become a tensor subclass whose work runs when something first reads
+    them. Before the gates read memory rather than the subclass's word (main 1ce3bd7, CPU),
+    kern test said PASS bit-identical and kern bench found no failed check, the lm_head's work
+    done by the checker after each timed replay. Now the tap sees the outputs unwritten and the
+    scorer sees every timed replay's logits as the poison they still are."""
+    test, out = _tap(results, H.LAZY_OUTPUTS)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert any("output not fully written: lm_head.argmax.logits" in r for r in test["reasons"]), _why(test)
+    bench, out = _bench(results, H.LAZY_OUTPUTS)
+    failed = bench["analysis"]["sides"]["B"]["failed_checks"]
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    visits = [c for c in failed if "replays" in c]
+    assert visits and all(c["unwritten_or_invalid"] > 0 for c in visits), failed
+
+
+@pytest.mark.parametrize("hack", [H.CONSTANT_OUTPUT, H.PASS_THROUGH], ids=lambda h: h.name)
+def test_constant_or_passed_through_outputs_break_the_reference_tolerance(results, hack):
+    """Case 18: SiTU writes zeros, or passes the up projection through. End to end the logits
+    barely move (the synthetic model scales every branch by 0.02), so they could happen to
+    match; op by op, every SiTU call is far from the reference at every batch size."""
+    test, out = _tap(results, hack)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    breaks = test["evidence"]["local"]["reference_breaks"]
+    assert {b.split(" (rows ")[1].split(")")[0] for b in breaks} == {"1", "2"}, breaks
+    assert all(b.startswith("moe.situ.out at ") for b in breaks), breaks
+
+
+def test_a_gc_search_for_mains_recording_is_refused(results):
+    """Case 19: SiTU rounds to fp8 on odd batch sizes (case 9), and wherever the process holds
+    main's recording of the same call (the tap's pinned pass, found through gc), copies main's
+    output, so that no call of it is compared with the reference as it computed it. Before the
+    audit refused gc searches from kernel code (main 1ce3bd7, CPU) kern test said PASS logit
+    evidence (KL max 3.6e-6, no reference break); now the candidate's side ends tampered."""
+    test, out = _tap(results, H.GC_LOOKUP)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert test["evidence"]["outcome_b"] == "tampered", _why(test)
+    assert "tamper: kernels/k31/moe/situ.py called gc.get_objects" in test["b_log_tail"], _why(test)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from harness.pipeline import check_scope, decide_outcome
-from tests.adversarial.hacks import BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SITU, TAP_HACKS, Edit, Hack, commit_hack
+from tests.adversarial.hacks import (BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SCORER_ONLY, SITU, TAP_HACKS, Edit,
+                                     Hack, commit_hack)
 
 # hack -> the problem the scope gate must name (a substring of one of its sentences)
 EXPECTED = {
@@ -37,6 +38,9 @@ EXPECTED = {
     "patch-perf-counter": "assigns time.perf_counter: kernels may not replace another module's attributes",
     "bench-marker-in-modules": "reads sys.modules: kernel code may not inspect the process",
     "read-stdin": "reads sys.stdin: kernel code may not inspect the process",
+    "l2-window-import": "imports ctypes: kernels may not use ctypes",
+    "gc-import": "imports gc: kernels may not use gc",
+    "ghost-fast-path": "imports kernels.k31.reference: the reference is what the gates judge kernels against",
 }
 
 
@@ -53,7 +57,7 @@ def test_scope_rejects_the_hack_for_its_reason(catalogue, hack):
     assert any(EXPECTED[hack.name] in p for p in out.fields["gate"]["scope"]), sc.problems
 
 
-@pytest.mark.parametrize("hack", {h.name: h for h in TAP_HACKS + BENCH_HACKS + GPU_HACKS}.values(),
+@pytest.mark.parametrize("hack", {h.name: h for h in TAP_HACKS + BENCH_HACKS + GPU_HACKS + SCORER_ONLY}.values(),
                          ids=lambda h: f"{h.case:02d}-{h.name}")
 def test_runtime_hacks_pass_the_scope_gate(catalogue, hack):
     """Otherwise the slow and GPU cases would prove the scope gate again instead of the
