@@ -191,7 +191,8 @@ def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
             # a large gain is merged only once an independent measurement reproduces it: fresh
             # processes, the sides alternating, an input seed of its own (recorded with it)
             ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
-            bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx)),
+            bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
+                                                  rounds=int(ctx.settings["bench"]["reverify_rounds"])),
                                           progress=lambda m: ctx.progress(f"  again: {m}"))
     return sc, test, bench
 

@@ -47,6 +47,7 @@ _SCHEMA: dict[str, tuple] = {
     "bench.max_hidden_pct": (_NUM, True),
     "bench.state_sketch_rel": (_NUM, True),
     "bench.reverify_pct": (_NUM, True),
+    "bench.reverify_rounds": (int, True),
     "bench.reference_calls_per_op": (int, True),
     "bench.timeout_s": (_NUM, True),
     "agent.backend": (str, True),
