@@ -16,13 +16,18 @@
 #                    step against the whole model in one process, judged by logits)
 #            bench   kern bench main --gpus 2 --emulate 8 --rounds 1 (the W = 2, emulate 8 score)
 #            profile kern profile main --gpus 2 --emulate 8 --rows 128 (rank 0, collectives as rows)
+#   try REV [TIMEOUT] - issue 14: kern try REV on the full config, the journey's ledger
+#            (.carry/ledger.sqlite, when there) carried in and back out with the judgments
+#   hacks  - issue 13: the GPU cases of tests/adversarial (small model on the GPU)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
 phase=${1:?phase}
 if command -v git >/dev/null; then
   rm -rf /tmp/r && git clone -q "$ROOT/.carry/repo.bundle" /tmp/r && cd /tmp/r && git checkout -q main
-  for b in evidence/reordered-sum evidence/extra-work; do git branch -q "$b" "origin/$b"; done
+  for b in $(git for-each-ref --format='%(refname:short)' refs/remotes/origin | sed 's|^origin/||'); do
+    [ "$b" = main ] || [ "$b" = HEAD ] || git branch -q "$b" "origin/$b"
+  done
   git config user.email kern@loop; git config user.name kern-loop
 else
   echo "no git on the device: running from the main snapshot only"; mkdir -p /tmp/r && tar -xf "$ROOT/.carry/main.tar" -C /tmp/r && cd /tmp/r
@@ -31,6 +36,21 @@ cp -r "$ROOT/.carry/.whl" . && source bench/device_env.sh
 echo "commit $(git rev-parse HEAD 2>/dev/null || echo snapshot); $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__)')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 case $phase in
+try)
+  rev=${2:?try needs a revision}
+  mkdir -p runs; [ -f "$ROOT/.carry/ledger.sqlite" ] && cp "$ROOT/.carry/ledger.sqlite" runs/ledger.sqlite
+  # the scorer asks the driver what L2 is set aside: a failure there would fail every bench
+  python3 -c "import torch; from gates import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
+  t0=$(date +%s); timeout ${3:-540} python3 -m harness.cli try "$rev" 2>&1 | tail -60
+  echo "kern try $rev: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
+  python3 -c "import sqlite3; sqlite3.connect('runs/ledger.sqlite').execute('PRAGMA wal_checkpoint(TRUNCATE)')"
+  cp runs/ledger.sqlite $OUT/
+  tar -czf $OUT/attempts.tgz runs/attempts runs/bench/*/*.log runs/tap/*/*.log 2>/dev/null
+  ;;
+hacks)
+  t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
+    2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
+  ;;
 kernel-tests)
   timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/kernels 2>&1 | tail -15 | tee $OUT/kernel_tests_gpu.txt
   ;;
