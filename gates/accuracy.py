@@ -7,6 +7,7 @@ lines by section (the last starts with the verdict) or one JSON object.
 """
 from __future__ import annotations
 
+import ast
 import fcntl
 import fnmatch
 import hashlib
@@ -49,6 +50,59 @@ RECORDING = ("record.json", "kept_a.pt", "logits_a.pt", "noise.json", "logits_a2
 
 def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
     return [p for p in paths if any(fnmatch.fnmatch(p, g) for g in protected)]
+
+
+def tunables_changed(old: str | None, new: str | None) -> set[str] | None:
+    """Pure: the tunable names whose (default, choices) differ between two versions of a
+    ``tunables.py``, or None (cannot tell) unless both are the same module around a literal
+    ``TUNABLES`` dict (its contract): any other statement that changed could do anything."""
+    def parts(src):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            return None
+        table = None
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["TUNABLES"]:
+                try:
+                    table = ast.literal_eval(node.value)
+                except ValueError:
+                    return None
+                node.value = ast.Constant(None)  # the rest of the module must not change
+        if not isinstance(table, dict):
+            return None
+        return ast.dump(tree), table
+    if old is None or new is None:  # a new or deleted module: nothing to compare it with
+        return None
+    a, b = parts(old), parts(new)
+    if a is None or b is None or a[0] != b[0]:
+        return None
+    return {k for k in set(a[1]) | set(b[1]) if a[1].get(k) != b[1].get(k)}
+
+
+def touched_ops(paths: list[str], sources) -> set[str] | None:
+    """The ops a change touches (``contracts.ops_touched_by``), except that a family's
+    ``tunables.py``, which no single op owns, touches only the ops whose tunables changed
+    (``moe.experts.fc1_block_n`` -> ``moe.experts``): the offline tuner edits nothing else,
+    and 'all ops' makes the tap keep every call. ``sources(path)`` -> (base text, rev text).
+    Anything that cannot be told apart this way stays 'all' (None)."""
+    from kernels.k31 import contracts
+
+    rest, touched = [], set()
+    for p in paths:
+        if not p.endswith("/tunables.py"):
+            rest.append(p)
+            continue
+        names = tunables_changed(*sources(p))
+        if names is None:
+            return None
+        for name in names:
+            owner = max((op for op in contracts.OPS if name.startswith(op + ".")), key=len, default=None)
+            if owner is None:
+                return None
+            touched.add(owner)
+    others = contracts.ops_touched_by(rest)
+    return None if others is None else touched | others
 
 
 def tap_spec(req: TestRequest) -> dict:
@@ -94,7 +148,8 @@ def run_test(req: TestRequest, progress=None) -> dict:
     from kernels.k31 import contracts  # the harness's own registry maps paths to ops
 
     tree_paths = [p for p in paths if p.startswith("kernels/")]
-    touched = contracts.ops_touched_by(tree_paths)
+    touched = touched_ops(tree_paths, lambda p: (checkout.blob(req.repo, base_sha, p),
+                                                 checkout.blob(req.repo, rev_sha, p)))
     b_spec = tap_spec(req)
     spec = base_spec(b_spec, req.base_world, req.base_layout)  # A's
     cross = cross_note(spec, b_spec)

@@ -50,3 +50,11 @@ def changed_paths(repo: Path, base: str, rev: str) -> list[str]:
         untracked = r.untracked_files
         return sorted(set(out.splitlines()) | set(untracked))
     return sorted(set(r.git.diff("--name-only", "--no-renames", base, rev).splitlines()))
+
+
+def blob(repo: Path, rev: str, path: str) -> str | None:
+    """The text of ``path`` at ``rev`` (None where it does not exist)."""
+    try:
+        return git.Repo(repo).git.show(f"{rev}:{path}")
+    except git.GitCommandError:
+        return None

@@ -265,10 +265,12 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
               reference_ops: set | None = None) -> dict:
     """All runs and steps; per call hashes, per step logits. Restores state between runs."""
     out = {"runs": {}, "logits": {}}
+    used = 0.0  # the budget bounds the kept copies of the whole pass, not of each run
     for rows in runs:
         side.model.state.restore(snap)
         key = f"r{rows}"
         hook = TapHook(side, keep, budget, store, key)
+        hook.used = used
         if reference_ops:
             hook = ReferenceFor(reference_ops, hook)
         step = side.step(rows, hook=hook)
@@ -289,8 +291,9 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
             out["logits"][f"{rows}:{s}"] = logits.detach().float().cpu().clone()
         side.sync()
         base = hook.inner if reference_ops else hook
-        out["runs"][key] = {"calls": base.log.calls, "kept_bytes": base.used,
+        out["runs"][key] = {"calls": base.log.calls, "kept_bytes": base.used - used,
                             "budget_hit": base.budget_hit}
+        used = base.used
         log(f"tap: rows {rows}: {len(hook.log.calls)} op calls")
     side.model.state.restore(snap)
     return out

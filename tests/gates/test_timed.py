@@ -204,3 +204,21 @@ def test_a_large_gain_merges_only_when_the_second_measurement_reproduces_it():
     assert lost.fields["gate"]["reverify"]["classification"] == "within noise"
     died = decide_outcome(ok, test, bench({"outcome": "timeout", "error": "no answer"}))
     assert died.fields["gate"]["bench"]["checks"][0]["check"] == "reverify"
+
+
+def test_a_tunables_change_touches_the_ops_whose_tunables_changed_and_nothing_else_of_the_file():
+    from gates.accuracy import touched_ops, tunables_changed
+
+    old = '"""knobs"""\n\nTUNABLES = {\n    "moe.router.num_warps": (4, (1, 2, 4, 8)),\n    "moe.experts.block_m": (16, (16, 32)),\n}\n'
+    new = old.replace('"moe.experts.block_m": (16,', '"moe.experts.block_m": (32,')
+    assert tunables_changed(old, new) == {"moe.experts.block_m"}
+    assert touched_ops(["kernels/k31/moe/tunables.py"], lambda p: (old, new)) == {"moe.experts"}
+    # code beside the literal, a dict that is not a literal, a new file: cannot tell -> all ops
+    assert tunables_changed(old, new + "import os\n") is None
+    assert tunables_changed(old, new.replace("(32, (16, 32))", "(int('32'), (16, 32))")) is None
+    assert tunables_changed(None, new) is None
+    assert touched_ops(["kernels/k31/moe/tunables.py"], lambda p: (old, "x = (")) is None
+    # a tunable no op owns, or another file no op owns, is 'all' as before
+    odd = new.replace('"moe.router.num_warps"', '"moe.nothing.num_warps"')
+    assert touched_ops(["kernels/k31/moe/tunables.py"], lambda p: (old, odd)) is None
+    assert touched_ops(["kernels/k31/moe/tunables.py", "kernels/k31/step.py"], lambda p: (old, new)) is None
