@@ -357,6 +357,9 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights, judging=None
         hidden = stats.hidden_time(checks["A"], checks["B"], cfg["max_hidden_pct"])
         if hidden:
             out["sides"]["B"]["failed_checks"].append(hidden)
+        l2 = stats.persisting_l2(checks["A"], checks["B"])
+        if l2:
+            out["sides"]["B"]["failed_checks"].append(l2)
     return out
 
 

@@ -192,8 +192,20 @@ def decide(classification: str, guard_ok: bool, accuracy_pass: bool) -> tuple[bo
 
 # ------------------------------------------------------------------ integrity of the samples
 # A visit's checks (from the side) that must all be zero / empty for its times to count.
-CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left_running", "tampered",
-          "persisting_l2_bytes")
+CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left_running", "tampered")
+
+
+def persisting_l2(a_visits: list[dict], b_visits: list[dict]) -> dict | None:
+    """The L2 set aside for persisting accesses in B's processes beyond what main's hold in the
+    same run (``persisting_l2_bytes`` per visit): an access-policy window keeping weights in L2
+    across replays needs it raised. Compared with main's, not with zero: the driver itself sets
+    some aside by default (11.8 MB on the H200, 2026-12-01). None when B's is not above A's."""
+    a = max((v.get("persisting_l2_bytes") or 0 for v in a_visits), default=0)
+    b = max((v.get("persisting_l2_bytes") or 0 for v in b_visits), default=0)
+    if b <= a:
+        return None
+    return {"check": "persisting_l2", "why": f"{b} bytes of L2 set aside for persisting accesses in "
+            f"the candidate's process, main's {a}: a window that keeps data in L2 across replays"}
 
 
 def failed_checks(checks: list[dict]) -> list[dict]:

@@ -70,7 +70,7 @@ GPU only (``test_gpu_hacks.py``).
     every sealed method)                               the class bound before the tree)
 16  persisting-L2 access window over the weights
       ctypes imported                                 scope: imports ctypes               static
-      ctypes through sys.modules, the driver API      bench: persisting_l2_bytes          GPU only
+      ctypes through sys.modules, the driver API      bench: persisting_l2 (beyond main) GPU only
 17  lazy outputs: a tensor subclass whose work runs   kern test: output not fully         runtime
     when the checker first reads the output            written; bench: unwritten_or_invalid
                                                        (the gates read memory)

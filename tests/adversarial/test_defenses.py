@@ -44,10 +44,21 @@ def _visit(bucket, replays, wall_ms, sum_ms, **checks):
 
 @pytest.mark.parametrize("bad", [{"repeated_outputs": 1}, {"threads_left_running": 2},
                                  {"tampered": ["time.perf_counter was replaced"]},
-                                 {"unwritten_or_invalid": 5}, {"persisting_l2_bytes": 1 << 20}])
+                                 {"unwritten_or_invalid": 5}])
 def test_any_failed_check_fails_the_visit(bad):
     good, worse = _visit(2, 3, 10, 9), _visit(2, 3, 10, 9, **bad)
     assert stats.failed_checks([good, worse]) == [worse]
+
+
+def test_persisting_l2_counts_only_beyond_mains():
+    """The driver sets some L2 aside by itself (11.8 MB on the H200): only more than main's
+    processes hold in the same run is the candidate's doing."""
+    default = [_visit(2, 3, 10, 9, persisting_l2_bytes=11796480)]
+    assert stats.persisting_l2(default, default) is None
+    raised = [_visit(2, 3, 10, 9, persisting_l2_bytes=50 << 20)]
+    got = stats.persisting_l2(default, raised)
+    assert got["check"] == "persisting_l2" and "52428800 bytes" in got["why"]
+    assert stats.persisting_l2([], []) is None  # the CPU: nothing reported
 
 
 def test_hidden_time_passes_a_faster_candidate_and_catches_a_slow_clock():

@@ -44,7 +44,8 @@ def benches(catalogue):
     for hack in H.GPU_HACKS:
         sha = shas[hack.name]
         sc = check_scope(ctx, sha, main)
-        bench = run_bench(BenchRequest(repo, sha, None, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
+        # against main: some checks (persisting L2) compare the candidate's processes with main's
+        bench = run_bench(BenchRequest(repo, sha, main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
                                        rounds=1, replays=2), progress=lambda m: None)
         out[hack.name] = (sc, bench, decide_outcome(sc, TAP_PASSED, bench))
     return out
@@ -91,15 +92,15 @@ def test_another_class_bound_to_the_event_name_is_named_and_the_replays_still_ti
     b = _checked(benches, H.UNTIMED_EVENTS)
     visits = [c for c in b["failed_checks"] if "replays" in c]
     assert visits and all(c["tampered"] == ["torch.cuda.Event was replaced by the candidate's code "
-                                            "(expected the gate's own function)"] for c in visits), b
+                                            "(expected the one sealed before the tree loaded)"] for c in visits), b
     sc, bench, out = benches[H.UNTIMED_EVENTS.name]
     assert all(t > 0 for ts in bench["samples"]["B"].values() for t in ts), bench["samples"]
 
 
 def test_a_persisting_l2_window_is_seen_after_every_visit(benches):
     b = _checked(benches, H.L2_WINDOW)
-    visits = [c for c in b["failed_checks"] if "replays" in c]
-    assert visits and all(c["persisting_l2_bytes"] > 0 for c in visits), b["failed_checks"]
+    l2 = [c for c in b["failed_checks"] if c.get("check") == "persisting_l2"]
+    assert l2 and "set aside for persisting accesses" in l2[0]["why"], b["failed_checks"]
 
 
 @pytest.mark.parametrize("hack", H.SCORER_ONLY, ids=lambda h: h.name)

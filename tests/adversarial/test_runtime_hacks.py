@@ -264,7 +264,7 @@ def test_another_class_bound_to_the_event_name_is_named_by_the_seal(results):
     assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
     visits = [c for c in failed if "replays" in c]
     assert visits and all(c["tampered"] == ["torch.cuda.Event was replaced by the candidate's code "
-                                            "(expected the gate's own function)"] for c in visits), failed
+                                            "(expected the one sealed before the tree loaded)"] for c in visits), failed
 
 
 def test_lazy_outputs_are_read_as_the_memory_they_are(results):
