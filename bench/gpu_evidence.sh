@@ -47,6 +47,13 @@ try)
   cp runs/ledger.sqlite $OUT/
   tar -czf $OUT/attempts.tgz runs/attempts runs/bench/*/*.log runs/tap/*/*.log 2>/dev/null
   ;;
+judged)  # issue 13: a plain A/B with the judged outputs (REV vs main), then the GPU hack cases
+  t0=$(date +%s); timeout ${3:-240} python3 -m harness.cli bench "${2:?judged needs a revision}" --vs main \
+    --out $OUT/bench_ab_judged.json 2>$OUT/bench_ab_judged.err | tail -24
+  echo "kern bench $2 --vs main (plain A/B, judged outputs): wall $(( $(date +%s)-t0 ))s"
+  t0=$(date +%s); timeout ${4:-200} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
+    2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
+  ;;
 hacks)
   t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
     2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
