@@ -129,6 +129,8 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
     store, sides = None, {}
     opened = {k: 0 for k in trees}
     secrets = draw_secrets(random.SystemRandom())
+    # what the sides keep of each timed replay: digests where the gate claimed identity
+    claim = verdict.CLAIM_KIND.get((req.accuracy or {}).get("verdict"))
     result = {"revs": revs, "digests": digests, "shared_model": shared, "spec": spec,
               "alternating": alternate, "rounds": rounds, "replays": replays, "buckets": buckets,
               "weights": weights, "verify": {}, "prepare": {}, "secrets": secrets,
@@ -155,7 +157,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
         # the hidden inputs only once the side has imported the candidate's tree
         s.wait_imported(timeout)
         r = s.request({"cmd": "prepare", "hidden": result["hidden"],
-                       "sketch_seed": secrets["sketch_seed"]}, timeout)
+                       "sketch_seed": secrets["sketch_seed"], "claim": claim}, timeout)
         result["prepare"].setdefault(k, []).append(
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
@@ -198,11 +200,15 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                                   "sum_ms": sum(r["times"]), "untimed_ms": r.get("untimed_ms")})
             blocks[k].append(visit)
             # the visit's timed outputs, before its process may go (sides that alternate)
-            path = work / f"timed-{k}-{i:02d}.pt"
             t_s = time.monotonic()
-            side.request({"cmd": "save_record", "path": str(path)}, timeout)
+            if k == "A" and not alternate and req.base:  # main's process lives to compare them
+                side.request({"cmd": "save_record", "path": None}, timeout)
+                result["timed_files"]["A"] = "memory"
+            else:
+                path = work / f"timed-{k}-{i:02d}.pt"
+                side.request({"cmd": "save_record", "path": str(path)}, timeout)
+                result["timed_files"].setdefault(k, []).append(str(path))
             result.setdefault("timed_save_s", []).append(time.monotonic() - t_s)
-            result["timed_files"].setdefault(k, []).append(str(path))
             progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
                 result["verify"][k] = _verify(side, k, buckets, timeout,
@@ -215,10 +221,13 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                     # last visit came before A's (A B B A)
                     progress("judging the timed outputs against main's")
                     t_j = time.monotonic()
+                    gate_rows = (req.accuracy or {}).get("rows")
                     result["timed"] = side.request(
                         {"cmd": "judge_outputs", "mine": result["timed_files"]["A"],
                          "theirs": result["timed_files"]["B"],
-                         "near_tie_factor": req.settings["test"]["near_tie_factor"]}, timeout)["timed"]
+                         "near_tie_factor": req.settings["test"]["near_tie_factor"],
+                         "sample": {"rows": gate_rows, "seed": secrets["sample_seed"]}
+                         if gate_rows else None}, timeout)["timed"]
                     result["timed_judge_s"] = time.monotonic() - t_j
         result["outcome"] = "ok"
     except SideError as e:
@@ -288,7 +297,7 @@ def _verify(side, k: str, buckets: list, timeout: float, per_op: int, rng) -> di
 def _remove_timed_files(files: dict, world: int) -> None:
     """The replays' outputs are GBs at full size: their statistics stay in the result."""
     for paths in files.values():
-        for p in paths:
+        for p in ([] if paths == "memory" else paths):
             for q in ([Path(p)] if world == 1 else [Path(f"{p}.rank{r}") for r in range(world)]):
                 q.unlink(missing_ok=True)
 
@@ -457,11 +466,14 @@ def timed_lines(res: dict) -> list[str]:
     if not raw:
         return [f"timed      {n} timed replays per side: outputs and state equal main's byte for "
                 f"byte{when}"]
-    lg = verdict.merge_logit_stats([t["logits"] for t in timed.values()])
     b, first = raw[0]
+    head = (f"timed      {n} timed replays per side: first difference at {b} rows replay "
+            f"{first['replay']} ({', '.join(first['what'])}){when}")
+    if any("logits" not in t for t in timed.values()):
+        return [head, f"timed      digests only (the accuracy gate claimed {claim})"]
+    lg = verdict.merge_logit_stats([t["logits"] for t in timed.values()])
     sk = max(t["sketch_rel_max"] for t in timed.values())
-    return [f"timed      {n} timed replays per side: first difference at {b} rows replay "
-            f"{first['replay']} ({', '.join(first['what'])}){when}",
+    return [head,
             f"timed      logits: argmax flips {lg['flips_confident']} confident, "
             f"{lg['flips_near_tie']} near-tie of {lg['rows']} rows; KL max {verdict.fmt(lg['kl_max'])}; "
             f"state sketch {verdict.fmt(sk)} from main's; judged against: {claim or 'no accuracy verdict (scored alone)'}"]

@@ -76,7 +76,7 @@ def reply(obj) -> None:
 
 class Bench:
     def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0,
-                 hidden=None, sketch_seed: int = 0):
+                 hidden=None, sketch_seed: int = 0, claim: str | None = None):
         import kernels
 
         from .timed import TimedRecord
@@ -94,7 +94,7 @@ class Bench:
         self.steps, self.timers = {}, {}
         self.cursor = {}  # next unused input set per bucket
         self.sums = {}
-        self.record = TimedRecord(self.side, sketch_seed)
+        self.record = TimedRecord(self.side, sketch_seed, claim)
         # every replay decodes at the workload's step-1 positions (see gates/timed.py: with
         # the recurrent state reset, a replay is then a function of its input set alone)
         _, self.positions = self.side.workload.step_inputs(1, self.dev)
@@ -103,6 +103,8 @@ class Bench:
         from .timing import Timer
 
         t0 = time.monotonic()
+        # every timed replay starts from this copy (gates/timed.py)
+        self.record.snapshot_initial(max(self.buckets))
         for b in self.buckets:
             step = self.side.step(b)
             self.side.set_inputs(step, 1)
@@ -122,15 +124,13 @@ class Bench:
     def _next_inputs(self, b: int) -> int:
         """Untimed, before a replay: the recurrent rows back to their initial values, the next
         unused input set at the fixed positions, outputs poisoned. Returns the input set."""
-        from kernels.k31.state import refill_recurrent
-
         step = self.steps[b]
         i = self.cursor[b]
         self.cursor[b] += 1
         if i >= self.side.workload.steps:
             raise RuntimeError(f"bench: bucket {b} used all {self.side.workload.steps} unique "
                                f"input sets; raise the workload's steps")
-        refill_recurrent(self.side.model.state, self.side.shapes, b, self.spec.seed)
+        self.record.reset(b)
         self.side.set_inputs(step, i)
         step.pos.copy_(self.positions[:b])
         step.logits.fill_(float("nan"))
@@ -225,19 +225,17 @@ class Bench:
         """Graph replay vs eager step on an unseen input, both from the initial state; with
         ``ops`` the eager step runs under a reference check of its op calls (every call, or
         for an op in ``sample`` the calls it lists)."""
-        from kernels.k31.state import refill_recurrent
-
         from .opcheck import ReferenceCheck
 
         step, timer = self.steps[b], self.timers[b]
-        st, sh = self.side.model.state, self.side.shapes
+        sh = self.side.shapes
         i = self._next_inputs(b)  # the recurrent rows reset, fixed positions, outputs poisoned
         timer.once()
         with RAW_READS():  # (never around the candidate's code: it must not tell checked from timed)
             graph_logits = step.logits.clone()
         check = ReferenceCheck(sh, sample=sample) if ops else None
         eager_step = self.side.step(b, hook=check) if ops else step
-        refill_recurrent(st, sh, b, self.spec.seed)
+        self.record.reset(b)
         self.side.set_inputs(eager_step, i)
         eager_step.pos.copy_(self.positions[:b])
         eager_step.logits.fill_(float("nan"))
@@ -348,7 +346,7 @@ def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> 
                 hidden = msg.get("hidden")
                 hidden = None if hidden is None else Hidden.from_dict(hidden, "the prepare request")
                 bench = Bench(opts, device, seal, audit, rank, hidden,
-                              int(msg.get("sketch_seed", 0)))
+                              int(msg.get("sketch_seed", 0)), msg.get("claim"))
                 reply({"ok": True, **bench.prepare()})
             elif cmd == "time":
                 first = msg.get("first")
@@ -358,18 +356,21 @@ def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> 
                 reply({"ok": True, **bench.verify(int(msg["bucket"]), bool(msg.get("ops")),
                                                   msg.get("sample"))})
             elif cmd == "save_record":
-                path = Path(msg["path"])
-                if bench.spec.world > 1:
+                path = None if msg.get("path") is None else Path(msg["path"])
+                if path is not None and bench.spec.world > 1:
                     path = path.with_name(f"{path.name}.rank{rank}")
                 reply({"ok": True, **bench.record.save(path)})
             elif cmd == "judge_outputs":
                 from .timed import compare
 
                 def ranked(ps):
+                    if ps == "memory":  # this process's own replays
+                        return bench.record.kept
                     return [f"{p}.rank{rank}" for p in ps] if bench.spec.world > 1 else ps
 
                 reply({"ok": True, "timed": compare(ranked(msg["mine"]), ranked(msg["theirs"]),
-                                                    float(msg["near_tie_factor"]), bench.dev)})
+                                                    float(msg["near_tie_factor"]), bench.dev,
+                                                    msg.get("sample"))})
             elif cmd == "bandwidth":
                 from .timing import read_bandwidth
 

@@ -25,12 +25,21 @@ Contract (the coordinator, ``gates/bench.py``, relies on it):
   ``fingerprint.digest_on_device``) and sketched: per layer and row, two projections on random
   weights drawn from the run's hidden ``sketch_seed``, so a state written only in part or
   not at all shows against main's although the candidate's outputs differ by rounding.
+* **What is kept depends on what the accuracy gate claimed** (the coordinator says it in
+  ``prepare``): for ``bit``/``value`` (an identical claim, which every timed replay must then
+  meet exactly) a digest per logits row (raw or value) with the top values, next tokens and the
+  state's digests; otherwise the full logits rows (the accuracy rule needs them), the state's
+  raw digests and its sketches.
 * ``save(path)`` writes the replays kept since the last save (one file per visit; a side in
-  alternating processes keeps nothing across them); ``compare(mine, theirs)`` pairs two sides'
-  files replay by replay, bucket by bucket, and returns plain statistics (JSON): for each
-  bucket the first replay whose bytes or values differ, the worst state sketch distance, and
-  ``verdict.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|).
-  Main's side runs it: the candidate's process never sees main's outputs.
+  alternating processes keeps nothing across them), or with no path keeps them in the process
+  (main's side when its process lives through the run); ``compare(mine, theirs)`` pairs the
+  two sides' replays bucket by bucket and returns plain statistics (JSON): for each bucket the
+  first replay whose bytes or values differ, the worst state sketch distance, and
+  ``verdict.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|)
+  over every row and over a sample of rows as large as the accuracy gate's own evidence, drawn
+  per run (the gate's rule and band were measured on that many rows; over 30x more rows the
+  maxima of an honest change grow: H200, 2026-12-01). Main's side runs it: the candidate's
+  process never sees main's outputs.
 """
 from __future__ import annotations
 
@@ -38,19 +47,37 @@ from pathlib import Path
 
 import torch
 
-from .fingerprint import digest_on_device, value_view
+from .fingerprint import _mix, digest_on_device, value_view
 
 SKETCHES = 2  # random projections per row and layer
+CLAIMS = ("bit", "value", None)  # an identical claim of the accuracy gate, or none
+_M = 0xFFFFFFFF
+
+
+def row_digests(t: torch.Tensor) -> torch.Tensor:
+    """Per row of a 2-D tensor, a position-keyed sum of its mixed 32-bit words ([rows, 2] int64,
+    on ``t``'s device, no host sync): equal rows give equal digests; a changed word changes
+    them with overwhelming probability."""
+    rows = t.shape[0]
+    w = t.contiguous().view(torch.int32).reshape(rows, -1).to(torch.int64) & _M
+    idx = torch.arange(w.shape[1], device=t.device, dtype=torch.int64)
+    a = _mix(w ^ _mix(idx & _M))
+    b = _mix(a ^ 0x5BD1E995 ^ (idx >> 3))
+    return torch.stack([a.sum(1), b.sum(1)], dim=1) & 0x7FFFFFFFFFFF
 
 
 class TimedRecord:
     """The kept outputs of one side's timed replays (``bucket -> list of replays``)."""
 
-    def __init__(self, side, sketch_seed: int):
-        self.side = side
+    def __init__(self, side, sketch_seed: int, claim: str | None = None):
+        if claim not in CLAIMS:
+            raise ValueError(f"timed record: claim must be one of {CLAIMS}, got {claim!r} (a bench bug)")
+        self.side, self.claim = side, claim
         self.pending: dict = {}
+        self.kept: list = []  # visits kept in this process (save without a path)
         self.seed = int(sketch_seed)
         self._weights: dict = {}
+        self._initial: list | None = None
 
     def _projection(self, width: int, dtype: torch.dtype) -> torch.Tensor:
         key = (width, dtype)
@@ -71,43 +98,78 @@ class TimedRecord:
                 out.append(t[:rows])
         return out
 
+    def snapshot_initial(self, rows: int) -> None:
+        """Keep a copy of the seeded initial recurrent state of ``rows`` requests (refilled
+        first: a side sharing the model may find it moved by the other side's steps)."""
+        from kernels.k31.state import refill_recurrent
+
+        refill_recurrent(self.side.model.state, self.side.shapes, rows, self.side.spec.seed)
+        self._initial = [t.clone() for t in self.recurrent(rows)]
+
+    def reset(self, rows: int) -> None:
+        """The first ``rows`` requests' recurrent state back to its seeded initial values
+        (copies from the snapshot: one kernel per tensor, no host work)."""
+        for t, init in zip(self.recurrent(rows), self._initial):
+            t.copy_(init[:rows])
+
     def keep(self, bucket: int, input_set: int, step) -> None:
         """Record what the replay that just ran on input set ``input_set`` produced."""
         tensors = self.recurrent(bucket)
-        raw = torch.stack([digest_on_device(t) for t in tensors])
-        val = torch.stack([digest_on_device(value_view(t)) for t in tensors])
-        sketch = torch.stack([(t.reshape(t.shape[0], -1)
-                               @ self._projection(t[0].numel(), t.dtype)).float() for t in tensors])
-        self.pending.setdefault(bucket, []).append({
-            "set": input_set, "logits": step.logits.clone(), "top_val": step.top_val.clone(),
-            "next_token": step.next_token.clone(), "state_raw": raw, "state_value": val,
-            "sketch": sketch})
+        rep = {"set": input_set, "top_val": step.top_val.clone(), "next_token": step.next_token.clone()}
+        if self.claim == "value":
+            rep["logits_rows"] = row_digests(value_view(step.logits))
+            rep["state"] = torch.stack([digest_on_device(value_view(t)) for t in tensors])
+        elif self.claim == "bit":
+            rep["logits_rows"] = row_digests(step.logits)
+            rep["state"] = torch.stack([digest_on_device(t) for t in tensors])
+        else:
+            rep["logits"] = step.logits.clone()
+            rep["state"] = torch.stack([digest_on_device(t) for t in tensors])
+            rep["sketch"] = torch.stack([(t.reshape(t.shape[0], -1)
+                                          @ self._projection(t[0].numel(), t.dtype)).float()
+                                         for t in tensors])
+        self.pending.setdefault(bucket, []).append(rep)
 
-    def save(self, path: Path) -> dict:
-        """Write what was kept since the last save to ``path`` (CPU tensors) and forget it."""
-        data = {}
-        for b, reps in self.pending.items():
-            data[b] = {"set": [r["set"] for r in reps]}
-            for k in ("logits", "top_val", "next_token", "state_raw", "state_value", "sketch"):
-                data[b][k] = torch.stack([r[k] for r in reps]).cpu()
+    def save(self, path: Path | None) -> dict:
+        """Write what was kept since the last save to ``path`` (CPU tensors), or keep it in
+        this process when ``path`` is None; either way start afresh."""
+        data = {b: stacked(reps) for b, reps in self.pending.items()}
         self.pending = {}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(data, path)
-        return {"buckets": {str(b): len(v["set"]) for b, v in data.items()}}
+        if path is None:
+            self.kept.append(data)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save({b: {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
+                        for b, d in data.items()}, path)
+        return {"buckets": {str(b): len(v["set"]) for b, v in data.items()}, "claim": self.claim}
+
+
+def stacked(reps: list[dict]) -> dict:
+    out = {"set": [r["set"] for r in reps]}
+    for k in reps[0]:
+        if k != "set":
+            out[k] = torch.stack([r[k] for r in reps])
+    return out
+
+
+def joined(visits: list[dict]) -> dict:
+    """Visits of one side, in order -> ``bucket -> {key: tensor over all replays}``."""
+    parts: dict = {}
+    for v in visits:
+        for b, d in v.items():
+            parts.setdefault(int(b), []).append(d)
+    out = {}
+    for b, ds in parts.items():
+        out[b] = {"set": [s for d in ds for s in d["set"]]}
+        for k in ds[0]:
+            if k != "set":
+                out[b][k] = torch.cat([d[k] for d in ds])
+    return out
 
 
 def load(paths: list[str]) -> dict:
-    """Files of one side, in visit order -> ``bucket -> {key: tensor over all replays}``."""
-    parts: dict = {}
-    for p in paths:
-        for b, v in torch.load(p).items():
-            parts.setdefault(int(b), []).append(v)
-    out = {}
-    for b, vs in parts.items():
-        out[b] = {"set": [s for v in vs for s in v["set"]]}
-        for k in ("logits", "top_val", "next_token", "state_raw", "state_value", "sketch"):
-            out[b][k] = torch.cat([v[k] for v in vs])
-    return out
+    """Files of one side, in visit order (see :func:`joined`)."""
+    return joined([torch.load(p) for p in paths])
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -121,20 +183,37 @@ def _first(flags: torch.Tensor) -> int | None:
     return int(idx[0]) if idx.numel() else None
 
 
-def compare(mine: list[str], theirs: list[str], near_tie_factor: float, device) -> dict:
-    """``mine`` (main's files, A) against ``theirs`` (the candidate's, B), replay by replay.
+def sample_quota(rows_per_bucket: dict, total: int) -> dict:
+    """Pure: how many rows of each bucket's timed rows a sample of ``total`` takes
+    (proportional, at least one per bucket, never more than a bucket has)."""
+    n = sum(rows_per_bucket.values())
+    if n == 0:
+        return {b: 0 for b in rows_per_bucket}
+    return {b: min(r, max(1, round(total * r / n))) for b, r in rows_per_bucket.items()}
 
-    Per bucket: ``replays``; ``first_raw_difference`` / ``first_value_difference`` (the index
-    of the first replay whose logits, top values, next tokens or recurrent-state digests differ
-    in bytes / in value, None when none does, with ``what`` differed first); ``sketch_rel_max``
+
+def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) -> dict:
+    """Main's replays (A) against the candidate's (B): each a list of files or of visits
+    already in memory (:func:`joined`), replay by replay, bucket by bucket.
+
+    Per bucket: ``replays``; ``first_raw_difference`` / ``first_value_difference`` (the
+    earliest replay whose logits, top values, next tokens or recurrent-state digests differ in
+    bytes / in value, None when none does, with ``what`` differed there); ``sketch_rel_max``
     (over replays and layers, ``|sketch_B - sketch_A| / |sketch_A|``) and where; ``logits``:
-    ``verdict.logit_stats`` of B's against A's (key ``rows:replay``)."""
+    ``verdict.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
+    (``{"rows": N, "seed": S}``) ``logits_sample``: the same over N rows of all buckets drawn
+    with S. With an identical claim only digests are kept: no logits statistics."""
     from .verdict import logit_stats
 
-    a, b = load(mine), load(theirs)
+    a = joined(a) if a and isinstance(a[0], dict) else load(a)
+    b = joined(b) if b and isinstance(b[0], dict) else load(b)
     if sorted(a) != sorted(b):
         raise RuntimeError(f"judged outputs: main's side kept buckets {sorted(a)}, the "
                            f"candidate's {sorted(b)}; expected the same (a bench bug)")
+    quota = None
+    if sample and all("logits" in a[k] for k in a):
+        quota = sample_quota({k: a[k]["logits"].shape[0] * a[k]["logits"].shape[1] for k in a},
+                             int(sample["rows"]))
     out = {}
     for bucket in sorted(a):
         x, y = a[bucket], b[bucket]
@@ -142,41 +221,53 @@ def compare(mine: list[str], theirs: list[str], near_tie_factor: float, device) 
             raise RuntimeError(f"judged outputs at {bucket} rows: the sides ran input sets "
                                f"{x['set'][:6]}... and {y['set'][:6]}...; expected the same "
                                f"sequence (a bench bug)")
+        if sorted(x) != sorted(y):
+            raise RuntimeError(f"judged outputs at {bucket} rows: the sides kept {sorted(x)} and "
+                               f"{sorted(y)}; expected the same (told the same claim)")
         n = len(x["set"])
-        parts_raw = {
-            "logits": (_bits(x["logits"]) != _bits(y["logits"])).reshape(n, -1).any(1),
-            "top values": (_bits(x["top_val"]) != _bits(y["top_val"])).reshape(n, -1).any(1),
-            "next tokens": (x["next_token"] != y["next_token"]).reshape(n, -1).any(1),
-            "recurrent state": (x["state_raw"] != y["state_raw"]).reshape(n, -1).any(1),
-        }
-        parts_value = {
-            "logits": _value_differs(x["logits"], y["logits"]).reshape(n, -1).any(1),
-            "top values": _value_differs(x["top_val"], y["top_val"]).reshape(n, -1).any(1),
-            "next tokens": parts_raw["next tokens"],
-            "recurrent state": (x["state_value"] != y["state_value"]).reshape(n, -1).any(1),
-        }
-        first_raw = _first_of(parts_raw)
-        first_value = _first_of(parts_value)
-        sa, sb = x["sketch"].double(), y["sketch"].double()  # [n, tensors, rows, SKETCHES]
-        num = (sb - sa).pow(2).sum((2, 3)).sqrt()
-        den = sa.pow(2).sum((2, 3)).sqrt().clamp_min(1e-30)
-        rel = torch.where(torch.isfinite(num), num / den, torch.full_like(num, float("inf")))
-        worst = int(rel.argmax())
-        la = {f"{bucket}:{i}": x["logits"][i].to(device) for i in range(n)}
-        lb = {f"{bucket}:{i}": y["logits"][i].to(device) for i in range(n)}
-        out[str(bucket)] = {
-            "replays": n,
-            "first_raw_difference": first_raw,
-            "first_value_difference": first_value,
-            "sketch_rel_max": float(rel.max()) if rel.numel() else 0.0,
-            "sketch_worst": {"replay": worst // rel.shape[1], "tensor": worst % rel.shape[1]}
-            if rel.numel() else None,
-            "logits": logit_stats(la, lb, near_tie_factor),
-        }
+        full = "logits" in x
+
+        def differs(p, q):
+            return (p != q).reshape(n, -1).any(1)
+
+        raw = {"top values": differs(_bits(x["top_val"]), _bits(y["top_val"])),
+               "next tokens": differs(x["next_token"], y["next_token"]),
+               "recurrent state": differs(x["state"], y["state"])}
+        value = {"top values": differs_value(x["top_val"], y["top_val"]).reshape(n, -1).any(1),
+                 "next tokens": raw["next tokens"], "recurrent state": raw["recurrent state"]}
+        if full:
+            raw["logits"] = differs(_bits(x["logits"]), _bits(y["logits"]))
+            value["logits"] = differs_value(x["logits"], y["logits"]).reshape(n, -1).any(1)
+        else:  # the digests are of the claim's kind: bytes for bit, values for value
+            raw["logits"] = value["logits"] = differs(x["logits_rows"], y["logits_rows"])
+        entry = {"replays": n, "kept": "logits" if full else "digests",
+                 "first_raw_difference": _first_of(raw), "first_value_difference": _first_of(value),
+                 "sketch_rel_max": 0.0, "sketch_worst": None}
+        if full:
+            sa, sb = x["sketch"].double(), y["sketch"].double()  # [n, tensors, rows, SKETCHES]
+            num = (sb - sa).pow(2).sum((2, 3)).sqrt()
+            den = sa.pow(2).sum((2, 3)).sqrt().clamp_min(1e-30)
+            rel = torch.where(torch.isfinite(num), num / den, torch.full_like(num, float("inf")))
+            if rel.numel():
+                worst = int(rel.argmax())
+                entry["sketch_rel_max"] = float(rel.max())
+                entry["sketch_worst"] = {"replay": worst // rel.shape[1], "tensor": worst % rel.shape[1]}
+            la = {f"{bucket}:{i}": x["logits"][i].to(device) for i in range(n)}
+            lb = {f"{bucket}:{i}": y["logits"][i].to(device) for i in range(n)}
+            entry["logits"] = logit_stats(la, lb, near_tie_factor)
+            if quota is not None:
+                g = torch.Generator().manual_seed(int(sample["seed"]) * 7919 + bucket)
+                rows = x["logits"].shape[1]
+                pick = torch.randperm(n * rows, generator=g)[:quota[bucket]].sort().values
+                flat_a = x["logits"].reshape(n * rows, -1)[pick].to(device)
+                flat_b = y["logits"].reshape(n * rows, -1)[pick].to(device)
+                entry["logits_sample"] = logit_stats({f"{bucket}:0": flat_a}, {f"{bucket}:0": flat_b},
+                                                     near_tie_factor)
+        out[str(bucket)] = entry
     return out
 
 
-def _value_differs(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def differs_value(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Elements whose values differ (-0 equals +0; NaN equals NaN: both sides poison alike)."""
     both_nan = torch.isnan(x) & torch.isnan(y)
     return (x != y) & ~both_nan

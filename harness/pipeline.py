@@ -233,7 +233,7 @@ def accuracy_claim(test: dict) -> dict:
     the scorer holds the timed replays' outputs to (``verdict.judge_timed``)."""
     ev = test.get("evidence") or {}
     return {"verdict": test["verdict"], "band": ev.get("band"), "noise": ev.get("noise"),
-            "noise_tap": ev.get("noise_tap")}
+            "noise_tap": ev.get("noise_tap"), "rows": (ev.get("logits") or {}).get("rows")}
 
 
 def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,

@@ -26,8 +26,7 @@ def _record(seed: int, sets: list[int], rows: int, layers: int = 3) -> dict:
     logits = torch.randn(n, rows, VOCAB, generator=g) * 3
     top = logits.max(-1)
     return {rows: {"set": list(sets), "logits": logits, "top_val": top.values,
-                   "next_token": top.indices, "state_raw": torch.randint(0, 2**40, (n, layers, 2), generator=g),
-                   "state_value": torch.randint(0, 2**40, (n, layers, 2), generator=g),
+                   "next_token": top.indices, "state": torch.randint(0, 2**40, (n, layers, 2), generator=g),
                    "sketch": torch.randn(n, layers, rows, timed.SKETCHES, generator=g)}}
 
 
@@ -37,8 +36,8 @@ def _save(tmp_path, name, data) -> str:
     return str(p)
 
 
-def _compare(tmp_path, a, b):
-    return timed.compare([_save(tmp_path, "a.pt", a)], [_save(tmp_path, "b.pt", b)], 4.0, "cpu")
+def _compare(tmp_path, a, b, sample=None):
+    return timed.compare([_save(tmp_path, "a.pt", a)], [_save(tmp_path, "b.pt", b)], 4.0, "cpu", sample)
 
 
 def test_equal_records_have_no_difference_and_a_changed_replay_is_named(tmp_path):
@@ -49,7 +48,7 @@ def test_equal_records_have_no_difference_and_a_changed_replay_is_named(tmp_path
 
     b = _record(0, [2, 3, 4, 5], rows=3)
     b[3]["logits"][2, 1, 5] += 1.0  # replay 2 skipped work in one row
-    b[3]["state_raw"][3, 0, 0] ^= 1  # replay 3 wrote a different state
+    b[3]["state"][3, 0, 0] ^= 1  # replay 3 wrote a different state
     got = _compare(tmp_path, a, b)["3"]
     assert got["first_raw_difference"] == {"replay": 2, "what": ["logits"]}
     assert got["first_value_difference"]["replay"] == 2
@@ -222,3 +221,40 @@ def test_a_tunables_change_touches_the_ops_whose_tunables_changed_and_nothing_el
     odd = new.replace('"moe.router.num_warps"', '"moe.nothing.num_warps"')
     assert touched_ops(["kernels/k31/moe/tunables.py"], lambda p: (old, odd)) is None
     assert touched_ops(["kernels/k31/moe/tunables.py", "kernels/k31/step.py"], lambda p: (old, new)) is None
+
+
+def test_main_in_memory_against_files_and_a_sample_as_large_as_the_gates_evidence(tmp_path):
+    a = _record(0, [2, 3, 4, 5], rows=16)
+    b = _record(0, [2, 3, 4, 5], rows=16)
+    b[16]["logits"] += 1e-3 * torch.randn(b[16]["logits"].shape, generator=torch.Generator().manual_seed(5))
+    got = timed.compare([a], [_save(tmp_path, "b.pt", b)], 4.0, "cpu", {"rows": 10, "seed": 3})["16"]
+    assert got["logits"]["rows"] == 64 and got["logits_sample"]["rows"] == 10
+    again = timed.compare([a], [_save(tmp_path, "b2.pt", b)], 4.0, "cpu", {"rows": 10, "seed": 3})["16"]
+    assert again["logits_sample"] == got["logits_sample"]  # drawn from the run's seed
+    assert timed.sample_quota({2: 6, 4: 12}, 6) == {2: 2, 4: 4}
+    assert timed.sample_quota({2: 1, 4: 1000}, 5) == {2: 1, 4: 5}  # one row at least, at most all
+
+
+def test_row_digests_tell_rows_apart_and_name_the_row_that_changed():
+    t = torch.randn(5, 33)
+    d = timed.row_digests(t)
+    assert d.shape == (5, 2) and torch.equal(d, timed.row_digests(t.clone()))
+    u = t.clone()
+    u[3, 7] = torch.nextafter(u[3, 7], torch.tensor(float("inf")))
+    changed = (timed.row_digests(u) != d).any(1)
+    assert changed.tolist() == [False, False, False, True, False]
+    swapped = t.clone()
+    swapped[1, [0, 1]] = swapped[1, [1, 0]]
+    assert (timed.row_digests(swapped)[1] != d[1]).any()  # positions count, not only values
+
+
+def test_the_rule_judges_the_sample_when_there_is_one():
+    from gates.verdict import judge_timed
+
+    t = _timed(delta=3.0)
+    calm = _timed(delta=1e-6)["8"]["logits"]
+    t["8"]["logits_sample"] = calm  # the drawn rows happen to agree: the sample decides
+    assert judge_timed(t, {"verdict": "PASS logit evidence"}, TH, 0.4) is None
+    t["8"]["logits_sample"] = t["8"]["logits"]
+    bad = judge_timed(t, {"verdict": "PASS logit evidence"}, TH, 0.4)
+    assert bad["check"] == "timed_outputs_accuracy" and "drawn at random" in bad["why"]
