@@ -111,6 +111,7 @@ def tap_spec(req: TestRequest) -> dict:
     return side_spec(req.settings, prof, context=prof["test_context"], steps=prof["test_steps"],
                      rows=tap_rows(prof["test_rows"], prof["buckets"]),
                      budget_mb=req.settings["test"]["snapshot_budget_mb"],
+                     reference_calls_per_op=req.settings["test"]["reference_calls_per_op"],
                      layout=req.layout or prof["layout"], world=req.world)
 
 
@@ -145,8 +146,6 @@ def run_test(req: TestRequest, progress=None) -> dict:
     rev_sha = checkout.resolve(req.repo, req.rev)
     paths = checkout.changed_paths(req.repo, base_sha, rev_sha)
     prot = protected_changed(paths, req.settings["protected"])
-    from kernels.k31 import contracts  # the harness's own registry maps paths to ops
-
     tree_paths = [p for p in paths if p.startswith("kernels/")]
     touched = touched_ops(tree_paths, lambda p: (checkout.blob(req.repo, base_sha, p),
                                                  checkout.blob(req.repo, rev_sha, p)))

@@ -384,7 +384,8 @@ def side_main(opts: dict, device: str, outdir: Path, rank: int = 0, hidden=None)
                                     and record["state_hash"] == result["state_hash"])
             if any_rank(side, _differs(record["pass"], free) and result["same_setup"]):
                 kept = torch.load(base / "kept_a.pt", weights_only=False)
-                result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept, opts)
+                result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept, opts,
+                                               seed=hidden.input_seed if hidden else opts.get("seed"))
     result["wall_s"] = time.monotonic() - t0
     return result
 
@@ -400,8 +401,29 @@ def _differs(a: dict, b: dict) -> bool:
     return False
 
 
-def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: dict) -> dict:
-    """Cut-local: B's kernels on A's recorded inputs, compared with A and the reference."""
+def reference_picks(a_calls: list, per_op: int, seed: str) -> set | None:
+    """Pure: which of a run's recorded calls (indices into ``a_calls``) the pinned pass also
+    checks against the reference: ``per_op`` of each op's kept calls drawn with ``seed`` (all of
+    an op's when it has fewer); None (every call) when ``per_op`` is 0."""
+    if per_op <= 0:
+        return None
+    import random
+
+    by_op: dict = {}
+    for i, c in enumerate(a_calls):
+        if c.get("kept"):
+            by_op.setdefault(c["op"], []).append(i)
+    picked = set()
+    for op, idx in sorted(by_op.items()):
+        picked |= set(idx if len(idx) <= per_op else random.Random(f"{seed}/{op}").sample(idx, per_op))
+    return picked
+
+
+def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: dict,
+                seed=None) -> dict:
+    """Cut-local: B's kernels on A's recorded inputs, compared with A (every call) and the
+    reference (``opts["reference_calls_per_op"]`` calls of each op per batch size, drawn with
+    ``seed``: the judgment's hidden input seed)."""
     from kernels.k31 import contracts
     from kernels.k31.dispatch import Ops
 
@@ -414,6 +436,8 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: d
         key = f"r{rows}"
         a_calls = record["runs"][key]["calls"]
         state = {"i": 0, "diverged": None, "step": 0}
+        referenced = reference_picks(a_calls, int(opts.get("reference_calls_per_op") or 0),
+                                     f"{seed}/{key}")
 
         def hook(spec, site, args, run):
             i = state["i"]
@@ -479,22 +503,25 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: d
                                             "b_rows": int(b_idx.numel()), "differing": -1}
                 else:
                     entry["state"][name] = compare(a_rows.to(b_rows.device), b_rows).as_dict()
-            # the protected reference on the same inputs and state-before
-            ref_args = {k: v for k, v in args.items() if k not in spec.outputs}
-            for k, v in state_before.items():
-                ref_args[k] = v.clone()
-            for k, v in big_before.items():
-                ref_args[k] = v  # the reference writes caches in place: give it the copy
-            expected = contracts.op(spec.name).reference(sh, **ref_args)
-            for name in spec.outputs:
-                entry["reference"][name] = compare(expected[name], args[name],
-                                                   masks.get(name)).as_dict()
-            for name in spec.state:
-                if name in state_before:
-                    entry["reference"][name] = compare(expected[name], args[name]).as_dict()
-            for name, (b_idx, b_rows) in b_written.items():
-                ref_rows = expected[name].reshape(-1, b_rows.shape[-1])[b_idx]
-                entry["reference"][name] = compare(ref_rows, b_rows).as_dict()
+            # the protected reference on the same inputs and state-before (a sample of each
+            # op's calls per batch size: at full size one moe.experts reference costs more
+            # than the rest of its call; every call is compared with A's above)
+            if referenced is None or i in referenced:
+                ref_args = {k: v for k, v in args.items() if k not in spec.outputs}
+                for k, v in state_before.items():
+                    ref_args[k] = v.clone()
+                for k, v in big_before.items():
+                    ref_args[k] = v  # the reference writes caches in place: give it the copy
+                expected = contracts.op(spec.name).reference(sh, **ref_args)
+                for name in spec.outputs:
+                    entry["reference"][name] = compare(expected[name], args[name],
+                                                       masks.get(name)).as_dict()
+                for name in spec.state:
+                    if name in state_before:
+                        entry["reference"][name] = compare(expected[name], args[name]).as_dict()
+                for name, (b_idx, b_rows) in b_written.items():
+                    ref_rows = expected[name].reshape(-1, b_rows.shape[-1])[b_idx]
+                    entry["reference"][name] = compare(ref_rows, b_rows).as_dict()
             results.append(entry)
             # pin: A's outputs and state after, so later calls see A's trajectory
             for name, t in rec["outputs"].items():

@@ -30,6 +30,7 @@ _SCHEMA: dict[str, tuple] = {
     "test.timeout_s": (_NUM, True),
     "test.hidden_rows": (int, True),
     "test.snapshot_budget_mb": (_NUM, True),
+    "test.reference_calls_per_op": (int, True),
     "test.kl_pass": (_NUM, True),
     "test.kl_fail": (_NUM, True),
     "test.near_tie_factor": (_NUM, True),

@@ -258,3 +258,14 @@ def test_the_rule_judges_the_sample_when_there_is_one():
     t["8"]["logits_sample"] = t["8"]["logits"]
     bad = judge_timed(t, {"verdict": "PASS logit evidence"}, TH, 0.4)
     assert bad["check"] == "timed_outputs_accuracy" and "drawn at random" in bad["why"]
+
+
+def test_the_pinned_pass_references_per_op_calls_of_each_op_drawn_by_the_seed():
+    from gates.tap import reference_picks
+
+    calls = [{"op": "moe.experts", "kept": True}] * 10 + [{"op": "moe.situ", "kept": True}] * 2 + \
+        [{"op": "kda.core"}] * 5  # not kept: not pinned
+    got = reference_picks(calls, 4, "7/r16")
+    assert got == reference_picks(calls, 4, "7/r16") and got != reference_picks(calls, 4, "8/r16")
+    assert len([i for i in got if i < 10]) == 4 and {10, 11} <= got and not (got & set(range(12, 17)))
+    assert reference_picks(calls, 0, "7/r16") is None  # 0: every call

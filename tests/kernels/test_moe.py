@@ -367,3 +367,34 @@ def test_gpu_launch(op, device):
             "moe.situ": lambda: situ_args(96, 17, FRESH_SEED)}[op]()
     tol = {"moe.router": ROUTER_TOL, "moe.experts": EXPERTS_TOL}.get(op, BF16_TOL)
     _seeded(FRESH_SEED, run_and_compare, op, sh, _on(args, device), **tol)
+
+
+@pytest.mark.parametrize("rows", (1, 3, 17, 40))
+def test_the_experts_reference_equals_one_product_per_expert_bit_for_bit(rows):
+    """The protected reference decodes its experts' weights in chunks and finds their pairs with
+    one sort; it must equal the plain definition (one expert at a time, its pairs in pair order)
+    byte for byte, whatever the chunk boundaries."""
+    from kernels.k31 import reference as R
+    from kernels.k31.formats import mxfp4_decode
+
+    sh = _shapes(("tp2", 0))
+    args = experts_args(sh, rows, FRESH_SEED)
+    args.pop("y")
+    d, k = sh.dims, sh.dims.top_k
+    want = torch.zeros(rows * k, d.latent, dtype=BF16)
+    pe, local = args["ids"].reshape(-1).long(), R.moe_experts_defined(sh, args["ids"])
+    for e in torch.unique(pe[local]).tolist():
+        pairs = ((pe == e) & local).nonzero().flatten()
+        le = e - sh.expert_first
+        w1 = mxfp4_decode(args["w1"][le], args["s1"][le], d.mxfp4_group)
+        w2 = mxfp4_decode(args["w2"][le], args["s2"][le], d.mxfp4_group)
+        gu = args["x"][pairs // k].float() @ w1.t()
+        h = R.situ(gu[:, :sh.expert_inter], gu[:, sh.expert_inter:]).to(BF16)
+        want[pairs] = (h.float() @ w2.t()).to(BF16)
+    for chunk in (1, 3, R.EXPERT_CHUNK):
+        old, R.EXPERT_CHUNK = R.EXPERT_CHUNK, chunk
+        try:
+            got = R.moe_experts(sh, **args)["y"]
+        finally:
+            R.EXPERT_CHUNK = old
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), chunk
