@@ -22,6 +22,7 @@ from tests.harness.test_faults import Gates, fake_profile
 
 
 # --------------------------------------------------------------------------- the pure rule
+@settings(deadline=None)  # no wall-clock limit: a loaded CI machine must not fail a pure test
 @given(st.dictionaries(st.integers(1, 60), st.booleans(), max_size=12))
 def test_collectable_is_the_ready_prefix_in_number_order(in_flight):
     got = collectable(in_flight)
@@ -41,7 +42,7 @@ def _judge(number: int, main: tuple) -> tuple[str, tuple]:
     return "merged", main + (number,)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_outcomes_do_not_depend_on_the_order_agents_finish(data):
     numbers = data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=9, unique=True))
