@@ -6,6 +6,18 @@ loop killed at any point resumes: an attempt left ``judging`` is re-queued and j
 (a commit already on main is recorded, never merged twice); an attempt whose agent never
 started is recorded as crashed; a git note not yet written is restored; an agent that finished
 while no loop ran is collected at the next tick; one still running keeps running.
+
+Order contract. A tick collects and judges the loop's in-flight attempts (agents running,
+commits re-queued) strictly in attempt-number order, and never attempt ``n`` while an attempt
+with a smaller number is still in flight with its agent running: ``n`` waits for a later tick
+(:func:`collectable`). So when ``n`` is judged, every attempt before it is final, and main is
+what their outcomes (in number order) made it: which agent process finished first, and how
+long any gate took, decide nothing. An agent still running when a tick collects is collected
+by a later tick, and every attempt's outcome is the same as if it had finished in time. What
+an attempt is judged against is main at its judging, not at its spawn: a commit made on an
+older main is rebased and judged again, or ends as a conflict. A hung agent cannot hold the
+later attempts back for long: past ``agent.timeout_s`` a tick ends it (timed out) and goes on.
+Outside the contract: a person moving main (``kern try``, a push) does so on their own clock.
 """
 from __future__ import annotations
 
@@ -79,6 +91,21 @@ def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:
     return f"{doing} failed: {type(e).__name__}: {e}"[:300], False
 
 
+def collectable(in_flight: dict[int, bool]) -> list[int]:
+    """Pure: the attempts a tick collects now, in the order it judges them.
+
+    ``in_flight`` maps each in-flight attempt's number to whether it is ready (its agent has
+    ended: a proposal written, the process gone, or past its time limit; or its commit was
+    re-queued). The answer is the ready attempts in number order up to the first one not
+    ready, so no attempt is judged while one before it may still change main."""
+    ready = []
+    for n in sorted(in_flight):
+        if not in_flight[n]:
+            break
+        ready.append(n)
+    return ready
+
+
 def attempt_dir(runs: Path, number: int) -> Path:
     return runs / "attempts" / str(number)
 
@@ -144,52 +171,71 @@ class Orchestrator:
 
     # ------------------------------------------------------------ collect + judge
     def collect(self, report: TickReport) -> None:
+        """Collect and judge what :func:`collectable` allows, in number order (the module's
+        order contract); attempts after the first one still running wait for a later tick."""
         cfg = self.settings["agent"]
         # the backends' own limit (the command backend's default too): past it the agent
         # process is hung, whatever it is doing
         limit = float(cfg.get("timeout_s", 3600))
-        for a in self.led.attempts(states=[L.RUNNING]):
+        # the loop's own in-flight attempts: agents running, and commits re-queued after a
+        # restart or a full disk. A queued attempt without a commit is resume()'s to record.
+        waiting = {a.number: a for a in self.led.attempts(states=[L.RUNNING])}
+        waiting.update({a.number: a for a in self.led.attempts(states=[L.QUEUED]) if a.commit_sha})
+        now = time.time()
+        ready = {n: a.state == L.QUEUED or self._agent_ended(n, limit, now) for n, a in waiting.items()}
+        for n in collectable(ready):
             if self.halt:
                 return
-            d = attempt_dir(self.ctx.runs, a.number)
-            prop_path = d / "proposal.json"
+            a = waiting[n]
+            if a.state == L.QUEUED:  # re-queued after a restart: judge again
+                self.led.transition(n, L.JUDGING)
+                self._judge(n, a.commit_sha, a.base_sha, report)
+            else:
+                self._collect_agent(a, limit, report)
+
+    def _agent_ended(self, number: int, limit: float, now: float) -> bool:
+        """Whether attempt ``number``'s agent is done: it wrote a proposal, its process is
+        gone, or it ran past ``limit`` seconds (a hung agent, ended when collected)."""
+        d = attempt_dir(self.ctx.runs, number)
+        if (d / "proposal.json").exists():
+            return True
+        pid = _read_pid(d)
+        if pid is None or not _alive(pid):
+            return True
+        return now - _started(d) > limit
+
+    def _collect_agent(self, a, limit: float, report: TickReport) -> None:
+        d = attempt_dir(self.ctx.runs, a.number)
+        prop_path = d / "proposal.json"
+        if not prop_path.exists():
             pid = _read_pid(d)
-            alive = pid is not None and _alive(pid)
-            if not prop_path.exists():
-                started = (d / "agent.pid").stat().st_mtime if (d / "agent.pid").exists() else 0
-                if alive and time.time() - started > limit:
-                    _kill(pid)
-                    self._final(a.number, L.TIMED_OUT, f"agent ran past {limit:.0f}s", report)
-                elif not alive:
-                    self._final(a.number, L.CRASHED, "agent process ended without a proposal "
-                                f"(log {d / 'agent.log'})", report)
-                continue
-            try:
-                prop = parse_proposal(prop_path.read_text(errors="replace"))
-            except ProposalError as e:
-                self._final(a.number, L.CRASHED, f"agent returned garbage in {prop_path}: {e}"[:300],
-                            report)
-                continue
-            self.led.update(a.number, tokens=prop.tokens_in + prop.tokens_out, cost_usd=prop.cost_usd)
-            if prop.kind == "declined":
-                self.led.transition(a.number, L.NOT_DONE, reason=prop.message[:300],
-                                    estimate_ms=prop.estimate_ms)
-                report.collected.append((a.number, L.NOT_DONE, prop.message[:80]))
-                continue
-            if prop.kind != "commit":  # the backend's own time limit is a timeout, not a crash
-                self._final(a.number, L.TIMED_OUT if prop.timed_out else L.CRASHED,
-                            f"agent failed: {prop.reason[:300]}", report)
-                continue
-            tip = self.ctx.repo.tip(a.number)
-            self.led.transition(a.number, L.JUDGING, commit_sha=tip,
-                                title=(prop.message.splitlines() or [a.title])[0][:200])
-            self._judge(a.number, tip, a.base_sha, report)
-        for a in self.led.attempts(states=[L.QUEUED]):
-            if self.halt:
-                return
-            if a.commit_sha:  # re-queued after a restart: judge again
-                self.led.transition(a.number, L.JUDGING)
-                self._judge(a.number, a.commit_sha, a.base_sha, report)
+            if pid is not None and _alive(pid):  # collectable: past its limit
+                _kill(pid)
+                self._final(a.number, L.TIMED_OUT, f"agent ran past {limit:.0f}s", report)
+            else:
+                self._final(a.number, L.CRASHED, "agent process ended without a proposal "
+                            f"(log {d / 'agent.log'})", report)
+            return
+        try:
+            prop = parse_proposal(prop_path.read_text(errors="replace"))
+        except ProposalError as e:
+            self._final(a.number, L.CRASHED, f"agent returned garbage in {prop_path}: {e}"[:300],
+                        report)
+            return
+        self.led.update(a.number, tokens=prop.tokens_in + prop.tokens_out, cost_usd=prop.cost_usd)
+        if prop.kind == "declined":
+            self.led.transition(a.number, L.NOT_DONE, reason=prop.message[:300],
+                                estimate_ms=prop.estimate_ms)
+            report.collected.append((a.number, L.NOT_DONE, prop.message[:80]))
+            return
+        if prop.kind != "commit":  # the backend's own time limit is a timeout, not a crash
+            self._final(a.number, L.TIMED_OUT if prop.timed_out else L.CRASHED,
+                        f"agent failed: {prop.reason[:300]}", report)
+            return
+        tip = self.ctx.repo.tip(a.number)
+        self.led.transition(a.number, L.JUDGING, commit_sha=tip,
+                            title=(prop.message.splitlines() or [a.title])[0][:200])
+        self._judge(a.number, tip, a.base_sha, report)
 
     def _judge(self, number: int, tip: str, base: str, report: TickReport) -> None:
         try:
@@ -373,6 +419,14 @@ def _quick_test(target: str) -> str:
         return f"python -m pytest -q {contracts.op(target).test}"
     except KeyError:
         return "python -m pytest -q tests/kernels"
+
+
+def _started(d: Path) -> float:
+    """When the agent of attempt folder ``d`` started (its pid file's time; 0 when none)."""
+    try:
+        return (d / "agent.pid").stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _read_pid(d: Path) -> int | None:
