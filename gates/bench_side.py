@@ -161,38 +161,30 @@ class Bench:
 
         spans = Spans(self.dev)  # what the judged outputs add between replays
 
-        def between(i):
-            with RAW_READS():
-                _between(i)
-
-        def _between(i):
-            if i > 0:  # check the previous replay's outputs (untimed, on the device)
-                strays.append(self._stray_threads())
-                if replicated is not None:
-                    replicated.append(_replicated_digest(step))
-                with spans.span("record"):
-                    self.record.keep(b, sets[-1], step)
-                s = step.logits.double().sum()
-                stats[i - 1, 0] = torch.isnan(step.logits).sum() + \
-                    ((step.next_token < 0) | (step.next_token >= vocab)).sum()
-                stats[i - 1, 1] = s
-                stats[i - 1, 2] = (s == prev).double()
-                prev.copy_(s)
-            with spans.span("reset"):
-                sets.append(self._next_inputs(b))
-
-        times = timer.measure(n, between)
-        with RAW_READS():
+        def after(j):
+            """Untimed, on the device, after replay ``j``: its outputs checked and kept."""
             strays.append(self._stray_threads())
             if replicated is not None:
                 replicated.append(_replicated_digest(step))
             with spans.span("record"):
                 self.record.keep(b, sets[-1], step)
             s = step.logits.double().sum()
-            stats[n - 1, 0] = torch.isnan(step.logits).sum() + \
+            stats[j, 0] = torch.isnan(step.logits).sum() + \
                 ((step.next_token < 0) | (step.next_token >= vocab)).sum()
-            stats[n - 1, 1] = s
-            stats[n - 1, 2] = (s == prev).double()
+            stats[j, 1] = s
+            stats[j, 2] = (s == prev).double()
+            prev.copy_(s)
+
+        def between(i):
+            with RAW_READS():
+                if i > 0:
+                    after(i - 1)
+                with spans.span("reset"):
+                    sets.append(self._next_inputs(b))
+
+        times = timer.measure(n, between)
+        with RAW_READS():
+            after(n - 1)
             st = stats.cpu()
         checks = {"replays": n, "unwritten_or_invalid": int(st[:, 0].sum()),
                   "nonfinite": int((~torch.isfinite(st[:, 1])).sum()),

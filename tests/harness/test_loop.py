@@ -125,7 +125,9 @@ def test_replay_patches_reach_every_outcome(replay_run):
     repo, ctx, _ = replay_run
     by_title = {a.title: a for a in ctx.ledger.attempts()}
     outcomes = {t: (a.state, a.reason) for t, a in by_title.items()}
-    assert outcomes["moe.situ: launch once"] == ("merged", None), outcomes
+    # on failure, the gate's own record says which check or measurement decided
+    why = {t: a.gate for t, a in by_title.items()}
+    assert outcomes["moe.situ: launch once"] == ("merged", None), (outcomes, why)
     assert outcomes["moe.situ: launch twice"] == ("abandoned", "conflict"), outcomes
     assert outcomes["moe.situ: launch 120 times"] == ("abandoned", "slower"), outcomes
     assert outcomes["kda.core: no decay"] == ("abandoned", "accuracy"), outcomes
