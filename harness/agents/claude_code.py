@@ -15,8 +15,10 @@ subprocesses never do.
 The session ends by committing once with git, or, when it declines, by ending its final
 message with the JSON line ``{"declined": "the idea", "estimate_ms": -0.4}``. Outcome: HEAD
 moved -> "commit"; that JSON -> "declined"; otherwise "failed". Settings: ``model``,
-``max_turns``, ``max_budget_usd`` (optional). The transcript (one JSON object per SDK message)
-goes to ``attempt-N.claude-code.jsonl`` beside the worktree.
+``max_turns``, ``max_budget_usd`` (optional). Tokens and cost are the CLI's own count of the
+session's ResultMessage: every request it made (``model_usage``) and ``total_cost_usd``. The
+transcript (one JSON object per SDK message) goes to ``attempt-N.claude-code.jsonl`` beside
+the worktree.
 """
 from __future__ import annotations
 
@@ -107,6 +109,28 @@ def _jsonable(msg) -> dict:
     return {"type": type(msg).__name__, "repr": repr(msg)}
 
 
+def tokens_of(res) -> tuple[int, int]:
+    """(input tokens with cache writes and reads, output tokens) of a session's ResultMessage.
+
+    ``model_usage`` (per model) counts every request the CLI made, its own side requests
+    included, as ``total_cost_usd`` does; ``usage`` counts the main conversation only (a real
+    CLI 2.1.332 session: 6000 in ``usage``, 6010 in ``model_usage``). The per-model counts are
+    taken where the CLI reports them, so tokens and cost describe the same requests."""
+    if res is None:
+        return 0, 0
+    per_model = getattr(res, "model_usage", None) or {}
+    if isinstance(per_model, dict) and per_model and all(isinstance(u, dict)
+                                                         for u in per_model.values()):
+        n = lambda u, k: int(u.get(k) or 0)
+        return (sum(n(u, "inputTokens") + n(u, "cacheCreationInputTokens")
+                    + n(u, "cacheReadInputTokens") for u in per_model.values()),
+                sum(n(u, "outputTokens") for u in per_model.values()))
+    usage = getattr(res, "usage", None) or {}
+    return (sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                 "cache_read_input_tokens")),
+            int(usage.get("output_tokens") or 0))
+
+
 class ClaudeCodeAgent:
     name = "claude-code"
 
@@ -141,10 +165,8 @@ class ClaudeCodeAgent:
             except Exception as e:  # the CLI failed to start or died: report, with the tally
                 error = f"{type(e).__name__}: {e}"
         res = result.get("msg")
-        usage = (getattr(res, "usage", None) or {}) if res is not None else {}
-        tokens_in = sum(int(usage.get(k) or 0) for k in ("input_tokens",
-                        "cache_creation_input_tokens", "cache_read_input_tokens"))
-        tally = dict(tokens_in=tokens_in, tokens_out=int(usage.get("output_tokens") or 0),
+        tokens_in, tokens_out = tokens_of(res)
+        tally = dict(tokens_in=tokens_in, tokens_out=tokens_out,
                      cost_usd=float(getattr(res, "total_cost_usd", 0) or 0), transcript=str(path))
         try:
             moved = head(worktree) != before
