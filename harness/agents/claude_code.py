@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from .base import Brief, Proposal
-from .common import (GitError, final_declined, head, identity, setting, subject,
+from .common import (GitError, cli_tokens, final_declined, head, identity, setting, subject,
                      transcript_path)
 from .rules import edit_check
 
@@ -110,25 +110,11 @@ def _jsonable(msg) -> dict:
 
 
 def tokens_of(res) -> tuple[int, int]:
-    """(input tokens with cache writes and reads, output tokens) of a session's ResultMessage.
-
-    ``model_usage`` (per model) counts every request the CLI made, its own side requests
-    included, as ``total_cost_usd`` does; ``usage`` counts the main conversation only (a real
-    CLI 2.1.332 session: 6000 in ``usage``, 6010 in ``model_usage``). The per-model counts are
-    taken where the CLI reports them, so tokens and cost describe the same requests."""
+    """(input tokens with cache writes and reads, output tokens) of a session's ResultMessage,
+    counted as its cost is (:func:`harness.agents.common.cli_tokens`)."""
     if res is None:
         return 0, 0
-    per_model = getattr(res, "model_usage", None) or {}
-    if isinstance(per_model, dict) and per_model and all(isinstance(u, dict)
-                                                         for u in per_model.values()):
-        n = lambda u, k: int(u.get(k) or 0)
-        return (sum(n(u, "inputTokens") + n(u, "cacheCreationInputTokens")
-                    + n(u, "cacheReadInputTokens") for u in per_model.values()),
-                sum(n(u, "outputTokens") for u in per_model.values()))
-    usage = getattr(res, "usage", None) or {}
-    return (sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens",
-                                                 "cache_read_input_tokens")),
-            int(usage.get("output_tokens") or 0))
+    return cli_tokens(getattr(res, "model_usage", None), getattr(res, "usage", None))
 
 
 class ClaudeCodeAgent:
