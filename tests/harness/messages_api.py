@@ -156,6 +156,12 @@ class MessagesAPI:
                 and isinstance(m.get("content"), list) for b in m["content"]
                 if isinstance(b, dict) and b.get("type") == "tool_result"}
 
+    def all_tokens(self) -> tuple[int, int]:
+        """(input, output) over every reply, the session's and the side requests'."""
+        i, o = self.served_tokens()
+        return (i + sum(s["usage"]["input_tokens"] for s in self.side),
+                o + sum(s["usage"]["output_tokens"] for s in self.side))
+
     def served_tokens(self) -> tuple[int, int]:
         """(input incl. cache write and read, output) over the session's replies."""
         i = sum(s["usage"]["input_tokens"] + s["usage"].get("cache_creation_input_tokens", 0)
@@ -349,7 +355,7 @@ def claude_code_session(path: str, old: str, new: str, message: str,
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 # .ci/run installs the npm package here (git-ignored); KERN_CLAUDE_CLI names another binary
 NPM_PREFIX = ROOT / ".tools" / "node"
-NPM_INSTALL = "npm install --prefix .tools/node @anthropic-ai/claude-code@2.1.332"
+NPM_INSTALL = "npm install --prefix .tools/node --no-save @anthropic-ai/claude-code@2.1.332"
 
 
 def claude_cli() -> tuple[str | None, str]:
@@ -388,3 +394,16 @@ def agent_sdk() -> tuple[object | None, str]:
                       f"CLI ({bundled}) and no `claude` is on PATH: `{NPM_INSTALL}` and put "
                       f"{NPM_PREFIX / 'node_modules/.bin'} on PATH")
     return sdk, ""
+
+
+def declined_session(path: str, idea: str, estimate_ms: float) -> Script:
+    """Claude Code's tools: Read ``path``, then decline: the last line of the final message is
+    ``{"declined": idea, "estimate_ms": estimate_ms}``, as the brief's closing asks."""
+    def read(t: Turn):
+        return [tool_use(t.index, "Read", file_path=f"{t.cwd()}/{path}")]
+
+    def decline(t: Turn):
+        t.result(0)
+        return [text(f"Nothing worth committing here.\n"
+                     f"{json.dumps({'declined': idea, 'estimate_ms': estimate_ms})}")]
+    return Script([read, decline], tools=("Read", "Edit", "Bash"))
