@@ -20,12 +20,17 @@ the session (a CLI's title or summary calls) get a one-word text reply and are c
 Every reply carries ``usage`` (input, cache write and cache read tokens from the turn's
 ``usage``, output tokens); the server keeps what it served so a test can check what a backend
 recorded against it.
+
+Below the server: the scripted sessions the tests play (:func:`claude_code_session`,
+:func:`declined_session`) and where the real clients are (:func:`claude_cli`,
+:func:`agent_sdk`), each saying what is missing when one is not installed.
 """
 from __future__ import annotations
 
 import json
 import re
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
@@ -352,7 +357,7 @@ def claude_code_session(path: str, old: str, new: str, message: str,
 
 # ---- where the real clients are -------------------------------------------------------------
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 # .ci/run installs the npm package here (git-ignored); KERN_CLAUDE_CLI names another binary
 NPM_PREFIX = ROOT / ".tools" / "node"
 NPM_INSTALL = "npm install --prefix .tools/node --no-save @anthropic-ai/claude-code@2.1.332"
@@ -382,7 +387,6 @@ def agent_sdk() -> tuple[object | None, str]:
     (None, what is missing)."""
     import importlib
     import shutil
-    from pathlib import Path
 
     try:
         sdk = importlib.import_module("claude_agent_sdk")
