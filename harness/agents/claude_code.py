@@ -15,8 +15,10 @@ subprocesses never do.
 The session ends by committing once with git, or, when it declines, by ending its final
 message with the JSON line ``{"declined": "the idea", "estimate_ms": -0.4}``. Outcome: HEAD
 moved -> "commit"; that JSON -> "declined"; otherwise "failed". Settings: ``model``,
-``max_turns``, ``max_budget_usd`` (optional). The transcript (one JSON object per SDK message)
-goes to ``attempt-N.claude-code.jsonl`` beside the worktree.
+``max_turns``, ``max_budget_usd`` (optional). Tokens and cost are the CLI's own count of the
+session's ResultMessage: every request it made (``model_usage``) and ``total_cost_usd``. The
+transcript (one JSON object per SDK message) goes to ``attempt-N.claude-code.jsonl`` beside
+the worktree.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 
 from .base import Brief, Proposal
-from .common import (GitError, final_declined, head, identity, setting, subject,
+from .common import (GitError, cli_tokens, final_declined, head, identity, setting, subject,
                      transcript_path)
 from .rules import edit_check
 
@@ -107,6 +109,14 @@ def _jsonable(msg) -> dict:
     return {"type": type(msg).__name__, "repr": repr(msg)}
 
 
+def tokens_of(res) -> tuple[int, int]:
+    """(input tokens with cache writes and reads, output tokens) of a session's ResultMessage,
+    counted as its cost is (:func:`harness.agents.common.cli_tokens`)."""
+    if res is None:
+        return 0, 0
+    return cli_tokens(getattr(res, "model_usage", None), getattr(res, "usage", None))
+
+
 class ClaudeCodeAgent:
     name = "claude-code"
 
@@ -141,10 +151,8 @@ class ClaudeCodeAgent:
             except Exception as e:  # the CLI failed to start or died: report, with the tally
                 error = f"{type(e).__name__}: {e}"
         res = result.get("msg")
-        usage = (getattr(res, "usage", None) or {}) if res is not None else {}
-        tokens_in = sum(int(usage.get(k) or 0) for k in ("input_tokens",
-                        "cache_creation_input_tokens", "cache_read_input_tokens"))
-        tally = dict(tokens_in=tokens_in, tokens_out=int(usage.get("output_tokens") or 0),
+        tokens_in, tokens_out = tokens_of(res)
+        tally = dict(tokens_in=tokens_in, tokens_out=tokens_out,
                      cost_usd=float(getattr(res, "total_cost_usd", 0) or 0), transcript=str(path))
         try:
             moved = head(worktree) != before

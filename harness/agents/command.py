@@ -11,14 +11,20 @@ the commits itself); HEAD unmoved and the last output line is the JSON
 ``{"declined": "the idea", "estimate_ms": -0.4}`` -> "declined"; otherwise "failed" with the
 tail of its output. A command killed at its timeout is "failed" even if it had committed:
 its work was cut off.
+
+Claude Code in print mode with ``--output-format json`` (e.g. ``command: claude -p
+--output-format json --allowedTools Read,Edit,Bash``) ends its output with one result object:
+then the attempt's tokens and cost are the CLI's count (``modelUsage``, ``total_cost_usd``),
+so the token budget sees them, and the declined line is looked for at the end of its
+``result`` text. Any other command's tokens and cost are recorded as 0.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from .base import Brief, Proposal
-from .common import (AgentConfigError, GitError, final_declined, head, identity, minimal_env,
-                     run_limited, setting, subject, transcript_path)
+from .common import (AgentConfigError, GitError, cli_result, cli_tokens, final_declined, head,
+                     identity, minimal_env, run_limited, setting, subject, transcript_path)
 
 
 class CommandAgent:
@@ -49,23 +55,32 @@ class CommandAgent:
                                                 **identity(self.name)})
         ran = run_limited(self.command, cwd=worktree, env=env, timeout_s=self.timeout_s,
                           stdin_text=brief.text, log_path=log)
+        result = None if ran.timed_out else cli_result(log)
+        tally = {"transcript": str(log)}
+        if result is not None:
+            tokens_in, tokens_out = cli_tokens(result.get("modelUsage"), result.get("usage"))
+            cost = result.get("total_cost_usd")
+            tally.update(tokens_in=tokens_in, tokens_out=tokens_out,
+                         cost_usd=float(cost) if isinstance(cost, (int, float))
+                         and not isinstance(cost, bool) and cost >= 0 else 0.0)
         try:
             after = head(worktree)
         except GitError as e:
             return Proposal(kind="failed", reason=f"after the agent command, HEAD is unreadable: "
-                                                  f"{e}", transcript=str(log))
+                                                  f"{e}", **tally)
         moved = after != before
         if ran.timed_out:
-            return Proposal(kind="failed", transcript=str(log), timed_out=True,
+            return Proposal(kind="failed", timed_out=True,
                             reason=f"agent command timed out after {self.timeout_s:g}s "
                                    f"(agent.timeout_s){'; it had committed' if moved else ''}; "
-                                   f"output tail:\n{ran.tail}")
+                                   f"output tail:\n{ran.tail}", **tally)
         if moved:
-            return Proposal(kind="commit", message=subject(worktree), transcript=str(log))
-        declined = final_declined(ran.tail)
+            return Proposal(kind="commit", message=subject(worktree), **tally)
+        last_words = result.get("result") if result is not None else None
+        declined = final_declined(last_words if isinstance(last_words, str) else ran.tail)
         if declined:
             return Proposal(kind="declined", message=declined["declined"],
-                            estimate_ms=declined["estimate_ms"], transcript=str(log))
-        return Proposal(kind="failed", transcript=str(log),
+                            estimate_ms=declined["estimate_ms"], **tally)
+        return Proposal(kind="failed",
                         reason=f"agent command exited {ran.returncode} without a commit (HEAD "
-                               f"still {before[:12]}); output tail:\n{ran.tail}")
+                               f"still {before[:12]}); output tail:\n{ran.tail}", **tally)

@@ -197,3 +197,37 @@ def final_declined(text: str) -> dict | None:
                 "estimate_ms": float(est) if isinstance(est, (int, float)) and
                 not isinstance(est, bool) else None}
     return None
+
+
+# ---- the Claude Code CLI's own count -------------------------------------------------------
+
+def cli_tokens(model_usage, usage) -> tuple[int, int]:
+    """(input tokens with cache writes and reads, output tokens) of a Claude Code session's
+    result, from its per-model counts (``modelUsage``: every request the CLI made, its own side
+    requests included, as its ``total_cost_usd`` prices them) or, where it reports none, its
+    ``usage`` (the main conversation only). A real CLI 2.1.332 session: 6000 input tokens in
+    ``usage``, 6010 in ``modelUsage``, the cost of 6010."""
+    if isinstance(model_usage, dict) and model_usage and all(isinstance(u, dict)
+                                                             for u in model_usage.values()):
+        n = lambda u, k: int(u.get(k) or 0)
+        return (sum(n(u, "inputTokens") + n(u, "cacheCreationInputTokens")
+                    + n(u, "cacheReadInputTokens") for u in model_usage.values()),
+                sum(n(u, "outputTokens") for u in model_usage.values()))
+    usage = usage if isinstance(usage, dict) else {}
+    return (sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                 "cache_read_input_tokens")),
+            int(usage.get("output_tokens") or 0))
+
+
+def cli_result(log_path, chars: int = 1_000_000) -> dict | None:
+    """The result of ``claude -p --output-format json`` (or the last line of
+    ``--output-format stream-json``): the last line of the output log when it is a JSON object
+    with ``"type": "result"``; else None."""
+    lines = [ln for ln in read_tail(Path(log_path), chars).splitlines() if ln.strip()]
+    if not lines or not lines[-1].lstrip().startswith("{"):
+        return None
+    try:
+        data = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("type") == "result" else None

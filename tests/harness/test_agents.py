@@ -1,5 +1,6 @@
 """The agent backends on temporary git repositories (CPU, no network: the Messages API is a
-local HTTP server driven by a script)."""
+local HTTP server playing a script, tests/harness/messages_api.py; the real SDK and CLI runs
+are in test_agents_real.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -8,8 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from harness.agents.replay import ReplayAgent
 from harness.agents.rules import allowed_edit, edit_check
 from harness.agents.tuner import (TunerAgent, apply_change, candidates, choose_change,
                                   format_tried, load_tree, parse_tried, parse_tunables)
+from tests.harness.messages_api import MessagesAPI, Script
 
 MOE = '''"""MoE knobs (tiny test copy)."""
 
@@ -337,46 +337,11 @@ def tool_use(i, name, **inp):
     return {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": inp}
 
 
-def message(i, *blocks, stop="tool_use", usage=(100, 20)):
-    return {"id": f"msg_{i}", "type": "message", "role": "assistant",
-            "model": "claude-sonnet-4-5", "content": list(blocks), "stop_reason": stop,
-            "stop_sequence": None, "usage": {"input_tokens": usage[0], "output_tokens": usage[1]}}
-
-
-class FakeMessagesAPI:
-    """POST /v1/messages answered from a script, in order; every request body is kept."""
-
-    def __init__(self, script):
-        self.script, self.requests, self.headers = list(script), [], []
-        api = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                api.requests.append(body)
-                api.headers.append({k.lower(): v for k, v in self.headers.items()})
-                if not api.script or self.path.split("?")[0] != "/v1/messages":
-                    payload, code = {"type": "error", "error": {"type": "invalid_request_error",
-                                                               "message": "script exhausted"}}, 400
-                else:
-                    payload, code = api.script.pop(0), 200
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def script(*turns, usage=lambda i: (100, 20)):
+    """The anthropic backend's session (requests whose tools include ``finish``), one list of
+    content blocks per turn; ``usage(turn)`` = (input, output) tokens of its reply."""
+    return Script(list(turns), tools=("finish",),
+                  usage=lambda i: dict(zip(("input_tokens", "output_tokens"), usage(i))))
 
 
 def tool_results(request) -> dict:
@@ -388,17 +353,16 @@ def test_anthropic_loop_edits_refuses_tests_and_commits(repo, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-parent-secret")
     old = '"moe.experts.block_m": (16, (16, 32, 64)),'
     new = '"moe.experts.block_m": (32, (16, 32, 64)),'
-    api = FakeMessagesAPI([
-        message(1, {"type": "text", "text": "Looking around."},
-                tool_use(1, "list_files", glob="kernels/k31/**/*.py")),
-        message(2, tool_use(2, "read_file", path="kernels/k31/moe/tunables.py")),
-        message(3, tool_use(3, "edit_file", path="kernels/k31/moe/tunables.py", old=old, new=new)),
-        message(4, tool_use(4, "edit_file", path="kernels/k31/reference.py", old="1", new="2"),
-                tool_use(5, "write_file", path="../escape.txt", content="x")),
-        message(5, tool_use(6, "run_quick_test")),
-        message(6, tool_use(7, "finish", kind="commit", message="moe: block_m 32"),
-                stop="tool_use", usage=(1000, 50)),
-    ])
+    api = MessagesAPI(script(
+        [{"type": "text", "text": "Looking around."},
+         tool_use(1, "list_files", glob="kernels/k31/**/*.py")],
+        [tool_use(2, "read_file", path="kernels/k31/moe/tunables.py")],
+        [tool_use(3, "edit_file", path="kernels/k31/moe/tunables.py", old=old, new=new)],
+        [tool_use(4, "edit_file", path="kernels/k31/reference.py", old="1", new="2"),
+         tool_use(5, "write_file", path="../escape.txt", content="x")],
+        [tool_use(6, "run_quick_test")],
+        [tool_use(7, "finish", kind="commit", message="moe: block_m 32")],
+        usage=lambda i: (1000, 50) if i == 5 else (100, 20)))
     try:
         agent = make_agent({"backend": "anthropic", "model": "claude-sonnet-4-5", "max_turns": 10,
                             "max_retries": 0}, api_key="test-key", base_url=api.url)
@@ -413,11 +377,12 @@ def test_anthropic_loop_edits_refuses_tests_and_commits(repo, monkeypatch):
     assert new in (repo / "kernels/k31/moe/tunables.py").read_text()
     assert (repo / "kernels/k31/reference.py").read_text() == "REFERENCE = 1\n"
     assert not (repo.parent / "escape.txt").exists()
-    reqs = api.requests
+    reqs = api.session_requests()
     assert len(reqs) == 6 and reqs[0]["system"] == "BRIEF: make moe.experts faster"
+    assert not api.errors and not api.side and len(api.requests) == 6
     # the key the backend was given, whichever header this SDK version sends it in
-    assert {h.get("x-api-key") or h.get("authorization", "").removeprefix("Bearer ")
-            for h in api.headers} == {"test-key"}
+    assert {r["headers"].get("x-api-key") or r["headers"].get("authorization", "")
+            .removeprefix("Bearer ") for r in api.requests} == {"test-key"}
     listed = tool_results(reqs[1])["toolu_1"]
     assert "kernels/k31/moe/tunables.py" in listed["content"] and not listed["is_error"]
     assert "# keep this comment" in tool_results(reqs[2])["toolu_2"]["content"]
@@ -428,7 +393,7 @@ def test_anthropic_loop_edits_refuses_tests_and_commits(repo, monkeypatch):
     assert refused["toolu_5"]["is_error"] is True and "outside" in refused["toolu_5"]["content"]
     quick_out = tool_results(reqs[5])["toolu_6"]
     assert "quick ok None" in quick_out["content"] and "exit status 0" in quick_out["content"]
-    assert (p.tokens_in, p.tokens_out) == (5 * 100 + 1000, 5 * 20 + 50)
+    assert (p.tokens_in, p.tokens_out) == api.served_tokens() == (5 * 100 + 1000, 5 * 20 + 50)
     assert p.cost_usd == pytest.approx((1500 * 3 + 150 * 15) / 1e6)
     transcript = Path(p.transcript)
     assert transcript.parent == repo.parent
@@ -438,22 +403,21 @@ def test_anthropic_loop_edits_refuses_tests_and_commits(repo, monkeypatch):
 
 
 def test_anthropic_declines_and_caps_turns(repo):
-    api = FakeMessagesAPI([
-        message(1, tool_use(1, "finish", kind="declined", message="no idea")),  # no estimate
-        message(2, tool_use(2, "finish", kind="declined", message="split K", estimate_ms=-0.3)),
-    ])
+    api = MessagesAPI(script(
+        [tool_use(1, "finish", kind="declined", message="no idea")],  # no estimate
+        [tool_use(2, "finish", kind="declined", message="split K", estimate_ms=-0.3)]))
     try:
         p = AnthropicAgent({"max_retries": 0}, api_key="k", base_url=api.url).propose(brief(), repo)
         assert (p.kind, p.message, p.estimate_ms) == ("declined", "split K", -0.3)
-        assert tool_results(api.requests[1])["toolu_1"]["is_error"] is True
-        api.script = [message(i, {"type": "text", "text": "hmm"}, stop="end_turn")
-                      for i in range(3)]
+        assert tool_results(api.session_requests()[1])["toolu_1"]["is_error"] is True
+        api.script = script(*[[{"type": "text", "text": "hmm"}]] * 3)
         p = AnthropicAgent({"max_turns": 3, "max_retries": 0}, api_key="k",
                            base_url=api.url).propose(brief(attempt=2), repo)
         assert p.kind == "failed" and "max_turns=3" in p.reason and p.tokens_out == 60
+        api.script = script()  # no turn: the server answers 400, script exhausted
         p = AnthropicAgent({"max_retries": 0}, api_key="k", base_url=api.url).propose(
-            brief(attempt=3), repo)  # the script is exhausted: the server answers 400
-        assert p.kind == "failed" and "Messages API" in p.reason
+            brief(attempt=3), repo)
+        assert p.kind == "failed" and "Messages API" in p.reason and "script exhausted" in p.reason
     finally:
         api.close()
     assert commits_since_main(repo) == []
