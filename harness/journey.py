@@ -4,21 +4,37 @@ Pure functions from ledger records (:class:`~harness.ledger.Attempt`, phases, sc
 and documents; nothing here reads the ledger, the clock or the disk, so the same records always
 give the same bytes (the golden test relies on it).
 
-Where a result's numbers come from (the orchestrator writes them):
+Where a result's numbers come from (the orchestrator writes them); the result column says
+what decided each attempt:
 
-    merged                     state merged
-    abandoned: slower (+0.21)  reason "slower" / "within noise": ``delta_ms`` (B − A, ms)
-    abandoned: accuracy (FAIL kl)
-                               reason "accuracy": ``gate["accuracy"]["verdict"]`` plus its
-                               ``"tag"`` (or a tag derived from its ``"reasons"``, see
-                               :func:`accuracy_tag`)
+    merged (−0.35 [−0.41, −0.29])
+                               state merged: ``delta_ms`` (B − A, ms) and its interval
+                               (``ci_low``, ``ci_high``)
+    abandoned: within noise (−417.69 [−900.10, +60.30], band ±120.00)
+    abandoned: slower (+0.21 [+0.15, +0.27])
+                               reason "within noise" / "slower": the same, and the noise band
+                               the interval was held to (``gate["bench"]["band_ms"]``) when
+                               recorded
+    abandoned: accuracy (FAIL: KL(A||B) max 0.031 > limit 0.01)
+                               reason "accuracy": ``gate["accuracy"]["verdict"]`` and its first
+                               reason (``["reasons"][0]``, cut at 100 characters), ``+N more``
+                               when it has more; ``["tag"]`` when no reason is recorded
     abandoned: guard (+2.4 % at 16 rows)
                                reason "guard": ``gate["guard"]["worst_pct"]`` and ``["rows"]``
+    abandoned: scorer check (timed_outputs_identical: …)
+                               reason "scorer check": the first failed check of
+                               ``gate["bench"]["checks"]`` (its name and ``why``), or the
+                               scorer's outcome (``gate["bench"]["outcome"]``)
     abandoned: <reason>        any other reason; ``gate["detail"]`` (a short string), when
                                present, overrides the parenthesis for every reason
+    crashed (illegal memory access at 256 rows) · timed out (scorer timeout)
+                               the recorded reason
     not done: estimated −0.4   ``estimate_ms``
     waiting on #31             ``waiting_on``
-    crashed · timed out · running · queued · judging
+    running · queued · judging
+
+Measured numbers in the result column print with a typographic minus, as prose; the score
+change column keeps ASCII signs (CSV readers parse it as a number).
 """
 from __future__ import annotations
 
@@ -31,8 +47,10 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from .ledger import (ABANDONED, ACCURACY, GUARD, MERGED, NOT_DONE, SLOWER, WAITING,
-                     WITHIN_NOISE, Attempt, Phase, Score)
+from .ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
+                     WAITING, WITHIN_NOISE, Attempt, Phase, Score)
+
+SCORER_CHECK = "scorer check"  # pipeline.decide_outcome's reason when a scorer check failed
 
 MINUS = "\u2212"  # estimates print with a typographic minus, as in the published journey
 
@@ -130,25 +148,72 @@ def accuracy_tag(reasons: Iterable[str]) -> str:
     return ""
 
 
+def _signed(ms: float) -> str:
+    return fmt_delta(ms).replace("-", MINUS)
+
+
+def measured(a: Attempt, band_ms=None) -> str:
+    """``−0.35 [−0.41, −0.29]``: the change and its interval ('' when nothing was measured),
+    then the noise band it was held to when known."""
+    if a.delta_ms is None:
+        return ""
+    text = _signed(a.delta_ms)
+    if a.ci_low is not None and a.ci_high is not None:
+        text += f" [{_signed(a.ci_low)}, {_signed(a.ci_high)}]"
+    if isinstance(band_ms, (int, float)) and not isinstance(band_ms, bool):
+        text += f", band ±{abs(band_ms):.2f}"
+    return text
+
+
+def _clip(text: str, limit: int = 100) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def _sub(gate: dict, key: str) -> dict:
+    v = gate.get(key)
+    return v if isinstance(v, dict) else {}
+
+
 def _detail(a: Attempt) -> str:
     gate = a.gate if isinstance(a.gate, dict) else {}
     if isinstance(gate.get("detail"), str) and gate["detail"]:
         return gate["detail"]
+    if a.state == MERGED:
+        return measured(a)
+    if a.state in (CRASHED, TIMED_OUT):
+        return _clip(a.reason) if a.reason else ""
     if a.reason in (SLOWER, WITHIN_NOISE):
-        return "" if a.delta_ms is None else fmt_delta(a.delta_ms)
+        return measured(a, _sub(gate, "bench").get("band_ms"))
     if a.reason == ACCURACY:
-        acc = gate.get("accuracy") if isinstance(gate.get("accuracy"), dict) else {}
+        acc = _sub(gate, "accuracy")
         verdict = str(acc.get("verdict") or "")
-        tag = str(acc.get("tag") or accuracy_tag(acc.get("reasons") or []))
+        reasons = [str(r) for r in acc.get("reasons") or [] if str(r).strip()]
+        if reasons:
+            more = f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""
+            return (f"{verdict}: " if verdict else "") + _clip(reasons[0]) + more
+        tag = str(acc.get("tag") or "")
         if tag in verdict.split():  # the verdict already names it
             tag = ""
         return " ".join(x for x in (verdict, tag) if x)
     if a.reason == GUARD:
-        g = gate.get("guard") if isinstance(gate.get("guard"), dict) else {}
+        g = _sub(gate, "guard")
         pct, rows = g.get("worst_pct"), g.get("rows")
         if pct is None:
             return ""
-        return f"{pct:+.1f} %" + (f" at {rows} rows" if rows is not None else "")
+        return f"{pct:+.1f} %".replace("-", MINUS) + (f" at {rows} rows" if rows is not None else "")
+    if a.reason == SCORER_CHECK:
+        b = _sub(gate, "bench")
+        checks = [c for c in b.get("checks") or [] if isinstance(c, dict)]
+        if checks:
+            c = checks[0]
+            name, why = str(c.get("check") or "check"), c.get("why")
+            more = f" (+{len(checks) - 1} more)" if len(checks) > 1 else ""
+            return _clip(f"{name}: {why}" if why else name) + more
+        if b.get("graph_matches_eager") is False:
+            return "the CUDA graph's outputs differ from eager"
+        if b.get("outcome"):
+            return _clip(f"{b['outcome']}" + (f": {b['error']}" if b.get("error") else ""))
     return ""
 
 
@@ -162,7 +227,10 @@ def result(a: Attempt) -> str:
                              if a.estimate_ms is not None else "")
     if a.state == WAITING:
         return f"waiting on #{a.waiting_on}" if a.waiting_on is not None else "waiting"
-    return a.state  # merged, crashed, timed out, running, queued, judging
+    if a.state in (MERGED, CRASHED, TIMED_OUT):
+        d = _detail(a)
+        return a.state + (f" ({d})" if d else "")
+    return a.state  # running, queued, judging
 
 
 def change(a: Attempt) -> str:

@@ -27,26 +27,61 @@ def records(tmp_path_factory):
     return out
 
 
+M = "\u2212"  # the result column's minus
+
+
 @pytest.mark.parametrize("attempt, change, result", [
-    (Attempt(1, "a", state="merged", delta_ms=-0.35), "-0.35", "merged"),
+    (Attempt(1, "a", state="merged", delta_ms=-0.35), "-0.35", f"merged ({M}0.35)"),
+    (Attempt(1, "a", state="merged", delta_ms=-0.35, ci_low=-0.41, ci_high=-0.29), "-0.35",
+     f"merged ({M}0.35 [{M}0.41, {M}0.29])"),
     (Attempt(2, "a", state="abandoned", reason="slower", delta_ms=0.21), "+0.21",
      "abandoned: slower (+0.21)"),
+    (Attempt(2, "a", state="abandoned", reason="slower", delta_ms=0.21, ci_low=0.15, ci_high=0.27),
+     "+0.21", "abandoned: slower (+0.21 [+0.15, +0.27])"),
+    # the case: a −22 % change called within noise shows the interval that decided it
+    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-417.69, ci_low=-900.1,
+             ci_high=60.3), "-417.69", f"abandoned: within noise ({M}417.69 [{M}900.10, +60.30])"),
+    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-417.69, ci_low=-500.0,
+             ci_high=-300.0, gate={"bench": {"classification": "within noise", "band_ms": 512.3}}),
+     "-417.69", f"abandoned: within noise ({M}417.69 [{M}500.00, {M}300.00], band ±512.30)"),
+    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-0.02), "-0.02",
+     f"abandoned: within noise ({M}0.02)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
              gate={"accuracy": {"verdict": "FAIL", "tag": "kl"}}), "", "abandoned: accuracy (FAIL kl)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
              gate={"accuracy": {"verdict": "FAIL", "reasons": ["3 confident argmax flip(s)"]}}), "",
-     "abandoned: accuracy (FAIL flip)"),
+     "abandoned: accuracy (FAIL: 3 confident argmax flip(s))"),
+    (Attempt(3, "a", state="abandoned", reason="accuracy",
+             gate={"accuracy": {"verdict": "FAIL", "reasons": [
+                 "KL(A||B) max 0.031 > limit 0.01 (max of kl_fail and 4 x the reference band)",
+                 "reference tolerance exceeded: moe.experts.y", "x"]}}), "",
+     "abandoned: accuracy (FAIL: KL(A||B) max 0.031 > limit 0.01 (max of kl_fail and 4 x the "
+     "reference band) (+2 more))"),
+    (Attempt(3, "a", state="abandoned", reason="accuracy",
+             gate={"accuracy": {"verdict": "FAIL", "reasons": ["w" * 150]}}), "",
+     "abandoned: accuracy (FAIL: " + "w" * 99 + "…)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy", gate={"accuracy": {"verdict": "INCONCLUSIVE"}}),
      "", "abandoned: accuracy (INCONCLUSIVE)"),
-    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-0.02), "-0.02",
-     "abandoned: within noise (-0.02)"),
     (Attempt(5, "a", state="abandoned", reason="guard", delta_ms=-0.1,
              gate={"guard": {"worst_pct": 2.4, "rows": 16}}), "-0.10", "abandoned: guard (+2.4 % at 16 rows)"),
+    (Attempt(5, "a", state="abandoned", reason="scorer check",
+             gate={"bench": {"checks": [{"check": "roofline_floor", "why": "16 rows below the floor"},
+                                        {"check": "hidden_time"}], "graph_matches_eager": True}}),
+     "", "abandoned: scorer check (roofline_floor: 16 rows below the floor (+1 more))"),
+    (Attempt(5, "a", state="abandoned", reason="scorer check",
+             gate={"bench": {"checks": [], "graph_matches_eager": False}}),
+     "", "abandoned: scorer check (the CUDA graph's outputs differ from eager)"),
+    (Attempt(5, "a", state="abandoned", reason="scorer check",
+             gate={"bench": {"outcome": "tampered", "error": "fd 0 swapped"}}),
+     "", "abandoned: scorer check (tampered: fd 0 swapped)"),
     (Attempt(6, "a", state="abandoned", reason="scope"), "", "abandoned: scope"),
     (Attempt(6, "a", state="abandoned", reason="scope", gate={"detail": "2 commits"}), "",
      "abandoned: scope (2 commits)"),
     (Attempt(7, "a", state="abandoned", reason="conflict"), "", "abandoned: conflict"),
-    (Attempt(8, "a", state="crashed", reason="illegal memory access"), "", "crashed"),
+    (Attempt(8, "a", state="crashed", reason="illegal memory access"), "",
+     "crashed (illegal memory access)"),
+    (Attempt(8, "a", state="crashed"), "", "crashed"),
+    (Attempt(9, "a", state="timed out", reason="scorer timeout"), "", "timed out (scorer timeout)"),
     (Attempt(9, "a", state="timed out"), "", "timed out"),
     (Attempt(10, "a", state="not done", estimate_ms=-0.4), "", "not done: estimated −0.4"),
     (Attempt(10, "a", state="not done", estimate_ms=-0.035), "", "not done: estimated −0.035"),
@@ -56,7 +91,7 @@ def records(tmp_path_factory):
     (Attempt(12, "a", state="running"), "", "running"),
     (Attempt(13, "a", state="queued"), "", "queued"),
     (Attempt(14, "a", state="judging"), "", "judging"),
-    (Attempt(15, "a", state="merged", delta_ms=-0.004), "-0.004", "merged"),
+    (Attempt(15, "a", state="merged", delta_ms=-0.004), "-0.004", f"merged ({M}0.004)"),
 ])
 def test_result_strings(attempt, change, result):
     (row,) = journey.rows([attempt])
@@ -110,7 +145,8 @@ def test_csv_and_json(records):
     attempts, phases, scores = records
     rows = list(csv.reader(io.StringIO(journey.csv_text(attempts, phases))))
     assert rows[0][:5] == ["phase", "#", "attempt", "score change (ms)", "result"]
-    assert rows[2][:5] == ["1", "2", "MLA decode: BLOCK_N 128", "+0.21", "abandoned: slower (+0.21)"]
+    assert rows[2][:5] == ["1", "2", "MLA decode: BLOCK_N 128", "+0.21",
+                       "abandoned: slower (+0.21 [+0.15, +0.27])"]
     assert len(rows) == 1 + len(attempts)
     assert list(csv.reader(io.StringIO(journey.csv_text(attempts, phases, "zh"))))[0][:5] == \
         ["阶段", "#", "尝试", "分数变化 (ms)", "结果"]
@@ -119,7 +155,8 @@ def test_csv_and_json(records):
     p1 = obj["phases"][0]
     assert p1["merged"] == 2 and p1["gain_ms"] == 0.84 and p1["comparable_across_phases"] is False
     assert p1["rows"][0] == {"#": 1, "attempt": "MoE experts: split-K over 2 CTAs",
-                             "score_change_ms": -0.35, "result": "merged", "state": "merged",
+                             "score_change_ms": -0.35, "result": "merged (−0.35 [−0.41, −0.29])",
+                             "state": "merged",
                              "reason": None, "ci_ms": [-0.41, -0.29], "estimate_ms": None,
                              "waiting_on": None, "commit_sha": "c000000000001"}
     assert len(obj["scores"]) == 5
