@@ -182,14 +182,102 @@ def test_html_zh_and_without_scores(records):
     attempts, phases, _ = records
     page = journey.html(attempts, phases, [], lang="zh")
     assert '<html lang="zh">' in page and "<th>尝试</th>" in page and "<th>分数变化 (ms)</th>" in page
-    assert "尚无分数记录" in page and "data:image/png" not in page
-    assert "No attempts yet." in journey.html([], [], [])
+    assert "data:image/png" in page  # attempts without a score are still plotted
+    empty = journey.html([], [], [])
+    assert "No attempts yet." in empty and "No attempt or score recorded yet." in empty
+    assert "data:image/png" not in empty and journey.plot_png([], [], []) is None
 
 
-def test_plot_labels_points_by_attempt():
+def _png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def test_plot_panels_of_the_sample(records):
+    attempts, phases, scores = records
+    p1, p2 = journey.plot_panels(attempts, phases, scores)
+    assert (p1.phase_id, p1.title, p1.unit) == (1, "Phase 1 · 11 attempts · 2 merged", "score")
+    # main: the baseline before attempt 1, then a drop at each merge's own position
+    assert p1.main == ((0.5, 41.2), (1.0, 40.85), (7.0, 40.36))
+    assert [p.x for p in p1.points] == list(range(1, 12))
+    assert [p.kind for p in p1.points] == ["merged", "slower", "accuracy", "within noise", "guard",
+                                           "scope", "merged", "crashed", "timed out", "conflict",
+                                           "not done"]
+    one, two = p1.points[0], p1.points[1]
+    # B at A's level (main before the attempt) plus its change, the interval placed alike
+    assert (one.y, one.low, one.high) == pytest.approx((40.85, 41.2 - 0.41, 41.2 - 0.29))
+    assert (two.y, two.low, two.high) == pytest.approx((41.06, 41.0, 41.12))
+    assert [p.number for p in p1.points if p.y is None] == [3, 6, 8, 9, 10, 11]
+    assert p2.main == ((0.5, 52.0), (1.0, 51.2)) and p2.points[0].number == 12
+    assert [p.kind for p in p2.points] == ["merged", "in flight", "in flight", "scorer check"]
+
+
+def test_plot_places_b_at_its_own_a_side():
+    """With its recorded medians an attempt sits at its own A/B's A score plus its change
+    (the phase's buckets and weights), not at main's recorded score."""
+    phases = [Phase(1, {"buckets": [16, 32], "weights": [1, 3]}, "", "")]
+    a = Attempt(1, "x", state="abandoned", reason="slower", delta_ms=1.0, ci_low=0.5, ci_high=1.5,
+                phase_id=1, medians_a={"16": 10.0, "32": 20.0}, medians_b={"16": 11.0, "32": 21.0})
+    (pan,) = journey.plot_panels([a], phases, [Score(1, 1, "base", 99.0, None, "x")])
+    assert (pan.points[0].y, pan.points[0].low, pan.points[0].high) == (18.5, 18.0, 19.0)
+    # no score and no medians: the panel plots changes against zero
+    b = Attempt(2, "y", state="abandoned", reason="within noise", delta_ms=-0.2, ci_low=-0.5,
+                ci_high=0.1, phase_id=2)
+    (pan,) = journey.plot_panels([b], [Phase(2, {}, "", "")], [])
+    assert pan.unit == "change" and pan.main == () and pan.points[0].y == -0.2
+    assert (pan.points[0].low, pan.points[0].high) == (-0.5, 0.1)
+
+
+def test_plot_orders_scores_without_times_by_record():
     phases = [Phase(1, {"context": 4}, "", "")]
-    atts = [Attempt(3, "x", state="merged", commit_sha="abc", merged_sha="abc", phase_id=1)]
+    atts = [Attempt(3, "x", state="merged", delta_ms=-1.0, commit_sha="abc", merged_sha="abc",
+                    phase_id=1)]
     scores = [Score(1, 1, "base", 10.0, None, "not a time"), Score(2, 1, "abc", 9.0, None, "later")]
-    png = journey.plot_png(atts, phases, scores)  # unparseable times fall back to the index
-    assert png[:4] == b"\x89PNG"
-    assert journey.plot_png(atts, phases, []) is None
+    (pan,) = journey.plot_panels(atts, phases, scores)
+    assert pan.main == ((0.5, 10.0), (1.0, 9.0)) and pan.points[0].y == 9.0
+    assert _png_size(journey.plot_png(atts, phases, scores)) == (900, 380)
+
+
+@pytest.mark.parametrize("kind, attempt", [
+    ("merged", Attempt(1, state="merged")),
+    ("accuracy", Attempt(1, state="abandoned", reason="accuracy")),
+    ("within noise", Attempt(1, state="abandoned", reason="within noise")),
+    ("slower", Attempt(1, state="abandoned", reason="slower")),
+    ("guard", Attempt(1, state="abandoned", reason="guard")),
+    ("scorer check", Attempt(1, state="abandoned", reason="scorer check")),
+    ("other", Attempt(1, state="abandoned", reason="a reason a new gate invented")),
+    ("other", Attempt(1, state="abandoned", reason="merged")),
+    ("crashed", Attempt(1, state="crashed")),
+    ("timed out", Attempt(1, state="timed out")),
+    ("not done", Attempt(1, state="not done")),
+    ("in flight", Attempt(1, state="judging")),
+    ("in flight", Attempt(1, state="waiting")),
+])
+def test_outcome_kinds(kind, attempt):
+    assert journey.outcome_kind(attempt) == kind
+    assert kind in [k[0] for k in journey.KINDS]
+
+
+def test_plot_reads_with_one_attempt_and_with_500():
+    one = [Attempt(1, "x", state="abandoned", reason="within noise", delta_ms=-417.69,
+                   ci_low=-900.1, ci_high=60.3, phase_id=1)]
+    png = journey.plot_png(one, [Phase(1, {}, "", "")], [Score(1, 1, "b", 1900.0, None, "x")])
+    assert _png_size(png) == (900, 380)
+    many, scores, main = [], [Score(1, 1, "b", 40.0, None, "x")], 40.0
+    for n in range(1, 501):
+        if n % 15 == 0:
+            main -= 0.1
+            many.append(Attempt(n, state="merged", delta_ms=-0.1, ci_low=-0.15, ci_high=-0.05,
+                                commit_sha=f"s{n}", phase_id=1))
+            scores.append(Score(n + 1, 1, f"s{n}", main, None, "x"))
+        elif n % 3:
+            many.append(Attempt(n, state="abandoned", reason="within noise", delta_ms=0.01 * (n % 7),
+                                ci_low=-0.1, ci_high=0.1, phase_id=1))
+        else:
+            many.append(Attempt(n, state="crashed", phase_id=1))
+    (pan,) = journey.plot_panels(many, [Phase(1, {}, "", "")], scores)
+    assert len(pan.main) == 1 + 33 and pan.main[-1] == (495.0, pytest.approx(36.7))
+    assert _png_size(journey.plot_png(many, [Phase(1, {}, "", "")], scores)) == (900, 380)
+    small, large = journey.marker_style(1), journey.marker_style(500)
+    assert small["label_merges"] and not large["label_merges"]  # 33 labels would overlap
+    assert large["ms"] < small["ms"] and large["alpha"] < small["alpha"] and large["cap"] == 0

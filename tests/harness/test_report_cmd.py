@@ -73,6 +73,20 @@ def test_report_formats(kern, tmp_path):
     assert "data:image/png;base64," in dest.read_text()
 
 
+def test_report_plot(kern, tmp_path):
+    Ledger(default_path(tmp_path)).close()
+    code, out, err = kern(tmp_path, "report", "--plot", str(tmp_path / "p.png"))
+    assert code == 1 and "nothing to plot" in err and not (tmp_path / "p.png").exists()
+    sample.build(default_path(tmp_path)).close()
+    png = tmp_path / "plots" / "journey.png"
+    code, out, _ = kern(tmp_path, "report", "--plot", str(png))
+    assert code == 0 and out == f"wrote      {png}  (15 attempts, 2 phase(s))\n"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = tmp_path / "journey.md"
+    code, out, _ = kern(tmp_path, "report", "--plot", str(png), "--out", str(md))
+    assert code == 0 and md.read_text() == (Path(__file__).parent / "golden" / "journey.md").read_text()
+
+
 def test_status(kern, tmp_path):
     led = sample.build(default_path(tmp_path))
     led.close()
