@@ -166,8 +166,16 @@ def measured(a: Attempt, band_ms=None) -> str:
 
 
 def _clip(text: str, limit: int = 100) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut at a word when one ends late
+    enough, the cut marked with an ellipsis."""
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(") + "…"
 
 
 def _sub(gate: dict, key: str) -> dict:

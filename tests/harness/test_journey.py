@@ -60,6 +60,10 @@ M = "\u2212"  # the result column's minus
     (Attempt(3, "a", state="abandoned", reason="accuracy",
              gate={"accuracy": {"verdict": "FAIL", "reasons": ["w" * 150]}}), "",
      "abandoned: accuracy (FAIL: " + "w" * 99 + "…)"),
+    (Attempt(9, "a", state="timed out", reason="accuracy gate timeout: the H200 command's 540 s "
+             "limit stopped kern try inside the accuracy gate (pinned and band passes)"), "",
+     "timed out (accuracy gate timeout: the H200 command's 540 s limit stopped kern try inside "
+     "the accuracy gate…)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy", gate={"accuracy": {"verdict": "INCONCLUSIVE"}}),
      "", "abandoned: accuracy (INCONCLUSIVE)"),
     (Attempt(5, "a", state="abandoned", reason="guard", delta_ms=-0.1,
