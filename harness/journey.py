@@ -586,9 +586,9 @@ def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (
             xs = [x for x, _ in pan.main] + [right]
             ys = [y for _, y in pan.main] + [pan.main[-1][1]]
             ax.step(xs, ys, where="post", color="#2b6cb0", linewidth=1.6, zorder=2)
-        elif pan.unit == "change":
-            ax.axhline(0.0, color="#2b6cb0", linewidth=1.0, linestyle=":", zorder=1)
         measured = [p for p in pan.points if p.y is not None]
+        if not pan.main and measured:  # changes without a score: against zero
+            ax.axhline(0.0, color="#2b6cb0", linewidth=1.0, linestyle=":", zorder=1)
         strip = [p for p in pan.points if p.y is None]
         for kind, _, colour, marker in KINDS:
             ps = [p for p in measured if p.kind == kind]
@@ -596,6 +596,7 @@ def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (
                 seen.add(kind)
                 bars = [p for p in ps if p.low is not None]
                 if bars:
+                    seen.add("interval")
                     ax.errorbar([p.x for p in bars], [p.y for p in bars],
                                 yerr=[[p.y - p.low for p in bars], [p.high - p.y for p in bars]],
                                 fmt="none", ecolor=colour, elinewidth=sz["elw"], capsize=sz["cap"],
@@ -620,7 +621,7 @@ def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (
         # the data above the strip: the lowest 16 % of the panel holds the unmeasured attempts
         vals = [v for p in measured for v in (p.y, p.low, p.high) if v is not None]
         vals += [y for _, y in pan.main]
-        if pan.unit == "change":
+        if pan.unit == "change" and vals:
             vals.append(0.0)
         if vals:
             lo, hi = min(vals), max(vals)
@@ -636,19 +637,25 @@ def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (
             ax.text(0.005, 0.145, "not measured", transform=ax.transAxes, fontsize=6.5,
                     color="#718096", va="bottom")
         ax.set_xlim(0.4, right + 0.1)
-        ax.xaxis.set_major_locator(MaxNLocator(nbins=min(12, n), integer=True, min_n_ticks=1))
+        if n <= 12:
+            ax.set_xticks(range(1, n + 1))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True))
         ax.set_title(pan.title, fontsize=9, loc="left")
-        ax.set_ylabel("score (ms)" if pan.unit == "score" else "score change B − A (ms)", fontsize=8)
+        ax.set_ylabel("" if not vals else "score (ms)" if pan.unit == "score"
+                      else "score change B − A (ms)", fontsize=8)
+        labelled = sz["label_merges"] and any(p.kind == "merged" for p in measured)
         ax.set_xlabel("attempt in this phase" + (" (#n: a merge's ledger number)"
-                                                  if sz["label_merges"] else ""), fontsize=8)
+                                                  if labelled else ""), fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
     handles = [Line2D([], [], color="#2b6cb0", linewidth=1.6, label="main's score")] if any(
         p.main for p in panels) else []
     handles += [Line2D([], [], linestyle="none", marker=m, color=c, markersize=6, label=lab)
                 for k, lab, c, m in KINDS if k in seen]
-    handles.append(Line2D([], [], color="#555555", linewidth=1.0, marker="|", markersize=8,
-                          label="95 % interval of B − A"))
+    if "interval" in seen:
+        handles.append(Line2D([], [], color="#555555", linewidth=1.0, marker="|", markersize=8,
+                              label="95 % interval of B − A"))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(5, len(handles)),
                fontsize=7.5, frameon=False)
     buf = io.BytesIO()

@@ -285,3 +285,12 @@ def test_plot_reads_with_one_attempt_and_with_500():
     small, large = journey.marker_style(1), journey.marker_style(500)
     assert small["label_merges"] and not large["label_merges"]  # 33 labels would overlap
     assert large["ms"] < small["ms"] and large["alpha"] < small["alpha"] and large["cap"] == 0
+
+
+def test_plot_of_a_phase_where_nothing_was_measured():
+    """The H200 journey's case: a crash and a timeout, no score: both attempts in the strip."""
+    atts = [Attempt(1, state="crashed", phase_id=1), Attempt(2, state="timed out", phase_id=1)]
+    (pan,) = journey.plot_panels(atts, [Phase(1, {"buckets": [16], "weights": [1]}, "", "")], [])
+    assert pan.main == () and [(p.kind, p.y) for p in pan.points] == [("crashed", None),
+                                                                       ("timed out", None)]
+    assert _png_size(journey.plot_png(atts, [], [])) == (900, 380)
