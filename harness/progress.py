@@ -1,5 +1,5 @@
 """What the gates' progress lines say, as plain data: the bars ``kern test`` and ``kern bench``
-draw on a terminal.
+draw on a terminal, and the gate and stage of the attempt ``kern loop``'s live view shows.
 
 Pure functions over the lines the gates already emit (their ``progress`` callbacks are the
 contract; nothing here changes them):
@@ -10,8 +10,10 @@ contract; nothing here changes them):
     kern test    A record     12s  <the side's last log line>
                  B replay      3s  …                       a pass of a side, its elapsed time
                  A noise       8s  …
+    kern loop    accuracy gate: <rev> vs <base>, accuracy: <verdict>, scorer: <rev> vs <base>,
+                 "  <a scorer line>", attempt #n: <state>
 
-The shell (harness/commands.py) renders them with rich on a terminal and
+The shells (harness/commands.py, harness/loop_cmd.py) render them with rich on a terminal and
 print the lines as they are otherwise.
 """
 from __future__ import annotations
@@ -95,6 +97,47 @@ def finish(bars: Iterable[Bar]) -> tuple[Bar, ...]:
     return tuple(replace(b, finished=True) for b in bars)
 
 
+# --------------------------------------------------------------------------- kern loop
+@dataclass(frozen=True)
+class Stage:
+    rev: str  # the commit being judged, as the line named it (10 hex digits)
+    gate: str  # "accuracy", "scorer", "scorer (again)"
+    stage: str  # the latest thing the gate said
+    since: float  # when the gate began (the caller's clock, as stamped on the line)
+    stage_since: float
+
+
+_GATE = re.compile(r"^(?P<gate>accuracy gate|scorer): (?P<rev>[0-9a-f]{4,40}) vs ")
+_AGAIN = re.compile(r"^scorer: a gain above .*: measuring (?P<rev>[0-9a-f]{4,40}) again$")
+_VERDICT = re.compile(r"^accuracy: (?P<v>.+)$")
+_ENDED = re.compile(r"^attempt #\d+: ")
+
+
+def stage_of(lines: Iterable[tuple[float, str]]) -> Stage | None:
+    """The gate running now and its latest stage, from ``(time, line)`` pairs of the loop's
+    progress in order (gates run one at a time under the GPU lock); None when none runs."""
+    cur = None
+    for t, line in lines:
+        m = _GATE.match(line)
+        if m:
+            gate = "accuracy" if m["gate"] == "accuracy gate" else "scorer"
+            cur = Stage(m["rev"], gate, "starting", t, t)
+            continue
+        m = _AGAIN.match(line)
+        if m:
+            cur = Stage(m["rev"], "scorer (again)", "starting", t, t)
+            continue
+        if cur is None:
+            continue
+        if _ENDED.match(line):
+            cur = None
+        elif _VERDICT.match(line) and cur.gate == "accuracy":
+            cur = replace(cur, stage=line.split(": ", 1)[1], stage_since=t)
+        elif line.startswith("  "):
+            cur = replace(cur, stage=line.strip().removeprefix("again: "), stage_since=t)
+    return cur
+
+
 def fmt_elapsed(seconds: float | None) -> str:
     """``42s``, ``3m05s``, ``2h07m``; '' when unknown."""
     if seconds is None or seconds < 0:
@@ -106,3 +149,42 @@ def fmt_elapsed(seconds: float | None) -> str:
         return f"{s // 60}m{s % 60:02d}s"
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
+
+def _since(stamp: str | None, now: float) -> float | None:
+    from datetime import datetime
+
+    try:
+        t = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    if t.tzinfo is None:
+        return None  # a naive stamp says nothing about the epoch
+    return now - t.timestamp()
+
+
+def live_rows(attempts: Iterable, stage: Stage | None, now: float, result=None) -> list[tuple]:
+    """The live view's rows (``#``, target, state, gate · stage, elapsed, result) for the
+    ledger's ``attempts``, ``stage`` (:func:`stage_of`) and ``now`` (seconds since the epoch,
+    the clock the stage's times and the ledger's stamps share). An attempt in flight shows what
+    it waits on: its agent (running), its turn (queued), or the gate judging its commit and
+    that gate's latest stage, with the time spent in it; ``result`` renders a final one."""
+    out = []
+    for a in attempts:
+        gate, elapsed = "", None
+        if a.state == "judging":
+            sha = a.commit_sha or ""
+            if stage is not None and sha and sha.startswith(stage.rev):
+                gate = f"{stage.gate} · {stage.stage}"
+                elapsed = now - stage.since
+            else:
+                gate = "judging"
+                elapsed = _since(a.updated_at, now)
+        elif a.state == "running":
+            gate, elapsed = "agent at work", _since(a.updated_at, now)
+        elif a.state in ("queued", "waiting"):
+            gate, elapsed = ("waiting for a slot" if a.state == "queued"
+                             else f"waiting on #{a.waiting_on}"), _since(a.updated_at, now)
+        res = result(a) if result is not None and a.state not in ("queued", "running", "judging",
+                                                                  "waiting") else ""
+        out.append((str(a.number), a.target or "-", a.state, gate, fmt_elapsed(elapsed), res))
+    return out

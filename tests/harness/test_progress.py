@@ -102,8 +102,70 @@ def test_gate_progress_draws_bars_on_a_terminal():
     assert "side B: the candidate replays it" in buf.getvalue()
 
 
+def test_stage_of_the_loop_lines():
+    lines = [(0.0, "accuracy gate: abcdef0123 vs 1234567890"), (5.0, "accuracy: PASS bit-identical"),
+             (6.0, "scorer: abcdef0123 vs 1234567890"), (9.0, "  side A: ready (build 1s, capture 1s)"),
+             (20.0, "  round 1: side B done")]
+    st = P.stage_of(lines)
+    assert st == P.Stage("abcdef0123", "scorer", "round 1: side B done", 6.0, 20.0)
+    assert P.stage_of(lines[:2]) == P.Stage("abcdef0123", "accuracy", "PASS bit-identical", 0.0, 5.0)
+    again = lines + [(30.0, "scorer: a gain above 15 %: measuring abcdef0123 again"),
+                     (31.0, "  again: side B: ready (build 1s, capture 1s)")]
+    assert P.stage_of(again) == P.Stage("abcdef0123", "scorer (again)",
+                                        "side B: ready (build 1s, capture 1s)", 30.0, 31.0)
+    assert P.stage_of(lines + [(40.0, "attempt #3: merged")]) is None
+    assert P.stage_of([(0.0, "profiling main 1234567890 at 16 rows")]) is None
+
+
 @pytest.mark.parametrize("s, text", [(None, ""), (0.4, "0s"), (42, "42s"), (185, "3m05s"),
                                      (7620, "2h07m")])
 def test_fmt_elapsed(s, text):
     assert P.fmt_elapsed(s) == text
 
+
+def test_live_rows_show_each_attempts_gate_stage_and_elapsed(tmp_path):
+    from datetime import datetime, timezone
+
+    from harness.journey import result
+    from harness.ledger import Attempt
+
+    t0 = datetime(2026, 1, 10, 8, 0, tzinfo=timezone.utc).timestamp()
+    stamp = "2026-01-10T08:00:00+00:00"
+    atts = [Attempt(1, state="merged", target="moe.experts", delta_ms=-0.35, updated_at=stamp),
+            Attempt(2, state="judging", target="mla.decode", commit_sha="abcdef0123" + "0" * 30,
+                    updated_at=stamp),
+            Attempt(3, state="judging", target="kda", commit_sha="9" * 40, updated_at=stamp),
+            Attempt(4, state="running", target="lm_head", updated_at=stamp),
+            Attempt(5, state="queued", target="dense", updated_at="not a time"),
+            Attempt(6, state="waiting", target="dense", waiting_on=4, updated_at=stamp)]
+    stage = P.Stage("abcdef0123", "scorer", "round 1: side B done", t0 + 60, t0 + 100)
+    rows = P.live_rows(atts, stage, t0 + 125, result)
+    assert rows == [
+        ("1", "moe.experts", "merged", "", "", "merged (\u22120.35)"),
+        ("2", "mla.decode", "judging", "scorer · round 1: side B done", "1m05s", ""),
+        ("3", "kda", "judging", "judging", "2m05s", ""),  # judged by no gate we have a line of
+        ("4", "lm_head", "running", "agent at work", "2m05s", ""),
+        ("5", "dense", "queued", "waiting for a slot", "", ""),  # no time to count from
+        ("6", "dense", "waiting", "waiting on #4", "2m05s", ""),
+    ]
+
+
+def test_the_loop_live_view_renders_from_the_ledger(tmp_path):
+    """The live view's table from a real ledger (the sample's) and the loop's progress lines;
+    the repository is reduced to the one thing the view asks of it, main's SHA."""
+    from types import SimpleNamespace
+
+    from harness.loop_cmd import _LiveView
+
+    from . import sample
+
+    led = sample.build(tmp_path / "ledger.sqlite")
+    lines = [(0.0, "accuracy gate: c000000000013 vs base000000001")]
+    view = _LiveView(SimpleNamespace(ledger=led, repo=SimpleNamespace(main_sha=lambda: "f" * 40)),
+                     lines)
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(view)
+    out = buf.getvalue()
+    assert "kern loop · main ffffffffff" in out and "gate · stage" in out
+    assert "agent at work" in out and "waiting on #13" in out and "main score: 51.200 ms" in out
+    led.close()
