@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager, nullcontext
 
 
 def register(sub) -> None:
@@ -237,6 +238,61 @@ def _progress(console):
     return show
 
 
+@contextmanager
+def gate_progress(console, bars, step, plain):
+    """The ``progress`` callback for a gate, rendered by ``console``: on a terminal one rich bar
+    per side (``bars``, moved by ``step(bars, line) -> (bars, moved)`` of harness/progress.py;
+    a line that moves none is printed above them), otherwise ``plain``, the lines as they come.
+    The bars end finished when the gate returns."""
+    if not console.is_terminal:
+        yield plain
+        return
+    from rich.progress import (BarColumn, Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn)
+
+    from . import progress as P
+
+    prog = Progress(SpinnerColumn(), TextColumn("{task.description:<34}"), BarColumn(bar_width=24),
+                    TextColumn("{task.fields[count]:>5}"), TimeElapsedColumn(),
+                    TextColumn("[dim]{task.fields[detail]}[/dim]"), console=console,
+                    refresh_per_second=4)
+    state, ids = {"bars": tuple(bars)}, {}
+
+    def sync():
+        for b in state["bars"]:
+            if b.key not in ids:
+                ids[b.key] = prog.add_task(b.label, total=b.total, count="", detail="")
+            total = b.total if b.total is not None else (1 if b.finished else None)
+            done = b.done if b.total is not None else (1 if b.finished else 0)
+            prog.update(ids[b.key], total=total, completed=done,
+                        count=f"{b.done}/{b.total}" if b.total is not None else "",
+                        detail=" ".join(b.detail.split())[:70])
+            if b.finished and not prog.tasks[ids[b.key]].finished_time:
+                prog.stop_task(ids[b.key])
+
+    def show(line: str) -> None:
+        state["bars"], moved = step(state["bars"], line)
+        sync()
+        if not moved:
+            prog.console.print(f"[dim]… {line[:150]}[/dim]", highlight=False)
+
+    with prog:
+        sync()
+        try:
+            yield show
+        finally:
+            state["bars"] = P.finish(state["bars"])
+            sync()
+
+
+def bench_plan(args, settings: dict, prof: dict) -> tuple[list, int]:
+    """(the visit order, rounds) run_bench will follow for these flags (its own rule)."""
+    from gates.bench import pattern
+
+    rounds = args.rounds or prof.get("rounds") or settings["bench"]["rounds"]
+    return (pattern(rounds) if args.base else ["B"] * rounds), rounds
+
+
 def emit(args, res: dict, settings_digest: str, report_lines) -> None:
     """Print a gate's result (lines, or one JSON object) and write --out; every JSON carries
     the kern.yaml hash."""
@@ -277,10 +333,13 @@ def cmd_test(args) -> int:
     except ReplayError as e:
         err.print(f"kern test: {e}")
         return 2
+    from . import progress as P
+
     try:
-        res = run_test(TestRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
-                                   *sides, base_world, base_layout, hidden=hidden),
-                       progress=None if args.json else _progress(err))
+        with (nullcontext() if args.json else gate_progress(err, (), P.test_step, _progress(err))) as show:
+            res = run_test(TestRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
+                                       *sides, base_world, base_layout, hidden=hidden),
+                           progress=show)
     except RevisionError as e:
         err.print(f"kern test: {e}")
         return 2
@@ -366,11 +425,17 @@ def cmd_bench(args) -> int:
     except ReplayError as e:
         err.print(f"kern bench: {e}")
         return 2
+    from . import progress as P
+
+    order, rounds = bench_plan(args, settings.data, prof)
     try:
-        res = run_bench(BenchRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
-                                     tuple(args.baseline), args.rounds, args.replays, args.peers,
-                                     args.alternate, *sides, hidden=hidden),
-                        progress=lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False))
+        with gate_progress(err, P.bench_bars(order, rounds),
+                           lambda bars, line: P.bench_step(bars, line, rounds),
+                           lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False)) as show:
+            res = run_bench(BenchRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
+                                         tuple(args.baseline), args.rounds, args.replays, args.peers,
+                                         args.alternate, *sides, hidden=hidden),
+                            progress=show)
     except RevisionError as e:
         err.print(f"kern bench: {e}")
         return 2

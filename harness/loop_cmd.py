@@ -124,8 +124,16 @@ def cmd_loop(args) -> int:
         args.report = True
         print(f"demo repository: {args.repo}")
 
-    lines = []
-    ctx, settings = _ctx(args, progress=lambda m: lines.append(m) or print(f"… {m}", file=sys.stderr))
+    lines = []  # (wall time, line): the live view reads the gate and stage from them
+    view = None
+
+    def progress(m):
+        lines.append((time.time(), m))
+        print(f"… {m}", file=sys.stderr)
+        if view is not None:
+            view.refresh()
+
+    ctx, settings = _ctx(args, progress=progress)
     try:
         lock = acquire_loop_lock(ctx.runs)
     except LoopLocked as e:
@@ -147,7 +155,8 @@ def cmd_loop(args) -> int:
     if not args.no_live and sys.stdout.isatty() and not args.tick:
         from rich.live import Live
 
-        live = Live(_view(ctx), refresh_per_second=1)
+        view = _LiveView(ctx, lines)
+        live = Live(view, refresh_per_second=1)
         live.start()
     try:
         while True:
@@ -165,8 +174,8 @@ def cmd_loop(args) -> int:
                 break
             deadline = time.monotonic() + every
             while time.monotonic() < deadline:
-                if live:
-                    live.update(_view(ctx))
+                if view is not None:
+                    view.refresh()
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     except LedgerError as e:
         # nothing more can be recorded (a full disk, a broken file); what was recorded stands
@@ -184,25 +193,36 @@ def cmd_loop(args) -> int:
     return 4 if orch.halt else 0
 
 
-def _view(ctx):
-    """The live view: running attempts, queue, main's score, recent decisions."""
-    from rich.table import Table
+class _LiveView:
+    """The live view: the latest attempts with each one's gate and stage and the time spent in
+    it, main's score. ``refresh`` reads the ledger and git (the loop's thread: the gates'
+    progress lines and the idle wait call it); rich's refresh thread only renders what it
+    read, the elapsed times against its own clock."""
 
-    from . import ledger as L
-    from .journey import result
+    def __init__(self, ctx, lines: list):
+        self.ctx, self.lines = ctx, lines
+        self.refresh()
 
-    led = ctx.ledger
-    t = Table(title=f"kern loop · main {ctx.repo.main_sha()[:10]}")
-    t.add_column("#")
-    t.add_column("target")
-    t.add_column("state")
-    t.add_column("result")
-    phase = led.current_phase_id()
-    score = led.main_score(phase) if phase else None
-    for a in led.attempts()[-12:]:
-        t.add_row(str(a.number), a.target or "-", a.state, result(a) if a.state in L.FINAL else "")
-    t.caption = f"main score: {score:.3f} ms" if score else "main score: not measured yet"
-    return t
+    def refresh(self) -> None:
+        led = self.ctx.ledger
+        phase = led.current_phase_id()
+        self.snapshot = (self.ctx.repo.main_sha()[:10], led.main_score(phase) if phase else None,
+                         led.attempts()[-12:])
+
+    def __rich__(self):
+        from rich.table import Table
+
+        from .journey import result
+        from .progress import live_rows, stage_of
+
+        main, score, attempts = self.snapshot
+        t = Table(title=f"kern loop · main {main}")
+        for col in ("#", "target", "state", "gate · stage", "elapsed", "result"):
+            t.add_column(col, overflow="fold")
+        for row in live_rows(attempts, stage_of(list(self.lines)), time.time(), result):
+            t.add_row(*row)
+        t.caption = f"main score: {score:.3f} ms" if score else "main score: not measured yet"
+        return t
 
 
 def cmd_profile(args) -> int:

@@ -24,12 +24,17 @@ def register(sub) -> None:
         description="The journey from the ledger (runs/ledger.sqlite under --repo): one table "
                     "per phase (# | attempt | score change (ms) | result), a note that scores of "
                     "different phases are not comparable, and a summary of merges and gain. "
-                    "HTML is one self-contained page with main's score over time.")
+                    "HTML is one self-contained page with the plot: x the attempt's position in its "
+                    "phase, main's score as a step line, every attempt a marker coloured by its "
+                    "result at its B score with its interval.")
     p.add_argument("--format", default="md", choices=("md", "csv", "json", "html"),
                    help="output format (default: md)")
     p.add_argument("--lang", default="en", choices=tuple(journey.TEXT),
                    help="headings' language (default: en)")
     p.add_argument("--out", default=None, help="write here instead of standard output")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="write the journey's plot (the one the HTML embeds) as a PNG; the table "
+                        "is then written only with --out")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
@@ -55,6 +60,18 @@ def cmd_report(args) -> int:
     except LedgerError as e:
         print(f"kern report: {e}", file=sys.stderr)
         return 2
+    if args.plot:
+        png = journey.plot_png(attempts, phases, scores)
+        if png is None:
+            print("kern report: nothing to plot: the ledger holds no attempt and no score yet "
+                  "(run `kern try REV` or `kern loop` first)", file=sys.stderr)
+            return 1
+        dest = Path(args.plot)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(png)
+        print(f"wrote      {dest}  ({len(attempts)} attempts, {len(phases)} phase(s))")
+        if not args.out:
+            return 0
     if args.format == "md":
         text = journey.markdown(attempts, phases, lang=args.lang, scores=scores)
     elif args.format == "csv":

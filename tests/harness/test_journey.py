@@ -27,26 +27,65 @@ def records(tmp_path_factory):
     return out
 
 
+M = "\u2212"  # the result column's minus
+
+
 @pytest.mark.parametrize("attempt, change, result", [
-    (Attempt(1, "a", state="merged", delta_ms=-0.35), "-0.35", "merged"),
+    (Attempt(1, "a", state="merged", delta_ms=-0.35), "-0.35", f"merged ({M}0.35)"),
+    (Attempt(1, "a", state="merged", delta_ms=-0.35, ci_low=-0.41, ci_high=-0.29), "-0.35",
+     f"merged ({M}0.35 [{M}0.41, {M}0.29])"),
     (Attempt(2, "a", state="abandoned", reason="slower", delta_ms=0.21), "+0.21",
      "abandoned: slower (+0.21)"),
+    (Attempt(2, "a", state="abandoned", reason="slower", delta_ms=0.21, ci_low=0.15, ci_high=0.27),
+     "+0.21", "abandoned: slower (+0.21 [+0.15, +0.27])"),
+    # the issue's case: a −22 % change called within noise shows the interval that decided it
+    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-417.69, ci_low=-900.1,
+             ci_high=60.3), "-417.69", f"abandoned: within noise ({M}417.69 [{M}900.10, +60.30])"),
+    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-417.69, ci_low=-500.0,
+             ci_high=-300.0, gate={"bench": {"classification": "within noise", "band_ms": 512.3}}),
+     "-417.69", f"abandoned: within noise ({M}417.69 [{M}500.00, {M}300.00], band ±512.30)"),
+    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-0.02), "-0.02",
+     f"abandoned: within noise ({M}0.02)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
              gate={"accuracy": {"verdict": "FAIL", "tag": "kl"}}), "", "abandoned: accuracy (FAIL kl)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
              gate={"accuracy": {"verdict": "FAIL", "reasons": ["3 confident argmax flip(s)"]}}), "",
-     "abandoned: accuracy (FAIL flip)"),
+     "abandoned: accuracy (FAIL: 3 confident argmax flip(s))"),
+    (Attempt(3, "a", state="abandoned", reason="accuracy",
+             gate={"accuracy": {"verdict": "FAIL", "reasons": [
+                 "KL(A||B) max 0.031 > limit 0.01 (max of kl_fail and 4 x the reference band)",
+                 "reference tolerance exceeded: moe.experts.y", "x"]}}), "",
+     "abandoned: accuracy (FAIL: KL(A||B) max 0.031 > limit 0.01 (max of kl_fail and 4 x the "
+     "reference band) (+2 more))"),
+    (Attempt(3, "a", state="abandoned", reason="accuracy",
+             gate={"accuracy": {"verdict": "FAIL", "reasons": ["w" * 150]}}), "",
+     "abandoned: accuracy (FAIL: " + "w" * 99 + "…)"),
+    (Attempt(9, "a", state="timed out", reason="accuracy gate timeout: the H200 command's 540 s "
+             "limit stopped kern try inside the accuracy gate (pinned and band passes)"), "",
+     "timed out (accuracy gate timeout: the H200 command's 540 s limit stopped kern try inside "
+     "the accuracy gate…)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy", gate={"accuracy": {"verdict": "INCONCLUSIVE"}}),
      "", "abandoned: accuracy (INCONCLUSIVE)"),
-    (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-0.02), "-0.02",
-     "abandoned: within noise (-0.02)"),
     (Attempt(5, "a", state="abandoned", reason="guard", delta_ms=-0.1,
              gate={"guard": {"worst_pct": 2.4, "rows": 16}}), "-0.10", "abandoned: guard (+2.4 % at 16 rows)"),
+    (Attempt(5, "a", state="abandoned", reason="scorer check",
+             gate={"bench": {"checks": [{"check": "roofline_floor", "why": "16 rows below the floor"},
+                                        {"check": "hidden_time"}], "graph_matches_eager": True}}),
+     "", "abandoned: scorer check (roofline_floor: 16 rows below the floor (+1 more))"),
+    (Attempt(5, "a", state="abandoned", reason="scorer check",
+             gate={"bench": {"checks": [], "graph_matches_eager": False}}),
+     "", "abandoned: scorer check (the CUDA graph's outputs differ from eager)"),
+    (Attempt(5, "a", state="abandoned", reason="scorer check",
+             gate={"bench": {"outcome": "tampered", "error": "fd 0 swapped"}}),
+     "", "abandoned: scorer check (tampered: fd 0 swapped)"),
     (Attempt(6, "a", state="abandoned", reason="scope"), "", "abandoned: scope"),
     (Attempt(6, "a", state="abandoned", reason="scope", gate={"detail": "2 commits"}), "",
      "abandoned: scope (2 commits)"),
     (Attempt(7, "a", state="abandoned", reason="conflict"), "", "abandoned: conflict"),
-    (Attempt(8, "a", state="crashed", reason="illegal memory access"), "", "crashed"),
+    (Attempt(8, "a", state="crashed", reason="illegal memory access"), "",
+     "crashed (illegal memory access)"),
+    (Attempt(8, "a", state="crashed"), "", "crashed"),
+    (Attempt(9, "a", state="timed out", reason="scorer timeout"), "", "timed out (scorer timeout)"),
     (Attempt(9, "a", state="timed out"), "", "timed out"),
     (Attempt(10, "a", state="not done", estimate_ms=-0.4), "", "not done: estimated −0.4"),
     (Attempt(10, "a", state="not done", estimate_ms=-0.035), "", "not done: estimated −0.035"),
@@ -56,7 +95,7 @@ def records(tmp_path_factory):
     (Attempt(12, "a", state="running"), "", "running"),
     (Attempt(13, "a", state="queued"), "", "queued"),
     (Attempt(14, "a", state="judging"), "", "judging"),
-    (Attempt(15, "a", state="merged", delta_ms=-0.004), "-0.004", "merged"),
+    (Attempt(15, "a", state="merged", delta_ms=-0.004), "-0.004", f"merged ({M}0.004)"),
 ])
 def test_result_strings(attempt, change, result):
     (row,) = journey.rows([attempt])
@@ -110,7 +149,8 @@ def test_csv_and_json(records):
     attempts, phases, scores = records
     rows = list(csv.reader(io.StringIO(journey.csv_text(attempts, phases))))
     assert rows[0][:5] == ["phase", "#", "attempt", "score change (ms)", "result"]
-    assert rows[2][:5] == ["1", "2", "MLA decode: BLOCK_N 128", "+0.21", "abandoned: slower (+0.21)"]
+    assert rows[2][:5] == ["1", "2", "MLA decode: BLOCK_N 128", "+0.21",
+                       "abandoned: slower (+0.21 [+0.15, +0.27])"]
     assert len(rows) == 1 + len(attempts)
     assert list(csv.reader(io.StringIO(journey.csv_text(attempts, phases, "zh"))))[0][:5] == \
         ["阶段", "#", "尝试", "分数变化 (ms)", "结果"]
@@ -119,7 +159,8 @@ def test_csv_and_json(records):
     p1 = obj["phases"][0]
     assert p1["merged"] == 2 and p1["gain_ms"] == 0.84 and p1["comparable_across_phases"] is False
     assert p1["rows"][0] == {"#": 1, "attempt": "MoE experts: split-K over 2 CTAs",
-                             "score_change_ms": -0.35, "result": "merged", "state": "merged",
+                             "score_change_ms": -0.35, "result": "merged (−0.35 [−0.41, −0.29])",
+                             "state": "merged",
                              "reason": None, "ci_ms": [-0.41, -0.29], "estimate_ms": None,
                              "waiting_on": None, "commit_sha": "c000000000001"}
     assert len(obj["scores"]) == 5
@@ -145,14 +186,111 @@ def test_html_zh_and_without_scores(records):
     attempts, phases, _ = records
     page = journey.html(attempts, phases, [], lang="zh")
     assert '<html lang="zh">' in page and "<th>尝试</th>" in page and "<th>分数变化 (ms)</th>" in page
-    assert "尚无分数记录" in page and "data:image/png" not in page
-    assert "No attempts yet." in journey.html([], [], [])
+    assert "data:image/png" in page  # attempts without a score are still plotted
+    empty = journey.html([], [], [])
+    assert "No attempts yet." in empty and "No attempt or score recorded yet." in empty
+    assert "data:image/png" not in empty and journey.plot_png([], [], []) is None
 
 
-def test_plot_labels_points_by_attempt():
+def _png_size(png: bytes) -> tuple[int, int]:
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def test_plot_panels_of_the_sample(records):
+    attempts, phases, scores = records
+    p1, p2 = journey.plot_panels(attempts, phases, scores)
+    assert (p1.phase_id, p1.title, p1.unit) == (1, "Phase 1 · 11 attempts · 2 merged", "score")
+    # main: the baseline before attempt 1, then a drop at each merge's own position
+    assert p1.main == ((0.5, 41.2), (1.0, 40.85), (7.0, 40.36))
+    assert [p.x for p in p1.points] == list(range(1, 12))
+    assert [p.kind for p in p1.points] == ["merged", "slower", "accuracy", "within noise", "guard",
+                                           "scope", "merged", "crashed", "timed out", "conflict",
+                                           "not done"]
+    one, two = p1.points[0], p1.points[1]
+    # B at A's level (main before the attempt) plus its change, the interval placed alike
+    assert (one.y, one.low, one.high) == pytest.approx((40.85, 41.2 - 0.41, 41.2 - 0.29))
+    assert (two.y, two.low, two.high) == pytest.approx((41.06, 41.0, 41.12))
+    assert [p.number for p in p1.points if p.y is None] == [3, 6, 8, 9, 10, 11]
+    assert p2.main == ((0.5, 52.0), (1.0, 51.2)) and p2.points[0].number == 12
+    assert [p.kind for p in p2.points] == ["merged", "in flight", "in flight", "scorer check"]
+
+
+def test_plot_places_b_at_its_own_a_side():
+    """With its recorded medians an attempt sits at its own A/B's A score plus its change
+    (the phase's buckets and weights), not at main's recorded score."""
+    phases = [Phase(1, {"buckets": [16, 32], "weights": [1, 3]}, "", "")]
+    a = Attempt(1, "x", state="abandoned", reason="slower", delta_ms=1.0, ci_low=0.5, ci_high=1.5,
+                phase_id=1, medians_a={"16": 10.0, "32": 20.0}, medians_b={"16": 11.0, "32": 21.0})
+    (pan,) = journey.plot_panels([a], phases, [Score(1, 1, "base", 99.0, None, "x")])
+    assert (pan.points[0].y, pan.points[0].low, pan.points[0].high) == (18.5, 18.0, 19.0)
+    # no score and no medians: the panel plots changes against zero
+    b = Attempt(2, "y", state="abandoned", reason="within noise", delta_ms=-0.2, ci_low=-0.5,
+                ci_high=0.1, phase_id=2)
+    (pan,) = journey.plot_panels([b], [Phase(2, {}, "", "")], [])
+    assert pan.unit == "change" and pan.main == () and pan.points[0].y == -0.2
+    assert (pan.points[0].low, pan.points[0].high) == (-0.5, 0.1)
+
+
+def test_plot_orders_scores_without_times_by_record():
     phases = [Phase(1, {"context": 4}, "", "")]
-    atts = [Attempt(3, "x", state="merged", commit_sha="abc", merged_sha="abc", phase_id=1)]
+    atts = [Attempt(3, "x", state="merged", delta_ms=-1.0, commit_sha="abc", merged_sha="abc",
+                    phase_id=1)]
     scores = [Score(1, 1, "base", 10.0, None, "not a time"), Score(2, 1, "abc", 9.0, None, "later")]
-    png = journey.plot_png(atts, phases, scores)  # unparseable times fall back to the index
-    assert png[:4] == b"\x89PNG"
-    assert journey.plot_png(atts, phases, []) is None
+    (pan,) = journey.plot_panels(atts, phases, scores)
+    assert pan.main == ((0.5, 10.0), (1.0, 9.0)) and pan.points[0].y == 9.0
+    assert _png_size(journey.plot_png(atts, phases, scores)) == (900, 380)
+
+
+@pytest.mark.parametrize("kind, attempt", [
+    ("merged", Attempt(1, state="merged")),
+    ("accuracy", Attempt(1, state="abandoned", reason="accuracy")),
+    ("within noise", Attempt(1, state="abandoned", reason="within noise")),
+    ("slower", Attempt(1, state="abandoned", reason="slower")),
+    ("guard", Attempt(1, state="abandoned", reason="guard")),
+    ("scorer check", Attempt(1, state="abandoned", reason="scorer check")),
+    ("other", Attempt(1, state="abandoned", reason="a reason a new gate invented")),
+    ("other", Attempt(1, state="abandoned", reason="merged")),
+    ("crashed", Attempt(1, state="crashed")),
+    ("timed out", Attempt(1, state="timed out")),
+    ("not done", Attempt(1, state="not done")),
+    ("in flight", Attempt(1, state="judging")),
+    ("in flight", Attempt(1, state="waiting")),
+])
+def test_outcome_kinds(kind, attempt):
+    assert journey.outcome_kind(attempt) == kind
+    assert kind in [k[0] for k in journey.KINDS]
+
+
+def test_plot_reads_with_one_attempt_and_with_500():
+    one = [Attempt(1, "x", state="abandoned", reason="within noise", delta_ms=-417.69,
+                   ci_low=-900.1, ci_high=60.3, phase_id=1)]
+    png = journey.plot_png(one, [Phase(1, {}, "", "")], [Score(1, 1, "b", 1900.0, None, "x")])
+    assert _png_size(png) == (900, 380)
+    many, scores, main = [], [Score(1, 1, "b", 40.0, None, "x")], 40.0
+    for n in range(1, 501):
+        if n % 15 == 0:
+            main -= 0.1
+            many.append(Attempt(n, state="merged", delta_ms=-0.1, ci_low=-0.15, ci_high=-0.05,
+                                commit_sha=f"s{n}", phase_id=1))
+            scores.append(Score(n + 1, 1, f"s{n}", main, None, "x"))
+        elif n % 3:
+            many.append(Attempt(n, state="abandoned", reason="within noise", delta_ms=0.01 * (n % 7),
+                                ci_low=-0.1, ci_high=0.1, phase_id=1))
+        else:
+            many.append(Attempt(n, state="crashed", phase_id=1))
+    (pan,) = journey.plot_panels(many, [Phase(1, {}, "", "")], scores)
+    assert len(pan.main) == 1 + 33 and pan.main[-1] == (495.0, pytest.approx(36.7))
+    assert _png_size(journey.plot_png(many, [Phase(1, {}, "", "")], scores)) == (900, 380)
+    small, large = journey.marker_style(1), journey.marker_style(500)
+    assert small["label_merges"] and not large["label_merges"]  # 33 labels would overlap
+    assert large["ms"] < small["ms"] and large["alpha"] < small["alpha"] and large["cap"] == 0
+
+
+def test_plot_of_a_phase_where_nothing_was_measured():
+    """The H200 journey's case: a crash and a timeout, no score: both attempts in the strip."""
+    atts = [Attempt(1, state="crashed", phase_id=1), Attempt(2, state="timed out", phase_id=1)]
+    (pan,) = journey.plot_panels(atts, [Phase(1, {"buckets": [16], "weights": [1]}, "", "")], [])
+    assert pan.main == () and [(p.kind, p.y) for p in pan.points] == [("crashed", None),
+                                                                       ("timed out", None)]
+    assert _png_size(journey.plot_png(atts, [], [])) == (900, 380)

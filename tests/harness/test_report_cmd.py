@@ -64,13 +64,27 @@ def test_report_formats(kern, tmp_path):
     code, out, _ = kern(tmp_path, "report", "--lang", "zh")
     assert "| # | 尝试 | 分数变化 (ms) | 结果 |" in out
     code, out, _ = kern(tmp_path, "report", "--format", "json")
-    assert json.loads(out)["phases"][1]["rows"][-1]["result"] == "waiting on #13"
+    assert json.loads(out)["phases"][1]["rows"][2]["result"] == "waiting on #13"
     code, out, _ = kern(tmp_path, "report", "--format", "csv")
     assert out.splitlines()[0].startswith("phase,#,attempt,score change (ms),result")
     dest = tmp_path / "out" / "journey.html"
     code, out, _ = kern(tmp_path, "report", "--format", "html", "--out", str(dest))
     assert code == 0 and out.startswith(f"wrote      {dest}")
     assert "data:image/png;base64," in dest.read_text()
+
+
+def test_report_plot(kern, tmp_path):
+    Ledger(default_path(tmp_path)).close()
+    code, out, err = kern(tmp_path, "report", "--plot", str(tmp_path / "p.png"))
+    assert code == 1 and "nothing to plot" in err and not (tmp_path / "p.png").exists()
+    sample.build(default_path(tmp_path)).close()
+    png = tmp_path / "plots" / "journey.png"
+    code, out, _ = kern(tmp_path, "report", "--plot", str(png))
+    assert code == 0 and out == f"wrote      {png}  (15 attempts, 2 phase(s))\n"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = tmp_path / "journey.md"
+    code, out, _ = kern(tmp_path, "report", "--plot", str(png), "--out", str(md))
+    assert code == 0 and md.read_text() == (Path(__file__).parent / "golden" / "journey.md").read_text()
 
 
 def test_status(kern, tmp_path):
@@ -81,15 +95,15 @@ def test_status(kern, tmp_path):
     assert code == 0
     assert lines[-1] == "main       51.200 ms (phase 2, c00000000001, 2026-01-10T09:03:00+00:00)"
     assert lines[1].startswith("phase      2 · buckets 16,32,64,128,256 · context 262144")
-    assert ("attempts   14: running 1 · waiting 1 · merged 3 · abandoned 6 · not done 1 · "
+    assert ("attempts   15: running 1 · waiting 1 · merged 3 · abandoned 7 · not done 1 · "
             "crashed 1 · timed out 1") in out
-    assert "budget     attempts 14 / 50 · tokens 50000 / 2000000 · cost $0.50" in out
+    assert "budget     attempts 15 / 50 · tokens 65000 / 2000000 · cost $0.65" in out
     assert "in flight  #13 running  moe.experts: MoE experts: persistent grid" in out
     code, out, _ = kern(tmp_path, "status", "--json")
     d = json.loads(out)
     assert d["main"]["score_ms"] == 51.2 and d["phase"]["id"] == 2
     assert d["by_state"]["merged"] == 3 and [a["#"] for a in d["in_flight"]] == [13]
-    assert d["budget"]["tokens"] == {"used": 50000, "limit": 2000000}
+    assert d["budget"]["tokens"] == {"used": 65000, "limit": 2000000}
 
 
 def test_status_data_is_pure(tmp_path):

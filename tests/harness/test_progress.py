@@ -1,0 +1,171 @@
+"""Progress of kern test / kern bench / kern loop: the gates' own progress lines read into bars
+and stages (harness/progress.py), and the CLI shell that draws them on a terminal."""
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from gates.accuracy import _tagged  # the line format run_test's progress callback receives
+from gates.bench import pattern
+from harness import commands
+from harness import progress as P
+
+
+def bench_lines(rounds: int) -> list[str]:
+    """The lines run_bench emits for an A/B of ``rounds`` rounds (gates/bench.py)."""
+    out = ["store: model built in 12s, shared over CUDA IPC",
+           "side A: ready (build 0s, capture 3s)", "side B: ready (build 0s, capture 4s)"]
+    for i, k in enumerate(pattern(rounds)):
+        out.append(f"round {i // 4 + 1}: side {k} done")
+        if i == len(pattern(rounds)) - 1:
+            out.append("judging the timed outputs against main's")
+    return out
+
+
+def test_bench_bars_follow_the_rounds():
+    bars = P.bench_bars(pattern(3), 3)
+    assert [(b.key, b.done, b.total) for b in bars] == [("A", 0, 6), ("B", 0, 6)]
+    lines, printed = bench_lines(3), []
+    for i, line in enumerate(lines):
+        bars, moved = P.bench_step(bars, line, 3)
+        if not moved:
+            printed.append(line)
+        if line == "round 2: side B done" and bars[1].done == 4:
+            assert bars[1].detail == "round 2/3" and not bars[1].finished
+    assert printed == ["store: model built in 12s, shared over CUDA IPC"]
+    a, b = bars
+    assert (a.done, a.finished, a.detail) == (6, True, "judging the timed outputs against main's")
+    assert (b.done, b.finished, b.detail) == (6, True, "round 3/3")
+
+
+def test_bench_bars_of_b_alone_and_a_ready_line():
+    bars = P.bench_bars(["B"] * 2, 2)
+    assert [(b.key, b.total) for b in bars] == [("B", 2)]
+    bars, moved = P.bench_step(bars, "side B: ready (build 1s, capture 2s)", 2)
+    assert moved and bars[0].detail == "round 1/2: ready (build 1s, capture 2s)"
+    bars, _ = P.bench_step(bars, "round 1: side B done", 2)
+    bars, moved = P.bench_step(bars, "side B: ready (build 1s, capture 2s), process 2 (sides alternate)", 2)
+    assert bars[0].detail == "round 1/2: ready (build 1s, capture 2s), process 2 (sides alternate)"
+    assert P.bench_step(bars, "round 1: side Z done", 2) == (bars, False)  # no such side
+
+
+def test_test_bars_follow_the_passes():
+    lines = []
+    for tag, t, text in [("A record", 2, "building the model"), ("A record", 7, "tap: rows 16"),
+                         ("B replay", 3, "replaying rows 16"), ("A noise", 5, "noise pass 1")]:
+        _tagged(lines.append, tag)(text, t)
+    bars = ()
+    for line in lines:
+        bars, moved = P.test_step(bars, line)
+        assert moved
+    assert [(b.key, b.finished, b.detail, b.elapsed_s) for b in bars] == [
+        ("A record", True, "tap: rows 16", 7.0), ("B replay", True, "replaying rows 16", 3.0),
+        ("A noise", False, "noise pass 1", 5.0)]
+    assert bars[0].label == "side A: main records its tap" and bars[0].total is None
+    assert P.test_step(bars, "something else") == (bars, False)
+    assert all(b.finished for b in P.finish(bars))
+    early = P.finish(P.bench_step(P.bench_bars(pattern(1), 1), "round 1: side A done", 1)[0])
+    assert [(b.done, b.total, b.finished) for b in early] == [(1, 2, True), (0, 2, True)]
+
+
+def test_gate_progress_plain_when_not_a_terminal():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=False)
+    seen = []
+    with commands.gate_progress(console, P.bench_bars(pattern(1), 1),
+                                lambda b, l: P.bench_step(b, l, 1), seen.append) as show:
+        for line in bench_lines(1):
+            show(line)
+    assert seen == bench_lines(1) and buf.getvalue() == ""
+
+
+def test_gate_progress_draws_bars_on_a_terminal():
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=160, color_system=None)
+    plain = []
+    with commands.gate_progress(console, P.bench_bars(pattern(2), 2),
+                                lambda b, l: P.bench_step(b, l, 2), plain.append) as show:
+        for line in bench_lines(2):
+            show(line)
+    out = buf.getvalue()
+    assert plain == []  # the terminal gets bars, not the plain lines
+    assert "side A" in out and "side B" in out and "4/4" in out, out
+    assert "… store: model built in 12s" in out  # a line that moves no bar is printed above
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=160, color_system=None)
+    with commands.gate_progress(console, (), P.test_step, plain.append) as show:
+        _tagged(show, "A record")("building", 4)
+        _tagged(show, "B replay")("replaying", 2)
+    assert "side A: main records its tap" in buf.getvalue()
+    assert "side B: the candidate replays it" in buf.getvalue()
+
+
+def test_stage_of_the_loop_lines():
+    lines = [(0.0, "accuracy gate: abcdef0123 vs 1234567890"), (5.0, "accuracy: PASS bit-identical"),
+             (6.0, "scorer: abcdef0123 vs 1234567890"), (9.0, "  side A: ready (build 1s, capture 1s)"),
+             (20.0, "  round 1: side B done")]
+    st = P.stage_of(lines)
+    assert st == P.Stage("abcdef0123", "scorer", "round 1: side B done", 6.0, 20.0)
+    assert P.stage_of(lines[:2]) == P.Stage("abcdef0123", "accuracy", "PASS bit-identical", 0.0, 5.0)
+    again = lines + [(30.0, "scorer: a gain above 15 %: measuring abcdef0123 again"),
+                     (31.0, "  again: side B: ready (build 1s, capture 1s)")]
+    assert P.stage_of(again) == P.Stage("abcdef0123", "scorer (again)",
+                                        "side B: ready (build 1s, capture 1s)", 30.0, 31.0)
+    assert P.stage_of(lines + [(40.0, "attempt #3: merged")]) is None
+    assert P.stage_of([(0.0, "profiling main 1234567890 at 16 rows")]) is None
+
+
+@pytest.mark.parametrize("s, text", [(None, ""), (0.4, "0s"), (42, "42s"), (185, "3m05s"),
+                                     (7620, "2h07m")])
+def test_fmt_elapsed(s, text):
+    assert P.fmt_elapsed(s) == text
+
+
+def test_live_rows_show_each_attempts_gate_stage_and_elapsed(tmp_path):
+    from datetime import datetime, timezone
+
+    from harness.journey import result
+    from harness.ledger import Attempt
+
+    t0 = datetime(2026, 1, 10, 8, 0, tzinfo=timezone.utc).timestamp()
+    stamp = "2026-01-10T08:00:00+00:00"
+    atts = [Attempt(1, state="merged", target="moe.experts", delta_ms=-0.35, updated_at=stamp),
+            Attempt(2, state="judging", target="mla.decode", commit_sha="abcdef0123" + "0" * 30,
+                    updated_at=stamp),
+            Attempt(3, state="judging", target="kda", commit_sha="9" * 40, updated_at=stamp),
+            Attempt(4, state="running", target="lm_head", updated_at=stamp),
+            Attempt(5, state="queued", target="dense", updated_at="not a time"),
+            Attempt(6, state="waiting", target="dense", waiting_on=4, updated_at=stamp)]
+    stage = P.Stage("abcdef0123", "scorer", "round 1: side B done", t0 + 60, t0 + 100)
+    rows = P.live_rows(atts, stage, t0 + 125, result)
+    assert rows == [
+        ("1", "moe.experts", "merged", "", "", "merged (\u22120.35)"),
+        ("2", "mla.decode", "judging", "scorer · round 1: side B done", "1m05s", ""),
+        ("3", "kda", "judging", "judging", "2m05s", ""),  # judged by no gate we have a line of
+        ("4", "lm_head", "running", "agent at work", "2m05s", ""),
+        ("5", "dense", "queued", "waiting for a slot", "", ""),  # no time to count from
+        ("6", "dense", "waiting", "waiting on #4", "2m05s", ""),
+    ]
+
+
+def test_the_loop_live_view_renders_from_the_ledger(tmp_path):
+    """The live view's table from a real ledger (the sample's) and the loop's progress lines;
+    the repository is reduced to the one thing the view asks of it, main's SHA."""
+    from types import SimpleNamespace
+
+    from harness.loop_cmd import _LiveView
+
+    from . import sample
+
+    led = sample.build(tmp_path / "ledger.sqlite")
+    lines = [(0.0, "accuracy gate: c000000000013 vs base000000001")]
+    view = _LiveView(SimpleNamespace(ledger=led, repo=SimpleNamespace(main_sha=lambda: "f" * 40)),
+                     lines)
+    buf = io.StringIO()
+    Console(file=buf, width=200, color_system=None).print(view)
+    out = buf.getvalue()
+    assert "kern loop · main ffffffffff" in out and "gate · stage" in out
+    assert "agent at work" in out and "waiting on #13" in out and "main score: 51.200 ms" in out
+    led.close()
