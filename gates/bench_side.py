@@ -10,8 +10,9 @@ reads), and ``gates/timed.py`` keeps the replay's outputs and state digests, whi
 compares with its own replay by replay (``judge_outputs``): the outputs of the replays that were
 timed are the outputs judged. So a kernel that caches results across replays, leaves outputs
 unwritten, or skips work only in the timed replays shows up as a failed check rather than a
-faster score; so does, on a GPU, L2 set aside for persisting accesses (an access policy window
-keeping data in L2 across replays). After each replay it also counts other Python threads still running the tree's code
+faster score. On a GPU the L2 set aside for persisting accesses is zeroed before every series
+of timed replays (an access policy window cannot keep data in L2 across replays) and a raise
+beyond main's is reported. After each replay it also counts other Python threads still running the tree's code
 (work carried out of the timed region) and asks the tamper seal whether the candidate
 replaced the clocks or the checks (``gates/tamper.py``). ``verify`` re-runs one unseen input
 from the initial state through the graph and eagerly and compares them: the graph computes
@@ -60,7 +61,7 @@ from pathlib import Path
 import torch
 
 from .session import Side, Spec, environment, log
-from .tamper import persisting_l2_bytes
+from .tamper import clear_persisting_l2, persisting_l2_bytes
 
 _stdout = sys.stdout
 # The checks read what an output's memory holds, not what a tensor subclass the candidate gave
@@ -93,6 +94,7 @@ class Bench:
         self.dev = self.side.device
         self.steps, self.timers = {}, {}
         self.cursor = {}  # next unused input set per bucket
+        self.l2_left = None  # the persisting-L2 set-aside the gates last left (None: not yet)
         self.sums = {}
         self.record = TimedRecord(self.side, sketch_seed, claim)
         # every replay decodes at the workload's step-1 positions (see gates/timed.py: with
@@ -182,6 +184,7 @@ class Bench:
                 with spans.span("reset"):
                     sets.append(self._next_inputs(b))
 
+        held = clear_persisting_l2(self.dev)  # nothing set aside while timed (tamper.py)
         times = timer.measure(n, between)
         with RAW_READS():
             after(n - 1)
@@ -191,8 +194,13 @@ class Bench:
                   "repeated_outputs": int(st[:, 2].sum()),
                   "threads_left_running": sum(1 for x in strays if x),
                   "tampered": self._tampered(),
-                  # an access policy window keeping data in L2 from one replay to the next
-                  "persisting_l2_bytes": persisting_l2_bytes(self.dev) or 0}
+                  # L2 set aside for persisting accesses (an access policy window's need):
+                  # found before the gates zeroed it for this series, what they had left it
+                  # at before (None: the process's first series), and found after the series
+                  "persisting_l2_bytes": held or 0, "persisting_l2_left": self.l2_left,
+                  "persisting_l2_after": persisting_l2_bytes(self.dev) or 0}
+        if held is not None:
+            self.l2_left = 0
         out = {"times": times, "checks": checks, "untimed_ms": spans.totals_ms()}
         if self.spec.world > 1:  # the coordinator checks that every rank ended the same
             from .driver import rank_digests

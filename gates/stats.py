@@ -200,16 +200,37 @@ CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left
 
 
 def persisting_l2(a_visits: list[dict], b_visits: list[dict]) -> dict | None:
-    """The L2 set aside for persisting accesses in B's processes beyond what main's hold in the
-    same run (``persisting_l2_bytes`` per visit): an access-policy window keeping weights in L2
-    across replays needs it raised. Compared with main's, not with zero: the driver itself sets
-    some aside by default (11.8 MB on the H200, 2026-12-01). None when B's is not above A's."""
-    a = max((v.get("persisting_l2_bytes") or 0 for v in a_visits), default=0)
-    b = max((v.get("persisting_l2_bytes") or 0 for v in b_visits), default=0)
-    if b <= a:
+    """A change the candidate made to the L2 set aside for persisting accesses (an access
+    policy window that keeps data in L2 across replays needs some). The side zeroes it before
+    each series of timed replays (``tamper.clear_persisting_l2``) and reports per series what
+    it found (``persisting_l2_bytes``), what it had left before (``persisting_l2_left``, None
+    at a process's first series) and what was set aside after (``persisting_l2_after``). The
+    candidate's doing: a series that found other than what the side left, one that ended with
+    any set aside, or a process's first series finding an amount no process of main's found
+    (the driver's own default, 11.8 MB on the H200, 2026-12-01, is main's too: raised or
+    lowered to fit a window, it differs). None when nothing changed (and on the CPU)."""
+    def held(v):
+        return v.get("persisting_l2_bytes") or 0
+
+    why = []
+    for v in b_visits:
+        left = v.get("persisting_l2_left")
+        if left is not None and held(v) != left:
+            why.append(f"{held(v)} bytes found before a series at {v.get('bucket')} rows, "
+                       f"where the side had left {left}")
+        if v.get("persisting_l2_after"):
+            why.append(f"{v['persisting_l2_after']} bytes set aside after the timed series at "
+                       f"{v.get('bucket')} rows (zeroed before it)")
+    mains = {held(v) for v in a_visits if v.get("persisting_l2_left", None) is None}
+    firsts = {held(v) for v in b_visits if v.get("persisting_l2_left", None) is None}
+    if mains and firsts - mains:
+        why.append(f"{sorted(firsts - mains)} bytes at the candidate's process start, main's "
+                   f"{sorted(mains)}")
+    if not why:
         return None
-    return {"check": "persisting_l2", "why": f"{b} bytes of L2 set aside for persisting accesses in "
-            f"the candidate's process, main's {a}: a window that keeps data in L2 across replays"}
+    return {"check": "persisting_l2", "why": "the L2 set aside for persisting accesses was changed "
+            "by the candidate's code (an access policy window keeping data in L2 across replays): "
+            + "; ".join(why[:3])}
 
 
 def failed_checks(checks: list[dict]) -> list[dict]:

@@ -274,6 +274,28 @@ def persisting_l2_bytes(device) -> int | None:
     return int(value.value)
 
 
+def clear_persisting_l2(device) -> int | None:
+    """Set this process's persisting-L2 set-aside to zero and return every persisting line to
+    normal; returns what was set aside before (None on the CPU). Called before each series of
+    timed replays on both sides: with nothing set aside, an access policy window (on a stream,
+    or baked into the captured graph's kernels) cannot keep data in L2 from one replay to the
+    next, whatever window the candidate set and however it found the driver, so the defense
+    does not rest on seeing the window. What was set aside before is still reported (a raise
+    beyond main's is a failed check, ``stats.persisting_l2``)."""
+    held = persisting_l2_bytes(device)
+    if held is None:
+        return None
+    cu = _CDLL("libcuda.so.1")
+    rc = cu.cuCtxSetLimit(ctypes.c_int(CU_LIMIT_PERSISTING_L2_CACHE_SIZE), ctypes.c_size_t(0))
+    if rc == 0:
+        rc = cu.cuCtxResetPersistingL2Cache()
+    if rc != 0:
+        raise RuntimeError(f"tamper: setting the persisting-L2 set-aside to 0 returned {rc} "
+                           f"(expected 0, CUDA_SUCCESS): the environment's driver refuses "
+                           f"cuCtxSetLimit/cuCtxResetPersistingL2Cache")
+    return held
+
+
 def file_marks(roots) -> dict:
     """``{path: (inode, size, ctime_ns)}`` of each file in ``roots`` and of every file under
     each folder in it (``__pycache__`` aside: Python writes there on import). Any write,

@@ -50,15 +50,28 @@ def test_any_failed_check_fails_the_visit(bad):
     assert stats.failed_checks([good, worse]) == [worse]
 
 
-def test_persisting_l2_counts_only_beyond_mains():
-    """The driver sets some L2 aside by itself (11.8 MB on the H200): only more than main's
-    processes hold in the same run is the candidate's doing."""
-    default = [_visit(2, 3, 10, 9, persisting_l2_bytes=11796480)]
-    assert stats.persisting_l2(default, default) is None
-    raised = [_visit(2, 3, 10, 9, persisting_l2_bytes=50 << 20)]
-    got = stats.persisting_l2(default, raised)
-    assert got["check"] == "persisting_l2" and "52428800 bytes" in got["why"]
-    assert stats.persisting_l2([], []) is None  # the CPU: nothing reported
+def test_persisting_l2_flags_any_change_the_candidate_made():
+    """The driver sets some L2 aside by itself (11.8 MB on the H200); the side zeroes it before
+    every timed series. The candidate's doing: a first series finding an amount main's never
+    found (raised, or lowered to a window's size), a later series finding other than the
+    side left (0), a series ending with any set aside."""
+    def visit(held, left=None, after=0):
+        return _visit(2, 3, 10, 9, persisting_l2_bytes=held, persisting_l2_left=left,
+                      persisting_l2_after=after)
+
+    main = [visit(11796480), visit(0, left=0), visit(11796480), visit(0, left=0)]
+    assert stats.persisting_l2(main, main) is None
+    for bad, says in (([visit(50 << 20), visit(0, left=0)], "[52428800] bytes at the candidate's process start"),
+                      ([visit(262144), visit(0, left=0)], "[262144] bytes at the candidate's process start"),
+                      ([visit(11796480), visit(262144, left=0)], "262144 bytes found before a series"),
+                      ([visit(11796480), visit(0, left=0, after=262144)], "262144 bytes set aside after")):
+        got = stats.persisting_l2(main, bad)
+        assert got["check"] == "persisting_l2" and says in got["why"], (bad, got)
+    # B alone (kern bench REV): a change within its own process is still seen
+    assert stats.persisting_l2([], [visit(11796480), visit(4096, left=0)])["check"] == "persisting_l2"
+    assert stats.persisting_l2([], [visit(11796480), visit(0, left=0)]) is None
+    cpu = [_visit(2, 3, 10, 9, persisting_l2_bytes=0, persisting_l2_left=None, persisting_l2_after=0)]
+    assert stats.persisting_l2(cpu, cpu) is None and stats.persisting_l2([], []) is None
 
 
 def test_hidden_time_passes_a_faster_candidate_and_catches_a_slow_clock():
@@ -90,10 +103,11 @@ def test_an_op_far_from_the_reference_fails_the_bench():
 
 
 def test_persisting_l2_is_asked_of_the_driver_on_a_gpu_only():
-    """Case 15: nothing of the gates' or torch's sets L2 aside for persisting accesses, so any
-    amount after a visit is the candidate's (an access policy window needs it)."""
+    """Case 15: the set-aside is asked of (and zeroed through) the CUDA driver; the CPU has
+    none, and nothing is called there."""
     assert tamper.persisting_l2_bytes(torch.device("cpu")) is None
     assert tamper.persisting_l2_bytes("cpu") is None
+    assert tamper.clear_persisting_l2(torch.device("cpu")) is None
 
 
 def test_the_checks_read_an_outputs_memory_not_what_a_subclass_says():

@@ -13,7 +13,10 @@ the GPU profile too (see conftest.py), so each case costs seconds on the device.
  14  a subclass bound to torch.cuda.Event (events that keep no time): the seal names it and
      the replays are still timed (the timer keeps the class bound before the tree loaded)
  15  a persisting-L2 access window over the lm_head weights (ctypes found through
-     sys.modules, the driver API): the scorer asks the driver what L2 is set aside
+     sys.modules, the driver API): the side zeroes the set-aside before every timed series
+     (no window can persist) and names any change the candidate made to it. On the H200
+     (2026-12-01) this case failed while only a raise beyond main's was checked: the small
+     model's lm_head (256 KiB) lowers the set-aside from the driver's 11.8 MB default
 
 Run on the H200 on 2026-11-29 (torch 2.11, triton 3.6, commit 2b1cfb9): 3 passed in 41 s
 (bench/results/2026-11-29-h200-gpu-hacks-and-compile64.json). Cases 8 (scorer-only), 14 and
