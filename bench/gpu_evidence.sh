@@ -40,7 +40,7 @@ try)
   rev=${2:?try needs a revision}
   mkdir -p runs; [ -f "$ROOT/.carry/ledger.sqlite" ] && cp "$ROOT/.carry/ledger.sqlite" runs/ledger.sqlite
   # the scorer asks the driver what L2 is set aside: a failure there would fail every bench
-  python3 -c "import torch; from gates import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
+  python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
   t0=$(date +%s); timeout ${3:-540} python3 -m harness.cli try "$rev" 2>&1 | tail -60
   echo "kern try $rev: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
   python3 -c "import sqlite3; sqlite3.connect('runs/ledger.sqlite').execute('PRAGMA wal_checkpoint(TRUNCATE)')"

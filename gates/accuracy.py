@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import fcntl
-import fnmatch
 import hashlib
 import json
 import os
@@ -19,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, ranks, tamper, verdict
+from . import checkout, filemarks, ranks, scope, verdict
 from .hidden import Hidden
-from .session import side_spec, tap_rows
+from .spec import side_spec, tap_rows
 
 
 @dataclass
@@ -49,7 +48,7 @@ RECORDING = ("record.json", "kept_a.pt", "logits_a.pt", "noise.json", "logits_a2
 
 
 def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
-    return [p for p in paths if any(fnmatch.fnmatch(p, g) for g in protected)]
+    return [p for p in paths if scope.matches(p, protected)]
 
 
 def tunables_changed(old: str | None, new: str | None) -> set[str] | None:
@@ -182,11 +181,11 @@ def run_test(req: TestRequest, progress=None) -> dict:
             for p in (a_dir / f"record.rank{r}.json", *(a_dir / f"rank{r}" / n for n in RECORDING))]
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
-            marks = tamper.file_marks(guarded)
+            marks = filemarks.file_marks(guarded)
         b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
                       b_dir / "result.json", timeout, _tagged(progress, "B replay"), hidden)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
-        moved = tamper.changed_files(marks, tamper.file_marks(guarded))
+        moved = filemarks.changed_files(marks, filemarks.file_marks(guarded))
         if moved:
             b_kind, b_res = "tampered", None
             b_tail += (f"\ntamper: the candidate's side changed main's recording or tree: "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import checkout, ranks, stats, verdict
 from .hidden import Hidden
-from .session import side_spec
+from .spec import side_spec
 from .sides import Interactive, SideError
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
@@ -64,7 +64,7 @@ class BenchRequest:
 def draw_secrets(rng) -> dict:
     """What each run of the scorer draws for itself and tells the sides only when it runs
     (never in kern.yaml or a spec file): the seed of the state sketches' projections
-    (``gates/timed.py``) and the seed of the reference check's sample of calls."""
+    (``gates/side/timed.py``) and the seed of the reference check's sample of calls."""
     return {"sketch_seed": rng.randrange(1, 2**31), "sample_seed": rng.randrange(1, 2**31)}
 
 

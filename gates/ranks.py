@@ -1,14 +1,14 @@
 """The decode step over W processes, one per rank (``kern step --gpus W [--emulate N]``).
 
-Parent side: :func:`launch` starts W side drivers (``python -m gates.driver MODE``), each in its
+Parent side: :func:`launch` starts W side drivers (``python -m gates.side.driver MODE``), each in its
 own process group with torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
 ``MASTER_ADDR``, ``MASTER_PORT`` on a free local port), watches them, and when any rank ends
 badly or the wall-clock limit passes kills every rank's process group at once: a rank blocked
 in a collective on a dead peer would otherwise wait out the backend's own timeout. Ranks also
 die with the launcher (``PR_SET_PDEATHSIG`` on Linux), so a killed ``kern`` leaves no orphans.
 
-Rank side: :func:`join` initializes ``torch.distributed`` (gloo on the CPU, NCCL on GPUs, one
-GPU per rank: ``cuda:LOCAL_RANK``).
+Rank side (``gates/side/rank.py``, in each rank's process): ``join`` initializes
+``torch.distributed`` (gloo on the CPU, NCCL on GPUs, one GPU per rank: ``cuda:LOCAL_RANK``).
 
 The decisions are pure and tested directly: :func:`layout_name` (which layout W processes
 compute), :func:`rank_env`, :func:`combine` (one result from W: a bucket's time is the slowest
@@ -220,34 +220,6 @@ def merge_replies(cmd: str, replies: list[dict]) -> dict:
     return out
 
 
-# ------------------------------------------------------------------ rank side
-def join(device: str, timeout_s: float = 600.0) -> tuple[int, str]:
-    """Join the process group the launcher's variables describe; returns (rank, device)."""
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
-    if device.startswith("cuda"):
-        torch.cuda.set_device(local)
-        device, backend = f"cuda:{local}", "nccl"
-    else:
-        backend = "gloo"
-    dist.init_process_group(
-        backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}",
-        rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s))
-    return rank, device
-
-
-def leave() -> None:
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-
-
 # ------------------------------------------------------------------ parent side
 def free_port() -> int:
     with socket.socket() as s:
@@ -345,7 +317,7 @@ def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress
 
 def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
            progress=None, hidden: dict | None = None) -> Outcome:
-    """Run ``gates.driver MODE`` as ``spec["world"]`` ranks and merge their results into
+    """Run ``gates.side.driver MODE`` as ``spec["world"]`` ranks and merge their results into
     ``out`` (``run``: :func:`combine`; ``tap``: :func:`merge_digests`) and the Outcome. A
     failing rank is named in ``kind`` and its log is the one reported."""
     import json
@@ -358,7 +330,7 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     base = side_env()
     cmds, envs, logs = [], [], []
     for r in range(world):
-        cmds.append([sys.executable, "-m", "gates.driver", mode, "--tree", str(tree), "--spec",
+        cmds.append([sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
                      str(spec_path), "--out", str(rank_out(out, r))])
         envs.append(rank_env(base, r, world, port))
         logs.append(out.with_name(f"{out.stem}.rank{r}.log"))

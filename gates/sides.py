@@ -171,13 +171,13 @@ def _named(text: str) -> str | None:
 
 def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
              progress=None, hidden: dict | None = None) -> Outcome:
-    """Run ``gates.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
+    """Run ``gates.side.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
     (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree."""
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps(spec, indent=1))
     log_path = out.with_suffix(".log")
-    cmd = [sys.executable, "-m", "gates.driver", mode, "--tree", str(tree), "--spec",
+    cmd = [sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
            str(spec_path), "--out", str(out)]
     t0 = time.monotonic()
     timed_out = False
@@ -244,7 +244,7 @@ class Interactive:
         spec_path.write_text(json.dumps(spec, indent=1))
         self.log_path = workdir / f"{name}.log"
         self._log = open(self.log_path, "w")
-        cmd = [sys.executable, "-m", "gates.driver", mode, "--tree", str(tree), "--spec",
+        cmd = [sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
                str(spec_path), "--out", str(workdir / f"{name}.json")]
         self.proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=env or side_env(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,

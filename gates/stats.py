@@ -239,7 +239,7 @@ def failed_checks(checks: list[dict]) -> list[dict]:
 
 
 def far_from_reference(ops: dict, max_rel_rms: float) -> dict | None:
-    """``ops`` (``gates/opcheck.py``: op -> worst rel_rms, NaN count, where) of one step run
+    """``ops`` (``gates/side/opcheck.py``: op -> worst rel_rms, NaN count, where) of one step run
     in the scorer's process: None when every op is within ``max_rel_rms`` of the protected
     reference and finite, else the failed check. The limit is for gross departures (an op
     skipped or replaced when benched), far above rounding (main's ops sit near 1e-4); the

@@ -383,7 +383,7 @@ CLAIM_KIND = {"PASS bit-identical": "bit", "PASS value-identical": "value"}  # w
 
 def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: float) -> dict | None:
     """The outputs of the scorer's timed replays against main's on the same inputs
-    (``gates/timed.py``): None when they pass, else the failed check ``{check, why}``.
+    (``gates/side/timed.py``): None when they pass, else the failed check ``{check, why}``.
 
     ``accuracy``: the accuracy gate's verdict for this commit and the evidence it weighed
     (``verdict``, and ``band``, ``noise``, ``noise_tap`` from ``kern test``'s evidence), or

@@ -352,7 +352,7 @@ def cmd_step(args) -> int:
     from pathlib import Path
 
     from gates import checkout
-    from gates.session import side_spec
+    from gates.spec import side_spec
     from gates.sides import run_side
 
     repo, settings, prof, cuda, runs = _context(args)

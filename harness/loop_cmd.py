@@ -55,7 +55,7 @@ def register(sub) -> None:
 
 
 def _ctx(args, progress=None):
-    from gates.tree import prepare_interpreter
+    from gates.interpreter import prepare_interpreter
 
     prepare_interpreter()
     from . import ledger as L
@@ -227,7 +227,7 @@ class _LiveView:
 
 def cmd_profile(args) -> int:
     from gates import checkout, ranks
-    from gates.session import side_spec
+    from gates.spec import side_spec
 
     from .commands import _context, rank_args
 

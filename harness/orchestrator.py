@@ -263,7 +263,7 @@ class Orchestrator:
     def profile(self) -> dict:
         """The latest profile of main (measured once per main commit, under the GPU lock)."""
         from gates import checkout
-        from gates.session import side_spec
+        from gates.spec import side_spec
         from gates.sides import run_side
 
         sha = self.ctx.repo.main_sha()

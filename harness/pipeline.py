@@ -17,7 +17,7 @@ from gates import stats
 
 from . import faults
 from . import ledger as L
-from . import scope
+from gates import scope
 from .worktrees import Repo
 
 

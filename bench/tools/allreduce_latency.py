@@ -135,7 +135,7 @@ def time_ms(device, fn, repeats: int) -> list[float]:
 def measure_path(comm, x: torch.Tensor, ref: torch.Tensor | None, args, device) -> tuple[dict, torch.Tensor]:
     """One path at one size: eager result, checks against ``ref`` (the gather path's bytes) and
     across ranks, graph replay vs eager, and times."""
-    from gates.numerics import bitwise_equal
+    from gates.side.numerics import bitwise_equal
 
     res = {}
     got = x.clone()
@@ -248,7 +248,7 @@ def rank_main(rank: int, world: int, args, port: int | None = None) -> None:
     if port is not None:  # started by this tool, not torchrun
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    from gates.ranks import join, leave
+    from gates.side.rank import join, leave
 
     join("cuda" if torch.cuda.is_available() else "cpu")
     try:

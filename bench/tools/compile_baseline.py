@@ -6,9 +6,9 @@ import time
 
 import torch
 
-from gates.bench_side import Bench
-from gates.session import side_spec
-from gates.timing import Timer
+from gates.side.bench_side import Bench
+from gates.side.timing import Timer
+from gates.spec import side_spec
 from harness.settings import load
 
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 16

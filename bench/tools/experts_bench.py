@@ -12,7 +12,7 @@ full model's own MXFP4 weights and real-text routing, in one process.
 What it does:
 
 1. Builds the side the scorer builds (kern.yaml's gpu profile: model, layout, context, seed,
-   weight sets; ``gates.session.Side``) and runs one eager step per row count with a
+   weight sets; ``gates.side.session.Side``) and runs one eager step per row count with a
    dispatcher hook that records every ``moe.experts`` call's ``x`` and ``ids`` (the router's
    real-text choices) and its layer's weights. Then it drops the decode state.
 2. Per row count, ``--sets`` MoE layers spread over the model are the input sets. Checks, on
@@ -26,7 +26,7 @@ What it does:
    rounds; the median replay over the sets is the time per call. Bytes per call are the op's
    roofline formula (kernels/k31/moe/roofline.py: touched experts' w1/s1/w2/s2, x rows, y
    rows, ids) averaged over the sets; bandwidth is bytes over time, also as a percentage of
-   the streaming read bandwidth measured in this run (gates.timing.read_bandwidth).
+   the streaming read bandwidth measured in this run (gates.side.timing.read_bandwidth).
 4. Per kernel, on the default and the baseline (every variant at ``--breakdown-rows``):
    torch.profiler over a few replays (device time of each kernel name per call), to show where
    the op's time goes.
@@ -106,7 +106,7 @@ def bandwidth_row(bytes_per_call: float, ms: float, read_bps: float | None) -> d
 def table(result: dict) -> str:
     bw = result.get("read_bandwidth_Bps") or 0
     pct = lambda row: f"{row['pct_of_read_bw']:6.1f}" if row["pct_of_read_bw"] is not None else "     -"  # noqa: E731
-    lines = [f"read bandwidth {bw / 1e12:.2f} TB/s (gates.timing.read_bandwidth, this run)",
+    lines = [f"read bandwidth {bw / 1e12:.2f} TB/s (gates.side.timing.read_bandwidth, this run)",
              f"{'rows':>5} {'touched':>7} {'MB/call':>8} {'base ms':>8} {'base %':>6} "
              f"{'new ms':>7} {'new %':>6} {'speedup':>7}  best sweep (ms, %)"]
     for rows, b in result["buckets"].items():
@@ -257,9 +257,10 @@ def main(argv=None) -> int:
     ap.add_argument("--context", type=int, default=None)
     args = ap.parse_args(argv)
 
-    from gates.numerics import compare, poison, unwritten
-    from gates.session import Side, Spec, environment, side_spec
-    from gates.timing import read_bandwidth
+    from gates.side.numerics import compare, poison, unwritten
+    from gates.side.session import Side, Spec, environment
+    from gates.side.timing import read_bandwidth
+    from gates.spec import side_spec
     from harness import settings as hsettings
     from kernels.k31 import reference as ref
     from kernels.k31 import tunables

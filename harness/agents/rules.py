@@ -1,9 +1,9 @@
 """Which paths an agent may write, and resolving a path an agent names inside its worktree.
 
 :func:`allowed_edit` is pure: a repository-relative POSIX path and the brief's globs in, a
-decision and a sentence out. Globs match the way the gates' protected check does
-(``fnmatch``, where ``*`` also crosses ``/``), so a backend refuses at least what the scope
-gate would reject later; the scope gate stays the authority (a backend's word is never
+decision and a sentence out. Globs match by the gates' own rule (``gates.scope.match``,
+where ``*`` also crosses ``/``), so a backend refuses at least what the scope gate would
+reject later; the scope gate stays the authority (a backend's word is never
 trusted), this only saves an attempt from being thrown away at the end.
 
 :func:`resolve_in_tree` touches the filesystem only to follow symlinks: an agent may name a
@@ -11,10 +11,11 @@ path through a symlink or with ``..``, and what counts is where the bytes would 
 """
 from __future__ import annotations
 
-import fnmatch
 import os
 import posixpath
 from pathlib import Path
+
+from gates.scope import match
 
 
 class PathRefused(ValueError):
@@ -36,12 +37,12 @@ def allowed_edit(path: str, editable, protected) -> tuple[bool, str]:
         return False, f"{path!r} is outside the worktree (paths are relative to its root)"
     if ".git" in p.split("/"):
         return False, f"{p} is inside .git (git's own data; commits are made by finish)"
-    for g in protected:
-        if fnmatch.fnmatchcase(p, g):
-            return False, f"{p} is protected (matches protected glob {g!r} of kern.yaml)"
-    for g in editable:
-        if fnmatch.fnmatchcase(p, g):
-            return True, f"{p} matches editable glob {g!r}"
+    g = match(p, protected)
+    if g is not None:
+        return False, f"{p} is protected (matches protected glob {g!r} of kern.yaml)"
+    g = match(p, editable)
+    if g is not None:
+        return True, f"{p} matches editable glob {g!r}"
     globs = ", ".join(repr(g) for g in editable) or "none given"
     return False, f"{p} is outside the editable globs ({globs})"
 

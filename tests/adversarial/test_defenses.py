@@ -12,11 +12,11 @@ import pytest
 import torch
 import yaml
 
-from gates import stats, tamper
+from gates import filemarks, scope, stats
 from gates.accuracy import TestRequest, tap_spec
-from gates.bench_side import stray_threads
-from gates.session import tap_rows
-from harness import scope
+from gates.side import tamper
+from gates.side.bench_side import stray_threads
+from gates.spec import tap_rows
 from harness.settings import validate
 from tests.gates.candidates import ROOT
 
@@ -114,7 +114,7 @@ def test_the_checks_read_an_outputs_memory_not_what_a_subclass_says():
     """Case 16 (lazy outputs): a tensor subclass whose ``__torch_function__`` does the op's work
     when the output is first read would have the checker trigger the work after the timed
     region; the scorer's and the tap's reads see the memory (still the poison)."""
-    from gates import bench_side, tap
+    from gates.side import bench_side, tap
 
     work = []
 
@@ -155,7 +155,7 @@ def test_stray_threads_are_those_running_tree_code():
 def test_whole_input_sets_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
     """Case 1, keyed on the inputs: the bench gives every timed replay (and verify) a fresh
     input set, always at the workload's step-1 positions (every timed replay starts from the
-    same state, gates/timed.py), so no whole token set repeats. One row's token does: at the
+    same state, gates/side/timed.py), so no whole token set repeats. One row's token does: at the
     gpu profile's bench (256 rows, 104 sets, the full vocabulary) 8329 of 26112 (row, token)
     pairs of sets 2.. had come before in the same row (measured), so a cache of one row's
     outputs keyed on that row's inputs is not ruled out by this (see the catalogue)."""
@@ -186,7 +186,7 @@ def test_seal_names_another_class_bound_to_the_event_name(monkeypatch):
     """Case 14: a subclass of torch.cuda.Event bound in its place (events that keep no time)
     inherits record and elapsed_time, so only the seal of the name itself sees it; the
     scorer's timer keeps the class bound before the tree loaded."""
-    from gates import timing
+    from gates.side import timing
 
     seal = tamper.Seal()
     real = torch.cuda.Event
@@ -201,14 +201,14 @@ def test_seal_names_another_class_bound_to_the_event_name(monkeypatch):
 
 
 def test_seal_fails_loudly_on_a_name_that_no_longer_exists():
-    with pytest.raises(RuntimeError, match="gates.timing.Timer.gone is sealed but does not exist"):
-        tamper.Seal(names=(("gates.timing", "Timer.gone"),))
+    with pytest.raises(RuntimeError, match="gates.side.timing.Timer.gone is sealed but does not exist"):
+        tamper.Seal(names=(("gates.side.timing", "Timer.gone"),))
 
 
 def test_workload_reader_is_the_tree_code_on_the_stack():
     tree = Path("/runs/worktrees/abc")
     corpus = "/runs/worktrees/abc/kernels/k31/workload/corpus/austen.txt"
-    gate = ["/work/kern/gates/session.py", "/work/kern/gates/bench_side.py"]
+    gate = ["/work/kern/gates/side/session.py", "/work/kern/gates/side/bench_side.py"]
     protected = ["/runs/worktrees/abc/kernels/k31/workload/__init__.py"]
     kernel = ["/runs/worktrees/abc/kernels/k31/moe/situ.py"]
     assert tamper.workload_reader(corpus, protected + gate, tree) is None  # the gates' own read
@@ -235,7 +235,7 @@ def test_workload_audit_refuses_and_remembers_a_kernels_read(tmp_path):
     script = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(tmp_path)!r})
-from gates.tamper import WorkloadAudit
+from gates.side.tamper import WorkloadAudit
 audit = WorkloadAudit({str(tmp_path)!r}, {{{str(tmp_path / "rec")!r}: "main's recording"}}).install()
 from kernels.k31 import workload
 from kernels.k31.moe import situ
@@ -287,7 +287,7 @@ def test_a_replaced_stdin_is_named():
 def test_tree_frame_is_the_innermost_frame_of_the_trees_own_code():
     tree = Path("/runs/worktrees/abc")
     kernel = "/runs/worktrees/abc/kernels/k31/moe/situ.py"
-    gate = "/work/kern/gates/tap.py"
+    gate = "/work/kern/gates/side/tap.py"
     workload = "/runs/worktrees/abc/kernels/k31/workload/__init__.py"
     assert tamper.tree_frame([gate], tree) is None
     assert tamper.tree_frame([workload, gate], tree) is None  # the protected workload's own code
@@ -307,7 +307,7 @@ def test_gc_searches_from_tree_code_are_refused_and_remembered(tmp_path):
     script = f"""
 import gc, sys
 sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(tmp_path)!r})
-from gates.tamper import WorkloadAudit, verdict
+from gates.side.tamper import WorkloadAudit, verdict
 audit = WorkloadAudit({str(tmp_path)!r}).install()
 from kernels.k31.moe import situ
 assert gc.get_objects() and gc.get_referrers(audit) is not None  # the gates may
@@ -331,22 +331,22 @@ def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_p
     (tmp_path / "tree" / "__pycache__").mkdir(parents=True)
     (tmp_path / "tree" / "situ.py").write_text("x = 1\n")
     roots = [tmp_path / "rec" / "logits_a.pt", tmp_path / "rec" / "absent.json", tmp_path / "tree"]
-    before = tamper.file_marks(roots)
+    before = filemarks.file_marks(roots)
     assert sorted(Path(p).name for p in before) == ["logits_a.pt", "situ.py"]
     (tmp_path / "tree" / "__pycache__" / "situ.pyc").write_bytes(b"")  # Python's, on import
     (tmp_path / "rec" / "noise.json").write_text("{}")  # main's noise passes, beside it
-    assert tamper.changed_files(before, tamper.file_marks(roots)) == []
+    assert filemarks.changed_files(before, filemarks.file_marks(roots)) == []
     time.sleep(0.01)
     p = tmp_path / "rec" / "logits_a.pt"
     p.write_bytes(p.read_bytes())
     (tmp_path / "tree" / "situ.py").unlink()
-    assert tamper.changed_files(before, tamper.file_marks(roots)) == [str(p), str(tmp_path / "tree" / "situ.py")]
+    assert filemarks.changed_files(before, filemarks.file_marks(roots)) == [str(p), str(tmp_path / "tree" / "situ.py")]
 
 
 def test_a_side_that_was_caught_tampering_is_rejected_not_crashed():
     from gates import sides
     from harness.pipeline import decide_outcome
-    from harness.scope import ScopeResult
+    from gates.scope import ScopeResult
 
     tail = "Traceback ...\nPermissionError: tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/x"
     assert sides.classify(1, False, tail) == "tampered"
@@ -361,7 +361,7 @@ def test_a_side_that_was_caught_tampering_is_rejected_not_crashed():
 
 
 def test_fresh_memory_reads_as_poison_in_a_tap_side():
-    from gates.numerics import poison_fresh_memory
+    from gates.side.numerics import poison_fresh_memory
 
     was = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     try:

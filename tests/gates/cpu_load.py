@@ -23,7 +23,7 @@ import random
 
 from gates.bench import analyse, pattern
 from harness.pipeline import Outcome, decide_outcome
-from harness.scope import ScopeResult
+from gates.scope import ScopeResult
 
 CORES = 2
 PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gates import fingerprint as F
+from gates.side import fingerprint as F
 
 M32 = 0xFFFFFFFF
 

@@ -25,7 +25,7 @@ import pytest
 
 from gates.bench import analyse, bench_settings, pattern
 from harness.pipeline import decide_outcome
-from harness.scope import ScopeResult
+from gates.scope import ScopeResult
 from harness.settings import load
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ Leaving an op out must not feed later kernels uninitialised buffers (a router le
 fresh step used to hand the experts garbage ids)."""
 import pytest
 
-from gates.driver import profile
-from gates.session import Side, Spec
+from gates.side.driver import profile
+from gates.side.session import Side, Spec
 
 # slow: run serially after the unit tests (.ci/run), so the A/B timings of the bench and
 # loop tests never share the two cores with other interpreter processes

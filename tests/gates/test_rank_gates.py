@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from gates import ranks
-from gates.profile import COLLECTIVES, Collectives, Omit, OpClock
+from gates.side.profile import COLLECTIVES, Collectives, Omit, OpClock
 from tests.gates.candidates import candidate, make_repo
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from gates.accuracy import TestRequest, run_test
 from gates.bench import BenchRequest, report_lines, run_bench
 from harness import faults
 from harness.pipeline import decide_outcome
-from harness.scope import ScopeResult
+from gates.scope import ScopeResult
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 

@@ -1,5 +1,5 @@
 """The scorer judges what it times: the timed replays' outputs of two sides compared replay by
-replay (``gates/timed.py``), and the decision on them (``verdict.judge_timed``), the roofline
+replay (``gates/side/timed.py``), and the decision on them (``verdict.judge_timed``), the roofline
 floor and the reference sample (``gates/stats.py``, ``gates/bench.py``) as pure functions."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gates import stats, timed
+from gates import stats
+from gates.side import timed
 from gates.bench import draw_secrets, reference_sample
 from gates.verdict import judge_timed, logit_stats
 
@@ -179,7 +180,7 @@ def test_only_a_clean_gain_above_the_bar_is_measured_again():
 
 def test_a_large_gain_merges_only_when_the_second_measurement_reproduces_it():
     from harness.pipeline import decide_outcome
-    from harness.scope import ScopeResult
+    from gates.scope import ScopeResult
 
     test = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
     guard = {"guard_ok": True, "guard": "guard ok"}
@@ -261,7 +262,7 @@ def test_the_rule_judges_the_sample_when_there_is_one():
 
 
 def test_the_pinned_pass_references_per_op_calls_of_each_op_drawn_by_the_seed():
-    from gates.tap import reference_picks
+    from gates.side.tap import reference_picks
 
     calls = [{"op": "moe.experts", "kept": True}] * 10 + [{"op": "moe.situ", "kept": True}] * 2 + \
         [{"op": "kda.core"}] * 5  # not kept: not pinned

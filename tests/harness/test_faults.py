@@ -28,7 +28,7 @@ from harness.agents.base import Proposal, ProposalError, parse_proposal
 from harness.orchestrator import (Orchestrator, _alive, _read_pid, acquire_loop_lock, attempt_dir,
                                   failure_reason)
 from harness.pipeline import decide_outcome, merged_unrecorded, phase_definition, try_commit
-from harness.scope import ScopeResult
+from gates.scope import ScopeResult
 from tests.gates.candidates import candidate, context, make_repo
 
 SITU = "kernels/k31/moe/situ.py"

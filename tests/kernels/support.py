@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from gates.numerics import bitwise_equal, compare, poison, unwritten
+from gates.side.numerics import bitwise_equal, compare, poison, unwritten
 from kernels.k31 import contracts
 from kernels.k31.config import Dims, Layout, Shapes
 
@@ -55,7 +55,7 @@ def run_and_compare(op_name: str, sh: Shapes, args: dict, *, rel_rms: float, max
     on the originals; assert every output and state write is within tolerance.
 
     ``exact`` names outputs that must match bit for bit (indices, counts). Returns the
-    per-tensor :class:`~gates.numerics.Diff` for reporting.
+    per-tensor :class:`~gates.side.numerics.Diff` for reporting.
     """
     spec = contracts.op(op_name)
     ref_args = {k: v for k, v in args.items() if k not in spec.outputs}

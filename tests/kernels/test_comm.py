@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from gates.numerics import bitwise_equal, poison, unwritten
+from gates.side.numerics import bitwise_equal, poison, unwritten
 from kernels.k31.collectives import (ALL_REDUCE_ENV, ONESHOT_BUFFER_BYTES, CollectivesError,
                                      all_reduce_mode, choose_all_reduce, oneshot_refusal,
                                      oneshot_unavailable, step_all_reduce_bytes, sum_in_rank_order)

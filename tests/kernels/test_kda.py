@@ -19,7 +19,7 @@ import os
 import pytest
 import torch
 
-from gates.numerics import bitwise_equal, compare, poison, unwritten
+from gates.side.numerics import bitwise_equal, compare, poison, unwritten
 from kernels.k31 import contracts
 from kernels.k31 import tunables as tunables_mod
 from kernels.k31.config import Dims, Layout, Shapes

@@ -16,7 +16,7 @@ import os
 import pytest
 import torch
 
-from gates.numerics import bitwise_equal, poison
+from gates.side.numerics import bitwise_equal, poison
 from kernels.k31 import contracts
 from kernels.k31.config import Dims, Layout, Shapes
 from kernels.k31.lm_head import head as head_module

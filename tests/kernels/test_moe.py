@@ -17,7 +17,7 @@ import os
 import pytest
 import torch
 
-from gates.numerics import bitwise_equal, compare, poison, unwritten
+from gates.side.numerics import bitwise_equal, compare, poison, unwritten
 from kernels.k31 import contracts
 from kernels.k31 import reference as ref
 from kernels.k31.config import Dims, Layout, Shapes

@@ -54,18 +54,18 @@ SEALED = (
     ("torch.cuda", "CUDAGraph.replay"), ("torch.cuda", "CUDAGraph.capture_begin"),
     ("torch.cuda", "CUDAGraph.capture_end"), ("torch.cuda", "graph"),
     ("json", "dumps"), ("json", "loads"), ("sys", "stdin"),
-    ("gates.timing", "Timer.measure"), ("gates.timing", "Timer.once"),
-    ("gates.timing", "Timer.capture"), ("gates.numerics", "poison"),
-    ("gates.numerics", "unwritten"), ("gates.numerics", "compare"),
-    ("gates.fingerprint", "digest_on_device"), ("gates.fingerprint", "raw_hash"),
-    ("gates.fingerprint", "Pending.digest"), ("gates.fingerprint", "Pending.count"),
-    ("gates.fingerprint", "Pending.resolve"),
-    ("gates.bench_side", "Bench.time"), ("gates.bench_side", "Bench.verify"),
-    ("gates.bench_side", "Bench._next_inputs"), ("gates.bench_side", "reply"),
-    ("gates.tap", "TapHook.__call__"), ("gates.tap", "TapHook._before"),
-    ("gates.tap", "TapHook._after"), ("gates.tap", "TapHook.settle"),
-    ("gates.tap", "free_pass"), ("gates.tap", "pinned_pass"),
-    ("gates.tamper", "Seal.replaced"), ("gates.tamper", "WorkloadAudit.__call__"),
+    ("gates.side.timing", "Timer.measure"), ("gates.side.timing", "Timer.once"),
+    ("gates.side.timing", "Timer.capture"), ("gates.side.numerics", "poison"),
+    ("gates.side.numerics", "unwritten"), ("gates.side.numerics", "compare"),
+    ("gates.side.fingerprint", "digest_on_device"), ("gates.side.fingerprint", "raw_hash"),
+    ("gates.side.fingerprint", "Pending.digest"), ("gates.side.fingerprint", "Pending.count"),
+    ("gates.side.fingerprint", "Pending.resolve"),
+    ("gates.side.bench_side", "Bench.time"), ("gates.side.bench_side", "Bench.verify"),
+    ("gates.side.bench_side", "Bench._next_inputs"), ("gates.side.bench_side", "reply"),
+    ("gates.side.tap", "TapHook.__call__"), ("gates.side.tap", "TapHook._before"),
+    ("gates.side.tap", "TapHook._after"), ("gates.side.tap", "TapHook.settle"),
+    ("gates.side.tap", "free_pass"), ("gates.side.tap", "pinned_pass"),
+    ("gates.side.tamper", "Seal.replaced"), ("gates.side.tamper", "WorkloadAudit.__call__"),
 )
 
 
@@ -127,7 +127,7 @@ class Seal:
                 self.sealed[(module, path)] = _lookup(module, path)
             except (KeyError, AttributeError):
                 raise RuntimeError(f"tamper: {module}.{path} is sealed but does not exist; whoever "
-                                   f"renamed it updates SEALED in gates/tamper.py") from None
+                                   f"renamed it updates SEALED in gates/side/tamper.py") from None
 
     def replaced(self) -> list[str]:
         return replaced(self.sealed)
@@ -294,24 +294,3 @@ def clear_persisting_l2(device) -> int | None:
                            f"(expected 0, CUDA_SUCCESS): the environment's driver refuses "
                            f"cuCtxSetLimit/cuCtxResetPersistingL2Cache")
     return held
-
-
-def file_marks(roots) -> dict:
-    """``{path: (inode, size, ctime_ns)}`` of each file in ``roots`` and of every file under
-    each folder in it (``__pycache__`` aside: Python writes there on import). Any write,
-    replacement or touch of a file changes its ctime, and user code cannot set a ctime back."""
-    marks = {}
-    for root in map(Path, roots):
-        files = [root] if root.is_file() else sorted(root.rglob("*")) if root.exists() else []
-        for p in files:
-            if "__pycache__" in p.parts or not p.is_file():
-                continue
-            st = p.stat()
-            marks[str(p)] = (st.st_ino, st.st_size, st.st_ctime_ns)
-    return marks
-
-
-def changed_files(before: dict, after: dict) -> list[str]:
-    """Pure: the files of ``before`` that changed or vanished by ``after`` (new files are
-    someone else's, e.g. main's noise passes written beside its recording)."""
-    return [p for p, m in before.items() if after.get(p) != m]

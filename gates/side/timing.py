@@ -13,7 +13,7 @@ import torch
 
 # bound when the gates load, before the candidate's tree does: a tree that binds another class
 # to torch.cuda.Event (one whose events keep no time) does not change what times the replays;
-# the tamper seal names it (gates/tamper.py)
+# the tamper seal names it (gates/side/tamper.py)
 EVENT = torch.cuda.Event
 
 

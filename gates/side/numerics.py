@@ -4,6 +4,8 @@
   (NaN for floats, a sentinel for integers).
 * ``compare``: elements differing, max difference in ulps of the reference, relative RMS,
   NaN/Inf counts and whether only signed zeros differ.
+* ``written_rows``: the rows of a cache (``_is_big``: too large to copy whole) that a call
+  changed, so a cache is compared by what the call wrote (the tap, the reference check).
 """
 from __future__ import annotations
 
@@ -136,3 +138,19 @@ def _element_differs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bytes(a), _bytes(b))
+
+
+def _is_big(t: torch.Tensor) -> bool:
+    """Caches: tensors of pages (kept as the rows a call writes, not whole)."""
+    return t.dim() >= 2 and t.numel() > (1 << 22)
+
+
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """A big state tensor as ``[rows, bytes]`` (a row = its last dimension)."""
+    return t.reshape(-1, t.shape[-1]).view(torch.uint8).reshape(-1, t.shape[-1] * t.element_size())
+
+
+def written_rows(before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row indices, their new contents) of a big state tensor that a call changed."""
+    changed = (_rows(before) != _rows(after)).any(dim=1).nonzero().flatten()
+    return changed, after.reshape(-1, after.shape[-1])[changed].clone()

@@ -5,7 +5,6 @@ from the tree under test. ``open_tree`` must run before anything imports ``kerne
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -45,14 +44,3 @@ def import_tree() -> None:
 
     for spec in contracts.OPS.values():
         spec.load_kernel()
-
-
-def prepare_interpreter() -> None:
-    """Without a GPU the Triton kernels run in the interpreter; set before triton imports."""
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ.setdefault("TRITON_INTERPRET", "1")
-    except ImportError:
-        pass

@@ -2,8 +2,8 @@
 
 A candidate must be exactly one commit on top of its base; every changed path must match an
 editable glob and no protected glob; the change must stay under a size limit and add no
-dependency (dependency files are protected). Globs follow ``fnmatch`` (``*`` crosses ``/``),
-the same rule the agents' edit tools apply.
+dependency (dependency files are protected). Globs follow :func:`match` (``*`` crosses ``/``),
+the one rule the accuracy gate's protected check and the agents' edit tools apply too.
 
 The changed files' contents are checked too (``source_problems``), because a commit can stay
 inside the editable globs and still bring in what the gates cannot judge:
@@ -24,7 +24,7 @@ inside the editable globs and still bring in what the gates cannot judge:
   against itself, whatever fast path it shows.
 
 These are static checks of what the commit says; the sides check at run time what the code
-does (``gates/tamper.py``).
+does (``gates/side/tamper.py``).
 """
 from __future__ import annotations
 
@@ -56,8 +56,18 @@ class ScopeResult:
         return "; ".join(self.problems[:4])
 
 
+def match(path: str, globs) -> str | None:
+    """The first of ``globs`` that ``path`` (repository-relative, POSIX) matches, or None.
+
+    kern-loop's one glob rule, used by this gate, the accuracy gate's protected check and the
+    agents' edit tools: ``fnmatch.fnmatchcase``, where ``*`` also crosses ``/`` and case
+    counts on every platform (``fnmatch.fnmatch``, which the gates used before, is the same on
+    POSIX and folds case on Windows)."""
+    return next((g for g in globs if fnmatch.fnmatchcase(path, g)), None)
+
+
 def matches(path: str, globs: list[str]) -> bool:
-    return any(fnmatch.fnmatch(path, g) for g in globs)
+    return match(path, globs) is not None
 
 
 def check(*, commits: int, paths: list[str], changed_lines: int, editable: list[str],

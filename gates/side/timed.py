@@ -1,6 +1,6 @@
 """The scorer's judged outputs: what every timed replay produced, kept and compared with main's.
 
-Runs inside a bench side's process (``gates/bench_side.py``); the decision on what it measured
+Runs inside a bench side's process (``gates/side/bench_side.py``); the decision on what it measured
 is ``verdict.judge_timed``, in the loop's process.
 
 Why: a candidate can compute honestly while the accuracy gate watches and skip work in the
@@ -203,7 +203,7 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
     ``verdict.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
     (``{"rows": N, "seed": S}``) ``logits_sample``: the same over N rows of all buckets drawn
     with S. With an identical claim only digests are kept: no logits statistics."""
-    from .verdict import logit_stats
+    from ..verdict import logit_stats
 
     a = joined(a) if a and isinstance(a[0], dict) else load(a)
     b = joined(b) if b and isinstance(b[0], dict) else load(b)

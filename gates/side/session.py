@@ -1,6 +1,6 @@
 """One side's process: a revision's tree, its model on one device, the workload and steps.
 
-Runs inside the side's subprocess (see ``gates/driver.py``) after ``tree.open_tree``; the
+Runs inside the side's subprocess (see ``gates/side/driver.py``) after ``tree.open_tree``; the
 model, weights, caches and workload come from the tree's protected modules, the step and
 kernels from the tree. Nothing here decides a verdict.
 """
@@ -49,26 +49,6 @@ class Spec:
         return Spec(**{k: d[k] for k in Spec.__dataclass_fields__ if k in d})
 
 
-def side_spec(settings: dict, profile: dict, **fields) -> dict:
-    """A side's spec from kern.yaml: the profile's model and layout, the target's seed and
-    weight sets, the profile's context; ``fields`` add or override (rows, steps, ...)."""
-    tgt = settings["target"]
-    return {"model": profile["model"], "layout": profile["layout"], "seed": tgt["seed"],
-            "weight_sets": tgt["weight_sets"], "context": profile["context"], **fields}
-
-
-def tap_rows(test_rows: list[int], buckets: list[int], extra=()) -> list[int]:
-    """The accuracy gate's batch sizes: the profile's test rows, the judgment's hidden extra
-    ones (``extra``), then every bucket the scorer times that is not among them. A kernel
-    special-cased to the bench's batch sizes must meet the gate at exactly those sizes,
-    whatever a profile's test rows say; one special-cased to the visible sizes meets sizes
-    it could not know. The spec a side gets holds the visible ones (``tap_rows(t, b)``); the
-    side adds the hidden ones it is handed as ``tap_rows(spec_rows, [], extra)``."""
-    out = list(dict.fromkeys(test_rows))
-    out += [r for r in dict.fromkeys(extra) if r not in out]
-    return out + [b for b in dict.fromkeys(buckets) if b not in out]
-
-
 class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 
@@ -82,7 +62,7 @@ class Side:
         self.spec, self.device = spec, torch.device(device)
         self.dims = Dims.named(spec.model, kda_state_dtype=spec.state_dtype)
         self.layout = Layout.named(spec.layout, rank=rank, world=spec.world)
-        # world > 1: the process group is up (gates.ranks.join) and this process is `rank`
+        # world > 1: the process group is up (gates.side.rank.join) and this process is `rank`
         self.comm = Distributed(self.layout) if spec.world > 1 else Identity()
         self.max_rows = max(spec.rows)
         # the workload's tokens and positions follow the judgment's hidden input seed (None:

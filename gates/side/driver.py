@@ -1,4 +1,4 @@
-"""The entry point of one side's subprocess: ``python -m gates.driver MODE --tree T --spec J``.
+"""The entry point of one side's subprocess: ``python -m gates.side.driver MODE --tree T --spec J``.
 
 The harness starts it with a minimal environment in the harness root; it loads the revision's
 kernel tree from ``--tree``, builds the seeded model on the device and does one job, writing
@@ -13,8 +13,8 @@ Modes:
   run      every batch size: one eager step (NaN and poison checks), graph capture and timed
            replays, peak memory; the per-op profile at --profile-rows; the whole step's error
            against the reference ops at --ref-rows.
-  tap      (gates/tap.py) record or replay the accuracy gate's tap.
-  bench    (gates/bench_side.py) timed rounds for the scorer, driven over stdin.
+  tap      (gates/side/tap.py) record or replay the accuracy gate's tap.
+  bench    (gates/side/bench_side.py) timed rounds for the scorer, driven over stdin.
 """
 from __future__ import annotations
 
@@ -25,15 +25,17 @@ import sys
 import time
 from pathlib import Path
 
-from .sides import IMPORTED
-from .tree import open_tree, prepare_interpreter
+from ..interpreter import prepare_interpreter
+from ..sides import IMPORTED
+from .rank import rank_digests
+from .tree import open_tree
 
 
 HIDDEN_MODES = ("run", "tap", "bench")  # the modes whose inputs a judgment's hidden values set
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gates.driver")
+    ap = argparse.ArgumentParser(prog="python -m gates.side.driver")
     ap.add_argument("mode", choices=("run", "tap", "bench", "store"))
     ap.add_argument("--tree", required=True)
     ap.add_argument("--spec", required=True, help="JSON: the side's Spec and mode options")
@@ -79,9 +81,9 @@ def main(argv=None) -> int:
     rank = 0
     if int(spec.get("world", 1)) > 1:
         if args.mode == "store":
-            raise SystemExit(f"gates.driver: the model store serves one process, not a rank "
+            raise SystemExit(f"gates.side.driver: the model store serves one process, not a rank "
                              f"group (world {spec['world']}): each rank builds its own share")
-        from .ranks import join
+        from .rank import join
 
         rank, device = join(device, float(spec.get("collective_timeout_s", 600)))
     if args.mode == "run":
@@ -101,7 +103,7 @@ def main(argv=None) -> int:
         raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
     out.write_text(json.dumps(result, indent=1, default=str))
     if rank or int(spec.get("world", 1)) > 1:
-        from .ranks import leave
+        from .rank import leave
 
         leave()
     return 0
@@ -115,7 +117,7 @@ def receive_hidden(seal):
     candidate's code read it first."""
     import os
 
-    from .hidden import Hidden
+    from ..hidden import Hidden
     from .tamper import TamperError
 
     moved = seal.stdin_replaced()
@@ -145,7 +147,7 @@ def limit_memory() -> None:
     import os
     import resource
 
-    from .sides import MEMORY_VARIABLE
+    from ..sides import MEMORY_VARIABLE
 
     want = int(os.environ.get(MEMORY_VARIABLE) or 0)
     if want <= 0:
@@ -259,26 +261,6 @@ def op_error(side, rows: int) -> dict:
     step.run()
     side.restore_rows(snap)
     return check.table()
-
-
-def rank_digests(side, step, logits=None) -> dict:
-    """Hashes that every rank of a multi-process step must share: what is replicated (final
-    hidden state, residual snapshots and partial, top values, next tokens) and the gathered
-    logits (``logits``: already gathered; else gathered here, a collective)."""
-    import hashlib
-
-    import torch
-
-    def sha(*tensors) -> str:
-        h = hashlib.sha256()
-        for t in tensors:
-            h.update(t.detach().contiguous().cpu().view(-1).view(torch.uint8).numpy().tobytes())
-        return h.hexdigest()[:16]
-
-    if logits is None:
-        logits = side.comm.gather_shares(step.logits)
-    return {"replicated_sha": sha(step.x, step.snaps, step.partial, step.top_val, step.next_token),
-            "logits_sha": sha(logits)}
 
 
 def routing_summary(step, sh) -> dict:

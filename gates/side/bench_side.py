@@ -6,7 +6,7 @@ an input set never used before in this process (at fixed positions) and the outp
 poisoned; after it (untimed) a device-side check records whether the outputs were fully
 written, finite and different from the previous replay's (reading the outputs' memory, not
 what a tensor subclass of the candidate's says: its methods could do the work when the check
-reads), and ``gates/timed.py`` keeps the replay's outputs and state digests, which main's side
+reads), and ``gates/side/timed.py`` keeps the replay's outputs and state digests, which main's side
 compares with its own replay by replay (``judge_outputs``): the outputs of the replays that were
 timed are the outputs judged. So a kernel that caches results across replays, leaves outputs
 unwritten, or skips work only in the timed replays shows up as a failed check rather than a
@@ -14,10 +14,10 @@ faster score. On a GPU the L2 set aside for persisting accesses is zeroed before
 of timed replays (an access policy window cannot keep data in L2 across replays) and a raise
 beyond main's is reported. After each replay it also counts other Python threads still running the tree's code
 (work carried out of the timed region) and asks the tamper seal whether the candidate
-replaced the clocks or the checks (``gates/tamper.py``). ``verify`` re-runs one unseen input
+replaced the clocks or the checks (``gates/side/tamper.py``). ``verify`` re-runs one unseen input
 from the initial state through the graph and eagerly and compares them: the graph computes
 what the step computes. With ``ops`` its eager run also checks op calls against the protected
-reference (``gates/opcheck.py``) at every bucket: here, in the scorer's process and at its
+reference (``gates/side/opcheck.py``) at every bucket: here, in the scorer's process and at its
 shapes (all calls at the first bucket, a sample drawn afresh per run at the others).
 
 The model comes from the side's own build, or from a store process through CUDA IPC when
@@ -29,7 +29,7 @@ Commands (one JSON object per line; one JSON reply per line on stdout, after the
                                                build/attach, compile and capture every bucket;
                                                H: the judgment's hidden inputs (its input
                                                seed sets the workload), or null; S: the seed
-                                               of the state sketches (gates/timed.py)
+                                               of the state sketches (gates/side/timed.py)
   {"cmd": "time", "bucket": B, "n": N, "first": F}
                                                N timed replays on input sets F, F+1, ...
                                                -> {"times": [...], "checks": {...}}
@@ -97,7 +97,7 @@ class Bench:
         self.l2_left = None  # the persisting-L2 set-aside the gates last left (None: not yet)
         self.sums = {}
         self.record = TimedRecord(self.side, sketch_seed, claim)
-        # every replay decodes at the workload's step-1 positions (see gates/timed.py: with
+        # every replay decodes at the workload's step-1 positions (see gates/side/timed.py: with
         # the recurrent state reset, a replay is then a function of its input set alone)
         _, self.positions = self.side.workload.step_inputs(1, self.dev)
 
@@ -105,7 +105,7 @@ class Bench:
         from .timing import Timer
 
         t0 = time.monotonic()
-        # every timed replay starts from this copy (gates/timed.py)
+        # every timed replay starts from this copy (gates/side/timed.py)
         self.record.snapshot_initial(max(self.buckets))
         for b in self.buckets:
             step = self.side.step(b)
@@ -203,7 +203,7 @@ class Bench:
             self.l2_left = 0
         out = {"times": times, "checks": checks, "untimed_ms": spans.totals_ms()}
         if self.spec.world > 1:  # the coordinator checks that every rank ended the same
-            from .driver import rank_digests
+            from .rank import rank_digests
 
             d = rank_digests(self.side, step)
             every = hashlib.sha256(torch.stack(replicated).cpu().numpy().tobytes()).hexdigest()[:16]
@@ -326,7 +326,7 @@ def stray_threads(frames: dict, me: int, kernels_dir: str) -> int:
 
 def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> dict:
     """Serve commands until 'quit'; the driver's JSON result is a summary. ``seal`` and
-    ``audit`` (``gates/tamper.py``) were made before the tree's kernels were loaded."""
+    ``audit`` (``gates/side/tamper.py``) were made before the tree's kernels were loaded."""
     bench = None
     served = 0
     sys.stdout = sys.stderr  # stray prints must not corrupt the reply channel
@@ -341,7 +341,7 @@ def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> 
                 reply({"ok": True})
                 break
             if cmd == "prepare":
-                from .hidden import Hidden
+                from ..hidden import Hidden
 
                 hidden = msg.get("hidden")
                 hidden = None if hidden is None else Hidden.from_dict(hidden, "the prepare request")

@@ -32,8 +32,9 @@ from pathlib import Path
 import torch
 
 from .fingerprint import raw_hash
-from .numerics import INT_POISON, compare, poison, unwritten
-from .session import Side, Spec, environment, log, tap_rows
+from ..spec import tap_rows
+from .numerics import INT_POISON, _is_big, compare, poison, unwritten, written_rows
+from .session import Side, Spec, environment, log
 
 GUARD = 256  # elements of canary on each side of a guarded output
 RAW_READS = torch._C.DisableTorchFunctionSubclass  # bound before the tree loads (see TapHook)
@@ -213,28 +214,12 @@ def _outside(t: torch.Tensor, pend) -> int | None:
     return None if rest is None else pend.digest(rest)
 
 
-def _is_big(t: torch.Tensor) -> bool:
-    """Caches: tensors of pages (kept as the rows a call writes, not whole)."""
-    return t.dim() >= 2 and t.numel() > (1 << 22)
-
-
 def _nbytes(v) -> float:
     if isinstance(v, torch.Tensor):
         return v.numel() * v.element_size()
     if isinstance(v, tuple):
         return sum(_nbytes(x) for x in v)
     return 0.0
-
-
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """A big state tensor as ``[rows, bytes]`` (a row = its last dimension)."""
-    return t.reshape(-1, t.shape[-1]).view(torch.uint8).reshape(-1, t.shape[-1] * t.element_size())
-
-
-def written_rows(before: torch.Tensor, after: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row indices, their new contents) of a big state tensor that a call changed."""
-    changed = (_rows(before) != _rows(after)).any(dim=1).nonzero().flatten()
-    return changed, after.reshape(-1, after.shape[-1])[changed].clone()
 
 
 # ------------------------------------------------------------------ passes
@@ -282,7 +267,7 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
             base_hook.settle()
             logits = step.logits
             if side.spec.world > 1:  # every rank's vocabulary share, so any layout compares
-                from .driver import rank_digests
+                from .rank import rank_digests
 
                 logits = side.comm.gather_shares(step.logits)
                 d = rank_digests(side, step, logits)

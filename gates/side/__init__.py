@@ -1,0 +1,8 @@
+"""What runs inside a side's process: the one that imports the candidate's kernel tree.
+
+The loop's process starts it (``gates/sides.py``, ``gates/ranks.py``: ``python -m
+gates.side.driver MODE``) and reads back only what it writes; every verdict is made on the
+loop side (``gates/verdict.py``, ``gates/stats.py``). Nothing in ``harness/`` imports this
+package: code here shares its process with the candidate's code, so it measures and
+records, and its seal (``tamper.py``) says when that code reached into it.
+"""
