@@ -5,6 +5,8 @@ import json
 import sys
 from contextlib import contextmanager, nullcontext
 
+from .cli_shared import _context, add_rank_flags, rank_args
+
 
 def register(sub) -> None:
     p = sub.add_parser("ops", help="list every op: module, reference, kernel, test, roofline",
@@ -86,17 +88,6 @@ def register(sub) -> None:
     doctor.register(sub)
 
 
-def add_rank_flags(p, what: str, timed: bool = True) -> None:
-    slowest = "; a replay's time is its slowest rank's" if timed else ""
-    p.add_argument("--gpus", type=int, default=None,
-                   help=f"run {what} as this many processes, one per rank (1, 2, 4, 8; gloo on "
-                        f"the CPU, NCCL on GPUs): the model split TP/DCP/EP over them{slowest}")
-    p.add_argument("--emulate", type=int, default=None,
-                   help="with --gpus W: each process computes its rank's share of this larger "
-                        "layout (8: the published TP8+DCP8 / EP2xTP4), collectives over the W "
-                        "processes, so per-rank cost matches that deployment")
-
-
 def add_replay_flag(p) -> None:
     p.add_argument("--replay-attempt", type=int, default=None, metavar="N",
                    help="run with attempt N's hidden inputs (input seed, extra batch sizes) as the "
@@ -155,20 +146,6 @@ def hidden_inputs(args, repo, settings: dict, prof: dict):
     return recorded_hidden(attempt, n, path, prof["buckets"], prof["test_rows"]), n
 
 
-def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:
-    """(processes, layout) from --gpus/--emulate; None after saying why they cannot run."""
-    from gates import ranks
-
-    try:
-        import torch
-
-        return ranks.side_ranks(args.gpus, args.emulate, cuda,
-                                torch.cuda.device_count() if cuda else 0, model)
-    except ranks.RanksError as e:
-        print(f"kern {verb}: {e}", file=sys.stderr)
-        return None
-
-
 def op_table() -> list[dict]:
     import inspect
 
@@ -206,22 +183,6 @@ def cmd_ops(args) -> int:
         t.add_row(r["op"], r["kernel"], r["reference"].split(":")[1], r["test"], r["formula"])
     Console(width=200).print(t)
     return 0
-
-
-def _context(args):
-    """(repo, settings, profile, cuda, runs dir) for a verb that runs kernels."""
-    from pathlib import Path
-
-    import torch
-
-    from .settings import load
-
-    repo = Path(args.repo).resolve()
-    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
-    cuda = torch.cuda.is_available()
-    runs = repo / "runs"
-    runs.mkdir(exist_ok=True)
-    return repo, settings, settings.profile(cuda), cuda, runs
 
 
 def _progress(console):

@@ -46,7 +46,7 @@ def register(sub) -> None:
     p.add_argument("rev", nargs="?", default="WORKTREE")
     p.add_argument("--rows", type=int, default=None, help="batch size (default 128 on a GPU)")
     p.add_argument("--no-free", action="store_true", help="skip the leave-one-out column")
-    from .commands import add_rank_flags
+    from .cli_shared import add_rank_flags
 
     add_rank_flags(p, "the step (the table is rank 0's; each collective is a row of its own)")
     p.add_argument("--json", action="store_true")
@@ -59,7 +59,7 @@ def _ctx(args, progress=None):
 
     prepare_interpreter()
     from . import ledger as L
-    from .commands import _context
+    from .cli_shared import _context
     from .pipeline import Context
     from .worktrees import Repo
 
@@ -229,7 +229,7 @@ def cmd_profile(args) -> int:
     from gates import checkout, ranks
     from gates.spec import side_spec
 
-    from .commands import _context, rank_args
+    from .cli_shared import _context, rank_args
 
     repo, settings, prof, cuda, runs = _context(args)
     sides = rank_args(args, cuda, "profile", prof["model"])

@@ -1,0 +1,46 @@
+"""What the verb modules share (``commands.py``, ``loop_cmd.py``): the repository context of a
+verb that runs kernels and the ``--gpus``/``--emulate`` flags with their check."""
+from __future__ import annotations
+
+import sys
+
+
+def add_rank_flags(p, what: str, timed: bool = True) -> None:
+    slowest = "; a replay's time is its slowest rank's" if timed else ""
+    p.add_argument("--gpus", type=int, default=None,
+                   help=f"run {what} as this many processes, one per rank (1, 2, 4, 8; gloo on "
+                        f"the CPU, NCCL on GPUs): the model split TP/DCP/EP over them{slowest}")
+    p.add_argument("--emulate", type=int, default=None,
+                   help="with --gpus W: each process computes its rank's share of this larger "
+                        "layout (8: the published TP8+DCP8 / EP2xTP4), collectives over the W "
+                        "processes, so per-rank cost matches that deployment")
+
+
+def _context(args):
+    """(repo, settings, profile, cuda, runs dir) for a verb that runs kernels."""
+    from pathlib import Path
+
+    import torch
+
+    from .settings import load
+
+    repo = Path(args.repo).resolve()
+    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
+    cuda = torch.cuda.is_available()
+    runs = repo / "runs"
+    runs.mkdir(exist_ok=True)
+    return repo, settings, settings.profile(cuda), cuda, runs
+
+
+def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:
+    """(processes, layout) from --gpus/--emulate; None after saying why they cannot run."""
+    from gates import ranks
+
+    try:
+        import torch
+
+        return ranks.side_ranks(args.gpus, args.emulate, cuda,
+                                torch.cuda.device_count() if cuda else 0, model)
+    except ranks.RanksError as e:
+        print(f"kern {verb}: {e}", file=sys.stderr)
+        return None
