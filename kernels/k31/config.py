@@ -1,8 +1,9 @@
 """K3.1 dimensions, the parallel layout, and the per-rank shapes they imply.
 
 Protected: the gates, the weights and the workload are all derived from these objects, so a
-candidate commit may not edit this file. Every number of ``shared/k31.md`` lives here once;
-values the published notes did not give are marked ``(chosen)``.
+candidate commit may not edit this file. Every number of K3.1's published description lives
+here once (README: "What is real and what is not"); values it did not give are marked
+``(chosen)``.
 
 Two objects:
 

@@ -3,9 +3,9 @@
 Contract for every function here:
 * arguments are the op's contract arguments by name (see ``contracts.py``): ``sh`` (the rank's
   :class:`~kernels.k31.config.Shapes`), input tensors, state tensors and static values;
-* math is f32 (tensors are upcast on entry); results land in the storage dtype at the points
-  ``shared/k31.md`` gives (op outputs in bf16 unless stated, KDA state in its configured dtype,
-  caches in fp8 with a per-row scale);
+* math is f32 (tensors are upcast on entry); results land in the storage dtype at the op's
+  boundary (op outputs in bf16 unless stated, KDA state in its configured dtype, caches in fp8
+  with a per-row scale: ``kernels/k31/formats.py``);
 * nothing is modified in place: the function returns a dict with every output and the new
   value of every state tensor it writes (for caches: the whole cache, rows appended).
 
