@@ -151,7 +151,7 @@ def reply_kind(error: str) -> str:
 
 
 def _named(text: str) -> str | None:
-    if "tamper: " in text:  # gates/tamper.py's refusals: the candidate broke a rule, not a part
+    if "tamper: " in text:  # gates/side/tamper.py's refusals: the candidate broke a rule, not a part
         return "tampered"
     low = text.lower()
     if "illegal memory access" in low or "misaligned address" in low or "illegal address" in low:

@@ -64,7 +64,7 @@ def phase_definition(ctx: Context) -> dict:
 
 
 # What one timed replay is. 2: one step from the seeded recurrent state at the workload's
-# step-1 positions (gates/timed.py); 1 (before 2026-12-01, no key): a chain of steps whose
+# step-1 positions (gates/side/timed.py); 1 (before 2026-12-01, no key): a chain of steps whose
 # positions advanced with the input set. Scores of the two are not comparable.
 REPLAY_PROTOCOL = 2
 
