@@ -33,8 +33,10 @@ def register(sub) -> None:
     p.add_argument("--no-live", action="store_true", help="plain lines instead of the live view")
     p.add_argument("--report", action="store_true", help="print the journey table when the loop ends")
     p.add_argument("--demo", action="store_true",
-                   help="work in a fresh repository under runs/demo (a copy of this tree on its own "
-                        "branch 'main'), never on your branches; implies --report")
+                   help="work in a fresh repository under runs/demo/<stamp> (a copy of this tree on its own "
+                        "branch 'main', then a deliberately slow start and the demo's settings: "
+                        "harness/demo.py), never on your branches; implies --report and writes "
+                        "its journey.html")
     p.set_defaults(func=cmd_loop)
 
     p = sub.add_parser(
@@ -96,33 +98,23 @@ def cmd_try(args) -> int:
     return 0 if out.state == "merged" else 1
 
 
-def demo_repo(src: Path) -> Path:
-    """A fresh git repository under ``src/runs/demo/`` holding this tree and kern.yaml."""
-    import shutil
-
-    import git
-
-    dst = src / "runs" / "demo" / time.strftime("%Y%m%d-%H%M%S")
-    dst.mkdir(parents=True)
-    shutil.copytree(src / "kernels", dst / "kernels",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    shutil.copy(src / "kern.yaml", dst / "kern.yaml")
-    (dst / ".gitignore").write_text("runs/\n__pycache__/\n")
-    r = git.Repo.init(dst, initial_branch="main")
-    r.git.add("-A")
-    r.git.commit("-m", "demo: the kernel tree at start", "--author", "kern-loop <kern@loop>")
-    return dst
-
-
 def cmd_loop(args) -> int:
     from .ledger import LedgerError
     from .orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
     from .settings import parse_duration
 
+    started = time.monotonic()
     if args.demo:
-        args.repo = str(demo_repo(Path(args.repo).resolve()))
+        from .demo import DemoError, make_repo
+
+        try:
+            args.repo = str(make_repo(Path(args.repo).resolve()))
+        except DemoError as e:
+            print(e, file=sys.stderr)
+            return 2
         args.report = True
-        print(f"demo repository: {args.repo}")
+        print(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
+              f"harness/demo.py)")
 
     lines = []  # (wall time, line): the live view reads the gate and stage from them
     view = None
@@ -190,6 +182,14 @@ def cmd_loop(args) -> int:
 
         print()
         print(markdown(ctx.ledger.attempts(), ctx.ledger.phases(), scores=ctx.ledger.scores()))
+    if args.demo:
+        from .journey import html
+
+        page = Path(args.repo) / "journey.html"
+        page.write_text(html(ctx.ledger.attempts(), ctx.ledger.phases(), ctx.ledger.scores()),
+                        encoding="utf-8")
+        print(f"journey    {page}  (kern --repo {args.repo} report --format html --out FILE writes it again)")
+        print(f"demo took {time.monotonic() - started:.0f} s")
     return 4 if orch.halt else 0
 
 

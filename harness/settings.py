@@ -56,6 +56,7 @@ _SCHEMA: dict[str, tuple] = {
     "agent.command": (str, False),
     "agent.replay_dir": (str, False),
     "agent.max_turns": (int, False),
+    "agent.tunables": (list, False),
     "loop.every": (str, True),
     "loop.concurrency": (int, True),
     "loop.stop_after_idle_ticks": (int, True),
@@ -134,6 +135,10 @@ def validate(data) -> list[str]:
     backend = _get(data, "agent.backend")
     if isinstance(backend, str) and backend not in BACKENDS:
         problems.append(f"agent.backend: expected one of {', '.join(BACKENDS)}, found {backend!r}")
+    pats = _get(data, "agent.tunables")
+    if isinstance(pats, list) and (not pats or not all(isinstance(x, str) and x for x in pats)):
+        problems.append(f"agent.tunables: expected a non-empty list of glob patterns (the tuner "
+                        f"tries matching tunables in this order), found {pats!r}")
     hr = _get(data, "test.hidden_rows")
     if isinstance(hr, int) and not isinstance(hr, bool) and hr < 0:
         problems.append(f"test.hidden_rows: expected a count >= 0, found {hr}")

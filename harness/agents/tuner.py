@@ -26,16 +26,23 @@ other families. Within that, nearer choices of the current value first (index di
 declared choices); ties are broken by a seeded shuffle of names and of directions. The agent
 seeds with ``seed + brief.attempt`` so attempts briefed together start from different tunables.
 An empty target means every tunable of the tree.
+
+``agent.tunables`` (kern.yaml, optional): glob patterns (``fnmatch``) in the order to try them,
+default ``["*"]``. Within a tier, tunables matching an earlier pattern come first; a tunable
+matching none is never changed. The demo (``harness/demo.py``) names its deliberate setting
+first this way; a person can point the tuner at the tunables a platform reads (the interpreter
+ignores ``num_warps`` and ``num_stages``) or keep it off others.
 """
 from __future__ import annotations
 
 import ast
+import fnmatch
 import json
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from .base import Brief, Proposal
 from .common import AgentConfigError, GitError, git
@@ -108,8 +115,29 @@ def _tier(name: str, target: str) -> int | None:
     return None
 
 
-def candidates(tunables: Mapping[str, tuple], tried: Iterable, target: str, seed: int) -> list[Change]:
-    """Every untried change for ``target`` in the order the tuner proposes them."""
+def preference(name: str, patterns: Sequence[str]) -> int | None:
+    """The index of the first pattern ``name`` matches, or None when it matches none."""
+    for i, pat in enumerate(patterns):
+        if fnmatch.fnmatchcase(name, pat):
+            return i
+    return None
+
+
+def check_patterns(patterns) -> tuple[str, ...]:
+    """``agent.tunables`` as a tuple of glob patterns, or an error naming what was found."""
+    if patterns is None:
+        return ("*",)
+    if isinstance(patterns, str) or not isinstance(patterns, (list, tuple)) or not patterns \
+            or not all(isinstance(p, str) and p for p in patterns):
+        raise AgentConfigError(f"agent.tunables: expected a non-empty list of glob patterns such "
+                               f"as [\"moe.experts.*\", \"*\"] (edit kern.yaml), found {patterns!r}")
+    return tuple(patterns)
+
+
+def candidates(tunables: Mapping[str, tuple], tried: Iterable, target: str, seed: int,
+               prefer: Sequence[str] = ("*",)) -> list[Change]:
+    """Every untried change for ``target`` in the order the tuner proposes them (``prefer``:
+    ``agent.tunables``, see the module docstring)."""
     done = parse_tried(tried)
     target = (target or "").strip()
     rng = random.Random(seed)
@@ -122,7 +150,8 @@ def candidates(tunables: Mapping[str, tuple], tried: Iterable, target: str, seed
         keys = [_key(c) for c in choices]
         ties = [rng.random() for _ in choices]
         tier = _tier(name, target)
-        if tier is None:
+        rank = preference(name, prefer)
+        if tier is None or rank is None:
             continue
         here = keys.index(_key(value)) if _key(value) in keys else None
         seen = set()
@@ -132,19 +161,20 @@ def candidates(tunables: Mapping[str, tuple], tried: Iterable, target: str, seed
                 continue
             seen.add(k)
             dist = abs(i - here) if here is not None else i + 1
-            ranked.append(((tier, dist, name_tie, ties[i]), Change(name, value, choice)))
+            ranked.append(((tier, rank, dist, name_tie, ties[i]), Change(name, value, choice)))
     ranked.sort(key=lambda r: r[0])
     return [c for _, c in ranked]
 
 
 def choose_change(tunables: Mapping[str, tuple], tried: Iterable, target: str,
-                  seed: int) -> Change | None:
+                  seed: int, prefer: Sequence[str] = ("*",)) -> Change | None:
     """The one change to propose, or None when nothing untried is left for ``target``.
 
     ``tunables`` maps name -> (current value, declared choices), as the TUNABLES dicts do;
-    ``tried`` holds the brief's lines (format in the module docstring).
+    ``tried`` holds the brief's lines (format in the module docstring); ``prefer`` the
+    ``agent.tunables`` patterns.
     """
-    ranked = candidates(tunables, tried, target, seed)
+    ranked = candidates(tunables, tried, target, seed, prefer)
     return ranked[0] if ranked else None
 
 
@@ -254,6 +284,7 @@ class TunerAgent:
                                    f"target.tree), found {tree!r}")
         self.tree = tree
         self.seed = int(seed)
+        self.prefer = check_patterns(settings.get("tunables"))
 
     def propose(self, brief: Brief, worktree) -> Proposal:
         worktree = Path(worktree)
@@ -262,9 +293,11 @@ class TunerAgent:
         except TunablesError as e:
             return Proposal(kind="failed", reason=f"tuner cannot read the tunables: {e}")
         table = {n: (t.value, t.choices) for n, t in tunables.items()}
-        change = choose_change(table, brief.tried, brief.target, self.seed + brief.attempt)
+        change = choose_change(table, brief.tried, brief.target, self.seed + brief.attempt,
+                               self.prefer)
         if change is None:
-            return Proposal(kind="declined", message=f"nothing left to tune for {brief.target}",
+            only = "" if self.prefer == ("*",) else f" among agent.tunables {list(self.prefer)}"
+            return Proposal(kind="declined", message=f"nothing left to tune for {brief.target}{only}",
                             estimate_ms=0)
         t = tunables[change.name]
         ok, why = allowed_edit(t.path, brief.editable, brief.protected)

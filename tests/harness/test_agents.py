@@ -155,6 +155,30 @@ def test_choose_change_nothing_left():
     assert choose_change(TABLE, [], "dense.qkv", 3) is None  # no tunables for that family
 
 
+def test_agent_tunables_orders_and_limits_the_moves():
+    # the first pattern's tunables before the rest of the tier, whatever the seed; then "*"
+    for seed in range(20):
+        order = candidates(TABLE, [], "moe.experts", seed, prefer=("moe.experts.num_warps", "*"))
+        assert [c.name for c in order[:2]] == ["moe.experts.num_warps"] * 2, seed
+        assert {c.name for c in order[2:4]} == {"moe.experts.block_m"}
+        assert [c.name for c in order[4:]] == ["moe.router.num_warps"] * 3  # the tier still rules
+    # a tunable matching no pattern is never proposed
+    only = candidates(TABLE, [], "moe.experts", 0, prefer=("*.block_m",))
+    assert [(c.name, c.new) for c in only] == [("moe.experts.block_m", 32), ("moe.experts.block_m", 64)]
+    # the default ("*") is the order without patterns
+    assert candidates(TABLE, [], "moe", 4) == candidates(TABLE, [], "moe", 4, prefer=("*",))
+
+
+def test_agent_tunables_is_checked_and_named_when_nothing_is_left(repo):
+    for bad in ("moe.*", [], [""], [3]):
+        with pytest.raises(AgentConfigError) as e:
+            TunerAgent({"backend": "tuner", "tunables": bad})
+        assert "agent.tunables" in str(e.value) and repr(bad) in str(e.value)
+    agent = TunerAgent({"backend": "tuner", "tunables": ["lm_head.*"]}, seed=0)
+    p = agent.propose(brief(), repo)
+    assert p.kind == "declined" and "agent.tunables ['lm_head.*']" in p.message, p
+
+
 name_st = st.sampled_from(["moe.experts.a", "moe.experts.b", "moe.router.c", "kda.core.d",
                            "kda.conv.e"])
 
