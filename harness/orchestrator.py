@@ -183,15 +183,62 @@ class Orchestrator:
         waiting.update({a.number: a for a in self.led.attempts(states=[L.QUEUED]) if a.commit_sha})
         now = time.time()
         ready = {n: a.state == L.QUEUED or self._agent_ended(n, limit, now) for n, a in waiting.items()}
+        jobs = []  # (attempt, commit, base) to judge, in number order
         for n in collectable(ready):
             if self.halt:
-                return
+                break
             a = waiting[n]
-            if a.state == L.QUEUED:  # re-queued after a restart: judge again
-                self.led.transition(n, L.JUDGING)
-                self._judge(n, a.commit_sha, a.base_sha, report)
+            if a.state == L.QUEUED:  # re-queued after a restart: judged again (judging from its start)
+                jobs.append((n, a.commit_sha, a.base_sha, True))
             else:
-                self._collect_agent(a, limit, report)
+                tip = self._collect_agent(a, limit, report)
+                if tip is not None:
+                    jobs.append((n, tip, a.base_sha, False))
+        self._judge_all(jobs, report)
+
+    def _judge_all(self, jobs: list, report: TickReport) -> None:
+        """Judge ``jobs`` and apply their outcomes in number order. With more than one judging
+        slot up to that many run at once, one per slot (:func:`farm.judging_width`); each
+        is against the base its commit was made on, which no earlier outcome changes, so
+        judging them together decides nothing differently: the outcomes are still applied one
+        by one in number order, and an attempt that wins after main moved is rebased and judged
+        again against the new main, as when judged alone."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from . import farm
+        from .pipeline import draw_hidden, judgment
+
+        width = farm.judging_width(len(jobs), len(self.ctx.slots()))
+        if width <= 1:
+            for n, tip, base, queued in jobs:
+                if self.halt:
+                    self._unjudged(n, queued, report)
+                    continue
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                self._judge(n, tip, base, report)
+            return
+        with ThreadPoolExecutor(width, thread_name_prefix="judging") as pool:
+            # each worker holds a slot while it judges; the rest wait for one in number order
+            futures = {}
+            for n, tip, base, queued in jobs:
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                futures[n] = pool.submit(judgment, self.ctx, tip, base, draw_hidden(self.ctx))
+            for n, tip, base, _ in jobs:
+                if self.halt:
+                    futures[n].cancel()
+                    self._unjudged(n, False, report)
+                    continue
+                self._judge(n, tip, base, report, first=futures[n].result)
+
+    def _unjudged(self, number: int, queued: bool, report: TickReport) -> None:
+        """An attempt left unjudged because the loop must stop: queued (again), so the next
+        loop judges it; one still queued is left as it is."""
+        if queued:
+            return
+        self.led.transition(number, L.QUEUED, reason=f"not judged: the loop stopped ({self.halt})")
+        report.collected.append((number, L.QUEUED, "not judged: the loop stopped"))
 
     def _agent_ended(self, number: int, limit: float, now: float) -> bool:
         """Whether attempt ``number``'s agent is done: it wrote a proposal, its process is
@@ -204,7 +251,9 @@ class Orchestrator:
             return True
         return now - _started(d) > limit
 
-    def _collect_agent(self, a, limit: float, report: TickReport) -> None:
+    def _collect_agent(self, a, limit: float, report: TickReport) -> str | None:
+        """Collect attempt ``a``'s agent: record what it ended with, or (a commit) move it to
+        judging and return its tip, which the caller judges."""
         d = attempt_dir(self.ctx.runs, a.number)
         prop_path = d / "proposal.json"
         if not prop_path.exists():
@@ -235,11 +284,11 @@ class Orchestrator:
         tip = self.ctx.repo.tip(a.number)
         self.led.transition(a.number, L.JUDGING, commit_sha=tip,
                             title=(prop.message.splitlines() or [a.title])[0][:200])
-        self._judge(a.number, tip, a.base_sha, report)
+        return tip
 
-    def _judge(self, number: int, tip: str, base: str, report: TickReport) -> None:
+    def _judge(self, number: int, tip: str, base: str, report: TickReport, first=None) -> None:
         try:
-            out = judge_and_record(self.ctx, number, tip, base)
+            out = judge_and_record(self.ctx, number, tip, base, first=first)
             report.collected.append((number, out.state, out.reason))
         except L.LedgerError:
             raise  # nothing can be recorded: the loop stops, a restart re-queues the attempt
@@ -261,25 +310,27 @@ class Orchestrator:
 
     # ------------------------------------------------------------ plan + spawn
     def profile(self) -> dict:
-        """The latest profile of main (measured once per main commit, under the GPU lock)."""
+        """The latest profile of main: measured once per main commit and profile definition
+        (:func:`profile_path`), on a judging slot, and reused by every later tick and loop."""
         from gates import checkout
-        from gates.session import side_spec
         from gates.sides import run_side
 
         sha = self.ctx.repo.main_sha()
-        path = self.ctx.runs / "profile" / f"{sha[:12]}.json"
+        spec = profile_spec(self.settings, self.ctx.profile, self.ctx.cuda)
+        rows = spec["profile_rows"]
+        path = profile_path(self.ctx.runs, sha, spec, self.ctx.cuda)
         if path.exists():
             return json.loads(path.read_text())
-        prof = self.ctx.profile
-        rows = 128 if self.ctx.cuda else max(prof["buckets"])
         tree = checkout.checkout(self.ctx.repo.root, sha, self.ctx.runs)
-        spec = side_spec(self.settings, prof, steps=1, rows=[rows], replays=5, profile_rows=rows,
-                         free=False)
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
-        with gpu_lock(self.ctx.runs):
-            res = run_side("run", tree, spec, path, float(self.settings["bench"]["timeout_s"]))
+        partial = path.with_name(path.stem + ".partial.json")
+        with gpu_lock(self.ctx):
+            res = run_side("run", tree, spec, partial, float(self.settings["bench"]["timeout_s"]))
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
+        # only a whole result is ever found at ``path``: a loop killed while profiling measures
+        # again rather than planning from half a file
+        partial.replace(path)
         return res.result
 
     def plan_and_spawn(self, tick_id: int, report: TickReport) -> None:
@@ -405,6 +456,27 @@ class Orchestrator:
         if (time.monotonic() - self.started) / 3600 >= b["wall_hours"]:
             return f"wall-time budget spent ({b['wall_hours']} h)"
         return None
+
+
+def profile_spec(settings: dict, profile: dict, cuda: bool) -> dict:
+    """Pure: the side spec of the loop's profile of main (128 rows on a GPU, the largest
+    bucket on the CPU; 5 replays; no leave-one-out column)."""
+    from gates.session import side_spec
+
+    rows = 128 if cuda else max(profile["buckets"])
+    return side_spec(settings, profile, steps=1, rows=[rows], replays=5, profile_rows=rows, free=False)
+
+
+def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:
+    """Pure: where main's profile at ``sha`` is kept. The name holds everything that decides
+    the profile's content: the commit, the side's spec (model, layout, rows, replays, context:
+    kern.yaml's profile) and the device kind, so a changed kern.yaml measures again and a
+    ``kern profile`` by hand (its own spec) is never taken for the loop's."""
+    import hashlib
+
+    key = hashlib.sha256(json.dumps({"spec": spec, "cuda": cuda}, sort_keys=True,
+                                    default=str).encode()).hexdigest()[:10]
+    return runs / "profile" / f"{sha[:12]}-loop-{key}.json"
 
 
 def _shapes_text(p: dict) -> str:
