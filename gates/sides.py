@@ -36,14 +36,26 @@ _SLOT: contextvars.ContextVar = contextvars.ContextVar("kern_judging_slot", defa
 
 
 @contextmanager
-def judging_slot(visible: str, judgments: int = 1):
+def judging_slot(visible: str, judgments: int = 1, die_with_parent: bool = False):
     """Within the block, every side this thread starts sees only the GPUs ``visible`` and
-    gets its share of the machine's memory with ``judgments`` judgments at once."""
-    token = _SLOT.set((visible, max(1, int(judgments))))
+    gets its share of the machine's memory with ``judgments`` judgments at once.
+    ``die_with_parent``: the sides end when the process that started them dies (a Ray worker
+    killed mid-judgment leaves no side running on its node)."""
+    token = _SLOT.set((visible, max(1, int(judgments)), bool(die_with_parent)))
     try:
         yield
     finally:
         _SLOT.reset(token)
+
+
+def _popen_extra() -> dict:
+    """Popen arguments of a side started in this thread's judging slot."""
+    slot = _SLOT.get()
+    if slot is not None and slot[2]:
+        from .ranks import _die_with_parent
+
+        return {"preexec_fn": _die_with_parent}
+    return {}
 
 
 def side_env(extra: dict | None = None) -> dict:
@@ -208,7 +220,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=logf, text=True,
-                                start_new_session=True)
+                                start_new_session=True, **_popen_extra())
         handing = start_hand_over(proc, hidden, logf)
         try:
             while True:
@@ -272,7 +284,7 @@ class Interactive:
                str(spec_path), "--out", str(workdir / f"{name}.json")]
         self.proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=env or side_env(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, **_popen_extra())
         self._lines: "queue.Queue[str | None]" = queue.Queue()
 
         def pump():

@@ -158,10 +158,11 @@ class Pool:
     all are held, by this process's other judgments or by another ``kern try``/``kern loop``)
     and sets the environment its gate processes get."""
 
-    def __init__(self, runs: Path, slots: list[Slot], poll_s: float = 0.5):
+    def __init__(self, runs: Path, slots: list[Slot], poll_s: float = 0.5, die_with_parent: bool = False):
         if not slots:
             raise FarmError("farm.slots: no slot to judge on")
         self.runs, self.slots, self.poll_s = Path(runs), list(slots), poll_s
+        self.die_with_parent = die_with_parent
 
     def __len__(self) -> int:
         return len(self.slots)
@@ -211,7 +212,7 @@ class Pool:
             f.truncate()
             f.write(f"pid {os.getpid()}\n")
             f.flush()
-            with judging_slot(s.visible, judgments=len(self.slots)):
+            with judging_slot(s.visible, judgments=len(self.slots), die_with_parent=self.die_with_parent):
                 yield s
         finally:
             _release(f)

@@ -114,6 +114,8 @@ class Attempt:
     # gate process ran (a scope rejection, an agent that crashed)
     host: str | None = None
     slot: str | None = None
+    # the attempt this one judges again because its node was lost mid-judgment (same commit)
+    rerun_of: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,7 @@ CREATE TABLE attempts (
   delta_pct REAL, estimate_ms REAL, waiting_on INTEGER REFERENCES attempts(number),
   tokens INTEGER, cost_usd REAL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
   finished_at TEXT, merged_sha TEXT, hidden TEXT, host TEXT, slot TEXT,
+  rerun_of INTEGER REFERENCES attempts(number),
   CHECK (state IN ('queued','running','judging','waiting','merged','abandoned','not done',
                    'crashed','timed out')));
 CREATE INDEX attempts_state ON attempts(state);
@@ -214,8 +217,10 @@ CREATE INDEX scores_phase ON scores(phase_id);
 _MIGRATIONS: dict[int, str] = {
     # 2: each attempt's hidden inputs (NULL for attempts judged before they were recorded)
     1: "ALTER TABLE attempts ADD COLUMN hidden TEXT;",
-    # 3: the host and judging slot of each attempt's judgment (NULL for attempts judged before)
-    2: "ALTER TABLE attempts ADD COLUMN host TEXT;\nALTER TABLE attempts ADD COLUMN slot TEXT;",
+    # 3: the host and judging slot of each attempt's judgment (NULL for attempts judged before),
+    # and the attempt a re-run after a lost node judges again
+    2: "ALTER TABLE attempts ADD COLUMN host TEXT;\nALTER TABLE attempts ADD COLUMN slot TEXT;\n"
+       "ALTER TABLE attempts ADD COLUMN rerun_of INTEGER REFERENCES attempts(number);",
 }
 
 

@@ -38,6 +38,7 @@ from . import ledger as L
 from . import planning
 from .agents.base import Brief, ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
+from .ray_farm import NodeLost
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = HARNESS_ROOT / "prompts"
@@ -208,6 +209,19 @@ class Orchestrator:
         from . import farm
         from .pipeline import draw_hidden, judgment
 
+        if self.ctx.remote is not None:  # Ray: every judgment a task now; Ray runs them as slots free
+            futures = {}
+            for n, tip, base, queued in jobs:
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                futures[n] = self.ctx.remote.submit(self.ctx, tip, base, draw_hidden(self.ctx),
+                                                    f"{n}-{tip[:10]}")
+            for n, tip, base, _ in jobs:
+                if self.halt:
+                    self._unjudged(n, False, report)
+                    continue
+                self._judge(n, tip, base, report, first=futures[n])
+            return
         width = farm.judging_width(len(jobs), len(self.ctx.slots()))
         if width <= 1:
             for n, tip, base, queued in jobs:
@@ -292,6 +306,9 @@ class Orchestrator:
             report.collected.append((number, out.state, out.reason))
         except L.LedgerError:
             raise  # nothing can be recorded: the loop stops, a restart re-queues the attempt
+        except NodeLost as e:  # the machine failed, not the candidate: judged once more
+            self._final(number, L.CRASHED, f"node lost: {e}"[:300], report)
+            self._rerun(number, report)
         except Exception as e:  # noqa: BLE001 - a gate bug must not stop the loop
             reason, stop = failure_reason("judging", e)
             if stop:  # not the candidate's fault: judged again once there is space
@@ -302,6 +319,20 @@ class Orchestrator:
                 self._final(number, L.CRASHED, reason, report)
         finally:
             self.ctx.repo.close_attempt(number, self.ctx.runs)
+
+    def _rerun(self, number: int, report: TickReport) -> int | None:
+        """Attempt ``number`` crashed because its node was lost: its commit is judged once
+        more, as a new attempt (queued with the commit, judged by the next tick; a final row
+        never changes). A re-run whose node is lost too is not run again."""
+        a = self.led.attempt(number)
+        if not rerun_wanted(a):
+            return None
+        n = self.led.new_attempt(title=a.title, hypothesis=a.hypothesis, target=a.target,
+                                 backend=a.backend, base_sha=a.base_sha, phase_id=a.phase_id,
+                                 tick_id=a.tick_id)
+        self.led.update(n, commit_sha=a.commit_sha, rerun_of=number)
+        report.collected.append((n, L.QUEUED, f"re-run of #{number}: its node was lost"))
+        return n
 
     def _final(self, number: int, state: str, reason: str, report: TickReport) -> None:
         self.led.transition(number, state, reason=reason)
@@ -456,6 +487,13 @@ class Orchestrator:
         if (time.monotonic() - self.started) / 3600 >= b["wall_hours"]:
             return f"wall-time budget spent ({b['wall_hours']} h)"
         return None
+
+
+def rerun_wanted(a: L.Attempt) -> bool:
+    """Pure: an attempt that crashed with its node lost is judged once more, unless it is
+    itself such a re-run (a commit that takes every node down is not retried forever)."""
+    return a.state == L.CRASHED and (a.reason or "").startswith("node lost") and a.rerun_of is None \
+        and bool(a.commit_sha)
 
 
 def profile_spec(settings: dict, profile: dict, cuda: bool) -> dict:

@@ -31,6 +31,7 @@ class Context:
     progress: callable = print
     settings_digest: str = ""
     pool: "farm.Pool | None" = None  # the judging slots (None: kern.yaml's farm.slots, on first use)
+    remote: object = None  # farm.kind ray: the harness.ray_farm.RayFarm judgments are sent to
 
     def slots(self) -> "farm.Pool":
         if self.pool is None:
@@ -196,6 +197,14 @@ def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> Judgment
     return Judgment(sc, test, bench, hidden, slot.host, slot.name)
 
 
+def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "") -> Judgment:
+    """One judgment where kern.yaml's farm says: a local slot, or a task of the Ray cluster
+    (``ctx.remote``; may raise ``ray_farm.NodeLost``)."""
+    if ctx.remote is not None:
+        return ctx.remote.submit(ctx, rev_sha, base_sha, hidden, label)()
+    return judgment(ctx, rev_sha, base_sha, hidden)
+
+
 def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     """The accuracy gate, then (when it passes) the scorer and its re-measurement, on the
     slot the caller holds. Returns (test, bench); bench is None when the scorer did not run."""
@@ -282,7 +291,7 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         if first is not None:
             j, first = first(), None
         else:  # every judgment its own hidden inputs, a re-judgment after a rebase too
-            j = judgment(ctx, rev_sha, base_sha, draw_hidden(ctx))
+            j = judge_once(ctx, rev_sha, base_sha, draw_hidden(ctx), f"{number}-{rev_sha[:10]}")
         sc, test, bench, hidden = j.scope, j.test, j.bench, j.hidden
         keep_evidence(ctx.runs, number, test, bench)
         _record_baseline(ctx, base_sha, bench)
