@@ -116,6 +116,8 @@ class Attempt:
     slot: str | None = None
     # the attempt this one judges again because its node was lost mid-judgment (same commit)
     rerun_of: int | None = None
+    # a trial merge (harness/trials.py): the attempts whose commits it combines, in order
+    parts: list | None = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class Event:
 
 
 ATTEMPT_COLUMNS = tuple(f.name for f in fields(Attempt))
-_JSON_COLUMNS = frozenset({"gate", "medians_a", "medians_b", "hidden"})
+_JSON_COLUMNS = frozenset({"gate", "medians_a", "medians_b", "hidden", "parts"})
 # Set only by new_attempt/transition: ``update`` must not be a back door around the rules.
 _MANAGED = frozenset({"number", "state", "created_at", "updated_at", "finished_at"})
 UPDATABLE = tuple(c for c in ATTEMPT_COLUMNS if c not in _MANAGED)
@@ -189,7 +191,7 @@ CREATE TABLE attempts (
   delta_pct REAL, estimate_ms REAL, waiting_on INTEGER REFERENCES attempts(number),
   tokens INTEGER, cost_usd REAL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
   finished_at TEXT, merged_sha TEXT, hidden TEXT, host TEXT, slot TEXT,
-  rerun_of INTEGER REFERENCES attempts(number),
+  rerun_of INTEGER REFERENCES attempts(number), parts TEXT,
   CHECK (state IN ('queued','running','judging','waiting','merged','abandoned','not done',
                    'crashed','timed out')));
 CREATE INDEX attempts_state ON attempts(state);
@@ -218,9 +220,10 @@ _MIGRATIONS: dict[int, str] = {
     # 2: each attempt's hidden inputs (NULL for attempts judged before they were recorded)
     1: "ALTER TABLE attempts ADD COLUMN hidden TEXT;",
     # 3: the host and judging slot of each attempt's judgment (NULL for attempts judged before),
-    # and the attempt a re-run after a lost node judges again
+    # the attempt a re-run after a lost node judges again, and the parts of a trial merge
     2: "ALTER TABLE attempts ADD COLUMN host TEXT;\nALTER TABLE attempts ADD COLUMN slot TEXT;\n"
-       "ALTER TABLE attempts ADD COLUMN rerun_of INTEGER REFERENCES attempts(number);",
+       "ALTER TABLE attempts ADD COLUMN rerun_of INTEGER REFERENCES attempts(number);\n"
+       "ALTER TABLE attempts ADD COLUMN parts TEXT;",
 }
 
 

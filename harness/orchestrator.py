@@ -35,7 +35,7 @@ from pathlib import Path
 
 from . import faults
 from . import ledger as L
-from . import planning
+from . import planning, trials
 from .agents.base import Brief, ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 from .ray_farm import NodeLost
@@ -141,6 +141,7 @@ class Orchestrator:
         self.idle_ticks = 0
         self.started = time.monotonic()
         self.halt: str | None = None  # why the loop must stop now (a full disk)
+        self.judged = 0  # attempts the last collect judged
 
     # ------------------------------------------------------------ resume
     def resume(self) -> Resumed:
@@ -195,6 +196,7 @@ class Orchestrator:
                 tip = self._collect_agent(a, limit, report)
                 if tip is not None:
                     jobs.append((n, tip, a.base_sha, False))
+        self.judged = len(jobs)
         self._judge_all(jobs, report)
 
     def _judge_all(self, jobs: list, report: TickReport) -> None:
@@ -339,6 +341,50 @@ class Orchestrator:
         report.collected.append((number, state, reason))
         self.ctx.repo.close_attempt(number, self.ctx.runs)
 
+    # ------------------------------------------------------------ trial merges
+    def trial_merge(self, tick_id: int, report: TickReport) -> int | None:
+        """When this tick judged nothing and a slot is free: queue a trial merge of recent
+        near-misses (harness/trials.py) as an attempt of its own, judged by a later tick's
+        collect like any commit (so in number order). Returns its number, or None."""
+        loop = self.settings["loop"]
+        max_parts = int(loop.get("trial_merge_parts", 0))
+        if max_parts < 2:
+            return None
+        busy = [a for a in self.led.attempts(states=L.IN_FLIGHT) if a.backend == trials.BACKEND]
+        free = 1 if self.ctx.remote is not None else self.ctx.slots().free()
+        if not trials.due(True, self.judged, len(busy), free):
+            return None
+        phase = self.led.phase(phase_definition(self.ctx))
+        attempts = self.led.attempts()
+        parts = trials.pick_parts(trials.near_misses(attempts, phase, int(loop.get("trial_merge_recent", 12))),
+                                  max_parts)
+        if not parts:
+            return None
+        main = self.ctx.repo.main_sha()
+        number = self.led.new_attempt(title=trials.title(parts), hypothesis=trials.hypothesis(parts),
+                                      target="trial merge", backend=trials.BACKEND, base_sha=main,
+                                      phase_id=phase, tick_id=tick_id)
+        try:
+            applied, tip = trials.form(self.ctx.repo, number, main, parts, self.ctx.runs)
+        except Exception as e:  # noqa: BLE001 - recorded; the loop goes on (or stops: disk full)
+            reason, stop = failure_reason("forming a trial merge", e)
+            self.led.update(number, parts=[a.number for a in parts])
+            self._final(number, L.CRASHED, reason, report)
+            self.halt = reason if stop else self.halt
+            return number
+        self.ctx.repo.close_attempt(number, self.ctx.runs)
+        if tip is None:  # the same parts are not tried again
+            left = [a.number for a in parts if a not in applied]
+            why = f"parts {left} do not apply onto main {main[:10]} with the others: fewer than two left"
+            self.led.transition(number, L.ABANDONED, reason=L.CONFLICT, parts=[a.number for a in parts],
+                                gate={"conflict": why})
+            report.collected.append((number, L.ABANDONED, L.CONFLICT))
+            return number
+        self.led.update(number, commit_sha=tip, parts=[a.number for a in applied],
+                        title=trials.title(applied), hypothesis=trials.hypothesis(applied))
+        report.spawned.append((number, trials.title(applied)))
+        return number
+
     # ------------------------------------------------------------ plan + spawn
     def profile(self) -> dict:
         """The latest profile of main: measured once per main commit and profile definition
@@ -456,6 +502,7 @@ class Orchestrator:
             report.stop = stop
             return report
         if spawn:
+            self.trial_merge(tick_id, report)
             self.plan_and_spawn(tick_id, report)
         if self.halt:
             report.stop = self.halt

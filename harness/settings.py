@@ -59,6 +59,8 @@ _SCHEMA: dict[str, tuple] = {
     "loop.every": (str, True),
     "loop.concurrency": (int, True),
     "loop.stop_after_idle_ticks": (int, True),
+    "loop.trial_merge_parts": (int, False),
+    "loop.trial_merge_recent": (int, False),
     "farm.slots": ((str, list), False),
     "farm.gpus": (int, False),
     "farm.kind": (str, False),
@@ -155,6 +157,12 @@ def validate(data) -> list[str]:
     gpus = _get(data, "farm.gpus")
     if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus < 1:
         problems.append(f"farm.gpus: expected a number of GPUs per slot >= 1, found {gpus}")
+    tp = _get(data, "loop.trial_merge_parts")
+    if isinstance(tp, int) and not isinstance(tp, bool) and tp not in (0,) and tp < 2:
+        problems.append(f"loop.trial_merge_parts: expected 0 (no trial merges) or at least 2 parts, found {tp}")
+    tr = _get(data, "loop.trial_merge_recent")
+    if isinstance(tr, int) and not isinstance(tr, bool) and tr < 2:
+        problems.append(f"loop.trial_merge_recent: expected at least 2 attempts to look back on, found {tr}")
     kind = _get(data, "farm.kind")
     if isinstance(kind, str) and kind not in FARM_KINDS:
         problems.append(f"farm.kind: expected one of {', '.join(FARM_KINDS)}, found {kind!r}")

@@ -187,7 +187,7 @@ def test_a_version_1_ledger_gains_the_hidden_inputs_column_and_keeps_its_rows(tm
     adds the column (NULL for the old attempts, so a replay of them says none was recorded),
     in the same transaction as the version, and every row and merge rule stays."""
     path = tmp_path / "v1.sqlite"
-    v1 = L._SCHEMA.replace(" hidden TEXT, host TEXT, slot TEXT,\n  rerun_of INTEGER REFERENCES attempts(number),", "")
+    v1 = L._SCHEMA.replace(" hidden TEXT, host TEXT, slot TEXT,\n  rerun_of INTEGER REFERENCES attempts(number), parts TEXT,", "")
     assert v1 != L._SCHEMA  # the version 1 schema: today's without the columns
     con = sqlite3.connect(path)
     con.executescript(v1)
@@ -216,7 +216,7 @@ def test_a_version_2_ledger_gains_host_and_slot_and_keeps_its_rows(tmp_path):
     are: the upgrade adds host and slot (NULL for the old attempts), the triggers stay, and a
     new attempt records where it was judged."""
     path = tmp_path / "v2.sqlite"
-    v2 = L._SCHEMA.replace(" host TEXT, slot TEXT,\n  rerun_of INTEGER REFERENCES attempts(number),", "")
+    v2 = L._SCHEMA.replace(" host TEXT, slot TEXT,\n  rerun_of INTEGER REFERENCES attempts(number), parts TEXT,", "")
     assert v2 != L._SCHEMA
     con = sqlite3.connect(path)
     con.executescript(v2)
@@ -238,11 +238,12 @@ def test_a_version_2_ledger_gains_host_and_slot_and_keeps_its_rows(tmp_path):
     led.transition(n, "abandoned", reason="slower", host="node-a", slot="gpu2-3")
     m = led.new_attempt(title="again", hypothesis="", target="", backend="tuner", base_sha=None,
                         phase_id=None)
-    led.update(m, rerun_of=n)
+    led.update(m, rerun_of=n, parts=[1, n])
     led.close()
     again = Ledger(path)
     assert (again.attempt(n).host, again.attempt(n).slot) == ("node-a", "gpu2-3")
     assert again.attempt(m).rerun_of == n and again.attempt(1).rerun_of is None
+    assert again.attempt(m).parts == [1, n] and again.attempt(1).parts is None
 
 
 def test_reader_sees_writer_commits(tmp_path):
