@@ -10,12 +10,14 @@ the coordinator answers with one JSON line ``{"hidden": {...} | null}`` (run and
 code of the candidate's import finds them in any file, argument, variable or pipe."""
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,8 +28,41 @@ _PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TR
          "NVSHMEM_DISABLE_NVLS", "CUDA_HOME", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
 
 
+# The judging slot of the calling thread (harness/farm.py): its GPUs as CUDA_VISIBLE_DEVICES
+# names them ('' for a CPU slot) and how many judgments may run at once on this machine. A
+# context variable, so two judgments in two threads of one loop each hand their own sides
+# their own slot; None outside a slot (kern test / kern bench by hand: the caller's GPUs).
+_SLOT: contextvars.ContextVar = contextvars.ContextVar("kern_judging_slot", default=None)
+
+
+@contextmanager
+def judging_slot(visible: str, judgments: int = 1, die_with_parent: bool = False):
+    """Within the block, every side this thread starts sees only the GPUs ``visible`` and
+    gets its share of the machine's memory with ``judgments`` judgments at once.
+    ``die_with_parent``: the sides end when the process that started them dies (a Ray worker
+    killed mid-judgment leaves no side running on its node)."""
+    token = _SLOT.set((visible, max(1, int(judgments)), bool(die_with_parent)))
+    try:
+        yield
+    finally:
+        _SLOT.reset(token)
+
+
+def _popen_extra() -> dict:
+    """Popen arguments of a side started in this thread's judging slot."""
+    slot = _SLOT.get()
+    if slot is not None and slot[2]:
+        from .ranks import _die_with_parent
+
+        return {"preexec_fn": _die_with_parent}
+    return {}
+
+
 def side_env(extra: dict | None = None) -> dict:
     env = {k: os.environ[k] for k in _PASS if k in os.environ}
+    slot = _SLOT.get()
+    if slot is not None:
+        env["CUDA_VISIBLE_DEVICES"] = slot[0]
     # the harness first; then whatever site the user runs the harness from (carried wheels)
     env["PYTHONPATH"] = os.pathsep.join([str(HARNESS_ROOT)] + [
         p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -42,7 +77,7 @@ def side_env(extra: dict | None = None) -> dict:
         # CPU mode: one thread per side, so parallel sides do not oversubscribe the cores and
         # time each other's thread contention
         env.setdefault("OMP_NUM_THREADS", "1")
-    limit = memory_limit(cuda, _physical_memory())
+    limit = memory_limit(cuda, _physical_memory(), slot[1] if slot else 1)
     if limit:
         env[MEMORY_VARIABLE] = str(limit)
     env.update(extra or {})
@@ -93,14 +128,15 @@ def start_hand_over(proc: subprocess.Popen, hidden: dict | None, log):
     return th
 
 
-def memory_limit(cuda: bool, physical_bytes: int) -> int | None:
-    """Pure: the address-space cap of one CPU side, or None. Two sides run at once (A and B),
-    so each gets at most half the machine: a candidate's runaway allocation then fails in its
+def memory_limit(cuda: bool, physical_bytes: int, judgments: int = 1) -> int | None:
+    """Pure: the address-space cap of one CPU side, or None. Two sides run at once (A and B)
+    per judgment, and ``judgments`` judgments at once (one per CPU slot), so each side gets at
+    most 1 / (2 x judgments) of the machine: a candidate's runaway allocation then fails in its
     own process ('out of memory') before the kernel's OOM killer picks a victim, possibly the
     orchestrator. None with CUDA: its driver reserves more address space than any RAM."""
     if cuda or physical_bytes <= 0:
         return None
-    return physical_bytes // 2
+    return physical_bytes // (2 * max(1, judgments))
 
 
 def _physical_memory() -> int:
@@ -184,7 +220,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     with open(log_path, "w") as logf:
         proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=logf, text=True,
-                                start_new_session=True)
+                                start_new_session=True, **_popen_extra())
         handing = start_hand_over(proc, hidden, logf)
         try:
             while True:
@@ -248,7 +284,7 @@ class Interactive:
                str(spec_path), "--out", str(workdir / f"{name}.json")]
         self.proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=env or side_env(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, **_popen_extra())
         self._lines: "queue.Queue[str | None]" = queue.Queue()
 
         def pump():

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 LEDGER_RELPATH = "runs/ledger.sqlite"  # under the repository (``kern --repo``)
 
 QUEUED = "queued"
@@ -109,6 +109,15 @@ class Attempt:
     # the judgment's hidden inputs (gates/hidden.py ``Hidden.to_dict()``), recorded once the
     # decision is made: ``kern test/bench --replay-attempt N`` runs the gates with them again
     hidden: dict | None = None
+    # where the last judgment ran (harness/farm.py): the host and its judging slot (``gpu0``,
+    # ``gpu2-3``, ``cpu1``; on Ray the node's); None before slots were recorded or when no
+    # gate process ran (a scope rejection, an agent that crashed)
+    host: str | None = None
+    slot: str | None = None
+    # the attempt this one judges again because its node was lost mid-judgment (same commit)
+    rerun_of: int | None = None
+    # a trial merge (harness/trials.py): the attempts whose commits it combines, in order
+    parts: list | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ class Event:
 
 
 ATTEMPT_COLUMNS = tuple(f.name for f in fields(Attempt))
-_JSON_COLUMNS = frozenset({"gate", "medians_a", "medians_b", "hidden"})
+_JSON_COLUMNS = frozenset({"gate", "medians_a", "medians_b", "hidden", "parts"})
 # Set only by new_attempt/transition: ``update`` must not be a back door around the rules.
 _MANAGED = frozenset({"number", "state", "created_at", "updated_at", "finished_at"})
 UPDATABLE = tuple(c for c in ATTEMPT_COLUMNS if c not in _MANAGED)
@@ -181,7 +190,8 @@ CREATE TABLE attempts (
   gate TEXT, medians_a TEXT, medians_b TEXT, delta_ms REAL, ci_low REAL, ci_high REAL,
   delta_pct REAL, estimate_ms REAL, waiting_on INTEGER REFERENCES attempts(number),
   tokens INTEGER, cost_usd REAL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
-  finished_at TEXT, merged_sha TEXT, hidden TEXT,
+  finished_at TEXT, merged_sha TEXT, hidden TEXT, host TEXT, slot TEXT,
+  rerun_of INTEGER REFERENCES attempts(number), parts TEXT,
   CHECK (state IN ('queued','running','judging','waiting','merged','abandoned','not done',
                    'crashed','timed out')));
 CREATE INDEX attempts_state ON attempts(state);
@@ -209,6 +219,11 @@ CREATE INDEX scores_phase ON scores(phase_id);
 _MIGRATIONS: dict[int, str] = {
     # 2: each attempt's hidden inputs (NULL for attempts judged before they were recorded)
     1: "ALTER TABLE attempts ADD COLUMN hidden TEXT;",
+    # 3: the host and judging slot of each attempt's judgment (NULL for attempts judged before),
+    # the attempt a re-run after a lost node judges again, and the parts of a trial merge
+    2: "ALTER TABLE attempts ADD COLUMN host TEXT;\nALTER TABLE attempts ADD COLUMN slot TEXT;\n"
+       "ALTER TABLE attempts ADD COLUMN rerun_of INTEGER REFERENCES attempts(number);\n"
+       "ALTER TABLE attempts ADD COLUMN parts TEXT;",
 }
 
 

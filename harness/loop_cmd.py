@@ -24,7 +24,8 @@ def register(sub) -> None:
                     "nothing left for loop.stop_after_idle_ticks ticks. State lives in the ledger, "
                     "so a killed loop resumes where it stopped. Exit 0; 3 when another loop holds "
                     "this repository; 4 when the loop stopped because nothing more could be "
-                    "written (a full disk: free space, then start it again).")
+                    "written (a full disk: free space, then start it again); 2 when kern.yaml's farm "
+                    "does not fit (a slot this machine lacks, Ray missing or farm.address unreachable).")
     p.add_argument("--every", default=None, help="time between ticks (default: kern.yaml loop.every)")
     p.add_argument("--tick", action="store_true", help="run one tick and exit (for cron or an agent's /loop)")
     p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
@@ -67,9 +68,19 @@ def _ctx(args, progress=None):
 
     repo, settings, prof, cuda, runs = _context(args)
     led = L.Ledger(L.default_path(repo))
-    return Context(Repo(repo), settings.data, prof, runs, cuda, led,
-                   progress=progress or (lambda m: print(f"… {m}", file=sys.stderr)),
-                   settings_digest=settings.digest), settings
+    ctx = Context(Repo(repo), settings.data, prof, runs, cuda, led,
+                  progress=progress or (lambda m: print(f"… {m}", file=sys.stderr)),
+                  settings_digest=settings.digest)
+    if (settings.data.get("farm") or {}).get("kind", "local") == "ray":
+        # judgments go to the Ray cluster of farm.address; a FarmError (Ray missing, the
+        # cluster unreachable) stops the command before anything is recorded
+        from .farm import slots_for
+        from .ray_farm import RayFarm
+
+        ctx.remote = RayFarm(ctx.repo.root, settings.data, cuda, slots_for(settings.data, cuda))
+    else:
+        ctx.slots()  # a farm.slots that does not fit this machine is refused now, not mid-judgment
+    return ctx, settings
 
 
 def cmd_try(args) -> int:
@@ -77,7 +88,13 @@ def cmd_try(args) -> int:
 
     from .ledger import LedgerError
 
-    ctx, _ = _ctx(args)
+    from .farm import FarmError
+
+    try:
+        ctx, _ = _ctx(args)
+    except FarmError as e:
+        print(f"kern try: {e}", file=sys.stderr)
+        return 2
     try:
         number, out = try_commit(ctx, args.rev, title=args.title)
     except LedgerError as e:  # a full disk: what was recorded stands; kern loop resumes the rest
@@ -116,6 +133,8 @@ def cmd_loop(args) -> int:
         print(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
               f"harness/demo.py)")
 
+    from .farm import FarmError
+
     lines = []  # (wall time, line): the live view reads the gate and stage from them
     view = None
 
@@ -125,7 +144,11 @@ def cmd_loop(args) -> int:
         if view is not None:
             view.refresh()
 
-    ctx, settings = _ctx(args, progress=progress)
+    try:
+        ctx, settings = _ctx(args, progress=progress)
+    except FarmError as e:
+        print(f"kern loop: {e}", file=sys.stderr)
+        return 2
     try:
         lock = acquire_loop_lock(ctx.runs)
     except LoopLocked as e:

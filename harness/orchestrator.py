@@ -35,9 +35,10 @@ from pathlib import Path
 
 from . import faults
 from . import ledger as L
-from . import planning
+from . import planning, trials
 from .agents.base import Brief, ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
+from .ray_farm import NodeLost
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = HARNESS_ROOT / "prompts"
@@ -140,6 +141,7 @@ class Orchestrator:
         self.idle_ticks = 0
         self.started = time.monotonic()
         self.halt: str | None = None  # why the loop must stop now (a full disk)
+        self.judged = 0  # attempts the last collect judged
 
     # ------------------------------------------------------------ resume
     def resume(self) -> Resumed:
@@ -183,15 +185,76 @@ class Orchestrator:
         waiting.update({a.number: a for a in self.led.attempts(states=[L.QUEUED]) if a.commit_sha})
         now = time.time()
         ready = {n: a.state == L.QUEUED or self._agent_ended(n, limit, now) for n, a in waiting.items()}
+        jobs = []  # (attempt, commit, base) to judge, in number order
         for n in collectable(ready):
             if self.halt:
-                return
+                break
             a = waiting[n]
-            if a.state == L.QUEUED:  # re-queued after a restart: judge again
-                self.led.transition(n, L.JUDGING)
-                self._judge(n, a.commit_sha, a.base_sha, report)
+            if a.state == L.QUEUED:  # re-queued after a restart: judged again (judging from its start)
+                jobs.append((n, a.commit_sha, a.base_sha, True))
             else:
-                self._collect_agent(a, limit, report)
+                tip = self._collect_agent(a, limit, report)
+                if tip is not None:
+                    jobs.append((n, tip, a.base_sha, False))
+        self.judged = len(jobs)
+        self._judge_all(jobs, report)
+
+    def _judge_all(self, jobs: list, report: TickReport) -> None:
+        """Judge ``jobs`` and apply their outcomes in number order. With more than one judging
+        slot up to that many run at once, one per slot (:func:`farm.judging_width`); each
+        is against the base its commit was made on, which no earlier outcome changes, so
+        judging them together decides nothing differently: the outcomes are still applied one
+        by one in number order, and an attempt that wins after main moved is rebased and judged
+        again against the new main, as when judged alone."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from . import farm
+        from .pipeline import draw_hidden, judgment
+
+        if self.ctx.remote is not None:  # Ray: every judgment a task now; Ray runs them as slots free
+            futures = {}
+            for n, tip, base, queued in jobs:
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                futures[n] = self.ctx.remote.submit(self.ctx, tip, base, draw_hidden(self.ctx),
+                                                    f"{n}-{tip[:10]}")
+            for n, tip, base, _ in jobs:
+                if self.halt:
+                    self._unjudged(n, False, report)
+                    continue
+                self._judge(n, tip, base, report, first=futures[n])
+            return
+        width = farm.judging_width(len(jobs), len(self.ctx.slots()))
+        if width <= 1:
+            for n, tip, base, queued in jobs:
+                if self.halt:
+                    self._unjudged(n, queued, report)
+                    continue
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                self._judge(n, tip, base, report)
+            return
+        with ThreadPoolExecutor(width, thread_name_prefix="judging") as pool:
+            # each worker holds a slot while it judges; the rest wait for one in number order
+            futures = {}
+            for n, tip, base, queued in jobs:
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                futures[n] = pool.submit(judgment, self.ctx, tip, base, draw_hidden(self.ctx))
+            for n, tip, base, _ in jobs:
+                if self.halt:
+                    futures[n].cancel()
+                    self._unjudged(n, False, report)
+                    continue
+                self._judge(n, tip, base, report, first=futures[n].result)
+
+    def _unjudged(self, number: int, queued: bool, report: TickReport) -> None:
+        """An attempt left unjudged because the loop must stop: queued (again), so the next
+        loop judges it; one still queued is left as it is."""
+        if queued:
+            return
+        self.led.transition(number, L.QUEUED, reason=f"not judged: the loop stopped ({self.halt})")
+        report.collected.append((number, L.QUEUED, "not judged: the loop stopped"))
 
     def _agent_ended(self, number: int, limit: float, now: float) -> bool:
         """Whether attempt ``number``'s agent is done: it wrote a proposal, its process is
@@ -204,7 +267,9 @@ class Orchestrator:
             return True
         return now - _started(d) > limit
 
-    def _collect_agent(self, a, limit: float, report: TickReport) -> None:
+    def _collect_agent(self, a, limit: float, report: TickReport) -> str | None:
+        """Collect attempt ``a``'s agent: record what it ended with, or (a commit) move it to
+        judging and return its tip, which the caller judges."""
         d = attempt_dir(self.ctx.runs, a.number)
         prop_path = d / "proposal.json"
         if not prop_path.exists():
@@ -235,14 +300,17 @@ class Orchestrator:
         tip = self.ctx.repo.tip(a.number)
         self.led.transition(a.number, L.JUDGING, commit_sha=tip,
                             title=(prop.message.splitlines() or [a.title])[0][:200])
-        self._judge(a.number, tip, a.base_sha, report)
+        return tip
 
-    def _judge(self, number: int, tip: str, base: str, report: TickReport) -> None:
+    def _judge(self, number: int, tip: str, base: str, report: TickReport, first=None) -> None:
         try:
-            out = judge_and_record(self.ctx, number, tip, base)
+            out = judge_and_record(self.ctx, number, tip, base, first=first)
             report.collected.append((number, out.state, out.reason))
         except L.LedgerError:
             raise  # nothing can be recorded: the loop stops, a restart re-queues the attempt
+        except NodeLost as e:  # the machine failed, not the candidate: judged once more
+            self._final(number, L.CRASHED, f"node lost: {e}"[:300], report)
+            self._rerun(number, report)
         except Exception as e:  # noqa: BLE001 - a gate bug must not stop the loop
             reason, stop = failure_reason("judging", e)
             if stop:  # not the candidate's fault: judged again once there is space
@@ -254,32 +322,92 @@ class Orchestrator:
         finally:
             self.ctx.repo.close_attempt(number, self.ctx.runs)
 
+    def _rerun(self, number: int, report: TickReport) -> int | None:
+        """Attempt ``number`` crashed because its node was lost: its commit is judged once
+        more, as a new attempt (queued with the commit, judged by the next tick; a final row
+        never changes). A re-run whose node is lost too is not run again."""
+        a = self.led.attempt(number)
+        if not rerun_wanted(a):
+            return None
+        n = self.led.new_attempt(title=a.title, hypothesis=a.hypothesis, target=a.target,
+                                 backend=a.backend, base_sha=a.base_sha, phase_id=a.phase_id,
+                                 tick_id=a.tick_id)
+        self.led.update(n, commit_sha=a.commit_sha, rerun_of=number)
+        report.collected.append((n, L.QUEUED, f"re-run of #{number}: its node was lost"))
+        return n
+
     def _final(self, number: int, state: str, reason: str, report: TickReport) -> None:
         self.led.transition(number, state, reason=reason)
         report.collected.append((number, state, reason))
         self.ctx.repo.close_attempt(number, self.ctx.runs)
 
+    # ------------------------------------------------------------ trial merges
+    def trial_merge(self, tick_id: int, report: TickReport) -> int | None:
+        """When this tick judged nothing and a slot is free: queue a trial merge of recent
+        near-misses (harness/trials.py) as an attempt of its own, judged by a later tick's
+        collect like any commit (so in number order). Returns its number, or None."""
+        loop = self.settings["loop"]
+        max_parts = int(loop.get("trial_merge_parts", 0))
+        if max_parts < 2:
+            return None
+        busy = [a for a in self.led.attempts(states=L.IN_FLIGHT) if a.backend == trials.BACKEND]
+        free = 1 if self.ctx.remote is not None else self.ctx.slots().free()
+        if not trials.due(True, self.judged, len(busy), free):
+            return None
+        phase = self.led.phase(phase_definition(self.ctx))
+        attempts = self.led.attempts()
+        parts = trials.pick_parts(trials.near_misses(attempts, phase, int(loop.get("trial_merge_recent", 12))),
+                                  max_parts)
+        if not parts:
+            return None
+        main = self.ctx.repo.main_sha()
+        number = self.led.new_attempt(title=trials.title(parts), hypothesis=trials.hypothesis(parts),
+                                      target="trial merge", backend=trials.BACKEND, base_sha=main,
+                                      phase_id=phase, tick_id=tick_id)
+        try:
+            applied, tip = trials.form(self.ctx.repo, number, main, parts, self.ctx.runs)
+        except Exception as e:  # noqa: BLE001 - recorded; the loop goes on (or stops: disk full)
+            reason, stop = failure_reason("forming a trial merge", e)
+            self.led.update(number, parts=[a.number for a in parts])
+            self._final(number, L.CRASHED, reason, report)
+            self.halt = reason if stop else self.halt
+            return number
+        self.ctx.repo.close_attempt(number, self.ctx.runs)
+        if tip is None:  # the same parts are not tried again
+            left = [a.number for a in parts if a not in applied]
+            why = f"parts {left} do not apply onto main {main[:10]} with the others: fewer than two left"
+            self.led.transition(number, L.ABANDONED, reason=L.CONFLICT, parts=[a.number for a in parts],
+                                gate={"conflict": why})
+            report.collected.append((number, L.ABANDONED, L.CONFLICT))
+            return number
+        self.led.update(number, commit_sha=tip, parts=[a.number for a in applied],
+                        title=trials.title(applied), hypothesis=trials.hypothesis(applied))
+        report.spawned.append((number, trials.title(applied)))
+        return number
+
     # ------------------------------------------------------------ plan + spawn
     def profile(self) -> dict:
-        """The latest profile of main (measured once per main commit, under the GPU lock)."""
+        """The latest profile of main: measured once per main commit and profile definition
+        (:func:`profile_path`), on a judging slot, and reused by every later tick and loop."""
         from gates import checkout
-        from gates.spec import side_spec
         from gates.sides import run_side
 
         sha = self.ctx.repo.main_sha()
-        path = self.ctx.runs / "profile" / f"{sha[:12]}.json"
+        spec = profile_spec(self.settings, self.ctx.profile, self.ctx.cuda)
+        rows = spec["profile_rows"]
+        path = profile_path(self.ctx.runs, sha, spec, self.ctx.cuda)
         if path.exists():
             return json.loads(path.read_text())
-        prof = self.ctx.profile
-        rows = 128 if self.ctx.cuda else max(prof["buckets"])
         tree = checkout.checkout(self.ctx.repo.root, sha, self.ctx.runs)
-        spec = side_spec(self.settings, prof, steps=1, rows=[rows], replays=5, profile_rows=rows,
-                         free=False)
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
-        with gpu_lock(self.ctx.runs):
-            res = run_side("run", tree, spec, path, float(self.settings["bench"]["timeout_s"]))
+        partial = path.with_name(path.stem + ".partial.json")
+        with gpu_lock(self.ctx):
+            res = run_side("run", tree, spec, partial, float(self.settings["bench"]["timeout_s"]))
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
+        # only a whole result is ever found at ``path``: a loop killed while profiling measures
+        # again rather than planning from half a file
+        partial.replace(path)
         return res.result
 
     def plan_and_spawn(self, tick_id: int, report: TickReport) -> None:
@@ -374,6 +502,7 @@ class Orchestrator:
             report.stop = stop
             return report
         if spawn:
+            self.trial_merge(tick_id, report)
             self.plan_and_spawn(tick_id, report)
         if self.halt:
             report.stop = self.halt
@@ -405,6 +534,34 @@ class Orchestrator:
         if (time.monotonic() - self.started) / 3600 >= b["wall_hours"]:
             return f"wall-time budget spent ({b['wall_hours']} h)"
         return None
+
+
+def rerun_wanted(a: L.Attempt) -> bool:
+    """Pure: an attempt that crashed with its node lost is judged once more, unless it is
+    itself such a re-run (a commit that takes every node down is not retried forever)."""
+    return a.state == L.CRASHED and (a.reason or "").startswith("node lost") and a.rerun_of is None \
+        and bool(a.commit_sha)
+
+
+def profile_spec(settings: dict, profile: dict, cuda: bool) -> dict:
+    """Pure: the side spec of the loop's profile of main (128 rows on a GPU, the largest
+    bucket on the CPU; 5 replays; no leave-one-out column)."""
+    from gates.spec import side_spec
+
+    rows = 128 if cuda else max(profile["buckets"])
+    return side_spec(settings, profile, steps=1, rows=[rows], replays=5, profile_rows=rows, free=False)
+
+
+def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:
+    """Pure: where main's profile at ``sha`` is kept. The name holds everything that decides
+    the profile's content: the commit, the side's spec (model, layout, rows, replays, context:
+    kern.yaml's profile) and the device kind, so a changed kern.yaml measures again and a
+    ``kern profile`` by hand (its own spec) is never taken for the loop's."""
+    import hashlib
+
+    key = hashlib.sha256(json.dumps({"spec": spec, "cuda": cuda}, sort_keys=True,
+                                    default=str).encode()).hexdigest()[:10]
+    return runs / "profile" / f"{sha[:12]}-loop-{key}.json"
 
 
 def _shapes_text(p: dict) -> str:

@@ -7,7 +7,6 @@ the ledger. Every path ends in a ledger state with a reason.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -15,7 +14,7 @@ from pathlib import Path
 
 from gates import stats
 
-from . import faults
+from . import farm, faults
 from . import ledger as L
 from gates import scope
 from .worktrees import Repo
@@ -31,6 +30,27 @@ class Context:
     ledger: L.Ledger
     progress: callable = print
     settings_digest: str = ""
+    pool: "farm.Pool | None" = None  # the judging slots (None: kern.yaml's farm.slots, on first use)
+    remote: object = None  # farm.kind ray: the harness.ray_farm.RayFarm judgments are sent to
+
+    def slots(self) -> "farm.Pool":
+        if self.pool is None:
+            self.pool = farm.Pool(self.runs, farm.slots_for(self.settings, self.cuda))
+        return self.pool
+
+
+@dataclass
+class Judgment:
+    """What judging one commit against its base found: the gates' results as data, the
+    hidden inputs they ran on and the slot that ran them. The same from a local slot and
+    from a Ray task (harness/ray_farm.py)."""
+
+    scope: object
+    test: dict | None
+    bench: dict | None
+    hidden: object  # gates.hidden.Hidden
+    host: str | None = None
+    slot: str | None = None
 
 
 @dataclass
@@ -41,16 +61,12 @@ class Outcome:
 
 
 @contextmanager
-def gpu_lock(runs: Path):
-    """Gates that run kernels hold this per-device lock: parallel attempts never time each
-    other's runs."""
-    runs.mkdir(parents=True, exist_ok=True)
-    with open(runs / "gpu.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+def gpu_lock(ctx: "Context"):
+    """Gates that run kernels hold one judging slot (harness/farm.py) for the block and their
+    processes see only its GPUs: parallel judgments never time each other's runs. Yields the
+    :class:`farm.Slot`."""
+    with ctx.slots().hold() as slot:
+        yield slot
 
 
 def phase_definition(ctx: Context) -> dict:
@@ -165,36 +181,57 @@ def draw_hidden(ctx: Context):
 def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
     """Run the gates on one commit against its base, both gates on the same hidden inputs
     (``hidden``; None: drawn here). Returns (scope, test, bench) results."""
+    j = judgment(ctx, rev_sha, base_sha, hidden)
+    return j.scope, j.test, j.bench
+
+
+def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> Judgment:
+    """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine."""
+    faults.point("scope")
+    sc = check_scope(ctx, rev_sha, base_sha)
+    hidden = draw_hidden(ctx) if hidden is None else hidden
+    if not sc.ok:
+        return Judgment(sc, None, None, hidden)
+    with gpu_lock(ctx) as slot:
+        test, bench = run_gates(ctx, rev_sha, base_sha, hidden)
+    return Judgment(sc, test, bench, hidden, slot.host, slot.name)
+
+
+def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "") -> Judgment:
+    """One judgment where kern.yaml's farm says: a local slot, or a task of the Ray cluster
+    (``ctx.remote``; may raise ``ray_farm.NodeLost``)."""
+    if ctx.remote is not None:
+        return ctx.remote.submit(ctx, rev_sha, base_sha, hidden, label)()
+    return judgment(ctx, rev_sha, base_sha, hidden)
+
+
+def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
+    """The accuracy gate, then (when it passes) the scorer and its re-measurement, on the
+    slot the caller holds. Returns (test, bench); bench is None when the scorer did not run."""
     from gates.accuracy import TestRequest, run_test
     from gates.bench import BenchRequest, run_bench
 
-    faults.point("scope")
-    sc = check_scope(ctx, rev_sha, base_sha)
-    if not sc.ok:
-        return sc, None, None
-    hidden = draw_hidden(ctx) if hidden is None else hidden
-    with gpu_lock(ctx.runs):
-        faults.point("test")
-        ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
-        test = run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                                    ctx.runs, ctx.cuda, hidden=hidden))
-        ctx.progress(f"accuracy: {test['verdict']}")
-        if not test["verdict"].startswith("PASS"):
-            return sc, test, None
-        faults.point("bench")
-        ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
-        request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                               ctx.runs, ctx.cuda, accuracy=accuracy_claim(test), hidden=hidden)
-        bench = run_bench(request, progress=lambda m: ctx.progress(f"  {m}"))
-        pct = float(ctx.settings["bench"]["reverify_pct"])
-        if needs_reverify(bench, pct):
-            # a large gain is merged only once an independent measurement reproduces it: fresh
-            # processes, the sides alternating, an input seed of its own (recorded with it)
-            ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
-            bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
-                                                  rounds=int(ctx.settings["bench"]["reverify_rounds"])),
-                                          progress=lambda m: ctx.progress(f"  again: {m}"))
-    return sc, test, bench
+    faults.point("test")
+    ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
+    test = run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
+                                ctx.runs, ctx.cuda, hidden=hidden))
+    ctx.progress(f"accuracy: {test['verdict']}")
+    if not test["verdict"].startswith("PASS"):
+        return test, None
+    faults.point("bench")
+    ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
+    request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
+                           ctx.runs, ctx.cuda, accuracy=accuracy_claim(test), hidden=hidden)
+    bench = run_bench(request, progress=lambda m: ctx.progress(f"  {m}"))
+    pct = float(ctx.settings["bench"]["reverify_pct"])
+    if needs_reverify(bench, pct):
+        # a large gain is merged only once an independent measurement reproduces it: fresh
+        # processes, the sides alternating, an input seed of its own (recorded with it)
+        ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
+        bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
+                                              rounds=int(ctx.settings["bench"]["reverify_rounds"])),
+                                      progress=lambda m: ctx.progress(f"  again: {m}"))
+    return test, bench
 
 
 def needs_reverify(bench: dict | None, pct: float) -> bool:
@@ -237,8 +274,13 @@ def accuracy_claim(test: dict) -> dict:
 
 
 def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
-                     max_rebases: int = 3) -> Outcome:
-    """Judge attempt ``number`` and bring it to a final state; merge when it wins."""
+                     max_rebases: int = 3, first=None) -> Outcome:
+    """Judge attempt ``number`` and bring it to a final state; merge when it wins.
+
+    ``first``: a callable giving the :class:`Judgment` of ``rev_sha`` against ``base_sha``
+    already under way on another slot (or a Ray node): the orchestrator judges several
+    attempts at once and applies their outcomes here, in number order. It may raise what
+    judging raised. A re-judgment after a rebase is judged here, on a free slot."""
     led, repo = ctx.ledger, ctx.repo
     for _ in range(max_rebases + 1):
         if merged_unrecorded(led.attempt(number), rev_sha, repo.git.git.merge_base(repo.main_sha(), rev_sha)):
@@ -246,12 +288,15 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
             return _record_found_merge(ctx, number, rev_sha)
         # a decision taken before a rebase no longer holds
         led.update(number, base_sha=base_sha, commit_sha=rev_sha, decision=None)
-        hidden = draw_hidden(ctx)  # every judgment its own, a re-judgment after a rebase too
-        sc, test, bench = judge(ctx, rev_sha, base_sha, hidden)
+        if first is not None:
+            j, first = first(), None
+        else:  # every judgment its own hidden inputs, a re-judgment after a rebase too
+            j = judge_once(ctx, rev_sha, base_sha, draw_hidden(ctx), f"{number}-{rev_sha[:10]}")
+        sc, test, bench, hidden = j.scope, j.test, j.bench, j.hidden
         keep_evidence(ctx.runs, number, test, bench)
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
-        out = with_hidden(decide_outcome(sc, test, bench), hidden if test is not None else None)
+        out = with_slot(with_hidden(decide_outcome(sc, test, bench), hidden if test is not None else None), j)
         if out.state != "merged":
             # no commit: the tip is the base, whose note belongs to whoever made main
             return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
@@ -281,6 +326,14 @@ def with_hidden(out: Outcome, hidden) -> Outcome:
     if hidden is None:
         return out
     return Outcome(out.state, out.reason, {**out.fields, "hidden": hidden.to_dict()})
+
+
+def with_slot(out: Outcome, j: Judgment) -> Outcome:
+    """Pure: ``out`` with the host and slot that judged it among the ledger's fields (none
+    when no gate process ran: a scope rejection)."""
+    if j.slot is None:
+        return out
+    return Outcome(out.state, out.reason, {**out.fields, "host": j.host, "slot": j.slot})
 
 
 def keep_evidence(runs: Path, number: int, test: dict | None, bench: dict | None) -> Path:

@@ -60,6 +60,12 @@ _SCHEMA: dict[str, tuple] = {
     "loop.every": (str, True),
     "loop.concurrency": (int, True),
     "loop.stop_after_idle_ticks": (int, True),
+    "loop.trial_merge_parts": (int, False),
+    "loop.trial_merge_recent": (int, False),
+    "farm.slots": ((str, list), False),
+    "farm.gpus": (int, False),
+    "farm.kind": (str, False),
+    "farm.address": (str, False),
     "budgets.attempts": (int, True),
     "budgets.tokens": (int, True),
     "budgets.wall_hours": (_NUM, True),
@@ -69,6 +75,7 @@ _PROFILE_SCHEMA = {
     "test_rows": list, "test_context": int, "test_steps": int,
 }
 BACKENDS = ("anthropic", "claude-code", "command", "tuner", "replay")
+FARM_KINDS = ("local", "ray")
 
 
 def _get(data: dict, path: str):
@@ -145,6 +152,25 @@ def validate(data) -> list[str]:
     kp, kf = _get(data, "test.kl_pass"), _get(data, "test.kl_fail")
     if isinstance(kp, _NUM) and isinstance(kf, _NUM) and not 0 <= kp <= kf:
         problems.append(f"test.kl_pass: expected 0 <= kl_pass <= kl_fail ({kf}), found {kp}")
+    slots = _get(data, "farm.slots")
+    if isinstance(slots, str) and slots != "auto":
+        problems.append(f"farm.slots: expected 'auto' or a list of slots, found {slots!r}")
+    if isinstance(slots, list) and (not slots or any(isinstance(x, bool) or not isinstance(x, (str, int))
+                                                     for x in slots)):
+        problems.append(f"farm.slots: expected a non-empty list of GPU ids (\"0\", \"2,3\") or CPU "
+                        f"slot names (\"cpu0\"), found {slots!r}")
+    gpus = _get(data, "farm.gpus")
+    if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus < 1:
+        problems.append(f"farm.gpus: expected a number of GPUs per slot >= 1, found {gpus}")
+    tp = _get(data, "loop.trial_merge_parts")
+    if isinstance(tp, int) and not isinstance(tp, bool) and tp not in (0,) and tp < 2:
+        problems.append(f"loop.trial_merge_parts: expected 0 (no trial merges) or at least 2 parts, found {tp}")
+    tr = _get(data, "loop.trial_merge_recent")
+    if isinstance(tr, int) and not isinstance(tr, bool) and tr < 2:
+        problems.append(f"loop.trial_merge_recent: expected at least 2 attempts to look back on, found {tr}")
+    kind = _get(data, "farm.kind")
+    if isinstance(kind, str) and kind not in FARM_KINDS:
+        problems.append(f"farm.kind: expected one of {', '.join(FARM_KINDS)}, found {kind!r}")
     every = _get(data, "loop.every")
     if isinstance(every, str) and parse_duration(every) is None:
         problems.append(f"loop.every: expected a duration such as 20m, 1h, 90s, found {every!r}")

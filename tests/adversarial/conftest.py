@@ -53,7 +53,7 @@ SCORER_SETTINGS = {**SETTINGS, "profiles.cpu.buckets": [2, 4], "profiles.cpu.wei
 def scorer_only(tmp_path_factory):
     """{hack name: (attempt number, Outcome, the ledger's Attempt)}: each of ``SCORER_ONLY``
     through ``kern try`` (``pipeline.try_commit``) against main in one repository. Each attempt
-    has its own runs folder, so on the CPU two run at once (their gpu.lock apart); on a GPU one
+    has its own runs folder, so on the CPU two run at once (their slot locks apart); on a GPU one
     at a time (they would time each other)."""
     repo = make_catalogue_repo(tmp_path_factory.mktemp("scorer-only"), SCORER_SETTINGS)
     shas = {h.name: commit_hack(repo, h) for h in SCORER_ONLY}

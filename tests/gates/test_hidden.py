@@ -58,3 +58,20 @@ def test_every_size_and_seed_is_reachable():
 def test_malformed_records_name_their_source(bad):
     with pytest.raises(HiddenError, match="^attempt #4's record: "):
         Hidden.from_dict(bad, "attempt #4's record")
+
+
+def test_mains_recording_serves_one_judgment_never_the_next_against_the_same_main():
+    """The name of main's recording holds the judgment's hidden inputs: a judgment's own
+    passes find it (same key), a second judgment against the same main (inputs drawn afresh)
+    records main again, since a kept recording would hold inputs the next agent could read."""
+    from gates.accuracy import recording_key
+
+    spec, touched = {"model": "small", "rows": [1, 3, 17, 8]}, {"moe.situ"}
+    one, two = Hidden(11, (5, 6)).to_dict(), Hidden(12, (5, 6)).to_dict()
+    assert recording_key(spec, touched, False, one) == recording_key(dict(spec), {"moe.situ"}, False, dict(one))
+    assert recording_key(spec, touched, False, one) != recording_key(spec, touched, False, two)  # seed
+    assert recording_key(spec, touched, False, one) != \
+        recording_key(spec, touched, False, Hidden(11, (5, 7)).to_dict())  # extra sizes
+    assert recording_key(spec, touched, False, one) != recording_key(spec, {"kda.core"}, False, one)
+    assert recording_key(spec, touched, False, one) != recording_key(spec, None, False, one)
+    assert recording_key(spec, touched, False, one) != recording_key(spec, touched, True, one)

@@ -96,8 +96,14 @@ def killed_at(step: str, work) -> None:
 
 def fake_profile(repo: Path, ops: list[str]) -> None:
     """main's profile, as the planner reads it (so no step runs): ``ops`` in priority order."""
+    from harness.orchestrator import profile_path, profile_spec
+    from harness.settings import load
+
     sha = git.Repo(repo).head.commit.hexsha
-    path = repo / "runs" / "profile" / f"{sha[:12]}.json"
+    import torch
+
+    settings, cuda = load(repo / "kern.yaml"), torch.cuda.is_available()  # as context() picks it
+    path = profile_path(repo / "runs", sha, profile_spec(settings.data, settings.profile(cuda), cuda), cuda)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = {name: {"ms": 10.0 - i, "floor_ms": 0.5, "free_ms": None} for i, name in enumerate(ops)}
     path.write_text(json.dumps({"profile": {"rows": 4, "step_ms": 60.0, "ops": rows}}))

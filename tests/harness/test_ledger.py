@@ -187,8 +187,8 @@ def test_a_version_1_ledger_gains_the_hidden_inputs_column_and_keeps_its_rows(tm
     adds the column (NULL for the old attempts, so a replay of them says none was recorded),
     in the same transaction as the version, and every row and merge rule stays."""
     path = tmp_path / "v1.sqlite"
-    v1 = L._SCHEMA.replace(" hidden TEXT,", "")
-    assert v1 != L._SCHEMA  # the version 1 schema: today's without the column
+    v1 = L._SCHEMA.replace(" hidden TEXT, host TEXT, slot TEXT,\n  rerun_of INTEGER REFERENCES attempts(number), parts TEXT,", "")
+    assert v1 != L._SCHEMA  # the version 1 schema: today's without the columns
     con = sqlite3.connect(path)
     con.executescript(v1)
     con.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
@@ -197,9 +197,9 @@ def test_a_version_1_ledger_gains_the_hidden_inputs_column_and_keeps_its_rows(tm
     con.commit()
     con.close()
     led = Ledger(path)
-    assert led.schema_version() == 2 == L.SCHEMA_VERSION
+    assert led.schema_version() == 3 == L.SCHEMA_VERSION
     old = led.attempt(1)
-    assert (old.title, old.state, old.hidden) == ("old", "merged", None)
+    assert (old.title, old.state, old.hidden, old.slot) == ("old", "merged", None, None)
     with pytest.raises(sqlite3.IntegrityError, match="merged attempt never changes"):
         led._db.execute("UPDATE attempts SET hidden='{}' WHERE number=1")  # the triggers stay
     n = led.new_attempt(title="new", hypothesis="", target="", backend="tuner", base_sha=None,
@@ -209,6 +209,41 @@ def test_a_version_1_ledger_gains_the_hidden_inputs_column_and_keeps_its_rows(tm
     assert led.attempt(n).hidden == {"input_seed": 7, "extra_rows": [5, 6]}
     led.close()
     assert Ledger(path).attempt(n).hidden["extra_rows"] == [5, 6]  # and it stays upgraded
+
+
+def test_a_version_2_ledger_gains_host_and_slot_and_keeps_its_rows(tmp_path):
+    """Ledgers written before judging slots (schema 2, with the hidden inputs) open as they
+    are: the upgrade adds host and slot (NULL for the old attempts), the triggers stay, and a
+    new attempt records where it was judged."""
+    path = tmp_path / "v2.sqlite"
+    v2 = L._SCHEMA.replace(" host TEXT, slot TEXT,\n  rerun_of INTEGER REFERENCES attempts(number), parts TEXT,", "")
+    assert v2 != L._SCHEMA
+    con = sqlite3.connect(path)
+    con.executescript(v2)
+    con.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '2')")
+    con.execute("INSERT INTO attempts(number, title, state, created_at, updated_at, commit_sha, hidden) "
+                "VALUES (1, 'old', 'merged', 't', 't', ?, '{\"input_seed\": 3, \"extra_rows\": []}')",
+                ("c" * 40,))
+    con.commit()
+    con.close()
+    led = Ledger(path)
+    assert led.schema_version() == 3 == L.SCHEMA_VERSION
+    old = led.attempt(1)
+    assert (old.state, old.hidden["input_seed"], old.host, old.slot) == ("merged", 3, None, None)
+    with pytest.raises(sqlite3.IntegrityError, match="merged attempt never changes"):
+        led._db.execute("UPDATE attempts SET slot='cpu0' WHERE number=1")
+    n = led.new_attempt(title="new", hypothesis="", target="", backend="tuner", base_sha=None,
+                        phase_id=None)
+    led.transition(n, "judging")
+    led.transition(n, "abandoned", reason="slower", host="node-a", slot="gpu2-3")
+    m = led.new_attempt(title="again", hypothesis="", target="", backend="tuner", base_sha=None,
+                        phase_id=None)
+    led.update(m, rerun_of=n, parts=[1, n])
+    led.close()
+    again = Ledger(path)
+    assert (again.attempt(n).host, again.attempt(n).slot) == ("node-a", "gpu2-3")
+    assert again.attempt(m).rerun_of == n and again.attempt(1).rerun_of is None
+    assert again.attempt(m).parts == [1, n] and again.attempt(1).parts is None
 
 
 def test_reader_sees_writer_commits(tmp_path):
