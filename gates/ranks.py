@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .sides import (HARNESS_ROOT, Interactive, Outcome, SideError, _last_line, classify,
+from .sides import (HARNESS_ROOT, _die_with_parent, Interactive, Outcome, SideError, _last_line, classify,
                     reply_kind, run_side, side_env, start_hand_over)
 from .stats import worst_ops
 
@@ -225,15 +225,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass  # not Linux: the launcher's own teardown still applies
 
 
 @dataclass

@@ -48,12 +48,19 @@ def judging_slot(visible: str, judgments: int = 1, die_with_parent: bool = False
         _SLOT.reset(token)
 
 
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the launcher's own teardown still applies
+
+
 def _popen_extra() -> dict:
     """Popen arguments of a side started in this thread's judging slot."""
     slot = _SLOT.get()
     if slot is not None and slot[2]:
-        from .ranks import _die_with_parent
-
         return {"preexec_fn": _die_with_parent}
     return {}
 
