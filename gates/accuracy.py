@@ -57,7 +57,7 @@ def tunables_changed(old: str | None, new: str | None) -> set[str] | None:
     ``TUNABLES`` dict (its contract): any other statement that changed could do anything."""
     def parts(src):
         try:
-            tree = ast.parse(src)
+            tree = scope.parse(src)
         except SyntaxError:
             return None
         table = None

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import sys
+import threading
 from dataclasses import dataclass, field
 
 MAX_CHANGED_LINES = 4000
@@ -112,6 +113,19 @@ def source_problems(path: str, content: bytes, before: bytes | None = None) -> l
     return [f"{path}:{line} {m}" if line else f"{path} {m}" for line, m in found]
 
 
+# CPython 3.11's ast constructor keeps per-interpreter recursion state: two threads parsing at
+# once (two judging slots of one loop, harness/farm.py) fail with "SystemError: AST
+# constructor recursion depth mismatch" (seen 2026-12-01). Every parse of the gates goes
+# through this lock.
+_PARSE = threading.Lock()
+
+
+def parse(source, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse``, one thread at a time (see ``_PARSE``)."""
+    with _PARSE:
+        return ast.parse(source, filename=filename)
+
+
 def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
     if not path.endswith(SOURCE_SUFFIXES):
         return [(None, f"is not a source file (expected {', '.join(SOURCE_SUFFIXES)}: a binary or "
@@ -122,7 +136,7 @@ def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
     if not path.endswith(".py"):
         return []
     try:
-        tree = ast.parse(content, filename=path)
+        tree = parse(content, filename=path)
     except (SyntaxError, ValueError):
         return []  # the build gate reports it with the interpreter's own message
     package = path[:-3].replace("/", ".").rsplit(".", 1)[0]

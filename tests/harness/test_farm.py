@@ -205,7 +205,8 @@ def test_two_slots_judge_two_attempts_at_once_and_apply_them_in_number_order(tmp
     n1, n2 = queued(ctx, one, "one"), queued(ctx, two, "two")
     rep = Orchestrator(ctx, settings_.data).tick(spawn=False)
     assert [c[0] for c in rep.collected] == [n1, n2]
-    assert sorted(seen) == sorted([(one, ""), (two, "")])  # CPU slots: no GPU visible
+    rows = [(a.number, a.state, a.reason, a.gate) for a in ctx.ledger.attempts()]
+    assert sorted(seen) == sorted([(one, ""), (two, "")]), rows  # CPU slots: no GPU visible
     a1, a2 = ctx.ledger.attempt(n1), ctx.ledger.attempt(n2)
     assert (a1.state, a2.state, a2.reason) == (L.MERGED, L.ABANDONED, L.SLOWER)
     assert {a1.slot, a2.slot} == {"cpu0", "cpu1"} and a1.host == a2.host == os.uname().nodename
