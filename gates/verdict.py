@@ -315,6 +315,17 @@ def judge(ev: dict, th: dict) -> Verdict:
     return v
 
 
+def needs_noise(ev: dict, th: dict) -> bool:
+    """Pure: whether A's repeat and band passes could change the verdict on ``ev`` (evidence
+    gathered without them). They only raise limits: the band lifts the KL limit above
+    ``kl_fail`` and excuses confident flips it shows too, the floor admits 'PASS within noise
+    floor'; no rule reads them to add a reason. So a verdict that is a PASS without them is the
+    same PASS with them, and only a verdict that is not needs them (tested over every band)."""
+    if ev.get("outcome_a") != "ok" or ev.get("outcome_b") != "ok":
+        return False
+    return not judge({**ev, "outcome_noise": "not needed"}, th).name.startswith("PASS")
+
+
 def _steps(keys: list[str]) -> str:
     """``["4:0", "4:1", ...]`` as ``rows 4 step 0, rows 4 step 1, ...`` (the first four)."""
     shown = ", ".join(f"rows {k.split(':')[0]} step {k.split(':')[1]}" for k in keys[:4])

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from gates.verdict import judge, logit_stats, own_defects, tap_diff
+from gates.verdict import judge, logit_stats, needs_noise, own_defects, tap_diff
 
 TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4.0,
       "max_near_tie_flips": 0.02, "layout_kl_pass": 1e-2,
@@ -71,6 +71,34 @@ def test_difference_within_the_reference_band_passes_on_the_floor():
     assert ev["logits"]["kl_max"] > TH["kl_pass"], "the case must be outside logit evidence"
     v = judge(ev, TH)
     assert v.name == "PASS within noise floor", v.reasons
+
+
+def test_noise_passes_run_only_when_they_can_change_the_verdict():
+    """Over candidates from identical to far off (small, flipping, with defects) and every
+    kind of band and repeat A could measure: a verdict that passes without A's noise passes
+    is the same verdict with them, and needs_noise asks for them exactly when it does not."""
+    a = _pass(_call(0), _call(1))
+    la = _logits(1)
+    bands = [None] + [logit_stats(la, _logits(1, d), TH["near_tie_factor"]) for d in (1e-4, 0.03, 3.0)]
+    candidates = [(a, la)] + [(_pass(_call(0), _call(1, out="h2")), _logits(1, d))
+                              for d in (1e-5, 1e-4, 1e-2, 0.03, 0.3, 3.0)]
+    candidates.append((_pass(_call(0), _call(1, unwritten=2)), _logits(1, 1e-5)))
+    asked = passed = 0
+    for b, lb in candidates:
+        ev = _ev(a, b, la, lb)
+        plain = judge({**ev, "outcome_noise": "not needed"}, TH)
+        need = needs_noise(ev, TH)
+        assert need == (not plain.name.startswith("PASS")), (plain, need)
+        asked += need
+        passed += not need
+        for band in bands:
+            for repeat in bands:
+                with_noise = judge({**ev, "outcome_noise": "ok", "band": band, "noise": repeat,
+                                    "noise_tap": {"differ_raw": 1 if repeat else 0}}, TH)
+                if not need:
+                    assert (with_noise.name, with_noise.reasons) == (plain.name, plain.reasons)
+    assert asked >= 3 and passed >= 2  # both branches were exercised
+    assert not needs_noise({**_ev(a, a, la, la), "outcome_b": "timeout"}, TH)
 
 
 # ------------------------------------------------------------------ sides over several ranks
