@@ -227,15 +227,16 @@ class ReferenceFor:
     """Wraps a tap hook: the named ops run on the protected reference instead of the tree's
     kernels (the 'same model, other rounding' band of the touched ops)."""
 
-    def __init__(self, names: set, inner):
+    def __init__(self, names: set, inner, extra: dict | None = None):
         from kernels.k31.dispatch import as_kernel
 
         self.names, self.inner, self._as_kernel = names, inner, as_kernel
         self.log = inner.log
+        self.extra = extra or {}  # op -> keywords its reference takes beyond the contract
 
     def __call__(self, spec, site, args, run):
         if spec.name in self.names:
-            ref = self._as_kernel(spec)
+            ref = self._as_kernel(spec, **self.extra.get(spec.name, {}))
             sh = self.inner.side.shapes
             return self.inner(spec, site, args, lambda: ref(sh, **args))
         return self.inner(spec, site, args, run)
@@ -251,13 +252,20 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
     """All runs and steps; per call hashes, per step logits. Restores state between runs."""
     out = {"runs": {}, "logits": {}}
     used = 0.0  # the budget bounds the kept copies of the whole pass, not of each run
+    extra = {}
+    from kernels.k31 import reference
+
+    if reference_ops and "moe.experts" in reference_ops and hasattr(reference, "DecodedExperts"):
+        # every moe.experts call of the pass on the reference: its experts' weights decoded
+        # once for the pass, not per call (main's side only: never a cache a candidate reaches)
+        extra["moe.experts"] = {"decoded": reference.DecodedExperts()}
     for rows in runs:
         side.model.state.restore(snap)
         key = f"r{rows}"
         hook = TapHook(side, keep, budget, store, key)
         hook.used = used
         if reference_ops:
-            hook = ReferenceFor(reference_ops, hook)
+            hook = ReferenceFor(reference_ops, hook, extra)
         step = side.step(rows, hook=hook)
         base_hook = hook.inner if reference_ops else hook
         for s in range(steps):

@@ -38,11 +38,12 @@ class Ops:
         self.hook(contracts.op(name), site, args, lambda: impl(self.sh, **args))
 
 
-def as_kernel(spec: contracts.OpSpec) -> Callable:
-    """Wrap a reference (returns new values) into the kernel convention (writes in place)."""
+def as_kernel(spec: contracts.OpSpec, **extra) -> Callable:
+    """Wrap a reference (returns new values) into the kernel convention (writes in place).
+    ``extra``: keywords the reference takes beyond the op's contract (the gates' caches)."""
 
     def run(sh, **args):
-        result = spec.reference(sh, **{k: v for k, v in args.items() if k not in spec.outputs})
+        result = spec.reference(sh, **{k: v for k, v in args.items() if k not in spec.outputs}, **extra)
         for name in spec.outputs + spec.state:
             dst, src = args[name], result[name]
             if isinstance(dst, torch.Tensor) and src is not dst:

@@ -391,10 +391,37 @@ def test_the_experts_reference_equals_one_product_per_expert_bit_for_bit(rows):
         gu = args["x"][pairs // k].float() @ w1.t()
         h = R.situ(gu[:, :sh.expert_inter], gu[:, sh.expert_inter:]).to(BF16)
         want[pairs] = (h.float() @ w2.t()).to(BF16)
-    for chunk in (1, 3, R.EXPERT_CHUNK):
+    decoded = R.DecodedExperts()  # kept across calls, as the band pass keeps it
+    for chunk, keep in ((1, None), (3, None), (R.EXPERT_CHUNK, None), (3, decoded),
+                        (R.EXPERT_CHUNK, decoded)):
         old, R.EXPERT_CHUNK = R.EXPERT_CHUNK, chunk
         try:
-            got = R.moe_experts(sh, **args)["y"]
+            got = R.moe_experts(sh, **args, decoded=keep)["y"]
         finally:
             R.EXPERT_CHUNK = old
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), chunk
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (chunk, keep)
+
+
+def test_decoded_experts_are_the_decode_bit_for_bit_and_follow_changed_weights():
+    """Every e2m1 code at every e8m0 scale (0 and 254 included): the kept bf16 copy gives
+    mxfp4_decode's f32 values exactly; a weight changed in place is decoded again."""
+    from kernels.k31 import reference as R
+    from kernels.k31.formats import mxfp4_decode
+
+    g = torch.Generator().manual_seed(FRESH_SEED)
+    experts, n, k = 5, 3, 64
+    packed = torch.randint(0, 256, (experts, n, k // 2), dtype=torch.uint8, generator=g)
+    packed[0, 0] = torch.arange(0, 256, 8, dtype=torch.uint8)  # every code in both nibbles
+    packed[0, 1] = torch.arange(0, 256, 8, dtype=torch.uint8) + 7
+    scales = torch.randint(0, 255, (experts, n, k // 32), dtype=torch.uint8, generator=g)
+    scales[0, 0] = torch.tensor([0, 254], dtype=torch.uint8)
+    scales[1] = 127
+    want = mxfp4_decode(packed, scales, 32)
+    kept = R.DecodedExperts()
+    for chunk in ([0, 1], [4, 0, 2], [3], list(range(experts))):
+        got = kept.weights(packed, scales, chunk, 32)
+        assert torch.equal(got.view(torch.int32), want[chunk].view(torch.int32)), chunk
+    packed[2].bitwise_xor_(0x11)  # in place: its version moves, the copy is stale
+    got = kept.weights(packed, scales, [2], 32)
+    assert torch.equal(got, mxfp4_decode(packed[[2]], scales[[2]], 32))
+    assert not torch.equal(got, want[[2]])
