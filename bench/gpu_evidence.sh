@@ -18,12 +18,19 @@
 #            profile kern profile main --gpus 2 --emulate 8 --rows 128 (rank 0, collectives as rows)
 #   try REV [TIMEOUT] - issue 14: kern try REV on the full config, the journey's ledger
 #            (.carry/ledger.sqlite, when there) carried in and back out with the judgments
+#   try-start REV [TIMEOUT] / try-wait [SECONDS] - the same kern try spread over two device
+#            calls on one warm machine: try-start runs it in its own process session (which the
+#            device keeps running after the call returns) and waits up to 570 s; try-wait, the
+#            next call, keeps the clone, waits for it to end and brings the ledger back. Then
+#            another phase may follow in the same command (a second run of this script)
 #   hacks  - issue 13: the GPU cases of tests/adversarial (small model on the GPU)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
 phase=${1:?phase}
-if command -v git >/dev/null; then
+if [ "$phase" = try-wait ] && [ -d /tmp/r/.git ]; then
+  cd /tmp/r  # the clone try-start made on this warm machine, with its runs/
+elif command -v git >/dev/null; then
   rm -rf /tmp/r && git clone -q "$ROOT/.carry/repo.bundle" /tmp/r && cd /tmp/r && git checkout -q main
   for b in $(git for-each-ref --format='%(refname:short)' refs/remotes/origin | sed 's|^origin/||'); do
     [ "$b" = main ] || [ "$b" = HEAD ] || git branch -q "$b" "origin/$b"
@@ -35,7 +42,28 @@ fi
 cp -r "$ROOT/.carry/.whl" . && source bench/device_env.sh
 echo "commit $(git rev-parse HEAD 2>/dev/null || echo snapshot); $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__)')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+try_collect() {  # the ledger and the attempts' logs of a finished kern try, into $OUT
+  python3 -c "import sqlite3; sqlite3.connect('runs/ledger.sqlite').execute('PRAGMA wal_checkpoint(TRUNCATE)')"
+  cp runs/ledger.sqlite $OUT/
+  tar -czf $OUT/attempts.tgz runs/attempts runs/bench/*/*.log runs/tap/*/*.log 2>/dev/null
+}
 case $phase in
+try-start)
+  rev=${2:?try-start needs a revision}
+  mkdir -p runs; [ -f "$ROOT/.carry/ledger.sqlite" ] && cp "$ROOT/.carry/ledger.sqlite" runs/ledger.sqlite
+  python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
+  rm -f /tmp/try.rc; date +%s > /tmp/try.t0
+  setsid bash -c "timeout ${3:-1080} python3 -m harness.cli try $rev > /tmp/try.log 2>&1; echo \$? > /tmp/try.rc" < /dev/null &
+  for i in $(seq 1 114); do [ -f /tmp/try.rc ] && break; sleep 5; done
+  tail -40 /tmp/try.log; echo "kern try $rev: $( [ -f /tmp/try.rc ] && echo "rc $(cat /tmp/try.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/try.t0) ))s"
+  [ -f /tmp/try.rc ] && try_collect
+  ;;
+try-wait)
+  for i in $(seq 1 ${2:-110}); do [ -f /tmp/try.rc ] && break; sleep 5; done
+  tail -60 /tmp/try.log; cp /tmp/try.log $OUT/try.log
+  echo "kern try: $( [ -f /tmp/try.rc ] && echo "rc $(cat /tmp/try.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/try.t0) ))s"
+  try_collect
+  ;;
 try)
   rev=${2:?try needs a revision}
   mkdir -p runs; [ -f "$ROOT/.carry/ledger.sqlite" ] && cp "$ROOT/.carry/ledger.sqlite" runs/ledger.sqlite
