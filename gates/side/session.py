@@ -83,6 +83,7 @@ class Side:
                 self.dims, self.layout, rows=self.max_rows, max_position=self.workload.position_bound,
                 seed=spec.seed, weight_sets=spec.weight_sets, device=self.device, progress=Progress())
         self.build_s = time.monotonic() - t0
+        self._inputs = None  # every workload step's (tokens, positions) on the device, once
         log(f"ready in {self.build_s:.1f}s: weights {self.model.weights.nbytes() / 2**30:.2f} GiB, "
             f"state {self.model.state.nbytes() / 2**30:.2f} GiB")
         self.hook = hook
@@ -100,10 +101,17 @@ class Side:
         return DecodeStep(self.model, rows, Ops(self.shapes, mode, hook), comm or self.comm)
 
     def set_inputs(self, step, index: int) -> None:
-        """Workload step ``index`` for the first ``step.rows`` requests."""
-        tok, pos = self.workload.step_inputs(index, self.device)
-        step.tokens.copy_(tok[:step.rows])
-        step.pos.copy_(pos[:step.rows])
+        """Workload step ``index`` for the first ``step.rows`` requests: a copy on the device
+        from every step's inputs, built once (no host work or sync between timed replays)."""
+        if self._inputs is None:
+            per = [self.workload.step_inputs(i, "cpu") for i in range(self.workload.steps)]
+            self._inputs = (torch.stack([t for t, _ in per]).to(self.device),
+                            torch.stack([p for _, p in per]).to(self.device))
+        if not 0 <= index < self.workload.steps:
+            raise IndexError(f"workload step {index} asked for; the workload has steps "
+                             f"0..{self.workload.steps - 1} (a gate bug)")
+        step.tokens.copy_(self._inputs[0][index, :step.rows])
+        step.pos.copy_(self._inputs[1][index, :step.rows])
 
     def fresh_state(self) -> None:
         """Rebuild the decode state from its seed (bit-identical to the first build)."""

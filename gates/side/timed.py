@@ -108,9 +108,14 @@ class TimedRecord:
 
     def reset(self, rows: int) -> None:
         """The first ``rows`` requests' recurrent state back to its seeded initial values
-        (copies from the snapshot: one kernel per tensor, no host work)."""
-        for t, init in zip(self.recurrent(rows), self._initial):
-            t.copy_(init[:rows])
+        (copies from the snapshot, as few launches as torch allows, no host work)."""
+        dst = self.recurrent(rows)
+        src = [init[:rows] for init in self._initial]
+        if hasattr(torch, "_foreach_copy_"):
+            torch._foreach_copy_(dst, src)
+        else:
+            for t, init in zip(dst, src):
+                t.copy_(init)
 
     def keep(self, bucket: int, input_set: int, step) -> None:
         """Record what the replay that just ran on input set ``input_set`` produced."""
@@ -167,9 +172,16 @@ def joined(visits: list[dict]) -> dict:
     return out
 
 
-def load(paths: list[str]) -> dict:
-    """Files of one side, in visit order (see :func:`joined`)."""
-    return joined([torch.load(p) for p in paths])
+def load(paths: list[str], device="cpu") -> dict:
+    """Files of one side, in visit order (see :func:`joined`), their tensors on ``device``."""
+    return joined([torch.load(p, map_location=device) for p in paths])
+
+
+def on(side: dict, device) -> dict:
+    """One side's joined replays with every tensor on ``device`` (main's, kept in its own
+    process, live on its GPU; the candidate's come from files)."""
+    return {b: {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
+            for b, d in side.items()}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -205,8 +217,10 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
     with S. With an identical claim only digests are kept: no logits statistics."""
     from ..verdict import logit_stats
 
-    a = joined(a) if a and isinstance(a[0], dict) else load(a)
-    b = joined(b) if b and isinstance(b[0], dict) else load(b)
+    # both sides on one device, whichever way each arrived (H200, 2026-12-01: main's in-memory
+    # replays on the GPU against the candidate's files on the CPU crashed the comparison)
+    a = on(joined(a), device) if a and isinstance(a[0], dict) else load(a, device)
+    b = on(joined(b), device) if b and isinstance(b[0], dict) else load(b, device)
     if sorted(a) != sorted(b):
         raise RuntimeError(f"judged outputs: main's side kept buckets {sorted(a)}, the "
                            f"candidate's {sorted(b)}; expected the same (a bench bug)")
@@ -259,8 +273,8 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
                 g = torch.Generator().manual_seed(int(sample["seed"]) * 7919 + bucket)
                 rows = x["logits"].shape[1]
                 pick = torch.randperm(n * rows, generator=g)[:quota[bucket]].sort().values
-                flat_a = x["logits"].reshape(n * rows, -1)[pick].to(device)
-                flat_b = y["logits"].reshape(n * rows, -1)[pick].to(device)
+                flat_a = x["logits"].reshape(n * rows, -1)[pick.to(x["logits"].device)].to(device)
+                flat_b = y["logits"].reshape(n * rows, -1)[pick.to(y["logits"].device)].to(device)
                 entry["logits_sample"] = logit_stats({f"{bucket}:0": flat_a}, {f"{bucket}:0": flat_b},
                                                      near_tie_factor)
         out[str(bucket)] = entry
