@@ -12,27 +12,47 @@ Shapes (per rank): ``x [rows, latent]`` bf16 (may be a strided view), ``ids [row
 ``s2 [n_local, latent, I/32]``, ``y [rows * top_k, latent]`` bf16. Rows of y of non-local pairs
 are not written.
 
-Design (four launches, all on static grids sized from shapes, no host sync):
+Design (five launches, all on static grids sized from shapes, no host sync). Decode is
+memory-bound on the weights (4.4 MB per touched expert at the published shapes), so every
+program streams one weight tile per K step and keeps the integer work per weight byte small:
 
 * grouping (group.py): per local expert, its pairs in pair order padded to ``block_m``; an expert
   id per block; the number of blocks in use.
-* FC1, grid ``(cdiv(I, fc1_block_n), max_blocks)``: a program gathers its block's x rows
-  (``pair // top_k``; padding rows read as zeros), streams the matching ``fc1_block_n`` gate rows
-  and up rows of W1 over K = latent, dequantizes in registers, dots on bf16 with f32
-  accumulation, applies SiTU in f32 and stores h (bf16) into a sorted-indexed scratch
-  ``[max_blocks * block_m, I]`` (padding rows hold situ(0, 0) = 0).
-* FC2, grid ``(cdiv(latent, fc2_block_n), max_blocks)``: h rows of the block times W2 tiles over
-  K = I; the real rows are stored to y at their pair ids.
-Programs whose block is past ``n_blocks`` exit at once.
+* permute, grid ``(rows, KP / 128)``: x copied to a scratch ``xp [rows, KP]`` with the columns of
+  every 128-column tile in the *dot order* (below); ``KP`` is latent rounded up to 128 (zeros
+  past it).
+* FC1, grid ``(cdiv(I, fc1_block_n), max_blocks)``: the program's ``fc1_block_n`` gate rows and
+  up rows of W1, one tile of ``2 fc1_block_n`` rows, are the MMA's A operand (registers); its
+  block's xp rows (``pair // top_k``, padding pairs as zeros) are the B operand. The weights go
+  from 16-byte loads straight into the tensor-core registers (a Hopper wgmma ``m64 n16``:
+  weight rows are M, the block's pairs N). SiTU in f32 on the accumulators; h (bf16) is stored
+  into ``hs [max_blocks * block_m, KP2]``, in FC2's dot order.
+* FC2, grid ``(cdiv(latent, fc2_block_n), max_blocks)``: W2 rows as A, the block's hs rows as B;
+  the real rows are stored to y at their pair ids.
+Programs whose block is past ``n_blocks`` exit at once. A K loop step loads ``k_tiles`` tiles of
+128 values (whole 128-byte lines of every weight row from 2 on) and triton's pipeliner keeps
+``num_stages`` steps in flight.
 
-Dequantization: the weight bytes of a K tile are loaded as ``[K/2, N]`` (contiguous along K),
-the low nibbles dot with x's even K columns and the high nibbles with the odd ones, so no
-interleave is needed. A nibble becomes its exact bf16 value times ``2**(scale - 127)`` with
-integer ops only: for magnitude code ``c`` (e2m1 = e1 e0 m) and ``base = (scale << 7) - 128``,
-the bf16 bits are ``base + (c << 6)`` for c >= 2 (exponent ``scale + e - 1``, mantissa m),
-``base`` for c = 1 (0.5 = exponent ``scale - 1``), 0 for c = 0, with the sign at bit 15 —
-exact for scale in 1..252 (realistic scales are ~110..130; mxfp4_encode never writes below 5;
-at 253..254 the largest codes overflow bf16, as their true values do).
+The dot order. A K tile is 128 values, 16 little-endian uint32 words per weight row. Thread
+lane ``c = lane % 4`` loads words ``4c .. 4c+3`` of its rows (one scale group, so one scale
+per thread and row; when K is a multiple of 128 the tile's four scales are one aligned uint32
+per row, which the row's four lanes read in the MMA's layout) and decodes each word into four
+bf16 pairs, pair ``j`` holding nibbles ``j`` and ``j + 4``. The MMA only needs every thread's
+registers to hold the K positions its layout expects, and a dot product does not depend on
+the order of K, so the tile's K axis is *relabeled* instead of moved: logical position
+``L = 32q + 16jx + 8jy + 2c + h`` holds physical value ``32c + 8q + 4h + 2jx + jy`` (word ``q``
+of the thread, nibble ``jy + 2jx + 4h`` of it). The activations are stored in that order once
+(xp by the permute, hs by FC1), the weights are read as stored. Weight rows are relabeled too
+(triton's load layout puts rows ``8w .. 8w+7`` and ``8W + 8w ..`` in warp ``w``; the MMA wants
+rows ``16w .. 16w+15``): each loaded row points at the weight row its decoded row stands for.
+Whether triton keeps A in registers (no shared-memory round trip) is a property of the
+compiled code: checked on triton 3.6 for sm_90 (every tunable choice), not by the tests.
+
+Dequantization, four words of integer work and two packed multiplies per pair of values: a
+nibble (sign s, magnitude code c) becomes the bf16 bits ``s << 15 | c << 6``, which read as
+``e2m1(c) * 2**-126`` (the e2m1 subnormal code 1 falls on a bf16 subnormal), exactly; times
+``2**126`` and times ``2**(scale - 127)`` (bf16 bits ``scale << 7``) gives the weight value,
+exactly for scales 1..252 (bf16 and f32 both overflow above, as the true values do).
 
 Row results do not depend on the block a pair lands in (each row's dot sums the same K tiles in
 the same order), so the grouping (block_m) is an implementation detail (tested).
@@ -51,17 +71,18 @@ from ..rounding import rounded
 from .activation import situ_f32
 from .group import grouping
 
+TILE_K = 128  # K values per tile: 16 words per weight row, 4 per lane
+TWO_126 = tl.constexpr(2.0 ** 126)  # exact in bf16
+
 
 @dataclass(frozen=True)
 class ExpertTiles:
     block_m: int
     fc1_block_n: int
-    fc1_block_k: int
-    fc1_num_warps: int
+    fc1_k_tiles: int
     fc1_num_stages: int
     fc2_block_n: int
-    fc2_block_k: int
-    fc2_num_warps: int
+    fc2_k_tiles: int
     fc2_num_stages: int
     group_block_e: int
     group_block_p: int
@@ -75,120 +96,258 @@ class ExpertTiles:
         return ExpertTiles(**values)
 
 
+# ------------------------------------------------------------------------- the dot order
 @triton.jit
-def _e2m1_bf16(code, base):
-    """``code`` int32 nibble (bit 3 sign, bits 0-2 magnitude code), ``base = (scale << 7) - 128``
-    -> bf16 ``e2m1(code) * 2**(scale - 127)``, exact."""
-    mag = code & 7
-    bits = tl.where(mag < 2, base * mag, base + (mag << 6)) | ((code & 8) << 12)
-    return bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
-
-
-@triton.jit
-def _mxfp4_tile(w_ptrs, s_ptrs, mask, s_mask, HALF: tl.constexpr, GROUPS: tl.constexpr,
-                BLOCK_N: tl.constexpr):
-    """Load one ``[HALF, BLOCK_N]`` byte tile (K/2 along axis 0) and its ``[GROUPS, BLOCK_N]`` scales
-    -> (even-K values, odd-K values), bf16 ``[HALF, BLOCK_N]`` each. Masked bytes decode to 0."""
-    byte = tl.load(w_ptrs, mask=mask, other=0).to(tl.int32)
-    scale = tl.load(s_ptrs, mask=s_mask, other=127).to(tl.int32)
-    base = (scale << 7) - 128
-    base = tl.reshape(tl.broadcast_to(base[:, None, :], (GROUPS, 16, BLOCK_N)), (HALF, BLOCK_N))
-    return _e2m1_bf16(byte & 15, base), _e2m1_bf16(byte >> 4, base)
+def _dot_to_physical(L):
+    """Logical K position within a 128-tile -> the physical value it holds."""
+    h = L & 1
+    c = (L >> 1) & 3
+    jy = (L >> 3) & 1
+    jx = (L >> 4) & 1
+    q = (L >> 5) & 3
+    return 32 * c + 8 * q + 4 * h + 2 * jx + jy
 
 
 @triton.jit
-def _fc1_kernel(x_ptr, x_rs, w1_ptr, w1_es, w1_ns, s1_ptr, s1_es, s1_ns, h_ptr,
-                sorted_ptr, block_expert_ptr, n_blocks_ptr,
-                n_pairs, inter, latent,
-                TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_K: tl.constexpr, DOT_F32: tl.constexpr, RNE: tl.constexpr):
+def _physical_to_dot(p):
+    """Physical value within a 128-tile -> its logical K position (inverse of the above)."""
+    jy = p & 1
+    jx = (p >> 1) & 1
+    h = (p >> 2) & 1
+    q = (p >> 3) & 3
+    c = (p >> 5) & 3
+    return 32 * q + 16 * jx + 8 * jy + 2 * c + h
+
+
+@triton.jit
+def _decoded_row(i, W: tl.constexpr):
+    """Row ``i`` of a ``[16W, 16]`` word tile as loaded -> its row in the decoded tile. Triton
+    loads the word tile with rows ``8w .. 8w+7`` and ``8W + 8w .. 8W + 8w+7`` in warp ``w``; the
+    MMA's operand wants rows ``16w .. 16w+15`` there. The launchers point loaded row ``i`` at
+    the weight row that decoded row ``_decoded_row(i)`` stands for, so results come out in
+    row order."""
+    return 16 * ((i // 8) % W) + 8 * (i // (8 * W)) + i % 8
+
+
+@triton.jit
+def _bf16_pairs(v):
+    """uint32 words -> four uint32 tensors of bf16 pairs; pair j holds nibbles j (low half) and
+    j + 4 (high half) as ``s << 15 | c << 6`` (= e2m1 * 2**-126)."""
+    w = v >> 8
+    p0 = (v & 0x000F000F) * 64 + (v & 0x00080008) * 4032
+    p1 = (v & 0x00F000F0) * 4 + (v & 0x00800080) * 252
+    p2 = (w & 0x000F000F) * 64 + (w & 0x00080008) * 4032
+    p3 = (w & 0x00F000F0) * 4 + (w & 0x00800080) * 252
+    return p0, p1, p2, p3
+
+
+@triton.jit
+def _halves(p, F32: tl.constexpr):
+    """The two bf16 of each pair, as bf16, or (F32) as the same values in f32: the interpreter
+    flushes bf16 subnormals and computes bf16 products wrongly, f32 it gets right."""
+    if F32:
+        lo = (p << 16).to(tl.float32, bitcast=True)
+        hi = (p & 0xFFFF0000).to(tl.float32, bitcast=True)
+    else:
+        lo = (p & 0xFFFF).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        hi = (p >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _decode_tile(v, scale, W: tl.constexpr, F32: tl.constexpr):
+    """``v [16W, 16]`` uint32 words (row, word 4c + q) and ``scale [16W, 4]`` uint32 (the e8m0
+    scale of row and lane c) -> ``[16W, 128]`` weights (bf16, or with F32 the same values in
+    f32), rows in decoded order (see _decoded_row), K in dot order."""
+    R: tl.constexpr = 16 * W
+    p0, p1, p2, p3 = _bf16_pairs(v)
+    a0, a1 = _halves(p0, F32)
+    b0, b1 = _halves(p1, F32)
+    c0, c1 = _halves(p2, F32)
+    d0, d1 = _halves(p3, F32)
+    if F32:
+        mult = (scale << 23).to(tl.float32, bitcast=True)
+    else:
+        mult = (scale << 7).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    # [row, word, h, jy, jx]: pair j = jy + 2 jx holds nibbles j (h = 0) and j + 4 (h = 1)
+    t = tl.join(tl.join(tl.join(a0, a1), tl.join(b0, b1)), tl.join(tl.join(c0, c1), tl.join(d0, d1)))
+    t = tl.reshape(t, (R, 4, 4, 2, 2, 2))  # [row, c, q, h, jy, jx]
+    t = t * TWO_126
+    t = t * tl.reshape(mult, (R, 4, 1, 1, 1, 1))
+    t = tl.reshape(t, (2, W, 8, 4, 4, 2, 2, 2))  # loaded row = 8W b + 8w + r
+    t = tl.permute(t, (1, 0, 2, 4, 7, 6, 3, 5))  # [w, b, r, q, jx, jy, c, h]
+    return tl.reshape(t, (R, 128))
+
+
+@triton.jit
+def _tile_scales(s_rows, k0, n_ok, k_groups, EVEN_K: tl.constexpr):
+    """The e8m0 scales of the K tile at ``k0``: ``[R, 1]`` uint32 words, byte c for lane c
+    (EVEN_K: one aligned word per row), else ``[R, 4]`` bytes (zero where masked).
+    ``s_rows [R, 1]`` points at each row's scales."""
+    if EVEN_K:
+        words = s_rows.to(tl.pointer_type(tl.uint32), bitcast=True)
+        sc = tl.load(words + k0 // 128, mask=n_ok, other=0)
+    else:
+        g = k0 // 32 + tl.arange(0, 4)[None, :]
+        sc = tl.load(s_rows + g, mask=n_ok & (g < k_groups), other=0).to(tl.uint32)
+    return sc
+
+
+@triton.jit
+def _lane_scales(sc, EVEN_K: tl.constexpr):
+    if EVEN_K:
+        sc = (sc >> (8 * tl.arange(0, 4)[None, :])) & 0xFF
+    return sc
+
+
+@triton.jit
+def _weight_words(w_rows, k0, n_ok, k_words, EVEN_K: tl.constexpr):
+    """The K tile at ``k0`` of rows ``w_rows [R, 1]`` (uint32 pointers): ``[R, 16]`` words."""
+    kw = k0 // 8 + tl.arange(0, 16)[None, :]
+    if EVEN_K:
+        return tl.load(w_rows + kw, mask=n_ok, other=0)
+    return tl.load(w_rows + kw, mask=n_ok & (kw < k_words), other=0)
+
+
+@triton.jit
+def _tile_mma(acc, v, sc, xt, W: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr):
+    a = _decode_tile(v, _lane_scales(sc, EVEN_K), W, DOT_F32)
+    if DOT_F32:
+        xt = xt.to(tl.float32)
+    return tl.dot(a, xt, acc)
+
+
+@triton.jit
+def _stream(w_rows, s_rows, n_ok, act, act_ok, K, BLOCK_M: tl.constexpr, W: tl.constexpr,
+            K_TILES: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr):
+    """``sum_k W[row, k] act[k, m]`` over K for the ``16 W`` weight rows ``w_rows`` (uint32
+    pointers ``[16W, 1]``; scales ``s_rows``) and the activation tile pointers ``act [128, M]``
+    (dot order; columns where ``act_ok [1, M]`` is false read as zero) -> f32 ``[16W, M]``,
+    rows in decoded order. A loop step loads K_TILES consecutive 128-value tiles before
+    decoding any, so each weight row is read ``64 * K_TILES`` contiguous bytes at a time (whole
+    128-byte lines from K_TILES = 2: HBM serves those at a higher rate than half lines); K must
+    be a multiple of ``128 * K_TILES`` (the launcher's choice)."""
+    acc = tl.zeros([16 * W, BLOCK_M], tl.float32)
+    k_words = K // 8
+    k_groups = K // 32
+    for k0 in range(0, K, 128 * K_TILES):
+        v0 = _weight_words(w_rows, k0, n_ok, k_words, EVEN_K)
+        s0 = _tile_scales(s_rows, k0, n_ok, k_groups, EVEN_K)
+        x0 = tl.load(act + k0, mask=act_ok, other=0.0)
+        if K_TILES >= 2:
+            v1 = _weight_words(w_rows, k0 + 128, n_ok, k_words, EVEN_K)
+            s1 = _tile_scales(s_rows, k0 + 128, n_ok, k_groups, EVEN_K)
+            x1 = tl.load(act + k0 + 128, mask=act_ok, other=0.0)
+        if K_TILES >= 4:
+            v2 = _weight_words(w_rows, k0 + 256, n_ok, k_words, EVEN_K)
+            s2 = _tile_scales(s_rows, k0 + 256, n_ok, k_groups, EVEN_K)
+            x2 = tl.load(act + k0 + 256, mask=act_ok, other=0.0)
+            v3 = _weight_words(w_rows, k0 + 384, n_ok, k_words, EVEN_K)
+            s3 = _tile_scales(s_rows, k0 + 384, n_ok, k_groups, EVEN_K)
+            x3 = tl.load(act + k0 + 384, mask=act_ok, other=0.0)
+        acc = _tile_mma(acc, v0, s0, x0, W, EVEN_K, DOT_F32)
+        if K_TILES >= 2:
+            acc = _tile_mma(acc, v1, s1, x1, W, EVEN_K, DOT_F32)
+        if K_TILES >= 4:
+            acc = _tile_mma(acc, v2, s2, x2, W, EVEN_K, DOT_F32)
+            acc = _tile_mma(acc, v3, s3, x3, W, EVEN_K, DOT_F32)
+    return acc
+
+
+# ------------------------------------------------------------------------------ kernels
+@triton.jit
+def _permute_kernel(x_ptr, x_rs, xp_ptr, xp_rs, latent):
+    """Program (row, t): xp[row, 128t + L] = x[row, 128t + phys(L)] (zero past latent)."""
+    row = tl.program_id(0).to(tl.int64)
+    L = tl.arange(0, 128)
+    col = tl.program_id(1) * 128 + _dot_to_physical(L)
+    v = tl.load(x_ptr + row * x_rs + col, mask=col < latent, other=0.0)
+    tl.store(xp_ptr + row * xp_rs + tl.program_id(1) * 128 + L, v)
+
+
+@triton.jit
+def _fc1_kernel(xp_ptr, xp_rs, w1_ptr, w1_es, w1_rs, s1_ptr, s1_es, s1_rs, hs_ptr, hs_rs,
+                sorted_ptr, block_expert_ptr, n_blocks_ptr, n_pairs, inter, latent,
+                TOP_K: tl.constexpr, BLOCK_M: tl.constexpr, W: tl.constexpr,
+                K_TILES: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
+                RNE: tl.constexpr):
+    """One weight tile of 16 W rows: BLOCK_N = 8 W gate rows, then the matching up rows; the
+    block's x rows are read from xp (dot order) at ``pair // top_k``, padding pairs as zeros."""
+    BLOCK_N: tl.constexpr = 8 * W
     blk = tl.program_id(1)
     if blk >= tl.load(n_blocks_ptr):
         return
     le = tl.load(block_expert_ptr + blk).to(tl.int64)
+    d = _decoded_row(tl.arange(0, 2 * BLOCK_N), W)  # decoded rows: BLOCK_N gate, then up
+    n = tl.program_id(0) * BLOCK_N + d % BLOCK_N
+    n_ok = (n < inter)[:, None]
+    w_row = (n + inter * (d // BLOCK_N)).to(tl.int64)[:, None]  # row of W1 (gate | up)
+    w_rows = w1_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + le * (w1_es // 4) + w_row * (w1_rs // 4)
+    s_rows = s1_ptr + le * s1_es + w_row * s1_rs
     m = tl.arange(0, BLOCK_M)
     pair = tl.load(sorted_ptr + blk * BLOCK_M + m)
     live = pair < n_pairs
-    x_rows = x_ptr + tl.where(live, pair // TOP_K, 0).to(tl.int64) * x_rs
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = n < inter
-    j = tl.arange(0, BLOCK_K // 2)  # byte (K pair) within the K tile
-    g = tl.arange(0, BLOCK_K // 32)  # scale group within the K tile
-    gate_w = w1_ptr + le * w1_es + n[None, :] * w1_ns
-    up_w = gate_w + inter * w1_ns
-    gate_s = s1_ptr + le * s1_es + n[None, :] * s1_ns
-    up_s = gate_s + inter * s1_ns
-    acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    k_bytes = latent // 2
-    k_groups = latent // 32
-    for k0 in range(0, latent, BLOCK_K):
-        kb = k0 // 2 + j
-        kb_ok = kb < k_bytes
-        kg = k0 // 32 + g
-        x_mask = live[:, None] & kb_ok[None, :]
-        xe = tl.load(x_rows[:, None] + 2 * kb[None, :], mask=x_mask, other=0.0)
-        xo = tl.load(x_rows[:, None] + 2 * kb[None, :] + 1, mask=x_mask, other=0.0)
-        w_mask = kb_ok[:, None] & n_ok[None, :]
-        s_mask = (kg < k_groups)[:, None] & n_ok[None, :]
-        ge, go = _mxfp4_tile(gate_w + kb[:, None], gate_s + kg[:, None], w_mask, s_mask,
-                             BLOCK_K // 2, BLOCK_K // 32, BLOCK_N)
-        ue, uo = _mxfp4_tile(up_w + kb[:, None], up_s + kg[:, None], w_mask, s_mask,
-                             BLOCK_K // 2, BLOCK_K // 32, BLOCK_N)
-        if DOT_F32:
-            xe, xo = xe.to(tl.float32), xo.to(tl.float32)
-            ge, go = ge.to(tl.float32), go.to(tl.float32)
-            ue, uo = ue.to(tl.float32), uo.to(tl.float32)
-        acc_g = tl.dot(xe, ge, acc_g)
-        acc_g = tl.dot(xo, go, acc_g)
-        acc_u = tl.dot(xe, ue, acc_u)
-        acc_u = tl.dot(xo, uo, acc_u)
-    h = situ_f32(acc_g, acc_u)
-    h_rows = (blk * BLOCK_M + m).to(tl.int64) * inter
-    tl.store(h_ptr + h_rows[:, None] + n[None, :], rounded(h, h_ptr.dtype.element_ty, RNE),
-             mask=n_ok[None, :])
+    x_row = tl.where(live, pair // TOP_K, 0).to(tl.int64)
+    act = xp_ptr + x_row[None, :] * xp_rs + tl.arange(0, 128)[:, None]  # [128, M]
+    acc = _stream(w_rows, s_rows, n_ok, act, live[None, :], latent, BLOCK_M, W, K_TILES, EVEN_K,
+                  DOT_F32)
+    gu = tl.permute(tl.reshape(acc, (2, BLOCK_N, BLOCK_M)), (1, 2, 0))
+    g, u = tl.split(gu)
+    h = situ_f32(g, u)
+    col = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # intermediate columns
+    dst = (col // 128) * 128 + _physical_to_dot(col % 128)  # its place in FC2's dot order
+    h_rows = (blk * BLOCK_M + m).to(tl.int64)[None, :] * hs_rs
+    tl.store(hs_ptr + h_rows + dst[:, None], rounded(h, hs_ptr.dtype.element_ty, RNE),
+             mask=(col < inter)[:, None])
 
 
 @triton.jit
-def _fc2_kernel(h_ptr, w2_ptr, w2_es, w2_ns, s2_ptr, s2_es, s2_ns, y_ptr, y_rs,
-                sorted_ptr, block_expert_ptr, n_blocks_ptr,
-                n_pairs, inter, latent,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                DOT_F32: tl.constexpr, RNE: tl.constexpr):
+def _fc2_kernel(hs_ptr, hs_rs, w2_ptr, w2_es, w2_rs, s2_ptr, s2_es, s2_rs, y_ptr, y_rs,
+                sorted_ptr, block_expert_ptr, n_blocks_ptr, n_pairs, inter, latent,
+                BLOCK_M: tl.constexpr, W: tl.constexpr, K_TILES: tl.constexpr,
+                EVEN_K: tl.constexpr, DOT_F32: tl.constexpr, RNE: tl.constexpr):
+    BLOCK_N: tl.constexpr = 16 * W
     blk = tl.program_id(1)
     if blk >= tl.load(n_blocks_ptr):
         return
     le = tl.load(block_expert_ptr + blk).to(tl.int64)
+    n = tl.program_id(0) * BLOCK_N + _decoded_row(tl.arange(0, BLOCK_N), W)
+    n_ok = (n < latent)[:, None]
+    w_rows = (w2_ptr.to(tl.pointer_type(tl.uint32), bitcast=True) + le * (w2_es // 4)
+              + n.to(tl.int64)[:, None] * (w2_rs // 4))
+    s_rows = s2_ptr + le * s2_es + n.to(tl.int64)[:, None] * s2_rs
     m = tl.arange(0, BLOCK_M)
-    h_rows = h_ptr + (blk * BLOCK_M + m).to(tl.int64) * inter
-    n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = n < latent
-    j = tl.arange(0, BLOCK_K // 2)  # byte (K pair) within the K tile
-    g = tl.arange(0, BLOCK_K // 32)  # scale group within the K tile
-    w_cols = w2_ptr + le * w2_es + n[None, :] * w2_ns
-    s_cols = s2_ptr + le * s2_es + n[None, :] * s2_ns
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    k_bytes = inter // 2
-    k_groups = inter // 32
-    for k0 in range(0, inter, BLOCK_K):
-        kb = k0 // 2 + j
-        kb_ok = kb < k_bytes
-        kg = k0 // 32 + g
-        he = tl.load(h_rows[:, None] + 2 * kb[None, :], mask=kb_ok[None, :], other=0.0)
-        ho = tl.load(h_rows[:, None] + 2 * kb[None, :] + 1, mask=kb_ok[None, :], other=0.0)
-        we, wo = _mxfp4_tile(w_cols + kb[:, None], s_cols + kg[:, None],
-                             kb_ok[:, None] & n_ok[None, :], (kg < k_groups)[:, None] & n_ok[None, :],
-                             BLOCK_K // 2, BLOCK_K // 32, BLOCK_N)
-        if DOT_F32:
-            he, ho = he.to(tl.float32), ho.to(tl.float32)
-            we, wo = we.to(tl.float32), wo.to(tl.float32)
-        acc = tl.dot(he, we, acc)
-        acc = tl.dot(ho, wo, acc)
+    act = hs_ptr + (blk * BLOCK_M + m).to(tl.int64)[None, :] * hs_rs + tl.arange(0, 128)[:, None]
+    every = tl.full([1, BLOCK_M], 1, tl.int1)  # hs padding rows hold zeros
+    acc = _stream(w_rows, s_rows, n_ok, act, every, inter, BLOCK_M, W, K_TILES, EVEN_K, DOT_F32)
     pair = tl.load(sorted_ptr + blk * BLOCK_M + m)
     live = pair < n_pairs
-    y_rows = tl.where(live, pair, 0).to(tl.int64) * y_rs
-    tl.store(y_ptr + y_rows[:, None] + n[None, :], rounded(acc, y_ptr.dtype.element_ty, RNE),
-             mask=live[:, None] & n_ok[None, :])
+    col = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    y_rows = tl.where(live, pair, 0).to(tl.int64)[None, :] * y_rs
+    tl.store(y_ptr + y_rows + col[:, None], rounded(acc, y_ptr.dtype.element_ty, RNE),
+             mask=live[None, :] & (col < latent)[:, None])
+
+
+# ------------------------------------------------------------------------------ launcher
+def _padded(k: int) -> int:
+    return cdiv(k, TILE_K) * TILE_K
+
+
+def k_tiles(k: int, wanted: int) -> int:
+    """K tiles per loop step: the largest of ``wanted``, ``wanted / 2``, ... 1 whose step divides
+    K (a K that is not a multiple of 128 takes one tile a step, masked)."""
+    t = wanted
+    while t > 1 and k % (TILE_K * t):
+        t //= 2
+    return t
+
+
+def _hs(device, rows: int, inter: int) -> torch.Tensor:
+    """FC1's output scratch; its columns past ``inter`` are never written and must read as zero
+    (FC2 multiplies them by masked weights), so the buffer is made zeroed, once."""
+    shape = (rows, _padded(inter))
+    return scratch.cached(("moe.experts.hs", str(device), shape),
+                          lambda: torch.zeros(shape, dtype=torch.bfloat16, device=device))
 
 
 def run_experts(sh, tiles: ExpertTiles, *, x: torch.Tensor, ids: torch.Tensor, w1: torch.Tensor,
@@ -203,26 +362,35 @@ def run_experts(sh, tiles: ExpertTiles, *, x: torch.Tensor, ids: torch.Tensor, w
     assert w2.shape == (n_local, latent, inter // 2) and s2.shape == (n_local, latent, inter // 32)
     for t in (x, ids, w1, s1, w2, s2, y):
         assert t.stride(-1) == 1, "last dims must be contiguous"
+    for w in (w1, w2):  # weights are read as uint32 words
+        assert w.stride(0) % 4 == 0 and w.stride(1) % 4 == 0 and w.data_ptr() % 4 == 0
     assert w1.stride(1) == latent_half and s1.stride(1) == latent // 32  # rows of one expert packed
-    for bk in (tiles.fc1_block_k, tiles.fc2_block_k):
-        assert bk % 32 == 0
+    for s, k in ((s1, latent), (s2, inter)):  # a K tile's four scales are read as one uint32
+        assert k % TILE_K or (s.stride(0) % 4 == 0 and s.stride(1) % 4 == 0 and s.data_ptr() % 4 == 0)
     n_pairs = rows * top_k
     if n_pairs == 0:
         return
-    grp = grouping(x.device, n_pairs, n_local, tiles.block_m)
+    bm = tiles.block_m
+    grp = grouping(x.device, n_pairs, n_local, bm)
     grp.build(ids, sh.expert_first, block_e=tiles.group_block_e, block_p=tiles.group_block_p,
               block_b=tiles.group_block_b)
-    h = scratch.empty("moe.experts.h", x.device, (grp.max_blocks * tiles.block_m, inter), torch.bfloat16)
+    KP = _padded(latent)
+    xp = scratch.empty("moe.experts.xp", x.device, (rows, KP), torch.bfloat16)
+    hs = _hs(x.device, grp.max_blocks * bm, inter)
+    _permute_kernel[(rows, KP // TILE_K)](x, x.stride(0), xp, xp.stride(0), latent, num_warps=1)
+    # a weight tile is 16 rows per warp (the MMA's operand layout): FC1's 2 * block_n rows, FC2's block_n
+    w_fc1, w_fc2 = tiles.fc1_block_n // 8, tiles.fc2_block_n // 16
     _fc1_kernel[(cdiv(inter, tiles.fc1_block_n), grp.max_blocks)](
-        x, x.stride(0), w1, w1.stride(0), w1.stride(1), s1, s1.stride(0), s1.stride(1), h,
-        grp.sorted_pairs, grp.block_expert, grp.n_blocks, n_pairs, inter, latent,
-        TOP_K=top_k, BLOCK_M=tiles.block_m, BLOCK_N=tiles.fc1_block_n, BLOCK_K=tiles.fc1_block_k,
-        DOT_F32=INTERPRET, RNE=INTERPRET, num_warps=tiles.fc1_num_warps, num_stages=tiles.fc1_num_stages)
+        xp, xp.stride(0), w1, w1.stride(0), w1.stride(1), s1, s1.stride(0), s1.stride(1),
+        hs, hs.stride(0), grp.sorted_pairs, grp.block_expert, grp.n_blocks, n_pairs, inter, latent,
+        TOP_K=top_k, BLOCK_M=bm, W=w_fc1, K_TILES=k_tiles(latent, tiles.fc1_k_tiles),
+        EVEN_K=latent % TILE_K == 0, DOT_F32=INTERPRET, RNE=INTERPRET, num_warps=w_fc1,
+        num_stages=tiles.fc1_num_stages)
     _fc2_kernel[(cdiv(latent, tiles.fc2_block_n), grp.max_blocks)](
-        h, w2, w2.stride(0), w2.stride(1), s2, s2.stride(0), s2.stride(1), y, y.stride(0),
-        grp.sorted_pairs, grp.block_expert, grp.n_blocks, n_pairs, inter, latent,
-        BLOCK_M=tiles.block_m, BLOCK_N=tiles.fc2_block_n, BLOCK_K=tiles.fc2_block_k,
-        DOT_F32=INTERPRET, RNE=INTERPRET, num_warps=tiles.fc2_num_warps, num_stages=tiles.fc2_num_stages)
+        hs, hs.stride(0), w2, w2.stride(0), w2.stride(1), s2, s2.stride(0), s2.stride(1),
+        y, y.stride(0), grp.sorted_pairs, grp.block_expert, grp.n_blocks, n_pairs, inter, latent,
+        BLOCK_M=bm, W=w_fc2, K_TILES=k_tiles(inter, tiles.fc2_k_tiles), EVEN_K=inter % TILE_K == 0,
+        DOT_F32=INTERPRET, RNE=INTERPRET, num_warps=w_fc2, num_stages=tiles.fc2_num_stages)
 
 
 def moe_experts(sh, *, x: torch.Tensor, ids: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor,
