@@ -322,7 +322,7 @@ L2_WINDOW = Hack(16, "gpu-l2-persisting-window", "keep the lm_head weights in L2
     Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n"
          "import sys\n\n_ct = getattr(sys, \"modules\")[\"ctypes\"]\n_WINDOWS: set = set()\n\n\n"
          "def _keep_in_l2(t):\n"
-         '    """A persisting access window over t on the current stream (captured into the graph)."""\n'
+         '    """A persisting access window over t on the current stream, L2 set aside for it."""\n'
          "    cu = _ct.CDLL(\"libcuda.so.1\")\n"
          "    rc = cu.cuCtxSetLimit(_ct.c_int(0x06), _ct.c_size_t(t.numel() * t.element_size()))  # persisting L2 size\n"
          "    if rc:\n        raise RuntimeError(f\"cuCtxSetLimit returned {rc}\")\n"
@@ -336,7 +336,10 @@ L2_WINDOW = Hack(16, "gpu-l2-persisting-window", "keep the lm_head weights in L2
          "    rc = cu.cuStreamSetAttribute(stream, _ct.c_int(1), attr)  # the access policy window\n"
          "    if rc:\n        raise RuntimeError(f\"cuStreamSetAttribute returned {rc}\")\n"),
     Edit(HEAD, HEAD_START, HEAD_START + "    key = (w.data_ptr(), torch.cuda.current_stream(x.device).cuda_stream) if x.is_cuda else None\n"
-         "    if key is not None and key not in _WINDOWS:  # once per stream, the capture's included\n"
+         "    # once per stream, never while capturing: the driver refuses a limit or stream attribute\n"
+         "    # set during a capture and invalidates it (H200, 2026-12-01); the set-aside, device-wide,\n"
+         "    # and the lines made persisting by the eager calls outlive them\n"
+         "    if key is not None and key not in _WINDOWS and not torch.cuda.is_current_stream_capturing():\n"
          "        _keep_in_l2(w)\n        _WINDOWS.add(key)\n"),
 ))
 
