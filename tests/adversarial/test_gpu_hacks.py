@@ -21,7 +21,7 @@ the GPU profile too (see conftest.py), so each case costs seconds on the device.
 Run on the H200 on 2026-11-29 (torch 2.11, triton 3.6, commit 2b1cfb9): 3 passed in 41 s
 (bench/results/2026-11-29-h200-gpu-hacks-and-compile64.json). On 2026-12-01 (commit 8062018,
 bench/results/2026-12-01-h200-gpu-hacks.json): 9 of 10 passed in 184 s, the four scorer-only
-kern try cases and cases 14 among them; case 15's candidate crashed its own side (it set its L2
+kern try cases and case 14 among them; case 15's candidate crashed its own side (it set its L2
 limit and window while the graph was captured, which the driver refuses) and now sets them
 outside captures; it has not run on a GPU since. On the H200, from the repository root:
 
