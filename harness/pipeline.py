@@ -222,15 +222,18 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
     request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
                            ctx.runs, ctx.cuda, accuracy=accuracy_claim(test), hidden=hidden)
-    bench = run_bench(request, progress=lambda m: ctx.progress(f"  {m}"))
+    isolate = bool((ctx.settings.get("farm") or {}).get("isolate", False))
+    with farm.scorer_turn(ctx.runs, isolate, ctx.progress):
+        bench = run_bench(request, progress=lambda m: ctx.progress(f"  {m}"))
     pct = float(ctx.settings["bench"]["reverify_pct"])
     if needs_reverify(bench, pct):
         # a large gain is merged only once an independent measurement reproduces it: fresh
         # processes, the sides alternating, an input seed of its own (recorded with it)
         ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
-        bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
-                                              rounds=int(ctx.settings["bench"]["reverify_rounds"])),
-                                      progress=lambda m: ctx.progress(f"  again: {m}"))
+        with farm.scorer_turn(ctx.runs, isolate, ctx.progress):
+            bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
+                                                  rounds=int(ctx.settings["bench"]["reverify_rounds"])),
+                                          progress=lambda m: ctx.progress(f"  again: {m}"))
     return test, bench
 
 

@@ -66,6 +66,7 @@ _SCHEMA: dict[str, tuple] = {
     "farm.gpus": (int, False),
     "farm.kind": (str, False),
     "farm.address": (str, False),
+    "farm.isolate": (bool, False),
     "budgets.attempts": (int, True),
     "budgets.tokens": (int, True),
     "budgets.wall_hours": (_NUM, True),
@@ -107,7 +108,7 @@ def validate(data) -> list[str]:
             if required:
                 problems.append(f"{path}: expected {_tname(typ)}, found nothing (key missing)")
             continue
-        if isinstance(val, bool) or not isinstance(val, typ):
+        if (isinstance(val, bool) and typ is not bool) or not isinstance(val, typ):
             problems.append(f"{path}: expected {_tname(typ)}, found {val!r}")
     for name in ("gpu", "cpu"):
         prof = _get(data, f"profiles.{name}")

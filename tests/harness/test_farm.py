@@ -81,7 +81,8 @@ def test_kern_yaml_farm_keys_are_validated():
 
     base = yaml.safe_load((ROOT / "kern.yaml").read_text())
     assert validate(base) == []
-    assert base["farm"] == {"slots": "auto", "gpus": 1, "kind": "local", "address": ""}
+    assert base["farm"] == {"slots": "auto", "gpus": 1, "kind": "local", "address": "",
+                            "isolate": False}
     del base["farm"]
     assert validate(base) == []  # a kern.yaml from before slots: auto, local
     bad = {**base, "farm": {"slots": "every", "gpus": 0, "kind": "slurm"}}
@@ -89,6 +90,38 @@ def test_kern_yaml_farm_keys_are_validated():
     assert "farm.slots: expected 'auto' or a list of slots, found 'every'" in problems
     assert "farm.gpus: expected a number of GPUs per slot >= 1, found 0" in problems
     assert "farm.kind: expected one of local, ray, found 'slurm'" in problems
+    assert "farm.isolate: expected bool, found 'yes'" in validate({**base, "farm": {"isolate": "yes"}})
+
+
+@pytest.mark.parametrize("isolate", (True, False))
+def test_isolated_scorer_rounds_take_turns_and_others_never_wait(tmp_path, isolate):
+    """Two judgments reach their scorer at once: with farm.isolate the second enters only after
+    the first left (and says it waits); without it both are inside together."""
+    inside, most, said = [], [0], []
+    both_arrived = threading.Barrier(2)
+    lock = threading.Lock()
+
+    def judge(name):
+        both_arrived.wait()
+        with farm.scorer_turn(tmp_path, isolate, said.append):
+            with lock:
+                inside.append(name)
+                most[0] = max(most[0], len(inside))
+            # stay until the other judgment is seen waiting (isolate) or inside too (not):
+            # no sleep decides the outcome, however loaded the machine
+            end = time.monotonic() + 20
+            while time.monotonic() < end and not (said if isolate else most[0] == 2 or len(inside) == 2):
+                time.sleep(0.01)
+            with lock:
+                inside.remove(name)
+
+    threads = [threading.Thread(target=judge, args=(n,)) for n in ("a", "b")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(10)
+    assert most[0] == (1 if isolate else 2)
+    assert said == (["farm.isolate: waiting for another judgment's scorer rounds"] if isolate else [])
 
 
 def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
