@@ -320,10 +320,21 @@ def needs_noise(ev: dict, th: dict) -> bool:
     gathered without them). They only raise limits: the band lifts the KL limit above
     ``kl_fail`` and excuses confident flips it shows too, the floor admits 'PASS within noise
     floor'; no rule reads them to add a reason. So a verdict that is a PASS without them is the
-    same PASS with them, and only a verdict that is not needs them (tested over every band)."""
+    same PASS with them, and one that stays what it is under the most permissive noise A could
+    measure (a FAIL for written-outside, unwritten or non-finite outputs, a reference
+    tolerance exceeded) stays it under any: only the others need them (tested over every band)."""
     if ev.get("outcome_a") != "ok" or ev.get("outcome_b") != "ok":
         return False
-    return not judge({**ev, "outcome_noise": "not needed"}, th).name.startswith("PASS")
+    plain = judge({**ev, "outcome_noise": "not needed"}, th)
+    if plain.name.startswith("PASS"):
+        return False
+    return judge({**ev, "outcome_noise": "ok", "band": PERMISSIVE, "noise": PERMISSIVE,
+                  "noise_tap": {"differ_raw": 1}}, th).name != plain.name
+
+
+# the most A's noise passes could ever excuse: every row apart, every flip shown by the band too
+PERMISSIVE = {"rows": 1, "kl_max": math.inf, "kl_mean": math.inf, "flips_confident": 2**62,
+              "flips_near_tie": 2**62, "identical": False, "max_ulps": math.inf}
 
 
 def _steps(keys: list[str]) -> str:
