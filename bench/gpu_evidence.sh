@@ -24,6 +24,11 @@
 #            next call, keeps the clone, waits for it to end and brings the ledger back. Then
 #            another phase may follow in the same command (a second run of this script)
 #   hacks  - issue 13: the GPU cases of tests/adversarial (small model on the GPU)
+#   final [BASE] - issue 14: main's whole gain in one interleaved run, kern bench main --vs BASE,
+#            then kern profile main --rows 128. Default BASE 8062018: its kernel tree (every
+#            editable file) is byte for byte 1ce3bd7's, the main issue 14 measured, on today's
+#            protected model; 1ce3bd7 itself cannot be a side of today's gates (its protected
+#            workload has no position_bound: checked on the CPU, 2026-12-01)
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
 set -u
 ROOT=$PWD
@@ -81,6 +86,14 @@ judged)  # issue 13: a plain A/B with the judged outputs (REV vs main), then the
   echo "kern bench $2 --vs main (plain A/B, judged outputs): wall $(( $(date +%s)-t0 ))s"
   t0=$(date +%s); timeout ${4:-200} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
     2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
+  ;;
+final)
+  base=${2:-8062018}
+  t0=$(date +%s); timeout ${3:-420} python3 -m harness.cli bench main --vs "$base" \
+    --out $OUT/bench_main_vs_${base}.json 2>$OUT/bench_main_vs_${base}.err | tail -24
+  echo "kern bench main --vs $base: wall $(( $(date +%s)-t0 ))s"
+  t0=$(date +%s); timeout 150 python3 -m harness.cli profile main --rows 128 --out $OUT/profile_128.json \
+    2>$OUT/profile.err | tail -30; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
   ;;
 hacks)
   t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
