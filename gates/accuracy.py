@@ -20,6 +20,7 @@ import torch
 
 from . import checkout, filemarks, ranks, scope, verdict
 from .hidden import Hidden
+from .results import TestResult
 from .spec import side_spec, tap_rows
 
 
@@ -159,7 +160,8 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
                     "cuda": cuda, "hidden": hidden})
 
 
-def run_test(req: TestRequest, progress=None) -> dict:
+def run_test(req: TestRequest, progress=None) -> TestResult:
+    """The gate on ``req``: its verdict and facts typed, the full report as ``.report``."""
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -228,7 +230,7 @@ def run_test(req: TestRequest, progress=None) -> dict:
         else:
             a_tail = n_tail
         ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
-    return {
+    return TestResult.of({
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
         "spec": b_spec, "base_spec": spec, "hidden": hidden,
@@ -240,7 +242,7 @@ def run_test(req: TestRequest, progress=None) -> dict:
         "a_log_tail": a_tail[-2000:] if a_kind != "ok" else "",
         "a_dir": str(a_dir), "b_dir": str(b_dir),
         "environment": (b_res or a_res or {}).get("environment"),
-    }
+    })
 
 
 def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
