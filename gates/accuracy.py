@@ -20,6 +20,8 @@ import torch
 
 from . import checkout, filemarks, ranks, scope, verdict
 from .hidden import Hidden
+from .protocol import TapFiles
+from .results import TestResult
 from .spec import side_spec, tap_rows
 
 
@@ -41,10 +43,6 @@ class TestRequest:
     # the judgment's hidden inputs (gates/hidden.py), the same for A and B; None: none (the
     # target seed, the visible rows). The pipeline and the CLI draw one per judgment.
     hidden: Hidden | None = None
-
-
-# main's recording as B and the verdict read it (its logs may still grow; they are not read)
-RECORDING = ("record.json", "kept_a.pt", "logits_a.pt", "noise.json", "logits_a2.pt", "logits_aref.pt")
 
 
 def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
@@ -159,7 +157,8 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
                     "cuda": cuda, "hidden": hidden})
 
 
-def run_test(req: TestRequest, progress=None) -> dict:
+def run_test(req: TestRequest, progress=None) -> TestResult:
+    """The gate on ``req``: its verdict and facts typed, the full report as ``.report``."""
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -180,11 +179,10 @@ def run_test(req: TestRequest, progress=None) -> dict:
     hidden = req.hidden.to_dict() if req.hidden else None
     key = recording_key(spec, touched, req.cuda, hidden)
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
-    rec = a_dir / "record.json"
     a_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one recording per base and tap, however many callers
-        a_kind, a_wall, a_tail, a_dir = _record_a(req, a_dir, rec, a_tree, spec, touched, timeout,
+        a_kind, a_wall, a_tail, a_dir = _record_a(req, a_dir, a_tree, spec, touched, timeout,
                                                   progress, hidden)
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
@@ -194,14 +192,14 @@ def run_test(req: TestRequest, progress=None) -> dict:
         # B runs with the user's rights and is told where main's recording lies: what it reads
         # from main must be unchanged when it ends (else it could record its own results there)
         a_world = int(spec.get("world", 1))
-        guarded = [a_dir / n for n in RECORDING] + [a_tree / "kernels"] + [
-            p for r in range(1, a_world)
-            for p in (a_dir / f"record.rank{r}.json", *(a_dir / f"rank{r}" / n for n in RECORDING))]
+        a_files = TapFiles(a_dir)
+        guarded = a_files.recording() + [a_tree / "kernels"] + [
+            p for r in range(1, a_world) for p in a_files.recording(r, a_world)]
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
             marks = filemarks.file_marks(guarded)
         b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
-                      b_dir / "result.json", timeout, _tagged(progress, "B replay"), hidden)
+                      TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), hidden)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
         moved = filemarks.changed_files(marks, filemarks.file_marks(guarded))
         if moved:
@@ -209,10 +207,9 @@ def run_test(req: TestRequest, progress=None) -> dict:
             b_tail += (f"\ntamper: the candidate's side changed main's recording or tree: "
                        f"{', '.join(os.path.relpath(m, req.runs_dir) for m in moved[:4])}")
             a_dir = a_dir.rename(a_dir.with_name(f"{a_dir.name}-tampered-{stamp}"))  # never reused
-            rec = a_dir / "record.json"
     else:
         b_kind, b_wall, b_res, b_tail = "not run", 0.0, None, ""
-    a_res = json.loads(rec.read_text()) if a_kind == "ok" else None
+    a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
     th = req.settings["test"]
     n_kind, n_wall = "not needed", 0.0
     ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
@@ -224,11 +221,11 @@ def run_test(req: TestRequest, progress=None) -> dict:
             fcntl.flock(lock, fcntl.LOCK_EX)
             n_kind, n_wall, n_tail = _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden)
         if n_kind == "ok":
-            a_res = {**a_res, **json.loads((a_dir / "noise.json").read_text())}
+            a_res = {**a_res, **json.loads((TapFiles(a_dir) / TapFiles.NOISE).read_text())}
         else:
             a_tail = n_tail
         ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
-    return {
+    return TestResult.of({
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
         "spec": b_spec, "base_spec": spec, "hidden": hidden,
@@ -240,7 +237,7 @@ def run_test(req: TestRequest, progress=None) -> dict:
         "a_log_tail": a_tail[-2000:] if a_kind != "ok" else "",
         "a_dir": str(a_dir), "b_dir": str(b_dir),
         "environment": (b_res or a_res or {}).get("environment"),
-    }
+    })
 
 
 def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
@@ -254,26 +251,28 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
         ev["tap"] = ev["logits"] = None
         return ev, verdict.judge({**ev, "tap": verdict.tap_diff({"runs": {}}, {"runs": {}}),
                                   "logits": verdict.logit_stats({}, {}, 1.0)}, th)
-    la = torch.load(a_dir / "logits_a.pt")
-    lb = torch.load(b_dir / "logits_b.pt")
+    a_files, b_files = TapFiles(a_dir), TapFiles(b_dir)
+    la = torch.load(a_files / TapFiles.LOGITS_A)
+    lb = torch.load(b_files / TapFiles.LOGITS_B)
     ev["tap"] = verdict.own_defects(b_res["pass"]) if cross else \
         verdict.tap_diff(a_res["pass"], b_res["pass"])
     ev["logits"] = verdict.logit_stats(la, lb, th["near_tie_factor"])
     if "repeat" in a_res:
-        ev["noise"] = verdict.logit_stats(la, torch.load(a_dir / "logits_a2.pt"), th["near_tie_factor"])
+        ev["noise"] = verdict.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_A2), th["near_tie_factor"])
         ev["noise_tap"] = verdict.tap_diff(a_res["pass"], a_res["repeat"])
-    if "band_ops" in a_res and (a_dir / "logits_aref.pt").exists():
-        ev["band"] = verdict.logit_stats(la, torch.load(a_dir / "logits_aref.pt"), th["near_tie_factor"])
+    if "band_ops" in a_res and (a_files / TapFiles.LOGITS_AREF).exists():
+        ev["band"] = verdict.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_AREF), th["near_tie_factor"])
     ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
     return ev, verdict.judge(ev, th)
 
 
-def _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress, hidden):
-    if rec.exists() and (a_dir / "kept_a.pt").exists():
+def _record_a(req, a_dir, a_tree, spec, touched, timeout, progress, hidden):
+    if TapFiles(a_dir).recorded:
         return "ok", 0.0, "", a_dir
     a_dir.mkdir(parents=True, exist_ok=True)
     a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
-    a = ranks.run("tap", a_tree, a_spec, rec, timeout, _tagged(progress, "A record"), hidden)
+    a = ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout, _tagged(progress, "A record"),
+                  hidden)
     if not a.ok:  # keep its log, but never let a failed recording look cached
         failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
         a_dir.rename(failed)
@@ -283,8 +282,8 @@ def _record_a(req, a_dir, rec, a_tree, spec, touched, timeout, progress, hidden)
 
 def _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden):
     """A's repeat and band passes (cached beside the recording, like it)."""
-    out = a_dir / "noise.json"
-    if out.exists() and (a_dir / "logits_a2.pt").exists():
+    out = TapFiles(a_dir) / TapFiles.NOISE
+    if out.exists() and (TapFiles(a_dir) / TapFiles.LOGITS_A2).exists():
         return "ok", 0.0, ""
     n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
     n = ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import checkout, ranks, stats, verdict
 from .hidden import Hidden
+from .results import BenchResult
 from .spec import side_spec
 from .sides import Interactive, SideError
 
@@ -104,7 +105,9 @@ def bench_settings(bench: dict, profile: dict) -> dict:
     return {**bench, **{k: profile[k] for k in PROFILE_OVERRIDES if k in profile}}
 
 
-def run_bench(req: BenchRequest, progress=print) -> dict:
+def run_bench(req: BenchRequest, progress=print) -> BenchResult:
+    """The scorer on ``req``: its outcome and measurements typed, the full report (every
+    sample, check and timing) as ``.report``."""
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
     rounds = req.rounds or prof.get("rounds") or b_cfg["rounds"]
@@ -259,7 +262,7 @@ def run_bench(req: BenchRequest, progress=print) -> dict:
                                      buckets, weights,
                                      judging={"accuracy": req.accuracy, "test": req.settings["test"]})
     result["work_dir"] = str(work)
-    return result
+    return BenchResult.of(result)
 
 
 def judged_cost(result: dict, checks: dict) -> dict:

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .protocol import parse as check_options, rank_document
 from .sides import (HARNESS_ROOT, _die_with_parent, Interactive, Outcome, SideError, _last_line, classify,
                     reply_kind, run_side, side_env, start_hand_over)
 from .stats import worst_ops
@@ -294,7 +295,7 @@ def _kill(p: subprocess.Popen) -> None:
 
 
 def rank_out(out: Path, rank: int) -> Path:
-    return out.with_name(f"{out.stem}.rank{rank}.json")
+    return rank_document(out, rank)
 
 
 def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress=None,
@@ -314,6 +315,7 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     import json
 
     world = int(spec["world"])
+    check_options(mode, spec)
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps(spec, indent=1))

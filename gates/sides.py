@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .protocol import parse as check_options
+
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 # Variables a side may see. API keys and everything else of the user's environment stay out.
 _PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR",
@@ -216,6 +218,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
              progress=None, hidden: dict | None = None) -> Outcome:
     """Run ``gates.side.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
     (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree."""
+    check_options(mode, spec)  # the side parses it again: a key no mode defines is a gate bug
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps(spec, indent=1))
@@ -281,6 +284,7 @@ class Interactive:
         import queue
         import threading
 
+        check_options(mode, spec)
         workdir.mkdir(parents=True, exist_ok=True)
         self.name = name
         spec_path = workdir / f"{name}.spec.json"

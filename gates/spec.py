@@ -1,7 +1,8 @@
 """What a side builds and taps, as plain data made in the loop's process from kern.yaml.
 
-The side parses it back into ``gates.side.session.Spec``; nothing here imports torch or the
-kernel tree.
+The side parses it back into its mode's options (``gates/protocol.py``, checked: a key no
+mode defines is an error), whose model part is ``gates.side.session.Spec``; nothing here
+imports torch or the kernel tree.
 """
 from __future__ import annotations
 

@@ -181,19 +181,6 @@ def guard(a: dict, b: dict, buckets: list[int], limit_pct: float, per_bucket_ci:
     return GuardResult(not bad, worst, worst_pct)
 
 
-def decide(classification: str, guard_ok: bool, accuracy_pass: bool) -> tuple[bool, str]:
-    """The merge rule: accuracy passes, the score improves beyond the noise, the guard holds."""
-    if not accuracy_pass:
-        return False, "accuracy"
-    if classification == "slower":
-        return False, "slower"
-    if classification == "within noise":
-        return False, "within noise"
-    if not guard_ok:
-        return False, "guard"
-    return True, "faster"
-
-
 # ------------------------------------------------------------------ integrity of the samples
 # A visit's checks (from the side) that must all be zero / empty for its times to count.
 CHECKS = ("unwritten_or_invalid", "nonfinite", "repeated_outputs", "threads_left_running", "tampered")

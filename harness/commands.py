@@ -304,9 +304,8 @@ def cmd_test(args) -> int:
     except RevisionError as e:
         err.print(f"kern test: {e}")
         return 2
-    res["replayed_from"] = replayed
-    emit(args, res, settings.digest, report_lines)
-    return res["exit_code"]
+    emit(args, {**res.report, "replayed_from": replayed}, settings.digest, report_lines)
+    return res.exit_code
 
 
 def cmd_step(args) -> int:
@@ -400,6 +399,5 @@ def cmd_bench(args) -> int:
     except RevisionError as e:
         err.print(f"kern bench: {e}")
         return 2
-    res["replayed_from"] = replayed
-    emit(args, res, settings.digest, report_lines)
-    return 0 if res["outcome"] == "ok" else 1
+    emit(args, {**res.report, "replayed_from": replayed}, settings.digest, report_lines)
+    return 0 if res.outcome == "ok" else 1

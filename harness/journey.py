@@ -50,7 +50,7 @@ from typing import Iterable, Mapping, Sequence
 from .ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
                      WAITING, WITHIN_NOISE, Attempt, Phase, Score)
 
-SCORER_CHECK = "scorer check"  # pipeline.decide_outcome's reason when a scorer check failed
+SCORER_CHECK = "scorer check"  # gates.decision.decide's reason when a scorer check failed
 
 MINUS = "\u2212"  # estimates print with a typographic minus, as in the published journey
 

@@ -2,8 +2,9 @@
 decision -> ledger row -> merge (serialized, fast-forward only; rebase and re-judge when main
 moved; a conflict is an outcome). ``kern try`` and the loop's ticks both come here.
 
-The decisions (``decide_outcome``) are pure; the rest is shell around the gates, git and
-the ledger. Every path ends in a ledger state with a reason.
+The decisions are pure: the merge rule is ``gates.decision.decide`` over the gates' typed
+results (``gates.results``), ``decide_outcome`` adds the fields the ledger records; the rest
+is shell around the gates, git and the ledger. Every path ends in a ledger state with a reason.
 """
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gates import stats
+from gates import decision, scope, stats
+from gates.results import BenchResult, TestResult, report_of
 
 from . import farm, faults
 from . import ledger as L
-from gates import scope
 from .worktrees import Repo
 
 
@@ -46,8 +47,8 @@ class Judgment:
     from a Ray task (harness/ray_farm.py)."""
 
     scope: object
-    test: dict | None
-    bench: dict | None
+    test: TestResult | None
+    bench: BenchResult | None
     hidden: object  # gates.hidden.Hidden
     host: str | None = None
     slot: str | None = None
@@ -85,80 +86,61 @@ def phase_definition(ctx: Context) -> dict:
 REPLAY_PROTOCOL = 2
 
 
-def decide_outcome(scope_res, test_res: dict | None, bench_res: dict | None) -> Outcome:
-    """Pure: gate results -> final state, reason and the fields the ledger records."""
-    if not scope_res.ok:
-        return Outcome("abandoned", "scope", {"gate": {"scope": scope_res.problems}})
+def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
+    """Pure: gate results (typed, or their reports: ``gates.results``) -> final state, reason
+    and the fields the ledger records. The rule itself is ``gates.decision.decide``; this adds
+    what the ledger keeps of the gates up to the one that decided."""
+    test = None if test_res is None else TestResult.of(test_res)
+    bench = None if bench_res is None else BenchResult.of(bench_res)
+    d = decision.decide(scope_res.ok, test, bench)
+    if d.by == decision.BY_SCOPE:
+        return Outcome(d.state, d.reason, {"gate": {"scope": scope_res.problems}})
     gate = {"scope": "ok"}
-    if test_res is None:
-        return Outcome("crashed", "the accuracy gate did not run", {"gate": gate})
-    gate["accuracy"] = {"verdict": test_res["verdict"], "reasons": test_res["reasons"][:6]}
-    ev = test_res.get("evidence") or {}
-    outcome_a, outcome_b = ev.get("outcome_a", "ok"), ev.get("outcome_b")
-    if outcome_b == "timeout":
-        return Outcome("timed out", "accuracy gate timeout", {"gate": gate})
-    if outcome_a != "ok":  # main's own side: the machine or main is broken, not the candidate
-        return Outcome("crashed", f"kern test: main's side ended with {outcome_a}", {"gate": gate})
-    if outcome_b == "tampered":  # a cheat caught by the gate, not a crash: kern test said FAIL
-        return Outcome("abandoned", "accuracy", {"gate": gate})
-    if outcome_b not in (None, "ok", "not run"):  # a segfault, out of memory, an exception
-        return Outcome("crashed", f"kern test: the candidate's side ended with {outcome_b}",
-                       {"gate": gate})
-    if not test_res["verdict"].startswith("PASS"):
-        return Outcome("abandoned", "accuracy", {"gate": gate})
-    if bench_res is None or bench_res.get("outcome") != "ok":
-        kind = (bench_res or {}).get("outcome", "not run")
-        gate["bench"] = {"outcome": kind, "error": (bench_res or {}).get("error")}
-        if kind == "timeout":
-            return Outcome("timed out", "scorer timeout", {"gate": gate})
-        if kind == "tampered":
-            return Outcome("abandoned", "scorer check", {"gate": gate})
-        return Outcome("crashed", f"scorer: {kind}", {"gate": gate})
-    an = bench_res["analysis"]
-    sb = an["sides"]["B"]
-    again = reverify_check(bench_res)
-    checks = sb["failed_checks"] + ([again] if again else [])
-    if checks or not sb["graph_matches_eager"]:
-        gate["bench"] = {"checks": checks[:4], "graph_matches_eager": sb["graph_matches_eager"]}
-        if "reverify" in bench_res:
-            gate["reverify"] = reverify_summary(bench_res["reverify"])
-        return Outcome("abandoned", "scorer check", {"gate": gate})
-    ab = an["ab"]
-    buckets = bench_res["buckets"]
-    worst = max(buckets, key=lambda b: ab["delta"]["buckets"][b]["delta"] / an["sides"]["A"]["buckets"][b]["median"])
-    gate["bench"] = {"classification": ab["classification"], "band_ms": ab["band"]}
-    gate["guard"] = {"ok": ab["guard_ok"], "text": ab["guard"], "rows": worst,
-                     "worst_pct": ab["delta"]["buckets"][worst]["delta"] / an["sides"]["A"]["buckets"][worst]["median"] * 100}
-    if "reverify" in bench_res:
-        gate["reverify"] = reverify_summary(bench_res["reverify"])
+    if test is not None:
+        gate["accuracy"] = {"verdict": test.verdict, "reasons": list(test.reasons[:6])}
+    if d.by == decision.BY_ACCURACY:
+        return Outcome(d.state, d.reason, {"gate": gate})
+    if d.by == decision.BY_SCORER:
+        gate["bench"] = {"outcome": bench.outcome if bench else "not run",
+                         "error": bench.error if bench else None}
+        return Outcome(d.state, d.reason, {"gate": gate})
+    sa, sb, ab = bench.a, bench.b, bench.ab
+    if d.by == decision.BY_CHECKS:
+        gate["bench"] = {"checks": list(d.checks[:4]), "graph_matches_eager": sb.graph_matches_eager}
+        if bench.reverify is not None:
+            gate["reverify"] = reverify_summary(bench.reverify)
+        return Outcome(d.state, d.reason, {"gate": gate})
+    buckets = bench.buckets
+    worst = max(buckets, key=lambda b: ab.bucket_deltas[b] / sa.medians[b])
+    gate["bench"] = {"classification": ab.classification, "band_ms": ab.band_ms}
+    gate["guard"] = {"ok": ab.guard_ok, "text": ab.guard, "rows": worst,
+                     "worst_pct": ab.bucket_deltas[worst] / sa.medians[worst] * 100}
+    if bench.reverify is not None:
+        gate["reverify"] = reverify_summary(bench.reverify)
     fields = {
         "gate": gate,
-        "medians_a": {str(b): an["sides"]["A"]["buckets"][b]["median"] for b in buckets},
-        "medians_b": {str(b): an["sides"]["B"]["buckets"][b]["median"] for b in buckets},
-        "delta_ms": ab["delta"]["delta"], "ci_low": ab["delta"]["low"], "ci_high": ab["delta"]["high"],
-        "delta_pct": ab["delta_pct"],
+        "medians_a": {str(b): sa.medians[b] for b in buckets},
+        "medians_b": {str(b): sb.medians[b] for b in buckets},
+        "delta_ms": ab.delta_ms, "ci_low": ab.low, "ci_high": ab.high, "delta_pct": ab.delta_pct,
+        "decision": "merge" if d.state == decision.MERGED else d.reason,
     }
-    merge, why = stats.decide(ab["classification"], ab["guard_ok"], True)
-    fields["decision"] = "merge" if merge else why
-    if merge:
-        return Outcome("merged", None, fields)
-    return Outcome("abandoned", why, fields)
+    return Outcome(d.state, d.reason, fields)
 
 
-def reverify_summary(again: dict) -> dict:
+def reverify_summary(again) -> dict:
     """Pure: what the ledger row keeps of the re-measurement (beside the first's numbers)."""
-    if again.get("outcome") != "ok":
-        return {"outcome": again.get("outcome"), "error": again.get("error")}
-    an = again["analysis"]
-    sides = an["sides"]
-    return {"outcome": "ok", "classification": an["ab"]["classification"],
-            "delta_ms": an["ab"]["delta"]["delta"], "ci": [an["ab"]["delta"]["low"], an["ab"]["delta"]["high"]],
-            "delta_pct": an["ab"]["delta_pct"], "band_ms": an["ab"]["band"],
-            "medians_a": {str(b): v["median"] for b, v in sides["A"]["buckets"].items()},
-            "medians_b": {str(b): v["median"] for b, v in sides["B"]["buckets"].items()},
-            "checks": [c.get("check") for c in sides["B"]["failed_checks"]],
-            "processes": again.get("processes"), "secrets": again.get("secrets"),
-            "hidden": again.get("hidden")}
+    again = BenchResult.of(again)
+    if again.outcome != "ok":
+        return {"outcome": again.outcome, "error": again.error}
+    ab, sa, sb = again.ab, again.a, again.b
+    return {"outcome": "ok", "classification": ab.classification,
+            "delta_ms": ab.delta_ms, "ci": [ab.low, ab.high],
+            "delta_pct": ab.delta_pct, "band_ms": ab.band_ms,
+            "medians_a": {str(b): m for b, m in sa.medians.items()},
+            "medians_b": {str(b): m for b, m in sb.medians.items()},
+            "checks": [c.get("check") for c in sb.failed_checks],
+            "processes": again.processes, "secrets": again.secrets,
+            "hidden": again.hidden}
 
 
 def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
@@ -213,67 +195,40 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
 
     faults.point("test")
     ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
-    test = run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                                ctx.runs, ctx.cuda, hidden=hidden))
-    ctx.progress(f"accuracy: {test['verdict']}")
-    if not test["verdict"].startswith("PASS"):
+    test = TestResult.of(run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
+                                              ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
+    ctx.progress(f"accuracy: {test.verdict}")
+    if not test.passed:
         return test, None
     faults.point("bench")
     ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
     request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                           ctx.runs, ctx.cuda, accuracy=accuracy_claim(test), hidden=hidden)
+                           ctx.runs, ctx.cuda, accuracy=test.claim, hidden=hidden)
     isolate = bool((ctx.settings.get("farm") or {}).get("isolate", False))
     with farm.scorer_turn(ctx.runs, isolate, ctx.progress):
-        bench = run_bench(request, progress=lambda m: ctx.progress(f"  {m}"))
+        bench = BenchResult.of(run_bench(request, progress=lambda m: ctx.progress(f"  {m}")))
     pct = float(ctx.settings["bench"]["reverify_pct"])
     if needs_reverify(bench, pct):
         # a large gain is merged only once an independent measurement reproduces it: fresh
         # processes, the sides alternating, an input seed of its own (recorded with it)
         ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
         with farm.scorer_turn(ctx.runs, isolate, ctx.progress):
-            bench["reverify"] = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
-                                                  rounds=int(ctx.settings["bench"]["reverify_rounds"])),
-                                          progress=lambda m: ctx.progress(f"  again: {m}"))
+            again = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
+                                      rounds=int(ctx.settings["bench"]["reverify_rounds"])),
+                              progress=lambda m: ctx.progress(f"  again: {m}"))
+        bench = bench.with_reverify(BenchResult.of(again))
     return test, bench
 
 
-def needs_reverify(bench: dict | None, pct: float) -> bool:
+def needs_reverify(bench, pct: float) -> bool:
     """Pure: the scorer found a gain larger than ``pct`` % with every check clean."""
-    if not bench or bench.get("outcome") != "ok":
+    if not bench:
         return False
-    an = bench["analysis"]
-    return (an.get("ab", {}).get("classification") == "faster" and not an["sides"]["B"]["failed_checks"]
-            and an["ab"]["delta_pct"] < -pct)
-
-
-def reverify_check(bench: dict) -> dict | None:
-    """Pure: None when the re-measurement of a large gain (``bench["reverify"]``) reproduced it
-    (it ran, its checks are clean and it also finds the candidate faster), else the failed
-    check that names what the second measurement found."""
-    again = bench.get("reverify")
-    if again is None:
-        return None
-    first = bench["analysis"]["ab"]
-    if again.get("outcome") != "ok":
-        return {"check": "reverify", "why": f"the re-measurement of a {first['delta_pct']:+.1f} % "
-                f"gain did not finish ({again.get('outcome')}: {again.get('error')})"}
-    an = again["analysis"]
-    ab, bad = an["ab"], an["sides"]["B"]["failed_checks"]
-    if bad or ab["classification"] != "faster":
-        d = ab["delta"]
-        found = f"failed checks {[c.get('check') for c in bad]}" if bad else \
-            f"{d['delta']:+.2f} ms ({ab['delta_pct']:+.1f} %) [{d['low']:+.2f}, {d['high']:+.2f}] {ab['classification']}"
-        return {"check": "reverify", "why": f"a {first['delta_pct']:+.1f} % gain was not reproduced "
-                f"by an independent re-measurement (fresh processes, alternating sides): {found}"}
-    return None
-
-
-def accuracy_claim(test: dict) -> dict:
-    """Pure: what the accuracy gate said of a commit and the evidence it weighed, as the bar
-    the scorer holds the timed replays' outputs to (``verdict.judge_timed``)."""
-    ev = test.get("evidence") or {}
-    return {"verdict": test["verdict"], "band": ev.get("band"), "noise": ev.get("noise"),
-            "noise_tap": ev.get("noise_tap"), "rows": (ev.get("logits") or {}).get("rows")}
+    bench = BenchResult.of(bench)
+    if bench.outcome != "ok" or bench.ab is None:
+        return False
+    return (bench.ab.classification == "faster" and not bench.b.failed_checks
+            and bench.ab.delta_pct < -pct)
 
 
 def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
@@ -339,7 +294,7 @@ def with_slot(out: Outcome, j: Judgment) -> Outcome:
     return Outcome(out.state, out.reason, {**out.fields, "host": j.host, "slot": j.slot})
 
 
-def keep_evidence(runs: Path, number: int, test: dict | None, bench: dict | None) -> Path:
+def keep_evidence(runs: Path, number: int, test, bench) -> Path:
     """The gates' full results of one judgment, beside the attempt's other files
     (``runs/attempts/<n>/``, one file per judgment: a rebase judges again). The ledger row holds
     the decision's summary; these hold every sample, check and timing behind it."""
@@ -347,7 +302,8 @@ def keep_evidence(runs: Path, number: int, test: dict | None, bench: dict | None
     d.mkdir(parents=True, exist_ok=True)
     n = len(list(d.glob("judgment-*.json"))) + 1
     path = d / f"judgment-{n}.json"
-    path.write_text(json.dumps({"test": test, "bench": bench}, indent=1, default=str))
+    path.write_text(json.dumps({"test": report_of(test), "bench": report_of(bench)}, indent=1,
+                               default=str))
     return path
 
 
@@ -376,18 +332,16 @@ def _record_score(ctx: Context, sha: str, medians_b: dict) -> None:
     ctx.ledger.record_score(phase, sha, score, dict(medians_b))
 
 
-def _record_baseline(ctx: Context, base_sha: str, bench: dict | None) -> None:
+def _record_baseline(ctx: Context, base_sha: str, bench) -> None:
     """Main's score at ``base_sha`` from an A/B's A side, when the phase has none for it yet
     (a run with no merge still shows where main stands; after a merge B's score is recorded)."""
-    sides = ((bench or {}).get("analysis") or {}).get("sides") or {}
-    if "A" not in sides:
+    a = None if bench is None else BenchResult.of(bench).a
+    if a is None:
         return
     phase = ctx.ledger.phase(phase_definition(ctx))
     latest = ctx.ledger.latest_score(phase)
     if latest is None or latest.sha != base_sha:
-        a = sides["A"]
-        ctx.ledger.record_score(phase, base_sha, a["score"],
-                                {str(b): v["median"] for b, v in a["buckets"].items()})
+        ctx.ledger.record_score(phase, base_sha, a.score, {str(b): m for b, m in a.medians.items()})
 
 
 def note_for(a: L.Attempt) -> str:

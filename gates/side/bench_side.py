@@ -60,6 +60,7 @@ from pathlib import Path
 
 import torch
 
+from ..protocol import BenchOptions
 from .session import Side, Spec, environment, log
 from .tamper import clear_persisting_l2, persisting_l2_bytes
 
@@ -76,7 +77,7 @@ def reply(obj) -> None:
 
 
 class Bench:
-    def __init__(self, opts: dict, device: str, seal=None, audit=None, rank: int = 0,
+    def __init__(self, opts: BenchOptions, device: str, seal=None, audit=None, rank: int = 0,
                  hidden=None, sketch_seed: int = 0, claim: str | None = None):
         import kernels
 
@@ -85,11 +86,11 @@ class Bench:
         self.kernels_dir = str(Path(kernels.__file__).resolve().parent) + os.sep
         self.seal, self.audit = seal, audit
         self.opts = opts
-        self.spec = Spec.from_dict(opts)
-        self.buckets = list(opts["rows"])
+        self.spec = Spec.of(opts)
+        self.buckets = list(opts.rows)
         # the hidden input seed sets the tokens and positions only: an attached (shared)
         # model was built without it and is the same model
-        self.side = Side(self.spec, device, attach=opts.get("attach"), rank=rank,
+        self.side = Side(self.spec, device, attach=opts.attach, rank=rank,
                          input_seed=hidden.input_seed if hidden else None)
         self.dev = self.side.device
         self.steps, self.timers = {}, {}
@@ -324,7 +325,7 @@ def stray_threads(frames: dict, me: int, kernels_dir: str) -> int:
     return n
 
 
-def side_main(opts: dict, device: str, seal=None, audit=None, rank: int = 0) -> dict:
+def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int = 0) -> dict:
     """Serve commands until 'quit'; the driver's JSON result is a summary. ``seal`` and
     ``audit`` (``gates/side/tamper.py``) were made before the tree's kernels were loaded."""
     bench = None

@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import protocol
 from ..interpreter import prepare_interpreter
 from ..sides import IMPORTED
 from .rank import rank_digests
@@ -38,7 +39,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gates.side.driver")
     ap.add_argument("mode", choices=("run", "tap", "bench", "store"))
     ap.add_argument("--tree", required=True)
-    ap.add_argument("--spec", required=True, help="JSON: the side's Spec and mode options")
+    ap.add_argument("--spec", required=True, help="JSON: the mode's options (gates/protocol.py)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)
@@ -50,11 +51,13 @@ def main(argv=None) -> int:
     from . import tamper
 
     spec = json.loads(Path(args.spec).read_text()) if args.spec.endswith(".json") else json.loads(args.spec)
+    opts = protocol.parse(args.mode, spec)  # a key the mode does not define: the gate's bug
     # before any of the tree's kernel modules is imported: what they must not replace (fd 0
     # included), and the hook that stops them reading the workload, main's recording (the
     # replay side is told where it lies) or a process's file descriptors
     seal = tamper.Seal()
-    guarded = {spec["record"]: "main's recording"} if spec.get("record") else {}
+    record = getattr(opts, "record", None)
+    guarded = {record: "main's recording"} if record else {}
     audit = tamper.WorkloadAudit(root, guarded).install()
     # the coordinator's pipe (the hand-over; a bench side's replies and the store's): the
     # tree's prints go to the log instead, so no line on it is the candidate's
@@ -79,30 +82,30 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rank = 0
-    if int(spec.get("world", 1)) > 1:
+    if opts.world > 1:
         if args.mode == "store":
             raise SystemExit(f"gates.side.driver: the model store serves one process, not a rank "
-                             f"group (world {spec['world']}): each rank builds its own share")
+                             f"group (world {opts.world}): each rank builds its own share")
         from .rank import join
 
-        rank, device = join(device, float(spec.get("collective_timeout_s", 600)))
+        rank, device = join(device, float(opts.collective_timeout_s))
     if args.mode == "run":
-        result = run_mode(spec, device, out, rank, hidden)
+        result = run_mode(opts, device, out, rank, hidden)
     elif args.mode == "tap":
         from . import tap
 
-        result = tap.side_main(spec, device, out.parent, rank, hidden)
+        result = tap.side_main(opts, device, out.parent, rank, hidden)
     elif args.mode == "store":
-        result = store_mode(spec, device, out, channel)
+        result = store_mode(opts, device, out, channel)
     else:
         from . import bench_side
 
-        result = bench_side.side_main(spec, device, seal=seal, audit=audit, rank=rank)
+        result = bench_side.side_main(opts, device, seal=seal, audit=audit, rank=rank)
     signs = tamper.verdict(seal, audit)
     if signs:  # a side that was tampered with has measured nothing the harness may use
         raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
     out.write_text(json.dumps(result, indent=1, default=str))
-    if rank or int(spec.get("world", 1)) > 1:
+    if rank or opts.world > 1:
         from .rank import leave
 
         leave()
@@ -158,13 +161,13 @@ def limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (want, want))
 
 
-def store_mode(opts: dict, device: str, out: Path, channel) -> dict:
+def store_mode(opts: "protocol.StoreOptions", device: str, out: Path, channel) -> dict:
     """Build the model once and share it with the bench sides through CUDA IPC; serve until
     stdin closes or says 'quit'. The model needs no hidden input: its weights and caches
     follow the target seed and its state's capacity a bound no input seed moves."""
     from .session import Side, Spec, log, save_shared
 
-    side = Side(Spec.from_dict(opts), device)
+    side = Side(Spec.of(opts), device)
     path = out.with_suffix(".ipc")
     save_shared(side.model, path)
     channel.write(json.dumps({"ready": str(path), "build_s": side.build_s}) + "\n")
@@ -176,7 +179,7 @@ def store_mode(opts: dict, device: str, out: Path, channel) -> dict:
     return {"shared": str(path), "build_s": side.build_s}
 
 
-def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0,
+def run_mode(opts: "protocol.RunOptions", device: str, out: Path | None = None, rank: int = 0,
              hidden=None) -> dict:
     import torch
 
@@ -184,16 +187,16 @@ def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0,
     from .session import Side, Spec, environment, log
     from .timing import Timer, read_bandwidth
 
-    spec = Spec.from_dict(opts)
+    spec = Spec.of(opts)
     side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
     dev = side.device
-    result = {"environment": environment(dev), "spec": opts, "build_s": side.build_s,
+    result = {"environment": environment(dev), "spec": opts.sent, "build_s": side.build_s,
               "weights_gib": side.model.weights.nbytes() / 2**30,
               "state_gib": side.model.state.nbytes() / 2**30,
               "workload": side.workload.describe(), "buckets": {}}
     bw = read_bandwidth(dev)
     result["read_bandwidth_Bps"] = bw
-    replays = int(opts.get("replays", 20))
+    replays = int(opts.replays)
     for rows in spec.rows:
         step = side.step(rows)
         side.set_inputs(step, 0)
@@ -231,11 +234,11 @@ def run_mode(opts: dict, device: str, out: Path | None = None, rank: int = 0,
         result["buckets"][str(rows)] = entry
         _save(out, result)  # a later phase failing must not lose what was measured
         del timer, step
-    prow = int(opts.get("profile_rows", 0))
+    prow = int(opts.profile_rows)
     if prow:
-        result["profile"] = profile(side, prow, bw, leave_one_out=bool(opts.get("free", True)))
+        result["profile"] = profile(side, prow, bw, leave_one_out=bool(opts.free))
         _save(out, result)
-    rrow = int(opts.get("ref_rows", 0))
+    rrow = int(opts.ref_rows)
     if rrow:
         result["reference_error"] = reference_error(side, rrow)
         _save(out, result)

@@ -48,6 +48,11 @@ class Spec:
     def from_dict(d: dict) -> "Spec":
         return Spec(**{k: d[k] for k in Spec.__dataclass_fields__ if k in d})
 
+    @staticmethod
+    def of(options) -> "Spec":
+        """The model part of a side's checked options (``gates.protocol.SideOptions``)."""
+        return Spec(**{k: getattr(options, k) for k in Spec.__dataclass_fields__})
+
 
 class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""

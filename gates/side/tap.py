@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from .fingerprint import raw_hash
+from ..protocol import TapFiles, TapOptions
 from ..spec import tap_rows
 from .numerics import INT_POISON, _is_big, compare, poison, unwritten, written_rows
 from .session import Side, Spec, environment, log
@@ -292,18 +293,6 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
     return out
 
 
-def rank_dir(root: Path, rank: int) -> Path:
-    """Where rank ``rank`` of a side writes (and reads its base's) recordings: rank 0 in the
-    side's own folder, as a one-process side does, the others in ``rank<r>`` under it."""
-    return root / f"rank{rank}" if rank else root
-
-
-def record_file(root: Path, rank: int, world: int) -> Path:
-    """Rank ``rank``'s own recording document: ``record.json`` of a one-process side, else the
-    rank's file as the launcher names it (``record.json`` then holds the merged document)."""
-    return root / "record.json" if world == 1 else root / f"record.rank{rank}.json"
-
-
 def any_rank(side: Side, flag: bool) -> bool:
     """Whether ``flag`` holds on some rank: a decision every rank must take alike, or their
     steps' collectives would pair different calls."""
@@ -316,69 +305,69 @@ def any_rank(side: Side, flag: bool) -> bool:
     return bool(t.item())
 
 
-def side_main(opts: dict, device: str, outdir: Path, rank: int = 0, hidden=None) -> dict:
+def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden=None) -> dict:
     """One tap side. ``hidden`` (``gates.hidden.Hidden``, handed over on stdin; None: none):
     the workload's input seed, and batch sizes run after the spec's visible ones."""
-    role = opts["role"]
-    spec = Spec.from_dict(opts)
+    role = opts.role
+    spec = Spec.of(opts)
     side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
-    outdir = rank_dir(outdir, rank)
-    outdir.mkdir(parents=True, exist_ok=True)
+    files = TapFiles(outdir).rank(rank)
+    files.root.mkdir(parents=True, exist_ok=True)
     # a base on another layout (kern test --base-gpus): no op call of B corresponds to one of
     # A's, so nothing is kept for pinning and B is judged by its logits alone
-    cross = bool(opts.get("cross_layout"))
+    cross = bool(opts.cross_layout)
     # every run starts from the whole initial state (caches included), so a run's hashes do
     # not depend on which runs came before it
     snap = side.model.state.snapshot()
-    runs, steps = tap_rows(opts["rows"], [], hidden.extra_rows if hidden else ()), int(opts["steps"])
+    runs, steps = tap_rows(opts.rows, [], hidden.extra_rows if hidden else ()), int(opts.steps)
     if max(runs) > side.max_rows:
         raise ValueError(f"tap: batch size {max(runs)} of the hidden inputs exceeds the side's "
                          f"{side.max_rows} rows: they were drawn for another profile (expected "
                          f"1 .. the largest bucket)")
     t0 = time.monotonic()
-    result = {"environment": environment(side.device), "role": role, "spec": opts,
+    result = {"environment": environment(side.device), "role": role, "spec": opts.sent,
               "build_s": side.build_s, "weights_hash": weights_hash(side.model),
               "state_hash": state_hash(side.model), "rows": runs,
               "workload": side.workload.describe()}
     if role == "record":
-        keep = set() if cross else None if opts.get("touched") is None else set(opts["touched"])
+        keep = set() if cross else None if opts.touched is None else set(opts.touched)
         store: dict = {}
-        first = free_pass(side, runs, steps, snap, keep, opts["budget_mb"] * 2**20, store)
-        torch.save(first.pop("logits"), outdir / "logits_a.pt")
-        torch.save(store, outdir / "kept_a.pt")
+        first = free_pass(side, runs, steps, snap, keep, opts.budget_mb * 2**20, store)
+        torch.save(first.pop("logits"), files / TapFiles.LOGITS_A)
+        torch.save(store, files / TapFiles.KEPT_A)
         result["rank_digests"] = first.pop("rank_digests", None)
         result["pass"] = first
     elif role == "noise":
         # asked for only when B is not bit-identical to the recording: A again from the
         # restored state (is A reproducible?), then the band
         repeat = free_pass(side, runs, steps, snap, set(), 0, {})
-        torch.save(repeat.pop("logits"), outdir / "logits_a2.pt")
+        torch.save(repeat.pop("logits"), files / TapFiles.LOGITS_A2)
         result["repeat"] = repeat
         # the band: A with the touched ops on the reference (all ops when unknown)
-        ref_ops = None if opts.get("touched") is None else set(opts["touched"])
+        ref_ops = None if opts.touched is None else set(opts.touched)
         if ref_ops is None:
             from kernels.k31 import contracts
 
             ref_ops = set(contracts.OPS)
         if ref_ops:
             band = free_pass(side, runs, steps, snap, set(), 0, {}, reference_ops=ref_ops)
-            torch.save(band.pop("logits"), outdir / "logits_aref.pt")
+            torch.save(band.pop("logits"), files / TapFiles.LOGITS_AREF)
             result["band_ops"] = sorted(ref_ops)
     else:
         free = free_pass(side, runs, steps, snap, set(), 0, {})
-        torch.save(free.pop("logits"), outdir / "logits_b.pt")
+        torch.save(free.pop("logits"), files / TapFiles.LOGITS_B)
         result["rank_digests"] = free.pop("rank_digests", None)
         free = json.loads(json.dumps(free))  # the same form as A's recording (lists, not tuples)
         result["pass"] = free
         if not cross:
-            base = rank_dir(Path(opts["record"]), rank)
-            record = json.loads(record_file(Path(opts["record"]), rank, spec.world).read_text())
+            main = TapFiles(Path(opts.record))
+            record = json.loads(main.document(TapFiles.RECORD, rank, spec.world).read_text())
             result["same_setup"] = (record["weights_hash"] == result["weights_hash"]
                                     and record["state_hash"] == result["state_hash"])
             if any_rank(side, _differs(record["pass"], free) and result["same_setup"]):
-                kept = torch.load(base / "kept_a.pt", weights_only=False)
+                kept = torch.load(main.rank(rank) / TapFiles.KEPT_A, weights_only=False)
                 result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept, opts,
-                                               seed=hidden.input_seed if hidden else opts.get("seed"))
+                                               seed=hidden.input_seed if hidden else opts.seed)
     result["wall_s"] = time.monotonic() - t0
     return result
 
@@ -412,10 +401,10 @@ def reference_picks(a_calls: list, per_op: int, seed: str) -> set | None:
     return picked
 
 
-def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: dict,
+def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: TapOptions,
                 seed=None) -> dict:
     """Cut-local: B's kernels on A's recorded inputs, compared with A (every call) and the
-    reference (``opts["reference_calls_per_op"]`` calls of each op per batch size, drawn with
+    reference (``opts.reference_calls_per_op`` calls of each op per batch size, drawn with
     ``seed``: the judgment's hidden input seed)."""
     from kernels.k31 import contracts
     from kernels.k31.dispatch import Ops
@@ -429,7 +418,7 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: d
         key = f"r{rows}"
         a_calls = record["runs"][key]["calls"]
         state = {"i": 0, "diverged": None, "step": 0}
-        referenced = reference_picks(a_calls, int(opts.get("reference_calls_per_op") or 0),
+        referenced = reference_picks(a_calls, int(opts.reference_calls_per_op or 0),
                                      f"{seed}/{key}")
 
         def hook(spec, site, args, run):

@@ -51,7 +51,7 @@ def benches(catalogue):
         sc = check_scope(ctx, sha, main)
         # against main: some checks (persisting L2) compare the candidate's processes with main's
         bench = run_bench(BenchRequest(repo, sha, main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
-                                       rounds=1, replays=2), progress=lambda m: None)
+                                       rounds=1, replays=2), progress=lambda m: None).report
         out[hack.name] = (sc, bench, decide_outcome(sc, TAP_PASSED, bench))
     return out
 

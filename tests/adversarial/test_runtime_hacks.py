@@ -49,13 +49,13 @@ def results(catalogue):
 
     def tap(name):
         return run_test(TestRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
-                                    hidden=HIDDEN.get(name)))
+                                    hidden=HIDDEN.get(name))).report
 
     def bench(name):
         with_main, replays = BENCH[name]
         return run_bench(BenchRequest(repo, shas[name], main if with_main else None, ctx.settings,
                                       ctx.profile, ctx.runs, ctx.cuda, rounds=1, replays=replays),
-                         progress=lambda m: None)
+                         progress=lambda m: None).report
 
     # two at a time (CI has two cores), in submission order: the first tap records main while
     # the other worker runs the benches, which need no recording; the remaining taps replay

@@ -60,7 +60,7 @@ def verdicts(tmp_path_factory):
 
     def judge(sha):
         req = TestRequest(repo, sha, "main", settings.data, prof, repo / "runs", torch.cuda.is_available())
-        return run_test(req)
+        return run_test(req).report
 
     # record A once for the 'touches combine' set and once for 'touches everything', then the
     # candidates two at a time (the interpreter is CPU-bound; CI has two cores)

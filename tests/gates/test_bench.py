@@ -43,7 +43,7 @@ def _bench(repo, rev, shape, alternate=None, accuracy=None):
     return run_bench(BenchRequest(repo, rev, "main", s.data, s.profile(torch.cuda.is_available()),
                                   repo / "runs", torch.cuda.is_available(), alternate=alternate,
                                   rounds=rounds, replays=replays, accuracy=accuracy),
-                     progress=lambda m: None)
+                     progress=lambda m: None).report
 
 
 def test_the_ab_shapes_stay_decided_on_a_loaded_machine():
@@ -109,7 +109,7 @@ def test_work_skipped_only_in_the_timed_replays_is_judged_by_their_outputs(repo)
         "    _SEEN.add(idx.data_ptr())\n    if platform.FEW_PROGRAMS:")),
         (TOPK, "def mla_topk(", "_SEEN = set()\n\n\ndef mla_topk(")])
     s = load(repo / "kern.yaml")
-    test = run_test(TestRequest(repo, sha, "main", s.data, s.profile(False), repo / "runs", False))
+    test = run_test(TestRequest(repo, sha, "main", s.data, s.profile(False), repo / "runs", False)).report
     assert test["verdict"] == "PASS bit-identical", test["reasons"]  # the gate is fooled
     res = _bench(repo, sha, (1, 3), accuracy={"verdict": test["verdict"]})  # outputs, not times
     assert res["outcome"] == "ok", res.get("error")

@@ -59,7 +59,7 @@ def ran(tmp_path_factory):
         bench = pool.submit(run_bench, BenchRequest(repo, sha, sha, settings.data, prof, repo / "runs",
                                                     cuda, rounds=1, replays=1, hidden=HIDDEN),
                             progress=lambda m: None)
-        return repo, test.result(), bench.result()
+        return repo, test.result().report, bench.result().report
 
 
 def test_the_sides_ran_the_hidden_inputs(ran):

@@ -90,7 +90,7 @@ def _bench(repo, rev, base=None):
 
     s, prof = _settings(repo)
     res = run_bench(BenchRequest(repo, rev, base, s.data, prof, repo / "runs", False,
-                                 world=2, layout="tp2"), progress=lambda m: None)
+                                 world=2, layout="tp2"), progress=lambda m: None).report
     return res, report_lines(res)
 
 
@@ -99,7 +99,7 @@ def _test(repo, rev, base_world=None):
 
     s, prof = _settings(repo)
     res = run_test(TestRequest(repo, rev, "main", s.data, prof, repo / "runs", False, 2, "tp2",
-                               base_world, "tp1" if base_world else None))
+                               base_world, "tp1" if base_world else None)).report
     return res, report_lines(res)
 
 

@@ -107,11 +107,11 @@ def ran(tmp_path_factory):
 
     def bench(name, data=settings.data):
         return run_bench(BenchRequest(repo, shas[name], shas[name], data, prof, repo / "runs", cuda),
-                         progress=lambda m: None)
+                         progress=lambda m: None).report
 
     def test(name):
         return run_test(TestRequest(repo, shas[name], shas[name], settings.data, prof, repo / "runs",
-                                    cuda))
+                                    cuda)).report
 
     with pytest.MonkeyPatch.context() as mp:  # what the orchestrator's own process may hold
         for k, v in SECRETS.items():

@@ -75,8 +75,9 @@ def test_two_judgments_draw_apart_and_a_replay_reproduces_the_first(tmp_path, mo
     real = accuracy.run_test
 
     def recording(req, progress=None):
-        seen.append(real(req, progress))
-        return seen[-1]
+        res = real(req, progress)
+        seen.append(res.report)
+        return res
 
     monkeypatch.setattr(accuracy, "run_test", recording)  # the pipeline's own call, kept
     (n1, out1), (n2, out2) = try_commit(ctx, sha), try_commit(ctx, sha)
