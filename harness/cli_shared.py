@@ -3,6 +3,10 @@ verb that runs kernels and the ``--gpus``/``--emulate`` flags with their check."
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .settings import Resolved, Settings, load
 
 
 def add_rank_flags(p, what: str, timed: bool = True) -> None:
@@ -16,20 +20,28 @@ def add_rank_flags(p, what: str, timed: bool = True) -> None:
                         "processes, so per-rank cost matches that deployment")
 
 
-def _context(args):
-    """(repo, settings, profile, cuda, runs dir) for a verb that runs kernels."""
-    from pathlib import Path
+@dataclass(frozen=True)
+class VerbContext:
+    """What a verb that runs kernels works with: the repository, kern.yaml as loaded (its
+    ``data`` and ``profile`` are what the gates take) and resolved for this machine (``cfg``:
+    what the verb itself reads), whether CUDA is there, the runs folder."""
+    repo: Path
+    settings: Settings
+    cfg: Resolved
+    profile: dict
+    cuda: bool
+    runs: Path
 
+
+def _context(args) -> VerbContext:
     import torch
-
-    from .settings import load
 
     repo = Path(args.repo).resolve()
     settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
     cuda = torch.cuda.is_available()
     runs = repo / "runs"
     runs.mkdir(exist_ok=True)
-    return repo, settings, settings.profile(cuda), cuda, runs
+    return VerbContext(repo, settings, settings.resolve(cuda), settings.profile(cuda), cuda, runs)
 
 
 def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:

@@ -127,7 +127,8 @@ def recorded_hidden(attempt, number: int, ledger_path, buckets, test_rows):
 
 def hidden_inputs(args, repo, settings: dict, prof: dict):
     """(the hidden inputs of this run, the attempt they are replayed from or None): a fresh
-    draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none)."""
+    draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none).
+    ``settings``, ``prof``: kern.yaml's data and the machine profile as the gates take them."""
     from gates import hidden
 
     from . import ledger as L
@@ -246,11 +247,12 @@ def gate_progress(console, bars, step, plain):
             sync()
 
 
-def bench_plan(args, settings: dict, prof: dict) -> tuple[list, int]:
-    """(the visit order, rounds) run_bench will follow for these flags (its own rule)."""
+def bench_plan(args, machine) -> tuple[list, int]:
+    """(the visit order, rounds) run_bench will follow for these flags (its own rule) on the
+    machine profile ``machine`` (harness.settings.Profile)."""
     from gates.bench import pattern
 
-    rounds = args.rounds or prof.get("rounds") or settings["bench"]["rounds"]
+    rounds = args.rounds or machine.rounds
     return (pattern(rounds) if args.base else ["B"] * rounds), rounds
 
 
@@ -279,13 +281,15 @@ def cmd_test(args) -> int:
 
     from gates import ranks
 
-    repo, settings, prof, cuda, runs = _context(args)
+    v = _context(args)
+    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
     err = Console(stderr=True)
-    sides = rank_args(args, cuda, "test", prof["model"])
+    sides = rank_args(args, cuda, "test", v.cfg.machine.model)
     if sides is None:
         return 2
     try:
-        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate, prof["model"])
+        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
+                                                   v.cfg.machine.model)
     except ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
@@ -316,19 +320,20 @@ def cmd_step(args) -> int:
     from gates.spec import side_spec
     from gates.sides import run_side
 
-    repo, settings, prof, cuda, runs = _context(args)
-    sides = rank_args(args, cuda, "step", prof["model"])
+    v = _context(args)
+    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
+    sides = rank_args(args, cuda, "step", v.cfg.machine.model)
     if sides is None:
         return 2
     world, layout = sides
     sha = checkout.resolve(repo, args.rev)
     tree = checkout.checkout(repo, sha, runs)
-    rows = [int(x) for x in args.rows.split(",")] if args.rows else list(prof["buckets"])
-    spec = side_spec(settings.data, prof, context=args.context or prof["context"], steps=1, rows=rows,
+    rows = [int(x) for x in args.rows.split(",")] if args.rows else list(v.cfg.machine.buckets)
+    spec = side_spec(settings.data, prof, context=args.context or v.cfg.machine.context, steps=1, rows=rows,
                      replays=args.replays, profile_rows=args.profile_rows, ref_rows=args.ref_rows,
                      state_dtype=args.state_dtype)
     out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
-    timeout = float(settings["bench"]["timeout_s"])
+    timeout = v.cfg.step.timeout_s
     show = lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr)  # noqa: E731
     if layout is not None:
         from gates import ranks
@@ -376,9 +381,10 @@ def cmd_bench(args) -> int:
     from gates.bench import BenchRequest, report_lines, run_bench
     from gates.checkout import RevisionError
 
-    repo, settings, prof, cuda, runs = _context(args)
+    v = _context(args)
+    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
     err = Console(stderr=True)
-    sides = rank_args(args, cuda, "bench", prof["model"])
+    sides = rank_args(args, cuda, "bench", v.cfg.machine.model)
     if sides is None:
         return 2
     try:
@@ -388,7 +394,7 @@ def cmd_bench(args) -> int:
         return 2
     from . import progress as P
 
-    order, rounds = bench_plan(args, settings.data, prof)
+    order, rounds = bench_plan(args, v.cfg.machine)
     try:
         with gate_progress(err, P.bench_bars(order, rounds),
                            lambda bars, line: P.bench_step(bars, line, rounds),

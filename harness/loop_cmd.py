@@ -66,12 +66,13 @@ def _ctx(args, progress=None):
     from .pipeline import Context
     from .worktrees import Repo
 
-    repo, settings, prof, cuda, runs = _context(args)
+    v = _context(args)
+    repo, settings, cuda = v.repo, v.settings, v.cuda
     led = L.Ledger(L.default_path(repo))
-    ctx = Context(Repo(repo), settings.data, prof, runs, cuda, led,
+    ctx = Context(Repo(repo), settings.data, v.profile, v.runs, cuda, led,
                   progress=progress or (lambda m: print(f"… {m}", file=sys.stderr)),
                   settings_digest=settings.digest)
-    if (settings.data.get("farm") or {}).get("kind", "local") == "ray":
+    if v.cfg.farm.kind == "ray":
         # judgments go to the Ray cluster of farm.address; a FarmError (Ray missing, the
         # cluster unreachable) stops the command before anything is recorded
         from .farm import slots_for
@@ -163,7 +164,8 @@ def cmd_loop(args) -> int:
               f"while starting them): recorded as crashed")
     if resumed.notes:
         print(f"resumed: restored the git notes of attempts {resumed.notes}")
-    every = parse_duration(args.every or settings["loop"]["every"]) or 0.0
+    every = parse_duration(args.every) if args.every else ctx.cfg.loop.every_s
+    every = every or 0.0
     ticks = 1 if args.tick else args.ticks
     n = 0
     live = None
@@ -254,19 +256,20 @@ def cmd_profile(args) -> int:
 
     from .cli_shared import _context, rank_args
 
-    repo, settings, prof, cuda, runs = _context(args)
-    sides = rank_args(args, cuda, "profile", prof["model"])
+    v = _context(args)
+    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
+    sides = rank_args(args, cuda, "profile", v.cfg.machine.model)
     if sides is None:
         return 2
     world, layout = sides
     sha = checkout.resolve(repo, args.rev)
     tree = checkout.checkout(repo, sha, runs)
-    rows = args.rows or (128 if cuda else max(prof["buckets"]))
+    rows = args.rows or (128 if cuda else max(v.cfg.machine.buckets))
     spec = side_spec(settings.data, prof, steps=1, rows=[rows], replays=10 if cuda else 1,
-                     profile_rows=rows, free=not args.no_free, layout=layout or prof["layout"],
+                     profile_rows=rows, free=not args.no_free, layout=layout or v.cfg.machine.layout,
                      world=world)
     out = Path(args.out) if args.out else runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
-    res = ranks.run("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
+    res = ranks.run("run", tree, spec, out, v.cfg.profile.timeout_s,
                     progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
     if not res.ok:
         print(f"kern profile: the step ended with {res.kind}; log {res.log_path}", file=sys.stderr)
