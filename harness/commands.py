@@ -318,7 +318,8 @@ def cmd_step(args) -> int:
 
     from gates import checkout
     from gates.spec import side_spec
-    from gates.sides import run_side
+
+    from .step_side import run_step
 
     v = _context(args)
     repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
@@ -327,28 +328,21 @@ def cmd_step(args) -> int:
         return 2
     world, layout = sides
     sha = checkout.resolve(repo, args.rev)
-    tree = checkout.checkout(repo, sha, runs)
     rows = [int(x) for x in args.rows.split(",")] if args.rows else list(v.cfg.machine.buckets)
     spec = side_spec(settings.data, prof, context=args.context or v.cfg.machine.context, steps=1, rows=rows,
                      replays=args.replays, profile_rows=args.profile_rows, ref_rows=args.ref_rows,
                      state_dtype=args.state_dtype)
-    out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
-    timeout = v.cfg.step.timeout_s
-    show = lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr)  # noqa: E731
     if layout is not None:
-        from gates import ranks
-
         spec.update(layout=layout, world=world)
-        res = ranks.launch("run", tree, spec, out, timeout, progress=show)
-    else:
-        res = run_side("run", tree, spec, out, timeout, progress=show)
+    out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
+    res = run_step(repo, sha, runs, spec, out, v.cfg.step.timeout_s,
+                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
+                   stamp={"commit": sha, "kern_yaml_sha256_16": settings.digest})
     if not res.ok:
         print(f"kern step: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
               file=sys.stderr)
         return 1
     r = res.result
-    r["commit"], r["kern_yaml_sha256_16"] = sha, settings.digest
-    out.write_text(json.dumps(r, indent=1, default=str))
     note = "" if cuda else "  (CPU interpreter: mechanics only, not a GPU time)"
     if "ranks" in r:
         rk = r["ranks"]

@@ -251,10 +251,11 @@ class _LiveView:
 
 
 def cmd_profile(args) -> int:
-    from gates import checkout, ranks
+    from gates import checkout
     from gates.spec import side_spec
 
     from .cli_shared import _context, rank_args
+    from .step_side import run_step
 
     v = _context(args)
     repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
@@ -263,19 +264,17 @@ def cmd_profile(args) -> int:
         return 2
     world, layout = sides
     sha = checkout.resolve(repo, args.rev)
-    tree = checkout.checkout(repo, sha, runs)
     rows = args.rows or (128 if cuda else max(v.cfg.machine.buckets))
     spec = side_spec(settings.data, prof, steps=1, rows=[rows], replays=10 if cuda else 1,
                      profile_rows=rows, free=not args.no_free, layout=layout or v.cfg.machine.layout,
                      world=world)
     out = Path(args.out) if args.out else runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
-    res = ranks.run("run", tree, spec, out, v.cfg.profile.timeout_s,
-                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
+    res = run_step(repo, sha, runs, spec, out, v.cfg.profile.timeout_s,
+                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
+                   stamp={"commit": sha, "kern_yaml_sha256_16": settings.digest})
     if not res.ok:
         print(f"kern profile: the step ended with {res.kind}; log {res.log_path}", file=sys.stderr)
         return 1
-    res.result["commit"], res.result["kern_yaml_sha256_16"] = sha, settings.digest
-    out.write_text(json.dumps(res.result, indent=1, default=str))
     if args.json:
         print(json.dumps(res.result["profile"], default=str))
         return 0

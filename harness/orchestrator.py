@@ -395,8 +395,7 @@ class Orchestrator:
     def profile(self) -> dict:
         """The latest profile of main: measured once per main commit and profile definition
         (:func:`profile_path`), on a judging slot, and reused by every later tick and loop."""
-        from gates import checkout
-        from gates.sides import run_side
+        from .step_side import run_step
 
         sha = self.ctx.repo.main_sha()
         spec = profile_spec(self.settings, self.ctx.profile, self.ctx.cuda)
@@ -404,11 +403,10 @@ class Orchestrator:
         path = profile_path(self.ctx.runs, sha, spec, self.ctx.cuda)
         if path.exists():
             return json.loads(path.read_text())
-        tree = checkout.checkout(self.ctx.repo.root, sha, self.ctx.runs)
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
         partial = path.with_name(path.stem + ".partial.json")
         with gpu_lock(self.ctx):
-            res = run_side("run", tree, spec, partial, self.cfg.profile.timeout_s)
+            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, self.cfg.profile.timeout_s)
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
         # only a whole result is ever found at ``path``: a loop killed while profiling measures
