@@ -1,4 +1,5 @@
-"""Argument parsing of each verb, delegating to the module that does the work."""
+"""``kern ops``, ``kern test``, ``kern bench`` and ``kern step``: their arguments
+(:func:`register`, called by harness/cli.py) and the shells that run them."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from .cli_shared import _context, add_rank_flags, rank_args
 
 
 def register(sub) -> None:
+    """Add this module's verbs to ``kern``'s subparsers ``sub``."""
     p = sub.add_parser("ops", help="list every op: module, reference, kernel, test, roofline",
                        description="List every op of the kernel tree with where its kernel, "
                                    "protected reference, test and roofline formula live.")
@@ -16,7 +18,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_ops)
 
     p = sub.add_parser(
-        "test", help="the accuracy gate: REV against BASE",
+        "test", help="the accuracy gate: REV against BASE (bit-identity, cut-local, logits, reference)",
         description="Run REV (the candidate) against BASE (default main), each in its own "
                     "subprocess and worktree, over the seeded tap workload. Prints one fact per "
                     "line by section (diff, tap, local, logits, noise, reference); the last line "
@@ -37,7 +39,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser(
-        "bench", help="the scorer: median step time per bucket, weighted score; --vs for A/B",
+        "bench", help="the scorer: median step time per bucket, weighted score; --vs BASE for A/B",
         description="Capture the decode step as one CUDA graph per bucket and time many replays "
                     "(inputs change and outputs are checked between replays, untimed). One line per "
                     "bucket (median, p10-p90, cv, %% of the roofline floor), the score last. With "
@@ -80,12 +82,6 @@ def register(sub) -> None:
     add_rank_flags(p, "the step")
     p.add_argument("--out", default=None, help="write the result JSON here")
     p.set_defaults(func=cmd_step)
-
-    from . import doctor, loop_cmd, report_cmd
-
-    report_cmd.register(sub)
-    loop_cmd.register(sub)
-    doctor.register(sub)
 
 
 def add_replay_flag(p) -> None:

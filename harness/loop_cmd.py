@@ -41,7 +41,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_loop)
 
     p = sub.add_parser(
-        "profile", help="what is left in one step: time per op, roofline share, leave-one-out",
+        "profile", help="what is left in one step: time per op, roofline share, leave-one-out 'free' column",
         description="Time every op family in one step (device events around each op, attributed by "
                     "the op the dispatcher ran, i.e. the module that launched it), with each op's "
                     "roofline floor and a leave-one-out 'free' column (the step re-captured without "
