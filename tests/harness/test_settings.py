@@ -137,3 +137,15 @@ def test_a_profile_value_of_the_wrong_kind_names_key_expected_and_found(key, bad
 def test_a_handed_profile_is_validated_too():
     with pytest.raises(SettingsError, match=r"profiles\.cpu \(as handed over\)\.rounds"):
         resolve(DATA, False, {**DATA["profiles"]["cpu"], "rounds": 0})
+
+
+def test_the_schema_checks_exactly_the_keys_the_typed_sections_hold():
+    """validate()'s key table and the dataclasses name the same keys: a key added to one of
+    them alone is either read unchecked or checked and never read."""
+    from harness import settings as S
+
+    for section, cls in S._SECTIONS.items():
+        checked = {k.split(".", 1)[1] for k in S._SCHEMA if k.split(".", 1)[0] == section}
+        assert checked == {f.name for f in fields(cls)}, section
+    optional = {"noise_pct", "memory_gib"}  # checked on their own in profile_problems
+    assert set(S._PROFILE_SCHEMA) | optional == {f.name for f in fields(S.Profile)} - {"name"}
