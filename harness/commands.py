@@ -310,35 +310,29 @@ def cmd_test(args) -> int:
 
 
 def cmd_step(args) -> int:
+    import time
     from pathlib import Path
 
-    from gates import checkout
     from gates.spec import side_spec
 
-    from .step_side import run_step
+    from .cli_shared import step_verb
 
-    v = _context(args)
-    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
-    sides = rank_args(args, cuda, "step", v.cfg.machine.model)
-    if sides is None:
-        return 2
-    world, layout = sides
-    sha = checkout.resolve(repo, args.rev)
-    rows = [int(x) for x in args.rows.split(",")] if args.rows else list(v.cfg.machine.buckets)
-    spec = side_spec(settings.data, prof, context=args.context or v.cfg.machine.context, steps=1, rows=rows,
-                     replays=args.replays, profile_rows=args.profile_rows, ref_rows=args.ref_rows,
-                     state_dtype=args.state_dtype)
-    if layout is not None:
-        spec.update(layout=layout, world=world)
-    out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
-    res = run_step(repo, sha, runs, spec, out, v.cfg.step.timeout_s,
-                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
-                   stamp={"commit": sha, "kern_yaml_sha256_16": settings.digest})
-    if not res.ok:
-        print(f"kern step: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
-              file=sys.stderr)
-        return 1
-    r = res.result
+    def spec_for(v, world, layout):
+        m = v.cfg.machine
+        rows = [int(x) for x in args.rows.split(",")] if args.rows else list(m.buckets)
+        spec = side_spec(v.settings.data, v.profile, context=args.context or m.context, steps=1,
+                         rows=rows, replays=args.replays, profile_rows=args.profile_rows,
+                         ref_rows=args.ref_rows, state_dtype=args.state_dtype)
+        return spec if layout is None else {**spec, "layout": layout, "world": world}
+
+    def out_for(v, sha):
+        return Path(args.out) if args.out else v.runs / "step" / f"{sha[:12]}-{int(time.time())}.json"
+
+    ran = step_verb(args, "step", spec_for, out_for, lambda cfg: cfg.step.timeout_s)
+    if isinstance(ran, int):
+        return ran
+    v, r, out = ran
+    cuda = v.cuda
     note = "" if cuda else "  (CPU interpreter: mechanics only, not a GPU time)"
     if "ranks" in r:
         rk = r["ranks"]

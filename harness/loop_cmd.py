@@ -251,34 +251,28 @@ class _LiveView:
 
 
 def cmd_profile(args) -> int:
-    from gates import checkout
     from gates.spec import side_spec
 
-    from .cli_shared import _context, rank_args
-    from .step_side import run_step
+    from .cli_shared import step_verb
 
-    v = _context(args)
-    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
-    sides = rank_args(args, cuda, "profile", v.cfg.machine.model)
-    if sides is None:
-        return 2
-    world, layout = sides
-    sha = checkout.resolve(repo, args.rev)
-    rows = args.rows or (128 if cuda else max(v.cfg.machine.buckets))
-    spec = side_spec(settings.data, prof, steps=1, rows=[rows], replays=10 if cuda else 1,
-                     profile_rows=rows, free=not args.no_free, layout=layout or v.cfg.machine.layout,
-                     world=world)
-    out = Path(args.out) if args.out else runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
-    res = run_step(repo, sha, runs, spec, out, v.cfg.profile.timeout_s,
-                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
-                   stamp={"commit": sha, "kern_yaml_sha256_16": settings.digest})
-    if not res.ok:
-        print(f"kern profile: the step ended with {res.kind}; log {res.log_path}", file=sys.stderr)
-        return 1
+    def spec_for(v, world, layout):
+        rows = args.rows or (128 if v.cuda else max(v.cfg.machine.buckets))
+        return side_spec(v.settings.data, v.profile, steps=1, rows=[rows], replays=10 if v.cuda else 1,
+                         profile_rows=rows, free=not args.no_free,
+                         layout=layout or v.cfg.machine.layout, world=world)
+
+    def out_for(v, sha):
+        return Path(args.out) if args.out else \
+            v.runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
+
+    ran = step_verb(args, "profile", spec_for, out_for, lambda cfg: cfg.profile.timeout_s)
+    if isinstance(ran, int):
+        return ran
+    v, result, _ = ran
     if args.json:
-        print(json.dumps(res.result["profile"], default=str))
+        print(json.dumps(result["profile"], default=str))
         return 0
-    for line in profile_lines(res.result, cuda):
+    for line in profile_lines(result, v.cuda):
         print(line)
     return 0
 
