@@ -110,8 +110,8 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     sample, check and timing) as ``.report``."""
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
-    rounds = req.rounds or prof.get("rounds") or b_cfg["rounds"]
-    replays = req.replays or prof.get("replays") or b_cfg["replays"]
+    rounds = req.rounds or prof["rounds"]  # rounds and replays: the machine profile's (kern.yaml)
+    replays = req.replays or prof["replays"]
     buckets, weights = list(prof["buckets"]), list(prof["weights"])
     timeout = float(b_cfg["timeout_s"])
     revs = {"B": checkout.resolve(req.repo, req.rev)}

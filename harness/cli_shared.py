@@ -1,8 +1,13 @@
 """What the verb modules share (``commands.py``, ``loop_cmd.py``): the repository context of a
-verb that runs kernels and the ``--gpus``/``--emulate`` flags with their check."""
+verb that runs kernels, the ``--gpus``/``--emulate`` flags with their check, and the shell of
+the verbs that run one step side (``kern step``, ``kern profile``)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .settings import Resolved, Settings, load
 
 
 def add_rank_flags(p, what: str, timed: bool = True) -> None:
@@ -16,20 +21,28 @@ def add_rank_flags(p, what: str, timed: bool = True) -> None:
                         "processes, so per-rank cost matches that deployment")
 
 
-def _context(args):
-    """(repo, settings, profile, cuda, runs dir) for a verb that runs kernels."""
-    from pathlib import Path
+@dataclass(frozen=True)
+class VerbContext:
+    """What a verb that runs kernels works with: the repository, kern.yaml as loaded (its
+    ``data`` and ``profile`` are what the gates take) and resolved for this machine (``cfg``:
+    what the verb itself reads), whether CUDA is there, the runs folder."""
+    repo: Path
+    settings: Settings
+    cfg: Resolved
+    profile: dict
+    cuda: bool
+    runs: Path
 
+
+def _context(args) -> VerbContext:
     import torch
-
-    from .settings import load
 
     repo = Path(args.repo).resolve()
     settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
     cuda = torch.cuda.is_available()
     runs = repo / "runs"
     runs.mkdir(exist_ok=True)
-    return repo, settings, settings.profile(cuda), cuda, runs
+    return VerbContext(repo, settings, settings.resolve(cuda), settings.profile(cuda), cuda, runs)
 
 
 def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:
@@ -44,3 +57,30 @@ def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[in
     except ranks.RanksError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)
         return None
+
+
+def step_verb(args, verb: str, spec_for, out_for, limit_for):
+    """The shell ``kern step`` and ``kern profile`` share: the context, the ``--gpus`` /
+    ``--emulate`` check, the revision, then the verb's step side (harness/step_side.py) with
+    its progress on stderr and its result stamped with the commit and kern.yaml's hash.
+    ``spec_for(v, world, layout)``, ``out_for(v, sha)``, ``limit_for(v.cfg)``: what the verb
+    measures, where it writes, how long it may take. Returns ``(v, result, out)``, or an exit code
+    after saying why there is none (2: the flags do not fit this machine; 1: the step failed)."""
+    from gates import checkout
+
+    from .step_side import run_step
+
+    v = _context(args)
+    sides = rank_args(args, v.cuda, verb, v.cfg.machine.model)
+    if sides is None:
+        return 2
+    sha = checkout.resolve(v.repo, args.rev)
+    out = out_for(v, sha)
+    res = run_step(v.repo, sha, v.runs, spec_for(v, *sides), out, limit_for(v.cfg),
+                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
+                   stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest})
+    if not res.ok:
+        print(f"kern {verb}: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
+              file=sys.stderr)
+        return 1
+    return v, res.result, out

@@ -1,4 +1,5 @@
-"""Argument parsing of each verb, delegating to the module that does the work."""
+"""``kern ops``, ``kern test``, ``kern bench`` and ``kern step``: their arguments
+(:func:`register`, called by harness/cli.py) and the shells that run them."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ from .cli_shared import _context, add_rank_flags, rank_args
 
 
 def register(sub) -> None:
+    """Add this module's verbs to ``kern``'s subparsers ``sub``."""
     p = sub.add_parser("ops", help="list every op: module, reference, kernel, test, roofline",
                        description="List every op of the kernel tree with where its kernel, "
                                    "protected reference, test and roofline formula live.")
@@ -16,7 +18,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_ops)
 
     p = sub.add_parser(
-        "test", help="the accuracy gate: REV against BASE",
+        "test", help="the accuracy gate: REV against BASE (bit-identity, cut-local, logits, reference)",
         description="Run REV (the candidate) against BASE (default main), each in its own "
                     "subprocess and worktree, over the seeded tap workload. Prints one fact per "
                     "line by section (diff, tap, local, logits, noise, reference); the last line "
@@ -37,7 +39,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser(
-        "bench", help="the scorer: median step time per bucket, weighted score; --vs for A/B",
+        "bench", help="the scorer: median step time per bucket, weighted score; --vs BASE for A/B",
         description="Capture the decode step as one CUDA graph per bucket and time many replays "
                     "(inputs change and outputs are checked between replays, untimed). One line per "
                     "bucket (median, p10-p90, cv, %% of the roofline floor), the score last. With "
@@ -81,12 +83,6 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="write the result JSON here")
     p.set_defaults(func=cmd_step)
 
-    from . import doctor, loop_cmd, report_cmd
-
-    report_cmd.register(sub)
-    loop_cmd.register(sub)
-    doctor.register(sub)
-
 
 def add_replay_flag(p) -> None:
     p.add_argument("--replay-attempt", type=int, default=None, metavar="N",
@@ -127,7 +123,8 @@ def recorded_hidden(attempt, number: int, ledger_path, buckets, test_rows):
 
 def hidden_inputs(args, repo, settings: dict, prof: dict):
     """(the hidden inputs of this run, the attempt they are replayed from or None): a fresh
-    draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none)."""
+    draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none).
+    ``settings``, ``prof``: kern.yaml's data and the machine profile as the gates take them."""
     from gates import hidden
 
     from . import ledger as L
@@ -246,11 +243,12 @@ def gate_progress(console, bars, step, plain):
             sync()
 
 
-def bench_plan(args, settings: dict, prof: dict) -> tuple[list, int]:
-    """(the visit order, rounds) run_bench will follow for these flags (its own rule)."""
+def bench_plan(args, machine) -> tuple[list, int]:
+    """(the visit order, rounds) run_bench will follow for these flags (its own rule) on the
+    machine profile ``machine`` (harness.settings.Profile)."""
     from gates.bench import pattern
 
-    rounds = args.rounds or prof.get("rounds") or settings["bench"]["rounds"]
+    rounds = args.rounds or machine.rounds
     return (pattern(rounds) if args.base else ["B"] * rounds), rounds
 
 
@@ -279,13 +277,15 @@ def cmd_test(args) -> int:
 
     from gates import ranks
 
-    repo, settings, prof, cuda, runs = _context(args)
+    v = _context(args)
+    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
     err = Console(stderr=True)
-    sides = rank_args(args, cuda, "test", prof["model"])
+    sides = rank_args(args, cuda, "test", v.cfg.machine.model)
     if sides is None:
         return 2
     try:
-        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate, prof["model"])
+        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
+                                                   v.cfg.machine.model)
     except ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
@@ -309,40 +309,29 @@ def cmd_test(args) -> int:
 
 
 def cmd_step(args) -> int:
+    import time
     from pathlib import Path
 
-    from gates import checkout
     from gates.spec import side_spec
-    from gates.sides import run_side
 
-    repo, settings, prof, cuda, runs = _context(args)
-    sides = rank_args(args, cuda, "step", prof["model"])
-    if sides is None:
-        return 2
-    world, layout = sides
-    sha = checkout.resolve(repo, args.rev)
-    tree = checkout.checkout(repo, sha, runs)
-    rows = [int(x) for x in args.rows.split(",")] if args.rows else list(prof["buckets"])
-    spec = side_spec(settings.data, prof, context=args.context or prof["context"], steps=1, rows=rows,
-                     replays=args.replays, profile_rows=args.profile_rows, ref_rows=args.ref_rows,
-                     state_dtype=args.state_dtype)
-    out = Path(args.out) if args.out else runs / "step" / f"{sha[:12]}-{int(__import__('time').time())}.json"
-    timeout = float(settings["bench"]["timeout_s"])
-    show = lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr)  # noqa: E731
-    if layout is not None:
-        from gates import ranks
+    from .cli_shared import step_verb
 
-        spec.update(layout=layout, world=world)
-        res = ranks.launch("run", tree, spec, out, timeout, progress=show)
-    else:
-        res = run_side("run", tree, spec, out, timeout, progress=show)
-    if not res.ok:
-        print(f"kern step: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
-              file=sys.stderr)
-        return 1
-    r = res.result
-    r["commit"], r["kern_yaml_sha256_16"] = sha, settings.digest
-    out.write_text(json.dumps(r, indent=1, default=str))
+    def spec_for(v, world, layout):
+        m = v.cfg.machine
+        rows = [int(x) for x in args.rows.split(",")] if args.rows else list(m.buckets)
+        spec = side_spec(v.settings.data, v.profile, context=args.context or m.context, steps=1,
+                         rows=rows, replays=args.replays, profile_rows=args.profile_rows,
+                         ref_rows=args.ref_rows, state_dtype=args.state_dtype)
+        return spec if layout is None else {**spec, "layout": layout, "world": world}
+
+    def out_for(v, sha):
+        return Path(args.out) if args.out else v.runs / "step" / f"{sha[:12]}-{int(time.time())}.json"
+
+    ran = step_verb(args, "step", spec_for, out_for, lambda cfg: cfg.step.timeout_s)
+    if isinstance(ran, int):
+        return ran
+    v, r, out = ran
+    cuda = v.cuda
     note = "" if cuda else "  (CPU interpreter: mechanics only, not a GPU time)"
     if "ranks" in r:
         rk = r["ranks"]
@@ -375,9 +364,10 @@ def cmd_bench(args) -> int:
     from gates.bench import BenchRequest, report_lines, run_bench
     from gates.checkout import RevisionError
 
-    repo, settings, prof, cuda, runs = _context(args)
+    v = _context(args)
+    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
     err = Console(stderr=True)
-    sides = rank_args(args, cuda, "bench", prof["model"])
+    sides = rank_args(args, cuda, "bench", v.cfg.machine.model)
     if sides is None:
         return 2
     try:
@@ -387,7 +377,7 @@ def cmd_bench(args) -> int:
         return 2
     from . import progress as P
 
-    order, rounds = bench_plan(args, settings.data, prof)
+    order, rounds = bench_plan(args, v.cfg.machine)
     try:
         with gate_progress(err, P.bench_bars(order, rounds),
                            lambda bars, line: P.bench_step(bars, line, rounds),

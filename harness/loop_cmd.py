@@ -41,7 +41,7 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_loop)
 
     p = sub.add_parser(
-        "profile", help="what is left in one step: time per op, roofline share, leave-one-out",
+        "profile", help="what is left in one step: time per op, roofline share, leave-one-out 'free' column",
         description="Time every op family in one step (device events around each op, attributed by "
                     "the op the dispatcher ran, i.e. the module that launched it), with each op's "
                     "roofline floor and a leave-one-out 'free' column (the step re-captured without "
@@ -66,12 +66,13 @@ def _ctx(args, progress=None):
     from .pipeline import Context
     from .worktrees import Repo
 
-    repo, settings, prof, cuda, runs = _context(args)
+    v = _context(args)
+    repo, settings, cuda = v.repo, v.settings, v.cuda
     led = L.Ledger(L.default_path(repo))
-    ctx = Context(Repo(repo), settings.data, prof, runs, cuda, led,
+    ctx = Context(Repo(repo), settings.data, v.profile, v.runs, cuda, led,
                   progress=progress or (lambda m: print(f"… {m}", file=sys.stderr)),
                   settings_digest=settings.digest)
-    if (settings.data.get("farm") or {}).get("kind", "local") == "ray":
+    if v.cfg.farm.kind == "ray":
         # judgments go to the Ray cluster of farm.address; a FarmError (Ray missing, the
         # cluster unreachable) stops the command before anything is recorded
         from .farm import slots_for
@@ -163,7 +164,8 @@ def cmd_loop(args) -> int:
               f"while starting them): recorded as crashed")
     if resumed.notes:
         print(f"resumed: restored the git notes of attempts {resumed.notes}")
-    every = parse_duration(args.every or settings["loop"]["every"]) or 0.0
+    every = parse_duration(args.every) if args.every else ctx.cfg.loop.every_s
+    every = every or 0.0
     ticks = 1 if args.tick else args.ticks
     n = 0
     live = None
@@ -249,34 +251,28 @@ class _LiveView:
 
 
 def cmd_profile(args) -> int:
-    from gates import checkout, ranks
     from gates.spec import side_spec
 
-    from .cli_shared import _context, rank_args
+    from .cli_shared import step_verb
 
-    repo, settings, prof, cuda, runs = _context(args)
-    sides = rank_args(args, cuda, "profile", prof["model"])
-    if sides is None:
-        return 2
-    world, layout = sides
-    sha = checkout.resolve(repo, args.rev)
-    tree = checkout.checkout(repo, sha, runs)
-    rows = args.rows or (128 if cuda else max(prof["buckets"]))
-    spec = side_spec(settings.data, prof, steps=1, rows=[rows], replays=10 if cuda else 1,
-                     profile_rows=rows, free=not args.no_free, layout=layout or prof["layout"],
-                     world=world)
-    out = Path(args.out) if args.out else runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
-    res = ranks.run("run", tree, spec, out, float(settings["bench"]["timeout_s"]),
-                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr))
-    if not res.ok:
-        print(f"kern profile: the step ended with {res.kind}; log {res.log_path}", file=sys.stderr)
-        return 1
-    res.result["commit"], res.result["kern_yaml_sha256_16"] = sha, settings.digest
-    out.write_text(json.dumps(res.result, indent=1, default=str))
+    def spec_for(v, world, layout):
+        rows = args.rows or (128 if v.cuda else max(v.cfg.machine.buckets))
+        return side_spec(v.settings.data, v.profile, steps=1, rows=[rows], replays=10 if v.cuda else 1,
+                         profile_rows=rows, free=not args.no_free,
+                         layout=layout or v.cfg.machine.layout, world=world)
+
+    def out_for(v, sha):
+        return Path(args.out) if args.out else \
+            v.runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
+
+    ran = step_verb(args, "profile", spec_for, out_for, lambda cfg: cfg.profile.timeout_s)
+    if isinstance(ran, int):
+        return ran
+    v, result, _ = ran
     if args.json:
-        print(json.dumps(res.result["profile"], default=str))
+        print(json.dumps(result["profile"], default=str))
         return 0
-    for line in profile_lines(res.result, cuda):
+    for line in profile_lines(result, v.cuda):
         print(line)
     return 0
 

@@ -39,6 +39,7 @@ from . import planning, trials
 from .agents.base import Brief, ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 from .ray_farm import NodeLost
+from .settings import Resolved, resolve
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = HARNESS_ROOT / "prompts"
@@ -134,7 +135,8 @@ def render(template: str, values: dict) -> str:
 
 
 class Orchestrator:
-    def __init__(self, ctx: Context, settings):
+    def __init__(self, ctx: Context, settings: dict):
+        # settings: kern.yaml's data (the gates' form); the orchestrator reads self.cfg
         self.ctx, self.settings = ctx, settings
         self.led = ctx.ledger
         self.run_id = None
@@ -171,14 +173,18 @@ class Orchestrator:
                 done.notes.append(a.number)
         return done
 
+    @property
+    def cfg(self) -> Resolved:
+        """kern.yaml resolved for this machine, with the context's profile."""
+        return resolve(self.settings, self.ctx.cuda, self.ctx.profile)
+
     # ------------------------------------------------------------ collect + judge
     def collect(self, report: TickReport) -> None:
         """Collect and judge what :func:`collectable` allows, in number order (the module's
         order contract); attempts after the first one still running wait for a later tick."""
-        cfg = self.settings["agent"]
         # the backends' own limit (the command backend's default too): past it the agent
         # process is hung, whatever it is doing
-        limit = float(cfg.get("timeout_s", 3600))
+        limit = float(self.cfg.agent.timeout_s or 3600)
         # the loop's own in-flight attempts: agents running, and commits re-queued after a
         # restart or a full disk. A queued attempt without a commit is resume()'s to record.
         waiting = {a.number: a for a in self.led.attempts(states=[L.RUNNING])}
@@ -346,8 +352,8 @@ class Orchestrator:
         """When this tick judged nothing and a slot is free: queue a trial merge of recent
         near-misses (harness/trials.py) as an attempt of its own, judged by a later tick's
         collect like any commit (so in number order). Returns its number, or None."""
-        loop = self.settings["loop"]
-        max_parts = int(loop.get("trial_merge_parts", 0))
+        loop = self.cfg.loop
+        max_parts = loop.trial_merge_parts
         if max_parts < 2:
             return None
         busy = [a for a in self.led.attempts(states=L.IN_FLIGHT) if a.backend == trials.BACKEND]
@@ -356,7 +362,7 @@ class Orchestrator:
             return None
         phase = self.led.phase(phase_definition(self.ctx))
         attempts = self.led.attempts()
-        parts = trials.pick_parts(trials.near_misses(attempts, phase, int(loop.get("trial_merge_recent", 12))),
+        parts = trials.pick_parts(trials.near_misses(attempts, phase, loop.trial_merge_recent),
                                   max_parts)
         if not parts:
             return None
@@ -389,8 +395,7 @@ class Orchestrator:
     def profile(self) -> dict:
         """The latest profile of main: measured once per main commit and profile definition
         (:func:`profile_path`), on a judging slot, and reused by every later tick and loop."""
-        from gates import checkout
-        from gates.sides import run_side
+        from .step_side import run_step
 
         sha = self.ctx.repo.main_sha()
         spec = profile_spec(self.settings, self.ctx.profile, self.ctx.cuda)
@@ -398,11 +403,10 @@ class Orchestrator:
         path = profile_path(self.ctx.runs, sha, spec, self.ctx.cuda)
         if path.exists():
             return json.loads(path.read_text())
-        tree = checkout.checkout(self.ctx.repo.root, sha, self.ctx.runs)
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
         partial = path.with_name(path.stem + ".partial.json")
         with gpu_lock(self.ctx):
-            res = run_side("run", tree, spec, partial, float(self.settings["bench"]["timeout_s"]))
+            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, self.cfg.profile.timeout_s)
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
         # only a whole result is ever found at ``path``: a loop killed while profiling measures
@@ -411,9 +415,8 @@ class Orchestrator:
         return res.result
 
     def plan_and_spawn(self, tick_id: int, report: TickReport) -> None:
-        cfg = self.settings
         in_flight = self.led.attempts(states=[L.QUEUED, L.RUNNING, L.JUDGING])
-        slots = int(cfg["loop"]["concurrency"]) - len(in_flight)
+        slots = self.cfg.loop.concurrency - len(in_flight)
         if slots <= 0:
             return
         prof = self.profile()["profile"]
@@ -428,10 +431,10 @@ class Orchestrator:
 
     def _spawn(self, t: planning.Target, prof: dict, attempts: list, tick_id: int,
                report: TickReport) -> None:
-        cfg, ctx = self.settings, self.ctx
+        ctx = self.ctx
         base = ctx.repo.main_sha()
         phase = self.led.phase(phase_definition(ctx))
-        backend = cfg["agent"]["backend"]
+        backend = self.cfg.agent.backend
         number = self.led.new_attempt(title=f"{t.name}: {backend} attempt", hypothesis="",
                                       target=t.name, backend=backend, base_sha=base,
                                       phase_id=phase, tick_id=tick_id)
@@ -445,34 +448,34 @@ class Orchestrator:
 
     def _start_agent(self, number: int, t: planning.Target, prof: dict, attempts: list,
                      base: str, report: TickReport) -> None:
-        cfg, ctx = self.settings, self.ctx
+        cfg, ctx = self.cfg, self.ctx
         d = attempt_dir(ctx.runs, number)
         d.mkdir(parents=True, exist_ok=True)
         wt = ctx.repo.open_attempt(number, base, ctx.runs)
         tried = tried_lines(attempts, t.name)
-        p = ctx.profile
+        m = cfg.machine
         values = {
             "attempt": number, "target": t.name, "base_short": base[:10], "ms": f"{t.ms:.3f}",
             "step_ms": f"{prof['step_ms']:.3f}", "rows": prof["rows"], "share": f"{t.share_pct:.1f}",
             "floor": f"{t.floor_ms:.3f}" if t.floor_ms else "unknown",
             "roofline": f"{t.roofline_pct:.0f}%" if t.roofline_pct else "unknown",
-            "headroom": f"{t.headroom_ms:.3f}", "shapes": _shapes_text(p),
+            "headroom": f"{t.headroom_ms:.3f}", "shapes": _shapes_text(m),
             "tried": "\n".join(f"- {x}" for x in tried) or "- nothing yet",
-            "editable": ", ".join(cfg["editable"]), "protected": ", ".join(cfg["protected"]),
-            "buckets": p["buckets"], "weights": p["weights"], "guard_pct": cfg["bench"]["guard_pct"],
-            "test_rows": ", ".join(map(str, p["test_rows"])), "hidden_rows": cfg["test"]["hidden_rows"],
+            "editable": ", ".join(cfg.editable), "protected": ", ".join(cfg.protected),
+            "buckets": list(m.buckets), "weights": list(m.weights), "guard_pct": cfg.bench.guard_pct,
+            "test_rows": ", ".join(map(str, m.test_rows)), "hidden_rows": cfg.test.hidden_rows,
             "cycle": "a few minutes", "quick_test": _quick_test(t.name), "quick_bench": "kern step --rows 16",
         }
         text = render((PROMPTS / "subagent.md").read_text(), values)
         brief = Brief(attempt=number, target=t.name, text=text, share_pct=t.share_pct,
                       roofline_pct=t.roofline_pct, shapes=values["shapes"], tried=tried,
-                      editable=cfg["editable"], protected=cfg["protected"],
+                      editable=list(cfg.editable), protected=list(cfg.protected),
                       quick_test=values["quick_test"], quick_bench=values["quick_bench"], base_sha=base)
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
         # the replay backend's patch: one per replay attempt before this one, in number order
         replay_index = sum(1 for a in self.led.attempts() if a.backend == "replay" and a.number < number)
-        settings = {"agent": cfg["agent"], "context": {"index": replay_index, "seed": number,
+        settings = {"agent": cfg.agent.options(), "context": {"index": replay_index, "seed": number,
                                                        "root": str(ctx.repo.root)}}
         (d / "settings.json").write_text(json.dumps(settings, indent=1))
         faults.point("spawn")
@@ -512,7 +515,7 @@ class Orchestrator:
         useful = any(s in (L.MERGED, L.ABANDONED) for _, s, _ in report.collected) or report.spawned \
             or not spawn
         self.idle_ticks = 0 if useful else self.idle_ticks + 1
-        if self.idle_ticks >= int(self.settings["loop"]["stop_after_idle_ticks"]):
+        if self.idle_ticks >= self.cfg.loop.stop_after_idle_ticks:
             report.stop = f"agents reported nothing left for {self.idle_ticks} ticks"
         return report
 
@@ -525,14 +528,14 @@ class Orchestrator:
             time.sleep(0.5)
 
     def budget_stop(self) -> str | None:
-        b = self.settings["budgets"]
+        b = self.cfg.budgets
         use = self.led.usage()
-        if use["attempts"] >= b["attempts"]:
-            return f"attempt budget spent ({use['attempts']} of {b['attempts']})"
-        if use["tokens"] >= b["tokens"]:
-            return f"token budget spent ({use['tokens']} of {b['tokens']})"
-        if (time.monotonic() - self.started) / 3600 >= b["wall_hours"]:
-            return f"wall-time budget spent ({b['wall_hours']} h)"
+        if use["attempts"] >= b.attempts:
+            return f"attempt budget spent ({use['attempts']} of {b.attempts})"
+        if use["tokens"] >= b.tokens:
+            return f"token budget spent ({use['tokens']} of {b.tokens})"
+        if (time.monotonic() - self.started) / 3600 >= b.wall_hours:
+            return f"wall-time budget spent ({b.wall_hours} h)"
         return None
 
 
@@ -564,9 +567,10 @@ def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:
     return runs / "profile" / f"{sha[:12]}-loop-{key}.json"
 
 
-def _shapes_text(p: dict) -> str:
-    return (f"model {p['model']}, layout {p['layout']} (rank 0's shapes), buckets {p['buckets']} rows, "
-            f"context {p['context']} tokens per request")
+def _shapes_text(m) -> str:
+    """The brief's shapes line of machine profile ``m`` (harness.settings.Profile)."""
+    return (f"model {m.model}, layout {m.layout} (rank 0's shapes), buckets {list(m.buckets)} rows, "
+            f"context {m.context} tokens per request")
 
 
 def _quick_test(target: str) -> str:

@@ -18,14 +18,15 @@ from gates.results import BenchResult, TestResult, report_of
 
 from . import farm, faults
 from . import ledger as L
+from .settings import Resolved, resolve
 from .worktrees import Repo
 
 
 @dataclass
 class Context:
     repo: Repo
-    settings: dict
-    profile: dict
+    settings: dict  # kern.yaml's data, as the gates take it
+    profile: dict  # the machine profile, as the gates take it
     runs: Path
     cuda: bool
     ledger: L.Ledger
@@ -33,6 +34,12 @@ class Context:
     settings_digest: str = ""
     pool: "farm.Pool | None" = None  # the judging slots (None: kern.yaml's farm.slots, on first use)
     remote: object = None  # farm.kind ray: the harness.ray_farm.RayFarm judgments are sent to
+
+    @property
+    def cfg(self) -> Resolved:
+        """``settings`` and ``profile`` resolved (what the harness reads; cheap, so computed
+        from the current data rather than kept apart from it)."""
+        return resolve(self.settings, self.cuda, self.profile)
 
     def slots(self) -> "farm.Pool":
         if self.pool is None:
@@ -74,9 +81,10 @@ def phase_definition(ctx: Context) -> dict:
     """What the score means: a change here starts a new phase (deltas not comparable)."""
     from kernels.k31.workload import corpus_hash
 
-    p = ctx.profile
-    return {"model": p["model"], "layout": p["layout"], "buckets": p["buckets"],
-            "weights": p["weights"], "context": p["context"], "seed": ctx.settings["target"]["seed"],
+    cfg = ctx.cfg
+    m = cfg.machine
+    return {"model": m.model, "layout": m.layout, "buckets": list(m.buckets),
+            "weights": list(m.weights), "context": m.context, "seed": cfg.target.seed,
             "corpus": corpus_hash(), "replay": REPLAY_PROTOCOL}
 
 
@@ -146,11 +154,12 @@ def reverify_summary(again) -> dict:
 def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
     """The scope gate on one commit: its paths, size, and what its editable files contain."""
     commits = ctx.repo.commits_since(base_sha, rev_sha)
-    editable = [p for p in commits.paths if scope.matches(p, ctx.settings["editable"])]
+    cfg = ctx.cfg
+    editable = [p for p in commits.paths if scope.matches(p, list(cfg.editable))]
     sources = {p: (ctx.repo.blob(base_sha, p), ctx.repo.blob(rev_sha, p)) for p in editable}
     return scope.check(commits=len(commits.shas), paths=commits.paths,
-                       changed_lines=commits.changed_lines, editable=ctx.settings["editable"],
-                       protected=ctx.settings["protected"], sources=sources)
+                       changed_lines=commits.changed_lines, editable=list(cfg.editable),
+                       protected=list(cfg.protected), sources=sources)
 
 
 def draw_hidden(ctx: Context):
@@ -204,17 +213,16 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
     request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
                            ctx.runs, ctx.cuda, accuracy=test.claim, hidden=hidden)
-    isolate = bool((ctx.settings.get("farm") or {}).get("isolate", False))
-    with farm.scorer_turn(ctx.runs, isolate, ctx.progress):
+    with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
         bench = BenchResult.of(run_bench(request, progress=lambda m: ctx.progress(f"  {m}")))
-    pct = float(ctx.settings["bench"]["reverify_pct"])
+    pct = ctx.cfg.bench.reverify_pct
     if needs_reverify(bench, pct):
         # a large gain is merged only once an independent measurement reproduces it: fresh
         # processes, the sides alternating, an input seed of its own (recorded with it)
         ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
-        with farm.scorer_turn(ctx.runs, isolate, ctx.progress):
+        with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
             again = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
-                                      rounds=int(ctx.settings["bench"]["reverify_rounds"])),
+                                      rounds=ctx.cfg.bench.reverify_rounds),
                               progress=lambda m: ctx.progress(f"  again: {m}"))
         bench = bench.with_reverify(BenchResult.of(again))
     return test, bench
@@ -327,8 +335,8 @@ def _record_score(ctx: Context, sha: str, medians_b: dict) -> None:
     phase = ctx.ledger.phase(phase_definition(ctx))
     if any(s.sha == sha for s in ctx.ledger.scores(phase)):
         return
-    p = ctx.profile
-    score = stats.score({int(b): v for b, v in medians_b.items()}, p["buckets"], p["weights"])
+    m = ctx.cfg.machine
+    score = stats.score({int(b): v for b, v in medians_b.items()}, list(m.buckets), list(m.weights))
     ctx.ledger.record_score(phase, sha, score, dict(medians_b))
 
 

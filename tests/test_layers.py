@@ -111,7 +111,7 @@ def test_the_walk_sees_the_real_edges():
             "gates.sides"} <= g["gates.side.driver"]  # function-level, '.x' and '..x'
     assert "gates.scope" in g["harness.pipeline"]  # from gates import scope
     assert "gates.scope" in g["harness.agents.rules"]
-    assert "harness.cli_shared" in g["harness.loop_cmd"] and "harness.loop_cmd" in g["harness.commands"]
+    assert "harness.cli_shared" in g["harness.loop_cmd"] and "harness.ledger" in g["harness.loop_cmd"]
     assert len(g) > 40 and sum(map(len, g.values())) > 80
 
 
