@@ -90,13 +90,13 @@ def decide(scope_ok: bool, test: TestResult | None, bench: BenchResult | None) -
         return Decision(ABANDONED, "accuracy", BY_ACCURACY)
     if bench is None or bench.outcome != OK:
         return side_ended(BY_SCORER, NOT_RUN if bench is None else bench.outcome)
+    again = reverify_check(bench)
+    checks = tuple(bench.b.failed_checks) + ((again,) if again else ())
+    if checks or not bench.b.graph_matches_eager:  # decided without a comparison (as before)
+        return Decision(ABANDONED, "scorer check", BY_CHECKS, checks)
     if bench.ab is None:
         raise ValueError("the scorer's result has no comparison with main (it scored the "
                          "candidate alone): a bug of the caller, which must run it with a base")
-    again = reverify_check(bench)
-    checks = tuple(bench.b.failed_checks) + ((again,) if again else ())
-    if checks or not bench.b.graph_matches_eager:
-        return Decision(ABANDONED, "scorer check", BY_CHECKS, checks)
     cls = bench.ab.classification
     if cls in ("slower", "within noise"):
         return Decision(ABANDONED, cls, BY_SCORE)

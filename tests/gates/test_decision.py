@@ -62,6 +62,10 @@ TABLE = [  # (scope ok, test, bench) -> (state, reason)
     (True, accuracy(), scorer(guard_ok=False), ("abandoned", "guard")),
     (True, accuracy("PASS logit evidence"), scorer(), ("merged", None)),
     (True, accuracy(), scorer(reverify=REVERIFY["reproduced"], pct=-30.0), ("merged", None)),
+    # the candidate scored alone (no base: the adversarial cases' kern bench REV): its failed
+    # checks decide without a comparison
+    (True, accuracy(), BenchResult("ok", buckets=(16,), sides={"B": SideScore(50.0, {16: 50.0}, (CHECK,), True)}),
+     ("abandoned", "scorer check")),
 ]
 
 
