@@ -23,7 +23,8 @@
 #            device keeps running after the call returns) and waits up to 570 s; try-wait, the
 #            next call, keeps the clone, waits for it to end and brings the ledger back. Then
 #            another phase may follow in the same command (a second run of this script)
-#   hacks  - issue 13: the GPU cases of tests/adversarial (small model on the GPU)
+#   hacks [TIMEOUT] [EXPR] - issue 13: the GPU cases of tests/adversarial (small model on the
+#            GPU); EXPR, when given, is pytest's -k (each case runs only its own scorer)
 #   final [BASE] - issue 14: main's whole gain in one interleaved run, kern bench main --vs BASE,
 #            then kern profile main --rows 128. Default BASE 8062018: its kernel tree (every
 #            editable file) is byte for byte 1ce3bd7's, the main issue 14 measured, on today's
@@ -96,7 +97,7 @@ final)
     2>$OUT/profile.err | tail -30; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
   ;;
 hacks)
-  t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
+  t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial ${3:+-k "$3"} \
     2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
   ;;
 kernel-tests)

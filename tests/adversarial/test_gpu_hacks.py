@@ -41,19 +41,29 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 TAP_PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_b": "ok"}}
 
 
-@pytest.fixture(scope="module")
-def benches(catalogue):
-    repo, shas, ctx = catalogue
-    main = ctx.repo.main_sha()
-    out = {}
-    for hack in H.GPU_HACKS:
-        sha = shas[hack.name]
+class Benches(dict):
+    """Each GPU hack's scope result, scorer report and decision, run when a test first asks for
+    it (so ``-k`` selecting one case runs one scorer, not all of them)."""
+
+    def __init__(self, catalogue):
+        super().__init__()
+        self.repo, self.shas, self.ctx = catalogue
+
+    def __missing__(self, name):
+        ctx = self.ctx
+        main = ctx.repo.main_sha()
+        sha = self.shas[name]
         sc = check_scope(ctx, sha, main)
         # against main: some checks (persisting L2) compare the candidate's processes with main's
-        bench = run_bench(BenchRequest(repo, sha, main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
+        bench = run_bench(BenchRequest(self.repo, sha, main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
                                        rounds=1, replays=2), progress=lambda m: None).report
-        out[hack.name] = (sc, bench, decide_outcome(sc, TAP_PASSED, bench))
-    return out
+        self[name] = (sc, bench, decide_outcome(sc, TAP_PASSED, bench))
+        return self[name]
+
+
+@pytest.fixture(scope="module")
+def benches(catalogue):
+    return Benches(catalogue)
 
 
 def _checked(benches, hack):

@@ -31,7 +31,11 @@ FRESH_SEED = int(os.environ["KERN_TEST_SEED"])
 SEEDS = (FIXED_SEED, FRESH_SEED)
 LAYOUTS = (("unsharded", 0), ("tp2", 0), ("tp2", 1))
 BF16 = torch.bfloat16
-VUP_TOL = 1e-3
+# The kernel and the reference both accumulate in fp32 and round once to bf16, so an element
+# may land one ulp away across a rounding boundary (more where the sum cancels to near zero).
+# In a small output a couple of those move the rms a lot: two 1-ulp elements among 480 gave
+# 1.1e-3 (seed 3643113382, 3 rows). 5e-3 is absorb's bound, the same kind of op.
+VUP_TOL = dict(rel_rms=5e-3)
 
 
 def odd_dims(**extra) -> Dims:
@@ -185,13 +189,13 @@ def test_vup_gate(rows, layout, rank, seed, device):
     dims = Dims.small() if rows != 3 else odd_dims()
     sh = shapes(dims, layout, rank)
     gen = torch.Generator().manual_seed(seed)
-    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, rows)), rel_rms=VUP_TOL)
+    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, rows)), **VUP_TOL)
 
 
 def test_vup_gate_full_dims_one_row(device):
     sh = Shapes(Dims.full(), Layout.published(5))
     gen = torch.Generator().manual_seed(FRESH_SEED)
-    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, 1)), rel_rms=VUP_TOL)
+    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, 1)), **VUP_TOL)
 
 
 # ------------------------------------------------------------------------------ mla.sparse_decode
@@ -314,7 +318,7 @@ def test_gpu_launch(op, device):
     elif op == "mla.absorb":
         run_and_compare(op, sh, to_device(device, absorb_args(sh, gen, 17)), rel_rms=5e-3)
     elif op == "mla.vup_gate":
-        run_and_compare(op, sh, to_device(device, vup_args(sh, gen, 17)), rel_rms=VUP_TOL)
+        run_and_compare(op, sh, to_device(device, vup_args(sh, gen, 17)), **VUP_TOL)
     else:
         ctxs = [CTX_MIX[r % len(CTX_MIX)] for r in range(17)]
         check_decode(sh, decode_args(sh, gen, ctxs), msg, device)
@@ -327,6 +331,6 @@ def test_full_dims_many_rows(rows, device):
     sh = Shapes(Dims.full(), Layout.published(1))
     gen = torch.Generator().manual_seed(FRESH_SEED)
     run_and_compare("mla.absorb", sh, to_device(device, absorb_args(sh, gen, rows)), rel_rms=5e-3)
-    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, rows)), rel_rms=VUP_TOL)
+    run_and_compare("mla.vup_gate", sh, to_device(device, vup_args(sh, gen, rows)), **VUP_TOL)
     ctxs = [(3000, 100, 2047, 0, 64)[r % 5] for r in range(rows)]
     check_decode(sh, decode_args(sh, gen, ctxs, q_std=2.0), f"full rows={rows} seed={FRESH_SEED}", device)
