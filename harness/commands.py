@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 from .cli_shared import _context, add_rank_flags, rank_args
 
@@ -269,43 +270,74 @@ def emit(args, res: dict, settings_digest: str, report_lines) -> None:
         print(f"wrote      {args.out}")
 
 
-def cmd_test(args) -> int:
+@dataclass(frozen=True)
+class GateInputs:
+    """What ``kern test`` and ``kern bench`` both resolve before their gate runs: the context,
+    the sides' ranks, the judgment's hidden inputs (drawn, or replayed from the ledger)."""
+    v: object  # cli_shared's context: repo, settings, profile, runs, cuda, cfg
+    err: object  # rich Console on stderr
+    sides: tuple
+    hidden: object
+    replayed: object
+
+
+def gate_inputs(args, verb: str) -> "GateInputs | int":
+    """The shared preamble of a gate verb; an exit code (2) when the user's flags cannot be
+    served (the reason already printed, naming ``kern <verb>``)."""
     from rich.console import Console
 
-    from gates.accuracy import TestRequest, report_lines, run_test
-    from gates.checkout import RevisionError
-
-    from gates import ranks
-
     v = _context(args)
-    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
     err = Console(stderr=True)
-    sides = rank_args(args, cuda, "test", v.cfg.machine.model)
+    sides = rank_args(args, v.cuda, verb, v.cfg.machine.model)
     if sides is None:
         return 2
+    try:
+        hidden, replayed = hidden_inputs(args, v.repo, v.settings.data, v.profile)
+    except ReplayError as e:
+        err.print(f"kern {verb}: {e}")
+        return 2
+    return GateInputs(v, err, sides, hidden, replayed)
+
+
+def run_gate(args, verb: str, g: GateInputs, run, report_lines):
+    """Run the gate (``run()`` returns its typed result) and print and write its report; None
+    when a revision could not be checked out (the user's REV or BASE; printed)."""
+    from gates.checkout import RevisionError
+
+    try:
+        res = run()
+    except RevisionError as e:
+        g.err.print(f"kern {verb}: {e}")
+        return None
+    emit(args, {**res.report, "replayed_from": g.replayed}, g.v.settings.digest, report_lines)
+    return res
+
+
+def cmd_test(args) -> int:
+    from gates import ranks
+    from gates.accuracy import TestRequest, report_lines, run_test
+
+    from . import progress as P
+
+    g = gate_inputs(args, "test")
+    if isinstance(g, int):
+        return g
+    v, err = g.v, g.err
     try:
         base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
                                                    v.cfg.machine.model)
     except ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
-    try:
-        hidden, replayed = hidden_inputs(args, repo, settings.data, prof)
-    except ReplayError as e:
-        err.print(f"kern test: {e}")
-        return 2
-    from . import progress as P
 
-    try:
+    def run():
         with (nullcontext() if args.json else gate_progress(err, (), P.test_step, _progress(err))) as show:
-            res = run_test(TestRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
-                                       *sides, base_world, base_layout, hidden=hidden),
-                           progress=show)
-    except RevisionError as e:
-        err.print(f"kern test: {e}")
-        return 2
-    emit(args, {**res.report, "replayed_from": replayed}, settings.digest, report_lines)
-    return res.exit_code
+            return run_test(TestRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
+                                        v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
+                            progress=show)
+
+    res = run_gate(args, "test", g, run, report_lines)
+    return 2 if res is None else res.exit_code
 
 
 def cmd_step(args) -> int:
@@ -359,35 +391,26 @@ def cmd_step(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from rich.console import Console
-
     from gates.bench import BenchRequest, report_lines, run_bench
-    from gates.checkout import RevisionError
 
-    v = _context(args)
-    repo, settings, prof, cuda, runs = v.repo, v.settings, v.profile, v.cuda, v.runs
-    err = Console(stderr=True)
-    sides = rank_args(args, cuda, "bench", v.cfg.machine.model)
-    if sides is None:
-        return 2
-    try:
-        hidden, replayed = hidden_inputs(args, repo, settings.data, prof)
-    except ReplayError as e:
-        err.print(f"kern bench: {e}")
-        return 2
     from . import progress as P
 
+    g = gate_inputs(args, "bench")
+    if isinstance(g, int):
+        return g
+    v, err = g.v, g.err
     order, rounds = bench_plan(args, v.cfg.machine)
-    try:
+
+    def run():
         with gate_progress(err, P.bench_bars(order, rounds),
                            lambda bars, line: P.bench_step(bars, line, rounds),
                            lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False)) as show:
-            res = run_bench(BenchRequest(repo, args.rev, args.base, settings.data, prof, runs, cuda,
-                                         tuple(args.baseline), args.rounds, args.replays, args.peers,
-                                         args.alternate, *sides, hidden=hidden),
-                            progress=show)
-    except RevisionError as e:
-        err.print(f"kern bench: {e}")
+            return run_bench(BenchRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
+                                          v.cuda, tuple(args.baseline), args.rounds, args.replays,
+                                          args.peers, args.alternate, *g.sides, hidden=g.hidden),
+                             progress=show)
+
+    res = run_gate(args, "bench", g, run, report_lines)
+    if res is None:
         return 2
-    emit(args, {**res.report, "replayed_from": replayed}, settings.digest, report_lines)
     return 0 if res.outcome == "ok" else 1
