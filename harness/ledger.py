@@ -39,7 +39,7 @@ STATES = (QUEUED, RUNNING, JUDGING, WAITING, MERGED, ABANDONED, NOT_DONE, CRASHE
 IN_FLIGHT = (QUEUED, RUNNING, JUDGING)
 FINAL = (MERGED, ABANDONED, NOT_DONE, CRASHED, TIMED_OUT)
 
-# Reasons an attempt is abandoned (design.md "Decision rule"). Not enforced — a new gate may
+# Reasons an attempt is abandoned (the merge rule: gates/decision.py). Not enforced — a new gate may
 # add its own — but the journey renders these with their numbers.
 SLOWER = "slower"
 WITHIN_NOISE = "within noise"
