@@ -1,7 +1,9 @@
 """Triton's CPU interpreter for a process without a GPU, chosen before triton is imported:
-by the loop's process (``kern profile``/``kern try``/``kern loop``) and by each side's."""
+by the loop's process (``kern profile``/``kern try``/``kern loop``) and by each side's; and, in
+the processes that run kernels on it (sides, the test session), its language patched once."""
 from __future__ import annotations
 
+import inspect
 import os
 
 
@@ -14,3 +16,55 @@ def prepare_interpreter() -> None:
             os.environ.setdefault("TRITON_INTERPRET", "1")
     except ImportError:
         pass
+
+
+class _Kept:
+    """The scope a launch gets back once the language stays patched: nothing to restore."""
+
+    def restore(self) -> None:
+        pass
+
+
+def keep_language_patched() -> bool:
+    """Make the interpreter patch ``triton.language`` once per process instead of at every
+    launch and every device-function call; True when it now does.
+
+    Why: triton's interpreter (3.6 to 3.9) re-binds every builtin of ``triton.language`` to
+    its numpy semantics on each kernel launch (``inspect.getmembers`` over the module) and
+    again on each call of a ``@triton.jit`` helper inside a kernel, then undoes it after the
+    launch. On the small step that bookkeeping is about a quarter of the interpreter's time
+    (py-spy, ``kern step --rows 2``, 2026-12-03), and the side processes of the gates spend
+    nearly all their time there. What a kernel computes does not change: the same functions
+    are bound, only no longer unbound between launches (the whole small step's logits are
+    bit-identical with and without it: tests/gates/test_interpreter.py).
+
+    Contract: only where the interpreter runs the kernels (``TRITON_INTERPRET=1``); a
+    process that also uses ``triton.language`` objects outside kernels (none here: launchers
+    compute grids with plain Python) would see the interpreter's bindings there. A triton
+    whose interpreter lacks the hook this relies on is left as it is (slower, same results)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    original = getattr(interpreter, "_patch_lang", None)
+    if original is None or not callable(original):
+        return False
+    if getattr(original, "kern_keeps_patched", False):
+        return True
+    langs = (tl, tl.core)
+    patched: set[int] = set()
+
+    def patch_lang(fn):
+        # the language modules a kernel sees, as triton's own _patch_lang picks them
+        wanted = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in langs}
+        if not wanted <= patched:
+            original(fn)  # its scope is dropped: the binding stays for the process
+            patched.update(wanted)
+        return _Kept()
+
+    patch_lang.kern_keeps_patched = True
+    interpreter._patch_lang = patch_lang
+    return True

@@ -12,6 +12,9 @@ except ImportError:  # pragma: no cover - torch is a hard dependency
     _CUDA = False
 if not _CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    from gates.interpreter import keep_language_patched
+
+    keep_language_patched()  # as the gates' side processes run the kernels
 
 import pytest
 

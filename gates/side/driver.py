@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from .. import protocol
-from ..interpreter import prepare_interpreter
+from ..interpreter import keep_language_patched, prepare_interpreter
 from ..sides import IMPORTED
 from .rank import rank_digests
 from .tree import open_tree
@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     limit_memory()
     prepare_interpreter()
+    keep_language_patched()  # before the tree: its kernels run on the interpreter as patched
     root = open_tree(args.tree)
     import torch
 

@@ -1,0 +1,76 @@
+"""The interpreter's language patched once per process (gates/interpreter.py) changes no bit
+of what the kernels compute, and does stop the re-patching at every launch and helper call.
+
+Each side runs in its own process, as the gates' sides do: one with triton's own per-launch
+patching, one with the language kept patched, on the same seeded small step."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.gates.candidates import ROOT
+
+# One small step at an awkward batch size (3 rows, odd context) on a fresh seed, in a fresh
+# process; prints the logits, the next tokens and how often triton's _patch_lang really ran.
+STEP = r"""
+import json, os, sys
+import torch
+os.environ["TRITON_INTERPRET"] = "1"
+from triton.runtime import interpreter
+calls = [0]
+original = interpreter._patch_lang
+def counted(fn):
+    calls[0] += 1
+    return original(fn)
+interpreter._patch_lang = counted
+from gates.interpreter import keep_language_patched
+kept = keep_language_patched() if sys.argv[1] == "kept" else False
+from kernels.k31.config import Dims, Layout
+from kernels.k31.dispatch import Ops
+from kernels.k31.model import build_model
+from kernels.k31.step import DecodeStep
+from kernels.k31.workload import Workload
+seed, rows = int(sys.argv[2]), 3
+dims = Dims.small()
+wl = Workload(dims.vocab, rows, 74, 4, seed=seed)
+model = build_model(dims, Layout.named("tp2"), rows=rows, max_position=wl.max_position,
+                    seed=seed, weight_sets=2, device="cpu")
+step = DecodeStep(model, rows, Ops(model.shapes, "kernel"))
+tok, pos = wl.step_inputs(0, "cpu")
+step.tokens.copy_(tok[:rows]); step.pos.copy_(pos[:rows])
+step.logits.fill_(float("nan"))
+step.run()
+print(json.dumps({"kept": kept, "calls": calls[0],
+                  "logits": step.logits.float().view(-1).tolist(),
+                  "bytes": step.logits.contiguous().view(-1).view(torch.uint8).tolist(),
+                  "next": step.next_token.view(-1).tolist()}))
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs only without a GPU")
+def test_kept_language_computes_the_same_bits_and_patches_once():
+    from tests.conftest import FRESH_SEED
+
+    seed = FRESH_SEED % 1000
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = {}
+    for mode in ("per-launch", "kept"):
+        run = subprocess.run([sys.executable, "-c", STEP, mode, str(seed)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        out[mode] = json.loads(run.stdout.strip().splitlines()[-1])
+    per, kept = out["per-launch"], out["kept"]
+    assert not per["kept"] and kept["kept"]
+    assert per["logits"] and all(x == x for x in kept["logits"]), "the step left NaN in its logits"
+    assert kept["bytes"] == per["bytes"]  # bit for bit
+    assert kept["next"] == per["next"]
+    # triton's own patching runs at every launch and helper call (hundreds in a step); kept,
+    # once per set of language modules a kernel sees (tl, tl.core: at most two)
+    assert per["calls"] > 100, per["calls"]
+    assert 1 <= kept["calls"] <= 2, kept["calls"]
