@@ -7,7 +7,14 @@
     commit <sha> rc <exit status> wall <seconds>s started <HH:MM:SS> ended <HH:MM:SS>
 
 and ``DIR/pair-<sha>.out`` is that run's whole output, ``DIR/pair-<sha>/`` its clone (its
-``.venv`` says which torch and triton ran). The record keeps, per run, the wall time, the unit
+``.venv`` says which torch and triton ran). The runner that wrote them (2026-12-03)::
+
+    for sha in SHA...; do
+      d=DIR/pair-$sha; rm -rf $d; git clone -q REPO $d; cd $d; git checkout -q $sha
+      t0=$(date +%s); .ci/run > DIR/pair-$sha.out 2>&1; rc=$?; t1=$(date +%s)
+      echo "commit $sha rc $rc wall $((t1-t0))s started $(date -u -d @$t0 +%H:%M:%S)" \
+           "ended $(date -u -d @$t1 +%H:%M:%S)" >> RUNS.log
+    done The record keeps, per run, the wall time, the unit
 phase's and the slow phase's pytest summaries (counts and seconds) and the slow phase's
 ``--durations`` table, so that two commits' runs can be compared test by test. A run's
 install time is what is left of its wall time once both phases are taken away.
