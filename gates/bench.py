@@ -179,8 +179,9 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
         if not alternate:
             for k in sorted(trees):
                 open_side(k)
-        if req.cuda:  # the read ceiling, measured on this card at the start of the run
-            result["bandwidth"] = {"Bps": open_side(order[0]).request({"cmd": "bandwidth"}, timeout)["Bps"]}
+        if req.cuda:  # the read ceiling (floors divide by it), measured on this card at the start
+            r = open_side(order[0]).request({"cmd": "bandwidth"}, timeout)
+            result["bandwidth"] = {k: r.get(k) for k in ("Bps", "torch_sum_Bps", "best", "shapes")}
         samples = {k: {b: [] for b in buckets} for k in trees}
         rank_samples = {k: {b: [[] for _ in range(req.world)] for b in buckets} for k in trees}
         blocks = {k: [] for k in trees}  # per visit: {bucket: [ms]}
@@ -399,6 +400,10 @@ def report_lines(res: dict) -> list[str]:
     buckets = res["buckets"]
     cost = res.get("cost") or {}
     bw = (res.get("bandwidth") or {}).get("Bps")
+    if bw:
+        torch_sum = (res.get("bandwidth") or {}).get("torch_sum_Bps")
+        lines.append(f"ceiling    read {bw / 1e12:.2f} TB/s (best streaming read of this run: floors divide by it)"
+                     + (f"; torch's sum {torch_sum / 1e12:.2f} TB/s" if torch_sum else ""))
     for k in sorted(an["sides"]):
         sd = an["sides"][k]
         for b in buckets:

@@ -1,6 +1,7 @@
 """``kern try``, ``kern loop`` and ``kern profile``: argument parsing and the live view."""
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -15,6 +16,25 @@ def register(sub) -> None:
     p.add_argument("rev", help="the commit to judge")
     p.add_argument("--title", default=None)
     p.set_defaults(func=cmd_try)
+
+    p = sub.add_parser(
+        "brief", help="the brief the orchestrator would write now for a target (for a person or an outside agent)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Render prompts/subagent.md for TARGET as the loop's next attempt would get it: "
+                    "the profile of main (its time, floor at the card's read ceiling, headroom), "
+                    "what the journey shows was tried on it, the rules and the shapes. Reads the "
+                    "profile the loop measured for main (or kern profile's), or --profile FILE; "
+                    "writes nothing.",
+        epilog="examples:\n  kern brief moe.experts\n"
+               "  kern brief mla.topk --profile bench/results/2026-12-03-h200-profile-128.json --out brief.md\n"
+               "  kern brief 'dense projections (cuBLAS)' --json")
+    p.add_argument("target", help="a row of the profile: an op (moe.experts) or 'dense projections (cuBLAS)'")
+    p.add_argument("--profile", default=None,
+                   help="a profile JSON (kern profile --out, or bench/results/*-profile-*.json) instead of "
+                        "the one measured for main in runs/profile/")
+    p.add_argument("--json", action="store_true", help="print the brief as one JSON object (text and fields)")
+    p.add_argument("--out", default=None, help="also write the brief's text to this file")
+    p.set_defaults(func=cmd_brief)
 
     p = sub.add_parser(
         "loop", help="the orchestrator: plan, brief agents, judge, merge",
@@ -114,6 +134,64 @@ def cmd_try(args) -> int:
               f"{(a.commit_sha or '')[:12]} --vs {(a.base_sha or '')[:12]} --replay-attempt {number})")
     print(result(a))
     return 0 if out.state == "merged" else 1
+
+
+def main_profile(runs: Path, sha: str) -> Path | None:
+    """Pure over the file system's listing: the newest profile of main ``sha`` in ``runs/profile``
+    (the loop's own first, then a ``kern profile``'s), or None."""
+    folder = runs / "profile"
+    if not folder.is_dir():
+        return None
+    loop = sorted(folder.glob(f"{sha[:12]}-loop-*.json"), key=lambda p: p.stat().st_mtime)
+    by_hand = [p for p in (folder / f"{sha[:12]}.json",) if p.exists()]
+    found = loop or by_hand
+    return found[-1] if found else None
+
+
+def cmd_brief(args) -> int:
+    from . import ledger as L
+    from .briefs import BriefError, ceiling_text, make_brief, measured_on_gpu, target_for
+    from .settings import load
+    from .worktrees import Repo
+
+    repo = Path(args.repo).resolve()
+    if not (repo / ".git").exists():
+        print(f"kern brief: {repo} is not a git repository (expected the repository holding the tree; "
+              f"pass --repo)", file=sys.stderr)
+        return 2
+    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
+    sha = Repo(repo).main_sha()
+    path = Path(args.profile) if args.profile else main_profile(repo / "runs", sha)
+    if path is None:
+        print(f"kern brief: no profile of main {sha[:10]} in {repo / 'runs' / 'profile'}: run "
+              f"'kern profile main' (on the GPU), or pass --profile FILE (a profile JSON)", file=sys.stderr)
+        return 2
+    try:
+        measured = json.loads(path.read_text())
+        prof = measured["profile"]
+        prof["ops"], prof["step_ms"], prof["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"kern brief: {path}: expected a profile JSON (kern profile --out) with profile.ops, "
+              f"step_ms and rows, found {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    led_path = L.default_path(repo)
+    attempts = L.Ledger(led_path).attempts() if led_path.exists() else []
+    number = max((a.number for a in attempts), default=0) + 1
+    try:
+        t = target_for(args.target, prof, attempts)
+    except BriefError as e:
+        print(f"kern brief: {e}", file=sys.stderr)
+        return 2
+    # the shapes and rules of the machine profile the profile was measured on
+    brief = make_brief(settings.resolve(measured_on_gpu(measured)), t, prof, attempts, number, sha, ceiling=ceiling_text(measured))
+    if args.out:
+        Path(args.out).write_text(brief.text)
+    if args.json:
+        print(json.dumps({**brief.as_dict(), "profile": str(path)}, indent=1))
+    else:
+        print(brief.text)
+        print(f"(profile: {path}; main {sha[:10]}; this would be attempt #{number})", file=sys.stderr)
+    return 0
 
 
 def cmd_loop(args) -> int:
@@ -279,12 +357,14 @@ def cmd_profile(args) -> int:
 
 def profile_lines(result: dict, cuda: bool) -> list[str]:
     p = result["profile"]
-    bw = result.get("read_bandwidth_Bps")
+    bw = result.get("read_ceiling_Bps")
     lines = [f"What is left in a {p['rows']}-row step ({p['step_ms']:.3f} ms, one CUDA graph)"
              if cuda else f"What is left in a {p['rows']}-row step (CPU interpreter: mechanics only, "
                           f"not GPU times)"]
     if bw:
-        lines.append(f"read bandwidth measured at the start: {bw / 1e12:.2f} TB/s")
+        ts = result.get("torch_sum_Bps")
+        lines.append(f"read ceiling measured at the start: {bw / 1e12:.2f} TB/s (best streaming read; "
+                     f"floors divide by it)" + (f", torch's sum {ts / 1e12:.2f} TB/s" if ts else ""))
     rk = result.get("ranks")
     if rk:
         lines.append(f"rank 0 of {rk['world']} processes ({rk['backend']}), layout {rk['layout']}: "

@@ -25,7 +25,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -36,13 +35,13 @@ from pathlib import Path
 from . import faults
 from . import ledger as L
 from . import planning, trials
-from .agents.base import Brief, ProposalError, parse_proposal
+from .briefs import ceiling_text, make_brief
+from .agents.base import ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 from .ray_farm import NodeLost
 from .settings import Resolved, resolve
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
-PROMPTS = HARNESS_ROOT / "prompts"
 
 
 class LoopLocked(RuntimeError):
@@ -112,28 +111,6 @@ def attempt_dir(runs: Path, number: int) -> Path:
     return runs / "attempts" / str(number)
 
 
-def tried_lines(attempts: list, target: str) -> list[str]:
-    """One line per earlier attempt on ``target`` (the tuner parses ``tunable NAME=VALUE``)."""
-    from .journey import result
-
-    out = []
-    for a in attempts:
-        if a.target != target:
-            continue
-        m = re.match(r"tune: (\S+) \S+ -> (\S+)", a.title or "")
-        what = f"tunable {m.group(1)}={m.group(2)}" if m else (a.title or "(untitled)")
-        out.append(f"{what}: {result(a)}")
-    return out
-
-
-def render(template: str, values: dict) -> str:
-    class Missing(dict):
-        def __missing__(self, key):
-            return "{" + key + "}"
-
-    return template.format_map(Missing(values))
-
-
 class Orchestrator:
     def __init__(self, ctx: Context, settings: dict):
         # settings: kern.yaml's data (the gates' form); the orchestrator reads self.cfg
@@ -144,6 +121,7 @@ class Orchestrator:
         self.started = time.monotonic()
         self.halt: str | None = None  # why the loop must stop now (a full disk)
         self.judged = 0  # attempts the last collect judged
+        self.ceiling = ""  # what the latest profile's floors divide by (briefs say it)
 
     # ------------------------------------------------------------ resume
     def resume(self) -> Resumed:
@@ -419,7 +397,9 @@ class Orchestrator:
         slots = self.cfg.loop.concurrency - len(in_flight)
         if slots <= 0:
             return
-        prof = self.profile()["profile"]
+        measured = self.profile()
+        prof = measured["profile"]
+        self.ceiling = ceiling_text(measured)
         attempts = self.led.attempts()
         journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
         targets = planning.plan(prof["ops"], prof["step_ms"], journey, slots,
@@ -452,25 +432,8 @@ class Orchestrator:
         d = attempt_dir(ctx.runs, number)
         d.mkdir(parents=True, exist_ok=True)
         wt = ctx.repo.open_attempt(number, base, ctx.runs)
-        tried = tried_lines(attempts, t.name)
-        m = cfg.machine
-        values = {
-            "attempt": number, "target": t.name, "base_short": base[:10], "ms": f"{t.ms:.3f}",
-            "step_ms": f"{prof['step_ms']:.3f}", "rows": prof["rows"], "share": f"{t.share_pct:.1f}",
-            "floor": f"{t.floor_ms:.3f}" if t.floor_ms else "unknown",
-            "roofline": f"{t.roofline_pct:.0f}%" if t.roofline_pct else "unknown",
-            "headroom": f"{t.headroom_ms:.3f}", "shapes": _shapes_text(m),
-            "tried": "\n".join(f"- {x}" for x in tried) or "- nothing yet",
-            "editable": ", ".join(cfg.editable), "protected": ", ".join(cfg.protected),
-            "buckets": list(m.buckets), "weights": list(m.weights), "guard_pct": cfg.bench.guard_pct,
-            "test_rows": ", ".join(map(str, m.test_rows)), "hidden_rows": cfg.test.hidden_rows,
-            "cycle": "a few minutes", "quick_test": _quick_test(t.name), "quick_bench": "kern step --rows 16",
-        }
-        text = render((PROMPTS / "subagent.md").read_text(), values)
-        brief = Brief(attempt=number, target=t.name, text=text, share_pct=t.share_pct,
-                      roofline_pct=t.roofline_pct, shapes=values["shapes"], tried=tried,
-                      editable=list(cfg.editable), protected=list(cfg.protected),
-                      quick_test=values["quick_test"], quick_bench=values["quick_bench"], base_sha=base)
+        brief = make_brief(cfg, t, prof, attempts, number, base, ceiling=self.ceiling)
+        text = brief.text
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
         # the replay backend's patch: one per replay attempt before this one, in number order
@@ -565,21 +528,6 @@ def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:
     key = hashlib.sha256(json.dumps({"spec": spec, "cuda": cuda}, sort_keys=True,
                                     default=str).encode()).hexdigest()[:10]
     return runs / "profile" / f"{sha[:12]}-loop-{key}.json"
-
-
-def _shapes_text(m) -> str:
-    """The brief's shapes line of machine profile ``m`` (harness.settings.Profile)."""
-    return (f"model {m.model}, layout {m.layout} (rank 0's shapes), buckets {list(m.buckets)} rows, "
-            f"context {m.context} tokens per request")
-
-
-def _quick_test(target: str) -> str:
-    from kernels.k31 import contracts
-
-    try:
-        return f"python -m pytest -q {contracts.op(target).test}"
-    except KeyError:
-        return "python -m pytest -q tests/kernels"
 
 
 def _started(d: Path) -> float:

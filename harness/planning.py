@@ -30,12 +30,9 @@ def headroom(row: dict) -> float:
     return max(0.0, ms - (row.get("floor_ms") or 0.0))
 
 
-def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
-         busy: set[str] = frozenset(), decay: float = 0.6) -> list[Target]:
-    """``profile_ops``: {row: {ms, floor_ms, free_ms}}; ``journey``: [{target, state, reason}];
-    ``busy``: targets with an attempt in flight (never doubled up)."""
-    if slots <= 0:
-        return []
+def journey_stats(journey: list[dict]) -> dict:
+    """Per target: attempts that did not merge since its last merge, and whether its agent
+    said 'nothing left' (declined with estimate 0) since then."""
     stats: dict = {}
     for a in journey:
         s = stats.setdefault(a["target"], {"failed": 0, "exhausted": False})
@@ -45,19 +42,34 @@ def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
             s["exhausted"] = True
         elif a["state"] not in ("queued", "running", "judging", "waiting"):
             s["failed"] += 1
+    return stats
+
+
+def target_of(name: str, row: dict, step_ms: float, journey: list[dict], decay: float = 0.6) -> Target:
+    """Profile row ``name`` as a target, whatever its priority (``kern brief`` asks for any)."""
+    st = journey_stats(journey).get(name, {"failed": 0, "exhausted": False})
+    h = headroom(row)
+    floor = row.get("floor_ms")
+    return Target(name=name, ms=row["ms"], floor_ms=floor, headroom_ms=h,
+                  share_pct=100.0 * row["ms"] / step_ms if step_ms else 0.0,
+                  roofline_pct=(100.0 * floor / row["ms"]) if floor and row["ms"] else None,
+                  priority=h * decay ** st["failed"], tried=st["failed"])
+
+
+def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
+         busy: set[str] = frozenset(), decay: float = 0.6) -> list[Target]:
+    """``profile_ops``: {row: {ms, floor_ms, free_ms}}; ``journey``: [{target, state, reason}];
+    ``busy``: targets with an attempt in flight (never doubled up)."""
+    if slots <= 0:
+        return []
+    stats = journey_stats(journey)
     out = []
     for name, row in profile_ops.items():
-        st = stats.get(name, {"failed": 0, "exhausted": False})
-        if name in busy or st["exhausted"]:
+        if name in busy or stats.get(name, {}).get("exhausted"):
             continue
-        h = headroom(row)
-        if h <= 0:
+        t = target_of(name, row, step_ms, journey, decay)
+        if t.headroom_ms <= 0:
             continue
-        floor = row.get("floor_ms")
-        out.append(Target(
-            name=name, ms=row["ms"], floor_ms=floor, headroom_ms=h,
-            share_pct=100.0 * row["ms"] / step_ms if step_ms else 0.0,
-            roofline_pct=(100.0 * floor / row["ms"]) if floor and row["ms"] else None,
-            priority=h * decay ** st["failed"], tried=st["failed"]))
+        out.append(t)
     out.sort(key=lambda t: (-t.priority, t.name))
     return out[:slots]

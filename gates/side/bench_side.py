@@ -373,9 +373,11 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
                                                     float(msg["near_tie_factor"]), bench.dev,
                                                     msg.get("sample"))})
             elif cmd == "bandwidth":
-                from .timing import read_bandwidth
+                from .ceiling import read_ceiling
 
-                reply({"ok": True, "Bps": read_bandwidth(torch.device(device))})
+                c = read_ceiling(torch.device(device))
+                reply({"ok": True, "Bps": c and c["ceiling_Bps"], "torch_sum_Bps": c and c["torch_sum_Bps"],
+                       "shapes": c and c["shapes"], "best": c and c["best"]})
             elif cmd == "peers":
                 from .peers import kda_decode
 

@@ -186,7 +186,8 @@ def run_mode(opts: "protocol.RunOptions", device: str, out: Path | None = None, 
 
     from .numerics import unwritten
     from .session import Side, Spec, environment, log
-    from .timing import Timer, read_bandwidth
+    from .ceiling import read_ceiling
+    from .timing import Timer
 
     spec = Spec.of(opts)
     side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
@@ -195,8 +196,13 @@ def run_mode(opts: "protocol.RunOptions", device: str, out: Path | None = None, 
               "weights_gib": side.model.weights.nbytes() / 2**30,
               "state_gib": side.model.state.nbytes() / 2**30,
               "workload": side.workload.describe(), "buckets": {}}
-    bw = read_bandwidth(dev)
-    result["read_bandwidth_Bps"] = bw
+    # the card's read ceiling (floors divide by it) and torch's sum beside it; measured before
+    # the first step, so its 4 GiB are free again for the buckets
+    ceiling = read_ceiling(dev)
+    bw = ceiling["ceiling_Bps"] if ceiling else None
+    result["read_ceiling_Bps"] = bw
+    result["torch_sum_Bps"] = ceiling["torch_sum_Bps"] if ceiling else None
+    result["read_ceiling"] = ceiling
     replays = int(opts.replays)
     for rows in spec.rows:
         step = side.step(rows)

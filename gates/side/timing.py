@@ -70,27 +70,6 @@ class Timer:
         return out
 
 
-def read_bandwidth(device: torch.device, gib: float = 1.0, reps: int = 10) -> float | None:
-    """Streaming read bandwidth (bytes/s): sum of a large bf16 tensor, median of ``reps``."""
-    if device.type != "cuda":
-        return None
-    n = int(gib * 2**30 // 2)
-    x = torch.randn(n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        x.sum(dtype=torch.float32)
-    times = []
-    for _ in range(reps):
-        s, e = EVENT(enable_timing=True), EVENT(enable_timing=True)
-        s.record()
-        x.sum(dtype=torch.float32)
-        e.record()
-        torch.cuda.synchronize(device)
-        times.append(s.elapsed_time(e) / 1e3)
-    del x
-    times.sort()
-    return n * 2 / times[len(times) // 2]
-
-
 class Spans:
     """Time of named untimed work between replays (device time on a GPU, from events, with no
     host sync per span; the host clock on the CPU), summed per name: what the scorer's own
