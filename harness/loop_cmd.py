@@ -14,7 +14,9 @@ def register(sub) -> None:
         description="Scope -> bit-identity/accuracy -> A/B scorer -> guard -> decision -> ledger "
                     "row -> fast-forward main if accepted (rebased and judged again if main moved).")
     p.add_argument("rev", help="the commit to judge")
-    p.add_argument("--title", default=None)
+    p.add_argument("--title", default=None, help="the ledger row's title (default: the commit's subject)")
+    p.add_argument("--target", default=None,
+                   help="the profile row the commit works on (default: the op(s) its files belong to)")
     p.set_defaults(func=cmd_try)
 
     p = sub.add_parser(
@@ -117,7 +119,7 @@ def cmd_try(args) -> int:
         print(f"kern try: {e}", file=sys.stderr)
         return 2
     try:
-        number, out = try_commit(ctx, args.rev, title=args.title)
+        number, out = try_commit(ctx, args.rev, title=args.title, target=args.target)
     except LedgerError as e:  # a full disk: what was recorded stands; kern loop resumes the rest
         print(f"kern try: stopped: {e}", file=sys.stderr)
         return 4

@@ -404,10 +404,33 @@ class Orchestrator:
         journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
         targets = planning.plan(prof["ops"], prof["step_ms"], journey, slots,
                                 busy={a.target for a in in_flight})
+        if self.cfg.agent.backend == "replay":  # each patch names the target it was written for
+            targets = self._replay_targets(prof, journey, targets, slots)
         for t in targets:
             if self.halt:
                 return
             self._spawn(t, prof, attempts, tick_id, report)
+
+    def _replay_targets(self, prof: dict, journey: list, planned: list, slots: int) -> list:
+        """The targets of the next ``slots`` replayed patches (the ones their ``Target:`` lines
+        name, profile rows or not); a patch that names none, or past the last one, takes the
+        planner's pick."""
+        from .agents.replay import target_at
+
+        folder = Path(self.cfg.agent.replay_dir or "")
+        if not folder.is_absolute():
+            folder = self.ctx.repo.root / folder
+        done = sum(1 for a in self.led.attempts() if a.backend == "replay")
+        out = []
+        for i in range(slots):
+            name = target_at(folder, done + i) if folder.is_dir() else None
+            if name is None:
+                if i < len(planned):
+                    out.append(planned[i])
+                continue
+            row = prof["ops"].get(name, {"ms": 0.0})
+            out.append(planning.target_of(name, row, prof["step_ms"], journey))
+        return out
 
     def _spawn(self, t: planning.Target, prof: dict, attempts: list, tick_id: int,
                report: TickReport) -> None:

@@ -375,15 +375,30 @@ def _finish(ctx: Context, number: int, out: Outcome, sha: str, note: bool = True
     return out
 
 
-def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str = "manual") -> tuple[int, Outcome]:
-    """``kern try REV``: one commit, its own ledger attempt, all gates, merge if it wins."""
+def change_target(ctx: Context, base_sha: str, rev_sha: str) -> str:
+    """The profile row(s) a commit works on, from the ops its files belong to ('' when it
+    touches what no single op owns)."""
+    from gates.checkout import changed_paths
+    from kernels.k31 import contracts
+
+    from .planning import row_of_change
+
+    touched = contracts.ops_touched_by(changed_paths(ctx.repo.root, base_sha, rev_sha))
+    return row_of_change(touched, {op.name: op.family for op in contracts.OPS.values()})
+
+
+def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str = "manual",
+               target: str | None = None) -> tuple[int, Outcome]:
+    """``kern try REV``: one commit, its own ledger attempt, all gates, merge if it wins.
+    ``target``: the profile row it works on (default: what its files belong to)."""
     repo = ctx.repo
     rev_sha = repo.sha(rev)
     base_sha = repo.git.git.merge_base(repo.main_sha(), rev_sha)
     subject = repo.git.commit(rev_sha).summary
     phase = ctx.ledger.phase(phase_definition(ctx))
     number = ctx.ledger.new_attempt(title=title or subject, hypothesis=repo.git.commit(rev_sha).message,
-                                    target="", backend=backend, base_sha=base_sha, phase_id=phase)
+                                    target=target if target is not None else change_target(ctx, base_sha, rev_sha),
+                                    backend=backend, base_sha=base_sha, phase_id=phase)
     ctx.ledger.transition(number, L.JUDGING, commit_sha=rev_sha)
     try:
         return number, judge_and_record(ctx, number, rev_sha, base_sha)

@@ -73,3 +73,17 @@ def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
         out.append(t)
     out.sort(key=lambda t: (-t.priority, t.name))
     return out[:slots]
+
+
+DENSE_ROW = "dense projections (cuBLAS)"  # the profile's one row for every dense projection
+
+
+def row_of_change(touched: set[str] | None, families: dict[str, str]) -> str:
+    """Pure: the profile row(s) a change's touched ops make up (``families``: op -> family;
+    dense projections are one row), joined by ', '; '' when the change touches every op or
+    none that can be told (the step, a shared helper)."""
+    if not touched:
+        return ""
+    rows = {DENSE_ROW if families.get(op) == "dense" else op for op in touched}
+    return ", ".join(sorted(rows))
+

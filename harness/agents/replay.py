@@ -17,6 +17,10 @@ Patch files (other files, and names starting with ``.``, are ignored):
   ``replay: <file stem>``.
 - ``*.json``: ``{"declined": "the idea", "estimate_ms": -0.4}`` gives a declined proposal;
   ``{"failed": "why"}`` a failed one (fault injection).
+
+A patch names the target it was written for with a ``Target: <profile row>`` line before its
+diff (a trailer of the commit message): the orchestrator then briefs that target for the
+attempt that replays it (:func:`target_at`), and the ledger row records it.
 """
 from __future__ import annotations
 
@@ -44,6 +48,25 @@ def diff_subject(text: str, stem: str) -> str:
         if line.strip():
             return re.sub(r"^Subject:\s*(\[[^\]]*\]\s*)?", "", line.strip()) or f"replay: {stem}"
     return f"replay: {stem}"
+
+
+def patch_target(text: str) -> str | None:
+    """Pure: the ``Target:`` line of a patch's header (before its first diff), or None."""
+    for line in text.splitlines():
+        if line.startswith(("diff ", "--- ", "Index: ")):
+            break
+        m = re.match(r"^\s*Target:\s*(\S.*?)\s*$", line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def target_at(folder: Path, index: int) -> str | None:
+    """The target that patch ``index`` of ``folder`` names (None: none named, or no such patch)."""
+    files = patch_files(folder)
+    if not 0 <= index < len(files) or files[index].suffix == ".json":
+        return None
+    return patch_target(files[index].read_text(encoding="utf-8", errors="replace"))
 
 
 def json_proposal(data, name: str) -> Proposal:

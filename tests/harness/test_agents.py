@@ -582,3 +582,27 @@ def test_run_on_sigterm_ends_the_agents_children(repo, tmp_path):
         time.sleep(0.05)
     else:
         pytest.fail(f"the agent's process group {group} outlived run.py")
+
+
+def test_a_patch_names_its_target_before_its_diff(tmp_path):
+    from harness.agents.replay import patch_target, target_at
+
+    assert patch_target("kernels: radix top-k\n\nTarget: mla.topk\n\ndiff --git a/x b/x\n") == "mla.topk"
+    assert patch_target("From abc Mon Sep 17\nSubject: [PATCH] x\n\nwhy\n\nTarget:  dense projections (cuBLAS) \n---\n") \
+        == "dense projections (cuBLAS)"
+    # a 'Target:' inside the diff is code, not the header
+    assert patch_target("subject\ndiff --git a/x b/x\n+Target: moe.experts\n") is None
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "01-a.patch").write_text("a\nTarget: moe.experts\ndiff --git a/x b/x\n")
+    (folder / "02-b.json").write_text('{"declined": "x", "estimate_ms": 0}')
+    assert [target_at(folder, i) for i in range(4)] == ["moe.experts", None, None, None]
+
+
+def test_a_change_is_the_profile_row_of_the_ops_it_touches():
+    from harness.planning import DENSE_ROW, row_of_change
+
+    families = {"moe.experts": "moe", "mla.topk": "mla", "dense.linear": "dense"}
+    assert row_of_change({"moe.experts"}, families) == "moe.experts"
+    assert row_of_change({"mla.topk", "dense.linear"}, families) == f"{DENSE_ROW}, mla.topk"
+    assert row_of_change(None, families) == "" and row_of_change(set(), families) == ""

@@ -52,8 +52,9 @@ def slow_base(repo: Path) -> None:
     r.git.commit("-m", "base with repeated SiTU work")
 
 
-def patch(repo: Path, name: str, edits: list, folder: Path, subject: str) -> None:
-    """Write a plain diff (``subject`` on its first line) made from ``edits`` on main."""
+def patch(repo: Path, name: str, edits: list, folder: Path, subject: str, target: str | None = None) -> None:
+    """Write a plain diff (``subject`` on its first line, then ``Target: target`` when given)
+    made from ``edits`` on main."""
     for path, old, new in edits:
         p = repo / path
         s = p.read_text()
@@ -61,7 +62,7 @@ def patch(repo: Path, name: str, edits: list, folder: Path, subject: str) -> Non
         p.write_text(s.replace(old, new, 1))
     diff = git.Repo(repo).git.diff()
     git.Repo(repo).git.checkout("--", ".")
-    (folder / name).write_text(f"{subject}\n{diff}\n")
+    (folder / name).write_text(f"{subject}\n" + (f"\nTarget: {target}\n\n" if target else "") + f"{diff}\n")
 
 
 # loop mechanics, not gate coverage (tests/gates has the awkward sizes): one small bucket. The
@@ -134,13 +135,13 @@ def replay_run(tmp_path_factory):
     slow_base(repo)
     loop_line = "    for _ in range(tunables.get(\"moe.situ.passes\")):  # repeated work\n"
     patch(repo, "00-faster.patch", [(SITU, loop_line, "    for _ in range(1):  # the work once\n")],
-          patches, "moe.situ: launch once")
+          patches, "moe.situ: launch once", target="moe.situ")
     patch(repo, "01-conflict.patch", [(SITU, loop_line, "    for _ in range(2):  # twice\n")],
           patches, "moe.situ: launch twice")
     patch(repo, "02-slower.patch", [(SITU, loop_line, f"    for _ in range({SLOWER_PASSES}):  # more work\n")],
           patches, f"moe.situ: launch {SLOWER_PASSES} times")
     patch(repo, "03-accuracy.patch", [("kernels/k31/kda/core.py", "s = s * decay[:, None, :]", "s = s")],
-          patches, "kda.core: no decay")
+          patches, "kda.core: no decay", target="kda.core")
     patch(repo, "04-scope.patch", [("kern.yaml", "kl_fail: 0.05", "kl_fail: 50.0")], patches,
           "loosen the gate")
     (patches / "05-failed.json").write_text(json.dumps({"failed": "the agent fell over"}))
@@ -163,6 +164,12 @@ def test_replay_patches_reach_every_outcome(replay_run):
     assert outcomes["loosen the gate"] == ("abandoned", "scope"), outcomes
     crashed = [a for a in ctx.ledger.attempts() if a.state == "crashed"]
     assert len(crashed) == 1 and "fell over" in crashed[0].reason
+    # a patch that names its target is briefed and recorded on it, whatever the planner's pick
+    for title, target in (("moe.situ: launch once", "moe.situ"), ("kda.core: no decay", "kda.core")):
+        a = by_title[title]
+        assert a.target == target, (title, a.target)
+        brief = (repo / "runs" / "attempts" / str(a.number) / "brief.md").read_text()
+        assert f"make `{target}` faster" in brief
 
 
 def test_main_moved_once_and_carries_the_verdict(replay_run):
