@@ -26,7 +26,7 @@ What it does:
    rounds; the median replay over the sets is the time per call. Bytes per call are the op's
    roofline formula (kernels/k31/moe/roofline.py: touched experts' w1/s1/w2/s2, x rows, y
    rows, ids) averaged over the sets; bandwidth is bytes over time, also as a percentage of
-   the streaming read bandwidth measured in this run (gates.side.timing.read_bandwidth).
+   the card's read ceiling measured in this run (gates.side.ceiling.read_ceiling).
 4. Per kernel, on the default and the baseline (every variant at ``--breakdown-rows``):
    torch.profiler over a few replays (device time of each kernel name per call), to show where
    the op's time goes.
@@ -106,7 +106,7 @@ def bandwidth_row(bytes_per_call: float, ms: float, read_bps: float | None) -> d
 def table(result: dict) -> str:
     bw = result.get("read_bandwidth_Bps") or 0
     pct = lambda row: f"{row['pct_of_read_bw']:6.1f}" if row["pct_of_read_bw"] is not None else "     -"  # noqa: E731
-    lines = [f"read bandwidth {bw / 1e12:.2f} TB/s (gates.side.timing.read_bandwidth, this run)",
+    lines = [f"read ceiling {bw / 1e12:.2f} TB/s (gates.side.ceiling.read_ceiling, this run)",
              f"{'rows':>5} {'touched':>7} {'MB/call':>8} {'base ms':>8} {'base %':>6} "
              f"{'new ms':>7} {'new %':>6} {'speedup':>7}  best sweep (ms, %)"]
     for rows, b in result["buckets"].items():
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
 
     from gates.side.numerics import compare, poison, unwritten
     from gates.side.session import Side, Spec, environment
-    from gates.side.timing import read_bandwidth
+    from gates.side.ceiling import read_ceiling
     from gates.spec import side_spec
     from harness import settings as hsettings
     from kernels.k31 import reference as ref
@@ -285,8 +285,11 @@ def main(argv=None) -> int:
                        "baseline": str(args.baseline)},
               "environment": environment(dev), "spec": dataclasses.asdict(spec),
               "kern_yaml_sha256_16": st.digest, "buckets": {}, "skipped": []}
-    result["read_bandwidth_Bps"] = bw = read_bandwidth(dev)
-    log(f"read bandwidth {bw / 1e12:.3f} TB/s" if bw else "read bandwidth: none on the CPU")
+    ceiling = read_ceiling(dev)
+    result["read_ceiling"] = ceiling
+    # the key keeps its name for the table; since 2026-12-03 it holds the read ceiling
+    result["read_bandwidth_Bps"] = bw = ceiling["ceiling_Bps"] if ceiling else None
+    log(f"read ceiling {bw / 1e12:.3f} TB/s" if bw else "read ceiling: none on the CPU")
 
     base_mod, base_tiles = load_baseline(args.baseline)
     result["baseline_tiles"] = dataclasses.asdict(base_tiles)
@@ -388,7 +391,8 @@ def main(argv=None) -> int:
         if cuda:
             torch.cuda.empty_cache()
         save()
-    result["read_bandwidth_end_Bps"] = read_bandwidth(dev)
+    end = read_ceiling(dev)
+    result["read_bandwidth_end_Bps"] = end["ceiling_Bps"] if end else None
     result["failed"] = failed
     result["wall_s"] = time.monotonic() - T0
     save()

@@ -1,0 +1,53 @@
+"""bench/tools/op_bench.py: which calls it takes, how it names a result, and one run of its
+mechanics on the CPU (a candidate tree that changes an op is checked and timed beside main's;
+one that does not is main)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from bench.tools import op_bench
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@given(st.integers(0, 300), st.integers(1, 40))
+def test_spread_takes_k_calls_first_and_last_included(n, k):
+    idx = op_bench.spread(n, k)
+    assert idx == sorted(set(idx)) and all(0 <= i < n for i in idx)
+    assert len(idx) == min(n, k) or (k > 1 and len(idx) <= k)
+    if n and k > 1:
+        assert idx[0] == 0 and idx[-1] == n - 1
+
+
+def test_variants_need_main_and_name_dir():
+    with pytest.raises(SystemExit, match="main=DIR"):
+        op_bench.parse_variants(["cand=/x"])
+    with pytest.raises(SystemExit, match="NAME=DIR"):
+        op_bench.parse_variants(["main"])
+    assert op_bench.parse_variants(["main=/a", "c=/b"]) == {"main": Path("/a"), "c": Path("/b")}
+
+
+def test_a_changed_op_is_checked_and_timed_beside_main(tmp_path):
+    for name in ("main", "cand", "same"):
+        (tmp_path / name).mkdir()
+        tar = subprocess.run(["git", "archive", "HEAD", "kernels/k31"], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tmp_path / name), "--strip-components=2"], input=tar.stdout, check=True)
+    topk = tmp_path / "cand" / "mla" / "topk.py"
+    topk.write_text(topk.read_text() + "\n# a candidate's change\n")
+    out = tmp_path / "ops.json"
+    r = subprocess.run([sys.executable, "bench/tools/op_bench.py", "--op", "mla.topk", "--rows", "2",
+                        "--calls", "2", "--variant", f"main={tmp_path / 'main'}", "--variant",
+                        f"cand={tmp_path / 'cand'}", "--variant", f"same={tmp_path / 'same'}", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={"PATH": "/usr/bin:/bin", "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    entry = json.loads(out.read_text())["ops"]["mla.topk"]["2"]
+    assert set(entry["variants"]) == {"main", "cand"}  # 'same' did not change the op
+    assert all(v["check"] == "bit-identical" and v["ms_per_call"] > 0 for v in entry["variants"].values())
+    assert entry["calls"] == 2 and entry["calls_in_step"] >= 2
