@@ -23,6 +23,14 @@
 #            device keeps running after the call returns) and waits up to 570 s; try-wait, the
 #            next call, keeps the clone, waits for it to end and brings the ledger back. Then
 #            another phase may follow in the same command (a second run of this script)
+#   micro OPS BRANCH... - issue 26: bench/tools/op_bench.py, the ops OPS (comma list, 'dense'
+#            for every dense projection) of each candidate BRANCH's tree beside main's (checked
+#            against main's outputs, timed interleaved); then kern profile main --rows 128
+#   loop-start TICKS [TIMEOUT] / loop-wait [SECONDS] - issue 26: kern loop with the replay backend
+#            over bench/journey/patches/ (each patch names its target), the journey's ledger
+#            (bench/journey/ledger.sqlite) as its ledger, in its own process session across
+#            device calls; loop-wait waits, then brings back the ledger, the exports and a
+#            bundle of the clone's main and notes (the gates' merges)
 #   hacks [TIMEOUT] [EXPR] - issue 13: the GPU cases of tests/adversarial (small model on the
 #            GPU); EXPR, when given, is pytest's -k (each case runs only its own scorer)
 #   final [BASE] - issue 14: main's whole gain in one interleaved run, kern bench main --vs BASE,
@@ -34,7 +42,7 @@
 set -u
 ROOT=$PWD
 phase=${1:?phase}
-if [ "$phase" = try-wait ] && [ -d /tmp/r/.git ]; then
+if { [ "$phase" = try-wait ] || [ "$phase" = loop-wait ]; } && [ -d /tmp/r/.git ]; then
   cd /tmp/r  # the clone try-start made on this warm machine, with its runs/
 elif command -v git >/dev/null; then
   rm -rf /tmp/r && git clone -q "$ROOT/.carry/repo.bundle" /tmp/r && cd /tmp/r && git checkout -q main
@@ -53,7 +61,54 @@ try_collect() {  # the ledger and the attempts' logs of a finished kern try, int
   cp runs/ledger.sqlite $OUT/
   tar -czf $OUT/attempts.tgz runs/attempts runs/bench/*/*.log runs/tap/*/*.log 2>/dev/null
 }
+loop_collect() {  # the journey's ledger, its exports and the clone's main (the gates' merges)
+  # a consistent copy while the loop may still write (sqlite's online backup)
+  python3 -c "import sqlite3,sys; sqlite3.connect('runs/ledger.sqlite').backup(sqlite3.connect(sys.argv[1]))" $OUT/ledger.sqlite
+  cp /tmp/kern-loop.yaml $OUT/ 2>/dev/null
+  python3 -m harness.cli --config /tmp/kern-loop.yaml report --format json --out $OUT/journey.json >/dev/null 2>&1
+  python3 -m harness.cli --config /tmp/kern-loop.yaml status > $OUT/loop_status.txt 2>&1
+  git bundle create $OUT/device-main.bundle main $(git for-each-ref --format='%(refname)' refs/notes) >/dev/null 2>&1
+  tar -czf $OUT/attempts.tgz runs/attempts runs/profile runs/bench/*/*.log runs/tap/*/*.log 2>/dev/null
+}
 case $phase in
+micro)
+  ops=${2:?micro needs OPS}; shift 2
+  mkdir -p /tmp/variants/main && git archive main kernels/k31 | tar -x -C /tmp/variants/main --strip-components=2
+  vargs=(--variant main=/tmp/variants/main)
+  for b in "$@"; do
+    v=${b##*/}; mkdir -p /tmp/variants/$v && git archive "$b" kernels/k31 | tar -x -C /tmp/variants/$v --strip-components=2
+    vargs+=(--variant "$v=/tmp/variants/$v")
+  done
+  oargs=(); for o in ${ops//,/ }; do oargs+=(--op "$o"); done
+  t0=$(date +%s); timeout 400 python3 bench/tools/op_bench.py "${oargs[@]}" "${vargs[@]}" --out $OUT/op_bench.json \
+    --commit "main $(git rev-parse --short main); $*" 2>$OUT/op_bench.err | tail -60
+  echo "op_bench: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"; tail -5 $OUT/op_bench.err
+  t0=$(date +%s); timeout 200 python3 -m harness.cli profile main --rows 128 --out $OUT/profile_128.json \
+    2>$OUT/profile.err | tail -32; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
+  ;;
+loop-start)
+  ticks=${2:?loop-start needs TICKS}
+  mkdir -p runs && cp bench/journey/ledger.sqlite runs/ledger.sqlite
+  python3 - <<'PY'
+import yaml, pathlib
+c = yaml.safe_load(pathlib.Path("kern.yaml").read_text())
+c["agent"].update(backend="replay", replay_dir="bench/journey/patches")
+c["loop"]["concurrency"] = 2
+pathlib.Path("/tmp/kern-loop.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
+PY
+  python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
+  rm -f /tmp/loop.rc; date +%s > /tmp/loop.t0
+  setsid bash -c "timeout ${3:-1500} python3 -m harness.cli --config /tmp/kern-loop.yaml loop --ticks $ticks --every 1s --wait-agents 120 --no-live --report > /tmp/loop.log 2>&1; echo \$? > /tmp/loop.rc" < /dev/null &
+  for i in $(seq 1 ${4:-110}); do [ -f /tmp/loop.rc ] && break; sleep 5; done
+  tail -30 /tmp/loop.log; echo "kern loop: $( [ -f /tmp/loop.rc ] && echo "rc $(cat /tmp/loop.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/loop.t0) ))s"
+  loop_collect
+  ;;
+loop-wait)
+  for i in $(seq 1 ${2:-110}); do [ -f /tmp/loop.rc ] && break; sleep 5; done
+  tail -60 /tmp/loop.log; cp /tmp/loop.log $OUT/loop.log
+  echo "kern loop: $( [ -f /tmp/loop.rc ] && echo "rc $(cat /tmp/loop.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/loop.t0) ))s"
+  loop_collect
+  ;;
 try-start)
   rev=${2:?try-start needs a revision}
   mkdir -p runs; [ -f "$ROOT/.carry/ledger.sqlite" ] && cp "$ROOT/.carry/ledger.sqlite" runs/ledger.sqlite
