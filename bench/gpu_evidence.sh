@@ -93,7 +93,7 @@ loop-start)
 import yaml, pathlib
 c = yaml.safe_load(pathlib.Path("kern.yaml").read_text())
 c["agent"].update(backend="replay", replay_dir="bench/journey/patches")
-c["loop"]["concurrency"] = 2
+c["loop"]["concurrency"] = 3  # tick 1 spawns three replays, tick 2 judges them in number order
 pathlib.Path("/tmp/kern-loop.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
 PY
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
