@@ -48,11 +48,14 @@ rows ``16w .. 16w+15``): each loaded row points at the weight row its decoded ro
 Whether triton keeps A in registers (no shared-memory round trip) is a property of the
 compiled code: checked on triton 3.6 for sm_90 (every tunable choice), not by the tests.
 
-Dequantization, four words of integer work and two packed multiplies per pair of values: a
-nibble (sign s, magnitude code c) becomes the bf16 bits ``s << 15 | c << 6``, which read as
-``e2m1(c) * 2**-126`` (the e2m1 subnormal code 1 falls on a bf16 subnormal), exactly; times
-``2**126`` and times ``2**(scale - 127)`` (bf16 bits ``scale << 7``) gives the weight value,
-exactly for scales 1..252 (bf16 and f32 both overflow above, as the true values do).
+Dequantization, three integer operations (mask, multiply, mask; see _bf16_pairs) and two
+packed multiplies per pair of values. The K loop issues about 31 instructions per weight word
+on sm_90 (triton 3.6), close to what an SM can issue at the HBM rate, so every operation per
+pair counts. A nibble (sign s, magnitude code c) becomes the bf16 bits ``s << 15 | c << 6``,
+which read as ``e2m1(c) * 2**-126`` (the e2m1 subnormal code 1 falls on a bf16 subnormal),
+exactly; times ``2**126`` and times ``2**(scale - 127)`` (bf16 bits ``scale << 7``) gives the
+weight value, exactly for scales 1..252 (bf16 and f32 both overflow above, as the true values
+do).
 
 Row results do not depend on the block a pair lands in (each row's dot sums the same K tiles in
 the same order), so the grouping (block_m) is an implementation detail (tested).
@@ -132,12 +135,15 @@ def _decoded_row(i, W: tl.constexpr):
 @triton.jit
 def _bf16_pairs(v):
     """uint32 words -> four uint32 tensors of bf16 pairs; pair j holds nibbles j (low half) and
-    j + 4 (high half) as ``s << 15 | c << 6`` (= e2m1 * 2**-126)."""
+    j + 4 (high half) as ``s << 15 | c << 6`` (= e2m1 * 2**-126). A pair is three operations:
+    its two nibbles masked in place (at bits b and b + 16, b = 0 or 4), one multiply by
+    ``2**(6-b) + 2**(12-b)`` that adds a copy of each nibble with c at bits 6..8 to one with s at
+    bit 15 (the copies' bits do not overlap: no carries), and a mask that keeps those bits."""
     w = v >> 8
-    p0 = (v & 0x000F000F) * 64 + (v & 0x00080008) * 4032
-    p1 = (v & 0x00F000F0) * 4 + (v & 0x00800080) * 252
-    p2 = (w & 0x000F000F) * 64 + (w & 0x00080008) * 4032
-    p3 = (w & 0x00F000F0) * 4 + (w & 0x00800080) * 252
+    p0 = ((v & 0x000F000F) * 4160) & 0x81C081C0
+    p1 = ((v & 0x00F000F0) * 260) & 0x81C081C0
+    p2 = ((w & 0x000F000F) * 4160) & 0x81C081C0
+    p3 = ((w & 0x00F000F0) * 260) & 0x81C081C0
     return p0, p1, p2, p3
 
 
