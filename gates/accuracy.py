@@ -18,11 +18,10 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, filemarks, ranks, scope, verdict
-from .hidden import Hidden
-from .protocol import TapFiles
+from . import checkout, filemarks, logits, ranks, scope, verdict
+from .protocol import Hidden, TapFiles, tap_rows
 from .results import TestResult
-from .spec import side_spec, tap_rows
+from .spec import side_spec
 
 
 @dataclass
@@ -250,18 +249,18 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
     if not (a_res and b_res):
         ev["tap"] = ev["logits"] = None
         return ev, verdict.judge({**ev, "tap": verdict.tap_diff({"runs": {}}, {"runs": {}}),
-                                  "logits": verdict.logit_stats({}, {}, 1.0)}, th)
+                                  "logits": logits.logit_stats({}, {}, 1.0)}, th)
     a_files, b_files = TapFiles(a_dir), TapFiles(b_dir)
     la = torch.load(a_files / TapFiles.LOGITS_A)
     lb = torch.load(b_files / TapFiles.LOGITS_B)
     ev["tap"] = verdict.own_defects(b_res["pass"]) if cross else \
         verdict.tap_diff(a_res["pass"], b_res["pass"])
-    ev["logits"] = verdict.logit_stats(la, lb, th["near_tie_factor"])
+    ev["logits"] = logits.logit_stats(la, lb, th["near_tie_factor"])
     if "repeat" in a_res:
-        ev["noise"] = verdict.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_A2), th["near_tie_factor"])
+        ev["noise"] = logits.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_A2), th["near_tie_factor"])
         ev["noise_tap"] = verdict.tap_diff(a_res["pass"], a_res["repeat"])
     if "band_ops" in a_res and (a_files / TapFiles.LOGITS_AREF).exists():
-        ev["band"] = verdict.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_AREF), th["near_tie_factor"])
+        ev["band"] = logits.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_AREF), th["near_tie_factor"])
     ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
     return ev, verdict.judge(ev, th)
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .protocol import parse as check_options, rank_document
+from .protocol import BenchCommand, Quit, parse as check_options, rank_document
 from .sides import (HARNESS_ROOT, _die_with_parent, Interactive, Outcome, SideError, _last_line, classify,
                     reply_kind, run_side, side_env, start_hand_over)
 from .stats import worst_ops
@@ -378,7 +378,8 @@ class RankGroup:
                 self.kill()
                 raise SideError(e.kind, f"{e} (rank {r} of {self.world})", e.log_path) from None
 
-    def request(self, obj: dict, timeout_s: float) -> dict:
+    def request(self, command: BenchCommand, timeout_s: float) -> dict:
+        obj = command.to_dict()
         for m in self.members:
             m.send(obj)
         replies: list = [None] * self.world
@@ -405,7 +406,7 @@ class RankGroup:
                 raise SideError(reply_kind(str(rep.get("error"))),
                                 f"{self.name} rank {r} of {self.world}: {rep.get('error')}",
                                 self.members[r].log_path)
-        merged = merge_replies(obj.get("cmd", ""), replies)
+        merged = merge_replies(command.CMD, replies)
         if merged.get("ranks_agree") is False:
             shas = merged["replicated_sha"]
             odd = next(r for r, x in enumerate(shas) if x != shas[0])
@@ -419,7 +420,7 @@ class RankGroup:
 
     def close(self) -> None:
         for m in self.members:
-            m.send({"cmd": "quit"})
+            m.send(Quit().to_dict())
         for m in self.members:
             m.close()
 

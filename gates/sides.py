@@ -4,9 +4,9 @@ process, never the caller's.
 
 The hand-over: a side's spec file, argv and environment hold only what kern.yaml says; the
 judgment's hidden inputs (``gates/hidden.py``) reach it on its stdin, and only after it has
-imported the candidate's tree: the side writes :data:`IMPORTED` as its first line on stdout,
-the coordinator answers with one JSON line ``{"hidden": {...} | null}`` (run and tap modes:
-:func:`hand_over`, then stdin closes; bench sides: inside their ``prepare`` request). So no
+imported the candidate's tree: the side writes ``protocol.IMPORTED`` as its first line on stdout,
+the coordinator answers with ``protocol.handover_line`` (run and tap modes: :func:`hand_over`,
+then stdin closes; bench sides: inside their ``prepare`` request). So no
 code of the candidate's import finds them in any file, argument, variable or pipe."""
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .protocol import parse as check_options
+from .protocol import (IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
+                       parse as check_options)
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 # Variables a side may see. API keys and everything else of the user's environment stay out.
@@ -93,15 +94,6 @@ def side_env(extra: dict | None = None) -> dict:
     return env
 
 
-MEMORY_VARIABLE = "KERN_SIDE_MEMORY_BYTES"  # the driver caps its address space at this
-IMPORTED = '{"imported": true}'  # a side's first line on stdout: the candidate's tree is imported
-
-
-def hidden_line(hidden: dict | None) -> str:
-    """The coordinator's answer to :data:`IMPORTED` in the run and tap modes."""
-    return json.dumps({"hidden": hidden}) + "\n"
-
-
 def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     """The coordinator's half of the hand-over (run it in a thread): when ``proc`` says it
     imported the tree, write its hidden inputs as one line and close its stdin. Anything else
@@ -111,7 +103,7 @@ def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     for line in proc.stdout:
         if not sent and line.strip() == IMPORTED:
             try:
-                proc.stdin.write(hidden_line(hidden))
+                proc.stdin.write(handover_line(hidden))
                 proc.stdin.close()
             except (BrokenPipeError, OSError):
                 pass  # the side ended; its exit status says how
@@ -345,8 +337,8 @@ class Interactive:
         except (BrokenPipeError, OSError):
             pass  # the next read reports how the process ended
 
-    def request(self, obj: dict, timeout_s: float) -> dict:
-        self.send(obj)
+    def request(self, command: BenchCommand, timeout_s: float) -> dict:
+        self.send(command.to_dict())
         reply = self.read(timeout_s)
         if not reply.get("ok", True):
             raise SideError(reply_kind(str(reply.get("error"))), f"{self.name}: {reply.get('error')}",
@@ -356,7 +348,7 @@ class Interactive:
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
-                self.proc.stdin.write('{"cmd": "quit"}\nquit\n')
+                self.proc.stdin.write(json.dumps(Quit().to_dict()) + f"\n{STORE_QUIT}\n")
                 self.proc.stdin.flush()
                 self.proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):

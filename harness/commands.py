@@ -100,7 +100,8 @@ class ReplayError(ValueError):
 def recorded_hidden(attempt, number: int, ledger_path, buckets, test_rows):
     """Pure: attempt ``number``'s recorded hidden inputs (``attempt``: its ledger row, None when
     absent), checked against this profile; :class:`ReplayError` says why there are none."""
-    from gates.hidden import Hidden, HiddenError, misfit
+    from gates.hidden import misfit
+    from gates.protocol import Hidden, HiddenError
 
     if attempt is None:
         raise ReplayError(f"--replay-attempt {number}: attempt #{number} is not in the ledger "

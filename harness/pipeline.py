@@ -56,7 +56,7 @@ class Judgment:
     scope: object
     test: TestResult | None
     bench: BenchResult | None
-    hidden: object  # gates.hidden.Hidden
+    hidden: object  # gates.protocol.Hidden
     host: str | None = None
     slot: str | None = None
 

@@ -131,7 +131,7 @@ def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, set
     bundles, then ``pipeline.judgment`` on the slot Ray gave this task."""
     import ray
 
-    from gates.hidden import Hidden
+    from gates.protocol import Hidden
 
     from . import farm, pipeline
     from .worktrees import Repo

@@ -35,7 +35,7 @@ Contract (the coordinator, ``gates/bench.py``, relies on it):
   (main's side when its process lives through the run); ``compare(mine, theirs)`` pairs the
   two sides' replays bucket by bucket and returns plain statistics (JSON): for each bucket the
   first replay whose bytes or values differ, the worst state sketch distance, and
-  ``verdict.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|)
+  ``logits.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|)
   over every row and over a sample of rows as large as the accuracy gate's own evidence, drawn
   per run (the gate's rule and band were measured on that many rows; over 30x more rows the
   maxima of an honest change grow: H200, 2026-12-01). Main's side runs it: the candidate's
@@ -212,10 +212,10 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
     earliest replay whose logits, top values, next tokens or recurrent-state digests differ in
     bytes / in value, None when none does, with ``what`` differed there); ``sketch_rel_max``
     (over replays and layers, ``|sketch_B - sketch_A| / |sketch_A|``) and where; ``logits``:
-    ``verdict.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
+    ``logits.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
     (``{"rows": N, "seed": S}``) ``logits_sample``: the same over N rows of all buckets drawn
     with S. With an identical claim only digests are kept: no logits statistics."""
-    from ..verdict import logit_stats
+    from ..logits import logit_stats
 
     # both sides on one device, whichever way each arrived (H200, 2026-12-01: main's in-memory
     # replays on the GPU against the candidate's files on the CPU crashed the comparison)

@@ -16,7 +16,7 @@ from gates import filemarks, scope, stats
 from gates.accuracy import TestRequest, tap_spec
 from gates.side import tamper
 from gates.side.bench_side import stray_threads
-from gates.spec import tap_rows
+from gates.protocol import tap_rows
 from harness.settings import validate
 from tests.gates.candidates import ROOT
 

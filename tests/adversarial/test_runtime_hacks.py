@@ -17,7 +17,7 @@ import torch
 
 from gates.accuracy import TestRequest, run_test
 from gates.bench import BenchRequest, report_lines, run_bench
-from gates.hidden import Hidden
+from gates.protocol import Hidden
 from harness.pipeline import check_scope, decide_outcome
 from tests.adversarial import hacks as H
 

@@ -18,7 +18,7 @@ import torch
 
 from gates.accuracy import TestRequest, report_lines, run_test
 from gates.bench import BenchRequest, run_bench
-from gates.hidden import Hidden
+from gates.protocol import Hidden
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gates import sides
+from gates import protocol, sides
 from harness import farm
 from harness.farm import FarmError, Pool, Slot, resolve_slots
 from harness.orchestrator import profile_path
@@ -136,7 +136,7 @@ def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
         with pool.hold() as slot:
             env = sides.side_env()
             seen[i] = (slot.name, env.get("CUDA_VISIBLE_DEVICES"))
-            caps.append(env.get(sides.MEMORY_VARIABLE))
+            caps.append(env.get(protocol.MEMORY_VARIABLE))
             holding.wait()
             release.wait()
 
