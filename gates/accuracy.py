@@ -18,15 +18,15 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, filemarks, logits, ranks, scope, verdict
+from . import checkout, filemarks, launch_ranks, logits, scope, verdict
 from .protocol import Hidden, TapFiles, tap_rows
-from .results import TestResult
+from .results import AccuracyResult
 from .spec import side_spec
 
 
 @dataclass
-class TestRequest:
-    __test__ = False  # not a pytest test class despite its name
+class AccuracyRequest:
+    """``kern test REV --vs BASE``: what the accuracy gate is asked to judge."""
 
     repo: Path
     rev: str
@@ -101,7 +101,7 @@ def touched_ops(paths: list[str], sources) -> set[str] | None:
     return None if others is None else touched | others
 
 
-def tap_spec(req: TestRequest) -> dict:
+def tap_spec(req: AccuracyRequest) -> dict:
     """B's tap (and A's, unless A runs on another layout: :func:`base_spec`)."""
     prof = req.profile
     return side_spec(req.settings, prof, context=prof["test_context"], steps=prof["test_steps"],
@@ -156,7 +156,7 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
                     "cuda": cuda, "hidden": hidden})
 
 
-def run_test(req: TestRequest, progress=None) -> TestResult:
+def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``."""
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
@@ -197,7 +197,7 @@ def run_test(req: TestRequest, progress=None) -> TestResult:
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
             marks = filemarks.file_marks(guarded)
-        b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
+        b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
                       TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), hidden)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
         moved = filemarks.changed_files(marks, filemarks.file_marks(guarded))
@@ -224,7 +224,7 @@ def run_test(req: TestRequest, progress=None) -> TestResult:
         else:
             a_tail = n_tail
         ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
-    return TestResult.of({
+    return AccuracyResult.of({
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
         "spec": b_spec, "base_spec": spec, "hidden": hidden,
@@ -270,7 +270,7 @@ def _record_a(req, a_dir, a_tree, spec, touched, timeout, progress, hidden):
         return "ok", 0.0, "", a_dir
     a_dir.mkdir(parents=True, exist_ok=True)
     a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
-    a = ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout, _tagged(progress, "A record"),
+    a = launch_ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout, _tagged(progress, "A record"),
                   hidden)
     if not a.ok:  # keep its log, but never let a failed recording look cached
         failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
@@ -285,7 +285,7 @@ def _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden):
     if out.exists() and (TapFiles(a_dir) / TapFiles.LOGITS_A2).exists():
         return "ok", 0.0, ""
     n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-    n = ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)
+    n = launch_ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)
     if not n.ok:
         out.unlink(missing_ok=True)
     return n.kind, n.wall_s, n.log_tail

@@ -1,8 +1,8 @@
 """The subprocess boundary's shared names: what the loop process and a side process both
 read and write, defined once for both.
 
-Imported by the coordinator (``gates/accuracy.py``, ``gates/sides.py``, ``gates/ranks.py``,
-``gates/bench.py``) and by the side (``gates/side/``); it imports nothing of either (only the
+Imported by the coordinator (``gates/accuracy.py``, ``gates/launch.py``, ``gates/launch_ranks.py``,
+``gates/scorer.py``) and by the side (``gates/side/``); it imports nothing of either (only the
 standard library), so the side reaches no coordinator module through it. gates/side/ imports
 from gates/ only this module, ``gates/interpreter.py`` and ``gates/logits.py``
 (tests/test_layers.py holds it to that).
@@ -103,7 +103,7 @@ def tap_rows(test_rows: list[int], buckets: list[int], extra=()) -> list[int]:
 
 def rank_document(out: Path, rank: int) -> Path:
     """Where rank ``rank`` of a side launched as several ranks writes its document ``out``
-    (``gates/ranks.launch`` merges them into ``out``)."""
+    (``gates/launch_ranks.launch`` merges them into ``out``)."""
     return out.with_name(f"{out.stem}.rank{rank}.json")
 
 
@@ -177,7 +177,7 @@ class SideOptions:
     steps: int
     rows: list  # the batch sizes this side runs
     state_dtype: str | None = "bf16"
-    world: int = 1  # processes, one per rank (gates/ranks.py starts them)
+    world: int = 1  # processes, one per rank (gates/launch_ranks.py starts them)
     collective_timeout_s: float = 600.0  # a rank's wait on the others' collectives
     # the options as sent (echoed in the side's result; compared by nothing)
     sent: dict = field(default_factory=dict, compare=False, repr=False)
@@ -235,7 +235,7 @@ class TapOptions(SideOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchOptions(SideOptions):
-    """``bench``: a scorer side, driven over stdin (gates/side/bench_side.py)."""
+    """``bench``: a scorer side, driven over stdin (gates/side/replays.py)."""
     MODE: ClassVar[str] = "bench"
 
     attach: str | None = None  # the store's shared model to attach to (None: build it)
@@ -269,8 +269,8 @@ class CommandError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchCommand:
-    """One request of the scorer (``gates/bench.py``) to a bench side
-    (``gates/side/bench_side.py``): one JSON object on the side's stdin, ``{"cmd": CMD, ...}``
+    """One request of the scorer (``gates/scorer.py``) to a bench side
+    (``gates/side/replays.py``): one JSON object on the side's stdin, ``{"cmd": CMD, ...}``
     with the fields; the side answers with one JSON line, ``{"ok": true, ...}`` or
     ``{"ok": false, "error": ...}``, after the driver's :data:`IMPORTED`."""
 
@@ -362,7 +362,7 @@ class Peers(BenchCommand):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Cost(BenchCommand):
+class RooflineCost(BenchCommand):
     """The roofline bytes and FLOPs of one step at ``bucket`` rows, per op row."""
     CMD: ClassVar[str] = "cost"
 
@@ -387,7 +387,7 @@ class Quit(BenchCommand):
 
 
 COMMANDS = {c.CMD: c for c in (Prepare, Time, SaveRecord, JudgeOutputs, Verify, Bandwidth, Peers,
-                               Cost, Baseline, Quit)}
+                               RooflineCost, Baseline, Quit)}
 
 
 def command(d: dict) -> BenchCommand:

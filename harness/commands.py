@@ -248,7 +248,7 @@ def gate_progress(console, bars, step, plain):
 def bench_plan(args, machine) -> tuple[list, int]:
     """(the visit order, rounds) run_bench will follow for these flags (its own rule) on the
     machine profile ``machine`` (harness.settings.Profile)."""
-    from gates.bench import pattern
+    from gates.scorer import pattern
 
     rounds = args.rounds or machine.rounds
     return (pattern(rounds) if args.base else ["B"] * rounds), rounds
@@ -315,8 +315,8 @@ def run_gate(args, verb: str, g: GateInputs, run, report_lines):
 
 
 def cmd_test(args) -> int:
-    from gates import ranks
-    from gates.accuracy import TestRequest, report_lines, run_test
+    from gates import launch_ranks
+    from gates.accuracy import AccuracyRequest, report_lines, run_test
 
     from . import progress as P
 
@@ -325,15 +325,15 @@ def cmd_test(args) -> int:
         return g
     v, err = g.v, g.err
     try:
-        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
+        base_world, base_layout = launch_ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
                                                    v.cfg.machine.model)
-    except ranks.RanksError as e:
+    except launch_ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
 
     def run():
         with (nullcontext() if args.json else gate_progress(err, (), P.test_step, _progress(err))) as show:
-            return run_test(TestRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
+            return run_test(AccuracyRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
                                         v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
                             progress=show)
 
@@ -392,7 +392,7 @@ def cmd_step(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from gates.bench import BenchRequest, report_lines, run_bench
+    from gates.scorer import BenchRequest, report_lines, run_bench
 
     from . import progress as P
 

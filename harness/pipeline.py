@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gates import decision, scope, stats
-from gates.results import BenchResult, TestResult, report_of
+from gates.results import BenchResult, AccuracyResult, report_of
 
 from . import farm, faults
 from . import ledger as L
@@ -54,7 +54,7 @@ class Judgment:
     from a Ray task (harness/ray_farm.py)."""
 
     scope: object
-    test: TestResult | None
+    test: AccuracyResult | None
     bench: BenchResult | None
     hidden: object  # gates.protocol.Hidden
     host: str | None = None
@@ -98,7 +98,7 @@ def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
     """Pure: gate results (typed, or their reports: ``gates.results``) -> final state, reason
     and the fields the ledger records. The rule itself is ``gates.decision.decide``; this adds
     what the ledger keeps of the gates up to the one that decided."""
-    test = None if test_res is None else TestResult.of(test_res)
+    test = None if test_res is None else AccuracyResult.of(test_res)
     bench = None if bench_res is None else BenchResult.of(bench_res)
     d = decision.decide(scope_res.ok, test, bench)
     if d.by == decision.BY_SCOPE:
@@ -199,12 +199,12 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
 def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     """The accuracy gate, then (when it passes) the scorer and its re-measurement, on the
     slot the caller holds. Returns (test, bench); bench is None when the scorer did not run."""
-    from gates.accuracy import TestRequest, run_test
-    from gates.bench import BenchRequest, run_bench
+    from gates.accuracy import AccuracyRequest, run_test
+    from gates.scorer import BenchRequest, run_bench
 
     faults.point("test")
     ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
-    test = TestResult.of(run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
+    test = AccuracyResult.of(run_test(AccuracyRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
                                               ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
     ctx.progress(f"accuracy: {test.verdict}")
     if not test.passed:

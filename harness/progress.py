@@ -36,7 +36,7 @@ class Bar:
 
 # --------------------------------------------------------------------------- kern bench
 def bench_bars(order: Sequence[str], rounds: int) -> tuple[Bar, ...]:
-    """One bar per side, its total the side's visits in ``order`` (gates.bench.pattern: A B B A
+    """One bar per side, its total the side's visits in ``order`` (gates.scorer.pattern: A B B A
     per round with a base, B alone otherwise)."""
     sides = sorted(set(order))
     return tuple(Bar(k, f"side {k}", 0, order.count(k), f"round 0/{rounds}: starting")

@@ -5,7 +5,7 @@ imports from the rest of gates/ only the trust boundary (:data:`SIDE_MAY_IMPORT`
 itself imports nothing of gates/ or harness/: the candidate's process holds no coordinator code.
 
 Every import counts, at the top of a module or inside a function: a function-level import is
-an edge too (the driver <-> tap <-> bench_side <-> opcheck cycle was made of them). Read from
+an edge too (the driver <-> tap <-> replays <-> opcheck cycle was made of them). Read from
 the sources with ``ast``; nothing is imported."""
 from __future__ import annotations
 
@@ -131,11 +131,30 @@ def test_the_side_imports_from_gates_only_the_trust_boundary():
     assert set(SIDE_MAY_IMPORT) <= set(graph()), "a module of SIDE_MAY_IMPORT no longer exists"
 
 
+def class_names(root: Path = ROOT, packages=("harness", "gates", "kernels")) -> dict[str, list[str]]:
+    """Each top-level class name -> the files under ``packages`` that define it."""
+    out: dict[str, list[str]] = {}
+    for pkg in packages:
+        for p in sorted((root / pkg).rglob("*.py")):
+            for node in ast.parse(p.read_text(), filename=str(p)).body:
+                if isinstance(node, ast.ClassDef):
+                    out.setdefault(node.name, []).append(str(p.relative_to(root)))
+    return out
+
+
+def test_each_class_name_is_defined_once():
+    """A class name says what one thing is: two classes of one name in harness/, gates/ and
+    kernels/ (``Outcome`` of a side and of an attempt) make every reader ask which."""
+    twice = sorted(f"{n} ({', '.join(fs)})" for n, fs in class_names().items() if len(fs) > 1)
+    assert twice == [], "class names defined more than once (name each for what it is): " + \
+        "; ".join(twice)
+
+
 def test_the_walk_sees_the_real_edges():
     """The checks above read the real tree: edges of every kind are found (absolute, relative
     one and two levels up, inside a function, ``from package import module``)."""
     g = graph()
-    assert {"gates.side.tap", "gates.side.bench_side", "gates.side.rank", "gates.interpreter",
+    assert {"gates.side.tap", "gates.side.replays", "gates.side.rank", "gates.interpreter",
             "gates.protocol"} <= g["gates.side.driver"]  # function-level, '.x', '..x', 'from .. import x'
     assert "gates.scope" in g["harness.pipeline"]  # from gates import scope
     assert "gates.scope" in g["harness.agents.rules"]
@@ -158,6 +177,10 @@ def test_a_planted_cycle_and_side_import_are_caught(tmp_path):
     assert g["harness.h"] == {"gates.side.b"}
     assert side_leaks(g) == ["gates.protocol (which gates/side/ may import) imports gates.c",
                              "gates.side.b imports gates.c"]
+    (tmp_path / "gates" / "side" / "b.py").write_text("class Outcome:\n    pass\n")
+    (tmp_path / "harness" / "h.py").write_text("class Outcome:\n    pass\nclass Other:\n    pass\n")
+    (tmp_path / "kernels").mkdir()
+    assert class_names(tmp_path) == {"Outcome": ["harness/h.py", "gates/side/b.py"], "Other": ["harness/h.py"]}
 
 
 def test_the_readme_map_names_every_module_on_its_side():

@@ -6,7 +6,7 @@ one JSON document to ``--out`` (and tensors next to it where the mode records th
 decides nothing: verdicts and statistics are computed by the harness from what it writes.
 
 Before a mode's work the driver imports the whole tree, says so on stdout and only then
-receives the judgment's hidden inputs on stdin (``gates/sides.py``: the hand-over; bench sides
+receives the judgment's hidden inputs on stdin (``gates/launch.py``: the hand-over; bench sides
 get them in their ``prepare`` request): the candidate's import-time code finds nothing there.
 
 Modes:
@@ -14,7 +14,7 @@ Modes:
            replays, peak memory; the per-op profile at --profile-rows; the whole step's error
            against the reference ops at --ref-rows.
   tap      (gates/side/tap.py) record or replay the accuracy gate's tap.
-  bench    (gates/side/bench_side.py) timed rounds for the scorer, driven over stdin.
+  bench    (gates/side/replays.py) timed rounds for the scorer, driven over stdin.
 """
 from __future__ import annotations
 
@@ -98,9 +98,9 @@ def main(argv=None) -> int:
     elif args.mode == "store":
         result = store_mode(opts, device, out, channel)
     else:
-        from . import bench_side
+        from . import replays
 
-        result = bench_side.side_main(opts, device, seal=seal, audit=audit, rank=rank)
+        result = replays.side_main(opts, device, seal=seal, audit=audit, rank=rank)
     signs = tamper.verdict(seal, audit)
     if signs:  # a side that was tampered with has measured nothing the harness may use
         raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
@@ -144,7 +144,7 @@ def receive_hidden(seal):
 
 def limit_memory() -> None:
     """Cap this side's address space before the candidate's code loads (hard limit too, so
-    the candidate cannot lift it): see ``gates/sides.py``'s ``memory_limit``."""
+    the candidate cannot lift it): see ``gates/launch.py``'s ``memory_limit``."""
     import os
     import resource
 

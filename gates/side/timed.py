@@ -1,6 +1,6 @@
 """The scorer's judged outputs: what every timed replay produced, kept and compared with main's.
 
-Runs inside a bench side's process (``gates/side/bench_side.py``); the decision on what it measured
+Runs inside a bench side's process (``gates/side/replays.py``); the decision on what it measured
 is ``verdict.judge_timed``, in the loop's process.
 
 Why: a candidate can compute honestly while the accuracy gate watches and skip work in the
@@ -8,7 +8,7 @@ scorer's timed replays (a signal that differs between the two always exists: wha
 holds before a call, the context length, how often a launcher ran, ...). Closing the signals
 one by one never ends; judging the outputs of the very replays that were timed does.
 
-Contract (the coordinator, ``gates/bench.py``, relies on it):
+Contract (the coordinator, ``gates/scorer.py``, relies on it):
 
 * **Every timed replay starts from the same state.** Before it, untimed, the recurrent state of
   its rows (KDA state and conv window) is refilled with its seeded initial values, and the

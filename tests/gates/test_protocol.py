@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gates import protocol as P
-from gates.accuracy import TestRequest, base_spec, tap_spec
+from gates.accuracy import AccuracyRequest, base_spec, tap_spec
 from gates.spec import side_spec
 from harness.orchestrator import profile_spec
 from harness.settings import load
@@ -26,7 +26,7 @@ def kern():
 
 def test_every_spec_the_loop_builds_parses_into_its_modes_options(kern):
     data, prof = kern
-    req = TestRequest(ROOT, "HEAD", "HEAD", data, prof, ROOT / "runs", False)
+    req = AccuracyRequest(ROOT, "HEAD", "HEAD", data, prof, ROOT / "runs", False)
     b = tap_spec(req)
     a = base_spec(b, 2, "tp2")
     for role, spec in (("record", {**a, "touched": ["moe.experts"]}), ("noise", {**a, "touched": None}),

@@ -8,13 +8,13 @@ import pytest
 from rich.console import Console
 
 from gates.accuracy import _tagged  # the line format run_test's progress callback receives
-from gates.bench import pattern
+from gates.scorer import pattern
 from harness import commands
 from harness import progress as P
 
 
 def bench_lines(rounds: int) -> list[str]:
-    """The lines run_bench emits for an A/B of ``rounds`` rounds (gates/bench.py)."""
+    """The lines run_bench emits for an A/B of ``rounds`` rounds (gates/scorer.py)."""
     out = ["store: model built in 12s, shared over CUDA IPC",
            "side A: ready (build 0s, capture 3s)", "side B: ready (build 0s, capture 4s)"]
     for i, k in enumerate(pattern(rounds)):

@@ -1,6 +1,6 @@
-"""Running one side (a revision's driver) in its own subprocess, with a minimal environment
-and a wall-clock limit. A crash, hang or illegal memory access of a candidate ends its
-process, never the caller's.
+"""The coordinator's launcher: one side (a revision's driver) in its own subprocess, with a
+minimal environment and a wall-clock limit (several ranks: ``gates/launch_ranks.py``). A
+crash, hang or illegal memory access of a candidate ends its process, never the caller's.
 
 The hand-over: a side's spec file, argv and environment hold only what kern.yaml says; the
 judgment's hidden inputs (``gates/hidden.py``) reach it on its stdin, and only after it has
@@ -157,7 +157,9 @@ def _has_cuda() -> bool:
 
 
 @dataclass
-class Outcome:
+class SideOutcome:
+    """How one side process ended (one process, or W ranks merged: ``gates/launch_ranks.py``)."""
+
     ok: bool
     kind: str  # "ok" | "crash" | "timeout" | "illegal-memory-access" | "out of memory" | "error"
     returncode: int | None
@@ -207,7 +209,7 @@ def _named(text: str) -> str | None:
 
 
 def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
-             progress=None, hidden: dict | None = None) -> Outcome:
+             progress=None, hidden: dict | None = None) -> SideOutcome:
     """Run ``gates.side.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
     (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree."""
     check_options(mode, spec)  # the side parses it again: a key no mode defines is a gate bug
@@ -249,7 +251,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         result = json.loads(out.read_text())
     elif kind == "ok":
         kind = "error"
-    return Outcome(kind == "ok", kind, proc.returncode, wall, result, tail, log_path)
+    return SideOutcome(kind == "ok", kind, proc.returncode, wall, result, tail, log_path)
 
 
 def _last_line(path: Path) -> str:
@@ -306,7 +308,7 @@ class Interactive:
         return reply
 
     def wait_imported(self, timeout_s: float) -> None:
-        """The side's first line: it imported the tree (``gates/sides.py`` hand-over); only
+        """The side's first line: it imported the tree (``gates/launch.py`` hand-over); only
         then may it be sent what the tree must not see at import."""
         reply = self.read(timeout_s)
         if reply != json.loads(IMPORTED):

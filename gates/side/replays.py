@@ -56,7 +56,10 @@ def reply(obj) -> None:
     _stdout.flush()
 
 
-class Bench:
+class CapturedSteps:
+    """The step captured as a graph at every bucket, timed, checked and compared on the
+    scorer's commands (:func:`side_main`)."""
+
     def __init__(self, opts: BenchOptions, device: str, seal=None, audit=None, rank: int = 0,
                  hidden=None, sketch_seed: int = 0, claim: str | None = None):
         import kernels
@@ -328,7 +331,7 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
             if isinstance(c, protocol.Prepare):
                 hidden = None if c.hidden is None else \
                     protocol.Hidden.from_dict(c.hidden, "the prepare request")
-                bench = Bench(opts, device, seal, audit, rank, hidden, int(c.sketch_seed), c.claim)
+                bench = CapturedSteps(opts, device, seal, audit, rank, hidden, int(c.sketch_seed), c.claim)
                 reply({"ok": True, **bench.prepare()})
             elif isinstance(c, protocol.Time):
                 reply({"ok": True, **bench.time(int(c.bucket), int(c.n),
@@ -362,7 +365,7 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
                 side = bench.side
                 dt = torch.float32 if side.dims.kda_state_dtype == "f32" else torch.bfloat16
                 reply({"ok": True, "kda_decode": kda_decode(side.shapes, bench.buckets, side.device, dt)})
-            elif isinstance(c, protocol.Cost):
+            elif isinstance(c, protocol.RooflineCost):
                 reply({"ok": True, **bench.cost(int(c.bucket))})
             elif isinstance(c, protocol.Baseline):
                 reply({"ok": True, **bench.baseline(c.kind, int(c.bucket), int(c.n))})

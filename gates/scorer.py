@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, logits, ranks, stats, verdict
-from .protocol import (Bandwidth, Baseline, Cost, Hidden, JudgeOutputs, Peers, Prepare, SaveRecord,
-                       Time, Verify)
+from . import checkout, launch_ranks, logits, stats, verdict
+from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
+                       SaveRecord, Time, Verify)
 from .results import BenchResult
 from .spec import side_spec
-from .sides import Interactive, SideError
+from .launch import Interactive, SideError
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
 # baseline that runs past this is reported as stopped, never a failed bench
@@ -142,7 +142,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
               "hidden": req.hidden.to_dict() if req.hidden else None,
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
     if req.world > 1:
-        result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
+        result["ranks"] = launch_ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
     attach_spec = dict(spec)
 
     now = {"side": None}  # the side being asked, for errors that name who acts
@@ -156,7 +156,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
                 sides.pop(other).close()
         label = f"side{k}" + (f"-{opened[k]}" if opened[k] else "")
         opened[k] += 1
-        s = sides[k] = ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
+        s = sides[k] = launch_ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
             if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
         # the hidden inputs only once the side has imported the candidate's tree
         s.wait_imported(timeout)
@@ -238,7 +238,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
         result["outcome"] = e.kind
         result["error"] = str(e)
         result["log"] = str(e.log_path)
-        if isinstance(e, ranks.RanksDisagree):
+        if isinstance(e, launch_ranks.RanksDisagree):
             side = now["side"]
             result["error"] += (f"; {'the candidate' if side == 'B' else 'the base'} "
                                 f"{revs[side][:12]} (side {side}) is not deterministic across ranks: "
@@ -307,7 +307,7 @@ def _remove_timed_files(files: dict, world: int) -> None:
 def _extras(req: BenchRequest, side: Interactive, buckets, timeout, result) -> None:
     """Roofline cost, peers and baselines, on main's side (untimed by the A/B)."""
     if req.cuda:
-        result["cost"] = {b: side.request(Cost(bucket=b), timeout) for b in buckets}
+        result["cost"] = {b: side.request(RooflineCost(bucket=b), timeout) for b in buckets}
     try:
         if req.peers and req.cuda:
             result["peers"] = side.request(Peers(), timeout)
