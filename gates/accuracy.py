@@ -198,7 +198,8 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
             marks = filemarks.file_marks(guarded)
         b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
-                      TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), hidden)
+                             TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"),
+                             hidden)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
         moved = filemarks.changed_files(marks, filemarks.file_marks(guarded))
         if moved:
@@ -270,8 +271,8 @@ def _record_a(req, a_dir, a_tree, spec, touched, timeout, progress, hidden):
         return "ok", 0.0, "", a_dir
     a_dir.mkdir(parents=True, exist_ok=True)
     a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
-    a = launch_ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout, _tagged(progress, "A record"),
-                  hidden)
+    a = launch_ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout,
+                         _tagged(progress, "A record"), hidden)
     if not a.ok:  # keep its log, but never let a failed recording look cached
         failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
         a_dir.rename(failed)

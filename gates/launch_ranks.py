@@ -340,11 +340,11 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
                  next((r for r in by_order if ended[r].timed_out), None))
     if cause is not None:
         return SideOutcome(False, f"{kinds[cause]} (rank {cause} of {world})", ended[cause].returncode,
-                       wall, None, tails[cause], logs[cause])
+                           wall, None, tails[cause], logs[cause])
     missing = [r for r in range(world) if not rank_out(out, r).exists()]
     if missing:
         return SideOutcome(False, f"error (rank {missing[0]} of {world} wrote no result)", 0, wall,
-                       None, tails[missing[0]], logs[missing[0]])
+                           None, tails[missing[0]], logs[missing[0]])
     results = [json.loads(rank_out(out, r).read_text()) for r in range(world)]
     device = str(results[0].get("environment", {}).get("device", ""))
     backend = "none" if world == 1 else "nccl" if device.startswith("cuda") else "gloo"

@@ -299,7 +299,8 @@ class Prepare(BenchCommand):
     -> build_s, capture_s, environment, workload, all_reduce_paths"""
     CMD: ClassVar[str] = "prepare"
 
-    hidden: dict | None  # the judgment's hidden inputs (Hidden.to_dict(): its input seed sets the workload), or None
+    # the judgment's hidden inputs (Hidden.to_dict(): its input seed sets the workload), or None
+    hidden: dict | None
     sketch_seed: int = 0  # the seed of the state sketches (gates/side/timed.py)
     claim: str | None = None  # the accuracy gate's verdict the timed outputs are held to
 

@@ -53,7 +53,7 @@ def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[in
         import torch
 
         return launch_ranks.side_ranks(args.gpus, args.emulate, cuda,
-                                torch.cuda.device_count() if cuda else 0, model)
+                                       torch.cuda.device_count() if cuda else 0, model)
     except launch_ranks.RanksError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)
         return None

@@ -326,7 +326,7 @@ def cmd_test(args) -> int:
     v, err = g.v, g.err
     try:
         base_world, base_layout = launch_ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
-                                                   v.cfg.machine.model)
+                                                          v.cfg.machine.model)
     except launch_ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
@@ -334,7 +334,7 @@ def cmd_test(args) -> int:
     def run():
         with (nullcontext() if args.json else gate_progress(err, (), P.test_step, _progress(err))) as show:
             return run_test(AccuracyRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
-                                        v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
+                                            v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
                             progress=show)
 
     res = run_gate(args, "test", g, run, report_lines)

@@ -205,7 +205,7 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     faults.point("test")
     ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
     test = AccuracyResult.of(run_test(AccuracyRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
-                                              ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
+                                                      ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
     ctx.progress(f"accuracy: {test.verdict}")
     if not test.passed:
         return test, None

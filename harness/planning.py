@@ -54,9 +54,9 @@ def target_of(name: str, row: dict, step_ms: float, journey: list[dict], decay: 
     h = headroom(row)
     floor = row.get("floor_ms")
     return OpTarget(name=name, ms=row["ms"], floor_ms=floor, headroom_ms=h,
-                  share_pct=100.0 * row["ms"] / step_ms if step_ms else 0.0,
-                  roofline_pct=(100.0 * floor / row["ms"]) if floor and row["ms"] else None,
-                  priority=h * decay ** st["failed"], tried=st["failed"])
+                    share_pct=100.0 * row["ms"] / step_ms if step_ms else 0.0,
+                    roofline_pct=(100.0 * floor / row["ms"]) if floor and row["ms"] else None,
+                    priority=h * decay ** st["failed"], tried=st["failed"])
 
 
 def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,

@@ -49,7 +49,7 @@ def results(catalogue):
 
     def tap(name):
         return run_test(AccuracyRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
-                                    hidden=HIDDEN.get(name))).report
+                                        hidden=HIDDEN.get(name))).report
 
     def bench(name):
         with_main, replays = BENCH[name]

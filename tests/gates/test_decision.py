@@ -152,8 +152,8 @@ def test_a_report_parses_into_the_fields_the_loop_decides_on_also_from_its_json(
     assert (again.a, again.b, again.ab) == (res.a, res.b, res.ab)
     assert BenchResult.of(res) is res
     t = AccuracyResult.of({"verdict": "PASS logit evidence", "reasons": ["KL 1e-6"], "exit_code": 0,
-                       "evidence": {"outcome_a": "ok", "outcome_b": "ok", "logits": {"rows": 7},
-                                    "band": {"kl_max": 0.1}}})
+                           "evidence": {"outcome_a": "ok", "outcome_b": "ok", "logits": {"rows": 7},
+                                        "band": {"kl_max": 0.1}}})
     assert t.passed and t.exit_code == 0 and t.claim["rows"] == 7 and t.claim["band"] == {"kl_max": 0.1}
 
 

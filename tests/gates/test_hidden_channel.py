@@ -55,7 +55,7 @@ def ran(tmp_path_factory):
     prof = settings.profile(cuda)
     with ThreadPoolExecutor(2) as pool:
         test = pool.submit(run_test, AccuracyRequest(repo, sha, sha, settings.data, prof, repo / "runs",
-                                                 cuda, hidden=HIDDEN))
+                                                     cuda, hidden=HIDDEN))
         bench = pool.submit(run_bench, BenchRequest(repo, sha, sha, settings.data, prof, repo / "runs",
                                                     cuda, rounds=1, replays=1, hidden=HIDDEN),
                             progress=lambda m: None)

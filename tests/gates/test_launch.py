@@ -111,7 +111,7 @@ def ran(tmp_path_factory):
 
     def test(name):
         return run_test(AccuracyRequest(repo, shas[name], shas[name], settings.data, prof, repo / "runs",
-                                    cuda)).report
+                                        cuda)).report
 
     with pytest.MonkeyPatch.context() as mp:  # what the orchestrator's own process may hold
         for k, v in SECRETS.items():

@@ -46,7 +46,7 @@ def test_combine_takes_the_slowest_rank_and_checks_that_ranks_agree():
     assert b["ranks_agree"] is True
     assert res["ranks"]["emulated"] is True and "8-rank layout" in res["ranks"]["note"]
     split = launch_ranks.combine([_rank_result(1.0, [1.0]), _rank_result(1.0, [1.0], logits="cc")],
-                          "tp2", "gloo")
+                                 "tp2", "gloo")
     assert split["buckets"]["4"]["ranks_agree"] is False
     assert split["ranks"]["emulated"] is False
 
@@ -73,7 +73,7 @@ def test_a_failing_rank_ends_the_others_and_their_children(tmp_path):
     logs = [tmp_path / "r0.log", tmp_path / "r1.log"]
     t0 = time.monotonic()
     ended = launch_ranks.run_all([[sys.executable, "-c", waiter], [sys.executable, "-c", failer]],
-                          [dict(os.environ)] * 2, logs, timeout_s=60)
+                                 [dict(os.environ)] * 2, logs, timeout_s=60)
     assert time.monotonic() - t0 < 30
     assert (ended[1].returncode, ended[1].killed) == (3, False)
     assert ended[0].killed and not ended[0].timed_out and ended[0].order > ended[1].order
@@ -88,7 +88,7 @@ def test_the_time_limit_ends_every_rank(tmp_path):
     sleep = [sys.executable, "-c", "import time; time.sleep(120)"]
     t0 = time.monotonic()
     ended = launch_ranks.run_all([sleep, sleep], [dict(os.environ)] * 2,
-                          [tmp_path / "r0.log", tmp_path / "r1.log"], timeout_s=1.0)
+                                 [tmp_path / "r0.log", tmp_path / "r1.log"], timeout_s=1.0)
     assert time.monotonic() - t0 < 20
     assert all(e.killed and e.timed_out for e in ended)
 
@@ -118,7 +118,7 @@ def test_a_replay_takes_its_slowest_rank_then_the_median_over_replays():
     # rank 0 is slow on replay 0, rank 1 on replays 1 and 2: no rank's own median is the TPOT
     assert launch_ranks.slowest_per_replay([[5.0, 1.0, 1.0], [1.0, 4.0, 3.0]]) == [5.0, 4.0, 3.0]
     res = launch_ranks.combine([_rank_result(1.0, [5.0, 1.0, 1.0]), _rank_result(3.0, [1.0, 4.0, 3.0])],
-                        "tp2", "gloo")
+                               "tp2", "gloo")
     assert res["buckets"]["4"]["median_ms"] == 4.0 and res["buckets"]["4"]["slowest_rank"] == 1
     with pytest.raises(ValueError):
         launch_ranks.slowest_per_replay([[1.0, 2.0], [1.0]])
@@ -133,13 +133,13 @@ def _time_reply(times, sha, tampered=(), repeated=0):
 
 def test_merged_time_replies_sum_checks_and_compare_replicated_bytes():
     m = launch_ranks.merge_replies("time", [_time_reply([2.0, 1.0], "x"),
-                                     _time_reply([1.0, 3.0], "x", tampered=["clock replaced"],
-                                                 repeated=1)])
+                                            _time_reply([1.0, 3.0], "x", tampered=["clock replaced"],
+                                                        repeated=1)])
     assert m["times"] == [2.0, 3.0] and m["rank_times"] == [[2.0, 1.0], [1.0, 3.0]]
     assert m["checks"]["repeated_outputs"] == 1 and m["checks"]["replays"] == 2
     assert m["checks"]["tampered"] == ["rank 1: clock replaced"] and m["ranks_agree"]
     assert not launch_ranks.merge_replies("time", [_time_reply([1.0], "x"),
-                                            _time_reply([1.0], "y")])["ranks_agree"]
+                                                   _time_reply([1.0], "y")])["ranks_agree"]
 
 
 def test_merged_verify_holds_only_on_every_rank_and_keeps_the_worst_op():
@@ -150,7 +150,7 @@ def test_merged_verify_holds_only_on_every_rank_and_keeps_the_worst_op():
     assert not v["equal"] and v["max_abs_diff"] == 0.5 and v["nan"] == 2
     assert v["ops"]["a"]["rel_rms"] == 0.2 and v["ops"]["a"]["nan"] == 1 and v["ops"]["b"]["rel_rms"] == 0.3
     p = launch_ranks.merge_replies("prepare", [{"build_s": 1.0, "capture_s": 4.0, "environment": {"r": 0}},
-                                        {"build_s": 2.0, "capture_s": 3.0, "environment": {"r": 1}}])
+                                               {"build_s": 2.0, "capture_s": 3.0, "environment": {"r": 1}}])
     assert (p["build_s"], p["capture_s"], p["environment"]) == (2.0, 4.0, {"r": 0})
 
 
@@ -159,7 +159,7 @@ def test_tap_digests_name_the_steps_where_ranks_disagree():
     assert launch_ranks.disagreements([{"4:0": "a", "4:1": "b"}, {"4:0": "a", "4:1": "c"}]) == ["4:1"]
     assert launch_ranks.disagreements([{"4:0": "a"}, {}]) == ["4:0"]  # a rank that recorded nothing
     merged = launch_ranks.merge_digests([{"role": "replay", "rank_digests": {"1:0": "a"}, "pass": 0},
-                                  {"role": "replay", "rank_digests": {"1:0": "b"}, "pass": 1}],
+                                         {"role": "replay", "rank_digests": {"1:0": "b"}, "pass": 1}],
                                  "tp2", "gloo")
     assert merged["pass"] == 0 and merged["rank_disagreements"] == ["1:0"]
     assert merged["ranks"]["world"] == 2

@@ -99,7 +99,7 @@ def _test(repo, rev, base_world=None):
 
     s, prof = _settings(repo)
     res = run_test(AccuracyRequest(repo, rev, "main", s.data, prof, repo / "runs", False, 2, "tp2",
-                               base_world, "tp1" if base_world else None)).report
+                                   base_world, "tp1" if base_world else None)).report
     return res, report_lines(res)
 
 
