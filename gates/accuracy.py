@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from . import checkout, filemarks, launch_ranks, logits, scope, verdict
+from .events import PassTick
 from .protocol import Hidden, TapFiles, tap_rows
 from .results import AccuracyResult
 from .spec import side_spec
@@ -157,7 +158,9 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
 
 
 def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
-    """The gate on ``req``: its verdict and facts typed, the full report as ``.report``."""
+    """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
+    ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
+    side's pass."""
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -297,9 +300,10 @@ def _short(sha: str) -> str:
 
 
 def _tagged(progress, tag):
+    """A launcher's ``(last log line, elapsed s)`` as the gate's :class:`~gates.events.PassTick`."""
     if progress is None:
         return None
-    return lambda line, t: progress(f"{tag} {t:5.0f}s  {line}")
+    return lambda line, t: progress(PassTick(tag, t, line))
 
 
 # ------------------------------------------------------------------ report

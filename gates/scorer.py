@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import checkout, launch_ranks, logits, stats, verdict
+from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
+from .launch import Interactive, SideError
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
                        SaveRecord, Time, Verify)
 from .results import BenchResult
 from .spec import side_spec
-from .launch import Interactive, SideError
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
 # baseline that runs past this is reported as stopped, never a failed bench
@@ -108,7 +109,8 @@ def bench_settings(bench: dict, profile: dict) -> dict:
 
 def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
-    sample, check and timing) as ``.report``."""
+    sample, check and timing) as ``.report``. ``progress`` is called with each
+    ``gates.events.ScorerEvent`` as it happens (``print`` shows their lines)."""
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
     rounds = req.rounds or prof["rounds"]  # rounds and replays: the machine profile's (kern.yaml)
@@ -166,8 +168,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
         result["workload"] = r["workload"]
-        progress(f"side {k}: ready (build {r['build_s']:.0f}s, capture {r['capture_s']:.0f}s)"
-                 + (f", process {opened[k]} (sides alternate)" if alternate else ""))
+        progress(SideReady(k, r["build_s"], r["capture_s"], opened[k] if alternate else None))
         return s
 
     try:
@@ -176,7 +177,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
             store = Interactive("store", trees[first], spec, work, "store")
             ready = store.read(timeout)
             attach_spec["attach"] = ready["ready"]
-            progress(f"store: model built in {ready['build_s']:.0f}s, shared over CUDA IPC")
+            progress(StoreReady(ready["build_s"]))
         if not alternate:
             for k in sorted(trees):
                 open_side(k)
@@ -214,7 +215,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
                 side.request(SaveRecord(path=str(path)), timeout)
                 result["timed_files"].setdefault(k, []).append(str(path))
             result.setdefault("timed_save_s", []).append(time.monotonic() - t_s)
-            progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
+            progress(VisitDone(i // 4 + 1 if req.base else i + 1, k))
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
                 result["verify"][k] = _verify(side, k, buckets, timeout,
                                               int(b_cfg["reference_calls_per_op"]),
@@ -224,7 +225,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
                 if k == "A" and "B" in result["timed_files"]:
                     # main's process compares (the candidate's never sees main's outputs); B's
                     # last visit came before A's (A B B A)
-                    progress("judging the timed outputs against main's")
+                    progress(JudgingTimedOutputs())
                     t_j = time.monotonic()
                     gate_rows = (req.accuracy or {}).get("rows")
                     result["timed"] = side.request(

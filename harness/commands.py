@@ -189,11 +189,11 @@ def _progress(console):
 
     state = {"last": 0.0}
 
-    def show(line: str) -> None:
+    def show(event) -> None:
         now = time.monotonic()
         if now - state["last"] >= 3.0:
             state["last"] = now
-            console.print(f"[dim]… {line[:150]}[/dim]", highlight=False)
+            console.print(f"[dim]… {str(event)[:150]}[/dim]", highlight=False)
 
     return show
 
@@ -201,9 +201,9 @@ def _progress(console):
 @contextmanager
 def gate_progress(console, bars, step, plain):
     """The ``progress`` callback for a gate, rendered by ``console``: on a terminal one rich bar
-    per side (``bars``, moved by ``step(bars, line) -> (bars, moved)`` of harness/progress.py;
-    a line that moves none is printed above them), otherwise ``plain``, the lines as they come.
-    The bars end finished when the gate returns."""
+    per side (``bars``, moved by ``step(bars, event) -> (bars, moved)`` of harness/progress.py;
+    an event that moves none is printed above them as its line), otherwise ``plain``, the
+    events as they come. The bars end finished when the gate returns."""
     if not console.is_terminal:
         yield plain
         return
@@ -230,11 +230,11 @@ def gate_progress(console, bars, step, plain):
             if b.finished and not prog.tasks[ids[b.key]].finished_time:
                 prog.stop_task(ids[b.key])
 
-    def show(line: str) -> None:
-        state["bars"], moved = step(state["bars"], line)
+    def show(event) -> None:
+        state["bars"], moved = step(state["bars"], event)
         sync()
         if not moved:
-            prog.console.print(f"[dim]… {line[:150]}[/dim]", highlight=False)
+            prog.console.print(f"[dim]… {str(event)[:150]}[/dim]", highlight=False)
 
     with prog:
         sync()
@@ -404,7 +404,7 @@ def cmd_bench(args) -> int:
 
     def run():
         with gate_progress(err, P.bench_bars(order, rounds),
-                           lambda bars, line: P.bench_step(bars, line, rounds),
+                           lambda bars, event: P.bench_step(bars, event, rounds),
                            lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False)) as show:
             return run_bench(BenchRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
                                           v.cuda, tuple(args.baseline), args.rounds, args.replays,

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gates import decision as D
 from gates.scorer import analyse
-from gates.results import BenchResult, Comparison, SideScore, AccuracyResult
+from gates.results import AccuracyResult, BenchResult, Comparison, SideScore
 from gates.scope import ScopeResult
 from harness.settings import load
 from tests.gates.candidates import ROOT
