@@ -34,7 +34,7 @@ GPU only (``test_gpu_hacks.py``).
     and independently of the seal, on the coordinator's clock: hidden_time (A/B benches;
     test_defenses.py)
  8  work skipped or cheapened under the scorer only
-      ``"gates.side.replays" in sys.modules``           scope: reads sys.modules            static
+      ``"gates.side.replays" in sys.modules``         scope: reads sys.modules            static
       the driver's mode read from /proc/self/cmdline  bench: ops_match_reference          runtime
       torch.cuda.is_current_stream_capturing()        bench: graph differs from eager     GPU only
     no import, no process inspection, no host sync (all four fooled kern test and kern bench
