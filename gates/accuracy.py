@@ -18,16 +18,16 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, filemarks, ranks, scope, verdict
-from .hidden import Hidden
-from .protocol import TapFiles
-from .results import TestResult
-from .spec import side_spec, tap_rows
+from . import checkout, filemarks, launch_ranks, logits, scope, verdict
+from .events import PassTick
+from .protocol import Hidden, TapFiles, tap_rows
+from .results import AccuracyResult
+from .spec import side_spec
 
 
 @dataclass
-class TestRequest:
-    __test__ = False  # not a pytest test class despite its name
+class AccuracyRequest:
+    """``kern test REV --vs BASE``: what the accuracy gate is asked to judge."""
 
     repo: Path
     rev: str
@@ -102,7 +102,7 @@ def touched_ops(paths: list[str], sources) -> set[str] | None:
     return None if others is None else touched | others
 
 
-def tap_spec(req: TestRequest) -> dict:
+def tap_spec(req: AccuracyRequest) -> dict:
     """B's tap (and A's, unless A runs on another layout: :func:`base_spec`)."""
     prof = req.profile
     return side_spec(req.settings, prof, context=prof["test_context"], steps=prof["test_steps"],
@@ -157,8 +157,10 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
                     "cuda": cuda, "hidden": hidden})
 
 
-def run_test(req: TestRequest, progress=None) -> TestResult:
-    """The gate on ``req``: its verdict and facts typed, the full report as ``.report``."""
+def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
+    """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
+    ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
+    side's pass."""
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -198,8 +200,9 @@ def run_test(req: TestRequest, progress=None) -> TestResult:
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
             marks = filemarks.file_marks(guarded)
-        b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
-                      TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), hidden)
+        b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
+                             TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"),
+                             hidden)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
         moved = filemarks.changed_files(marks, filemarks.file_marks(guarded))
         if moved:
@@ -225,7 +228,7 @@ def run_test(req: TestRequest, progress=None) -> TestResult:
         else:
             a_tail = n_tail
         ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
-    return TestResult.of({
+    return AccuracyResult.of({
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
         "spec": b_spec, "base_spec": spec, "hidden": hidden,
@@ -250,18 +253,18 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
     if not (a_res and b_res):
         ev["tap"] = ev["logits"] = None
         return ev, verdict.judge({**ev, "tap": verdict.tap_diff({"runs": {}}, {"runs": {}}),
-                                  "logits": verdict.logit_stats({}, {}, 1.0)}, th)
+                                  "logits": logits.logit_stats({}, {}, 1.0)}, th)
     a_files, b_files = TapFiles(a_dir), TapFiles(b_dir)
     la = torch.load(a_files / TapFiles.LOGITS_A)
     lb = torch.load(b_files / TapFiles.LOGITS_B)
     ev["tap"] = verdict.own_defects(b_res["pass"]) if cross else \
         verdict.tap_diff(a_res["pass"], b_res["pass"])
-    ev["logits"] = verdict.logit_stats(la, lb, th["near_tie_factor"])
+    ev["logits"] = logits.logit_stats(la, lb, th["near_tie_factor"])
     if "repeat" in a_res:
-        ev["noise"] = verdict.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_A2), th["near_tie_factor"])
+        ev["noise"] = logits.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_A2), th["near_tie_factor"])
         ev["noise_tap"] = verdict.tap_diff(a_res["pass"], a_res["repeat"])
     if "band_ops" in a_res and (a_files / TapFiles.LOGITS_AREF).exists():
-        ev["band"] = verdict.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_AREF), th["near_tie_factor"])
+        ev["band"] = logits.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_AREF), th["near_tie_factor"])
     ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
     return ev, verdict.judge(ev, th)
 
@@ -271,8 +274,8 @@ def _record_a(req, a_dir, a_tree, spec, touched, timeout, progress, hidden):
         return "ok", 0.0, "", a_dir
     a_dir.mkdir(parents=True, exist_ok=True)
     a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
-    a = ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout, _tagged(progress, "A record"),
-                  hidden)
+    a = launch_ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout,
+                         _tagged(progress, "A record"), hidden)
     if not a.ok:  # keep its log, but never let a failed recording look cached
         failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
         a_dir.rename(failed)
@@ -286,7 +289,7 @@ def _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden):
     if out.exists() and (TapFiles(a_dir) / TapFiles.LOGITS_A2).exists():
         return "ok", 0.0, ""
     n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-    n = ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)
+    n = launch_ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)
     if not n.ok:
         out.unlink(missing_ok=True)
     return n.kind, n.wall_s, n.log_tail
@@ -297,9 +300,10 @@ def _short(sha: str) -> str:
 
 
 def _tagged(progress, tag):
+    """A launcher's ``(last log line, elapsed s)`` as the gate's :class:`~gates.events.PassTick`."""
     if progress is None:
         return None
-    return lambda line, t: progress(f"{tag} {t:5.0f}s  {line}")
+    return lambda line, t: progress(PassTick(tag, t, line))
 
 
 # ------------------------------------------------------------------ report

@@ -1,7 +1,7 @@
 """The merge rule: what the gates' results decide for one attempt (pure).
 
 One function, :func:`decide`, over the scope gate's answer, the accuracy gate's
-:class:`~gates.results.TestResult` and the scorer's :class:`~gates.results.BenchResult`
+:class:`~gates.results.AccuracyResult` and the scorer's :class:`~gates.results.BenchResult`
 (with its re-measurement, when a large gain was measured again). First match wins:
 
     scope rejected                              abandoned   scope
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, TestResult
+from .results import NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, AccuracyResult
 
 MERGED, ABANDONED, CRASHED, TIMED_OUT = "merged", "abandoned", "crashed", "timed out"
 # which step of the rule decided: the ledger row records the gates up to that one
@@ -74,7 +74,7 @@ def reverify_check(bench: BenchResult) -> dict | None:
     return None
 
 
-def decide(scope_ok: bool, test: TestResult | None, bench: BenchResult | None) -> Decision:
+def decide(scope_ok: bool, test: AccuracyResult | None, bench: BenchResult | None) -> Decision:
     """The merge rule (module docstring). ``bench``: None when the scorer did not run."""
     if not scope_ok:
         return Decision(ABANDONED, "scope", BY_SCOPE)

@@ -5,56 +5,18 @@ agent can see and special-case. Each judgment therefore draws, from the harness 
 randomness (``random.SystemRandom``, the operating system's entropy), an **input seed** (the
 workload's tokens and positions; weights and caches stay seeded by ``target.seed``) and a few
 **extra batch sizes** for the accuracy gate's tap. They reach a side only over its stdin,
-after it has imported the candidate's tree (``gates/sides.py``, ``gates/side/driver.py``), never in
+after it has imported the candidate's tree (``gates/launch.py``, ``gates/side/driver.py``), never in
 kern.yaml, a spec file, argv or the environment; the ledger records them once the decision
 is made, so a judgment can be replayed exactly (``kern test REV --vs BASE --replay-attempt N``).
 
-Loop-side: nothing here imports torch or the kernel tree.
+Loop-side: nothing here imports torch or the kernel tree. The inputs themselves, what the
+side reads back, are ``gates/protocol.py``'s :class:`Hidden`.
 """
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
-SEED_BOUND = 2**32  # input seeds are drawn from [0, SEED_BOUND)
-
-
-class HiddenError(ValueError):
-    """A record of hidden inputs is malformed; the message names its source and who acts."""
-
-
-@dataclass(frozen=True)
-class Hidden:
-    """One judgment's hidden inputs (plain data)."""
-
-    input_seed: int
-    extra_rows: tuple[int, ...] = ()
-
-    def to_dict(self) -> dict:
-        return {"input_seed": self.input_seed, "extra_rows": list(self.extra_rows)}
-
-    @staticmethod
-    def from_dict(d, source: str = "hidden inputs") -> "Hidden":
-        """The inverse of :meth:`to_dict`; anything else raises :class:`HiddenError` naming
-        ``source`` (where ``d`` came from) and what was expected."""
-        if not isinstance(d, dict) or set(d) != {"input_seed", "extra_rows"}:
-            raise HiddenError(f"{source}: expected {{'input_seed': int, 'extra_rows': [int, ...]}}, "
-                              f"found {d!r}")
-        seed, rows = d["input_seed"], d["extra_rows"]
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_BOUND:
-            raise HiddenError(f"{source}: input_seed: expected an integer in [0, {SEED_BOUND}), "
-                              f"found {seed!r}")
-        if not isinstance(rows, (list, tuple)) or any(
-                isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows) \
-                or len(set(rows)) != len(rows):
-            raise HiddenError(f"{source}: extra_rows: expected distinct positive integers, "
-                              f"found {rows!r}")
-        return Hidden(seed, tuple(rows))
-
-    def describe(self) -> str:
-        """One line for a report, shown after the verdict."""
-        rows = ", ".join(map(str, self.extra_rows)) if self.extra_rows else "none"
-        return f"input seed {self.input_seed}, extra batch sizes {rows}"
+from .protocol import SEED_BOUND, Hidden
 
 
 def candidates(buckets, test_rows) -> list[int]:

@@ -1,29 +1,109 @@
 """The subprocess boundary's shared names: what the loop process and a side process both
 read and write, defined once for both.
 
-Imported by the loop side (``gates/accuracy.py``, ``gates/sides.py``, ``gates/ranks.py``)
-and by the side (``gates/side/driver.py``, ``tap.py``, ``bench_side.py``); it imports nothing
-of either (only the standard library), so the side reaches no loop-side module through it.
+Imported by the coordinator (``gates/accuracy.py``, ``gates/launch.py``, ``gates/launch_ranks.py``,
+``gates/scorer.py``) and by the side (``gates/side/``); it imports nothing of either (only the
+standard library), so the side reaches no coordinator module through it. gates/side/ imports
+from gates/ only this module, ``gates/interpreter.py`` and ``gates/logits.py``
+(tests/test_layers.py holds it to that).
 
 :class:`SideOptions` and one subclass per mode of ``gates.side.driver`` (:data:`OPTIONS`):
 what a side is sent in its spec file, checked by :func:`parse` on both ends.
+
+The hand-over: :data:`IMPORTED`, the side's first line once it imported the candidate's tree;
+the coordinator's answer, :func:`handover_line` (read back with :func:`read_handover`), holds
+the judgment's :class:`Hidden` inputs. :data:`MEMORY_VARIABLE`: a side's address-space cap.
+
+:class:`BenchCommand` and one subclass per request of the scorer to a bench side
+(:data:`COMMANDS`), one JSON line each, checked by :func:`command` on the side's end.
 
 :class:`TapFiles`: the files of one tap side's folder (``runs/tap/<commit>-<key>/``). Main's
 recording is written by its ``record`` and ``noise`` roles and read by the candidate's
 ``replay`` and by the verdict; a side of several ranks writes rank 0's tensors in the folder
 itself and rank r's in ``rank<r>/`` under it, each rank's document beside the merged one as
-the launcher names it (:func:`rank_document`: ``record.rank<r>.json``).
+the launcher names it (:func:`rank_document`: ``record.rank<r>.json``). :func:`tap_rows`: the
+batch sizes a tap runs, computed by both ends.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
+# ------------------------------------------------------------------ the hand-over
+MEMORY_VARIABLE = "KERN_SIDE_MEMORY_BYTES"  # the driver caps its address space at this
+IMPORTED = '{"imported": true}'  # a side's first line on stdout: the candidate's tree is imported
+SEED_BOUND = 2**32  # input seeds are drawn from [0, SEED_BOUND)
+
+
+class HiddenError(ValueError):
+    """A record of hidden inputs is malformed; the message names its source and who acts."""
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """One judgment's hidden inputs (plain data; drawn by ``gates/hidden.py``)."""
+
+    input_seed: int
+    extra_rows: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"input_seed": self.input_seed, "extra_rows": list(self.extra_rows)}
+
+    @staticmethod
+    def from_dict(d, source: str = "hidden inputs") -> "Hidden":
+        """The inverse of :meth:`to_dict`; anything else raises :class:`HiddenError` naming
+        ``source`` (where ``d`` came from) and what was expected."""
+        if not isinstance(d, dict) or set(d) != {"input_seed", "extra_rows"}:
+            raise HiddenError(f"{source}: expected {{'input_seed': int, 'extra_rows': [int, ...]}}, "
+                              f"found {d!r}")
+        seed, rows = d["input_seed"], d["extra_rows"]
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_BOUND:
+            raise HiddenError(f"{source}: input_seed: expected an integer in [0, {SEED_BOUND}), "
+                              f"found {seed!r}")
+        if not isinstance(rows, (list, tuple)) or any(
+                isinstance(r, bool) or not isinstance(r, int) or r < 1 for r in rows) \
+                or len(set(rows)) != len(rows):
+            raise HiddenError(f"{source}: extra_rows: expected distinct positive integers, "
+                              f"found {rows!r}")
+        return Hidden(seed, tuple(rows))
+
+    def describe(self) -> str:
+        """One line for a report, shown after the verdict."""
+        rows = ", ".join(map(str, self.extra_rows)) if self.extra_rows else "none"
+        return f"input seed {self.input_seed}, extra batch sizes {rows}"
+
+
+def handover_line(hidden: dict | None) -> str:
+    """The coordinator's answer to :data:`IMPORTED` in the run and tap modes: the hidden
+    inputs (``Hidden.to_dict()``, or None for none) as one line."""
+    return json.dumps({"hidden": hidden}) + "\n"
+
+
+def read_handover(line: bytes | str) -> Hidden | None:
+    """The side's reading of :func:`handover_line` (a malformed record raises
+    :class:`HiddenError`)."""
+    d = json.loads(line)["hidden"]
+    return None if d is None else Hidden.from_dict(d, "the coordinator's hand-over line")
+
+
+def tap_rows(test_rows: list[int], buckets: list[int], extra=()) -> list[int]:
+    """The accuracy gate's batch sizes: the profile's test rows, the judgment's hidden extra
+    ones (``extra``), then every bucket the scorer times that is not among them. A kernel
+    special-cased to the bench's batch sizes must meet the gate at exactly those sizes,
+    whatever a profile's test rows say; one special-cased to the visible sizes meets sizes
+    it could not know. The spec a side gets holds the visible ones (``tap_rows(t, b)``); the
+    side adds the hidden ones it is handed as ``tap_rows(spec_rows, [], extra)``."""
+    out = list(dict.fromkeys(test_rows))
+    out += [r for r in dict.fromkeys(extra) if r not in out]
+    return out + [b for b in dict.fromkeys(buckets) if b not in out]
+
+
 
 def rank_document(out: Path, rank: int) -> Path:
     """Where rank ``rank`` of a side launched as several ranks writes its document ``out``
-    (``gates/ranks.launch`` merges them into ``out``)."""
+    (``gates/launch_ranks.launch`` merges them into ``out``)."""
     return out.with_name(f"{out.stem}.rank{rank}.json")
 
 
@@ -97,7 +177,7 @@ class SideOptions:
     steps: int
     rows: list  # the batch sizes this side runs
     state_dtype: str | None = "bf16"
-    world: int = 1  # processes, one per rank (gates/ranks.py starts them)
+    world: int = 1  # processes, one per rank (gates/launch_ranks.py starts them)
     collective_timeout_s: float = 600.0  # a rank's wait on the others' collectives
     # the options as sent (echoed in the side's result; compared by nothing)
     sent: dict = field(default_factory=dict, compare=False, repr=False)
@@ -155,7 +235,7 @@ class TapOptions(SideOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchOptions(SideOptions):
-    """``bench``: a scorer side, driven over stdin (gates/side/bench_side.py)."""
+    """``bench``: a scorer side, driven over stdin (gates/side/replays.py)."""
     MODE: ClassVar[str] = "bench"
 
     attach: str | None = None  # the store's shared model to attach to (None: build it)
@@ -176,3 +256,145 @@ def parse(mode: str, spec: dict) -> SideOptions:
         raise OptionsError(f"no side mode {mode!r} (expected one of {', '.join(OPTIONS)}): a "
                            f"bug of the gate that starts the side")
     return OPTIONS[mode].parse(spec)
+
+
+# ------------------------------------------------------------------ the scorer's commands
+STORE_QUIT = "quit"  # the line that ends the model store (any other line is ignored)
+
+
+class CommandError(ValueError):
+    """A bench side was sent a line that is no command of :data:`COMMANDS`: a bug of the
+    scorer that sent it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchCommand:
+    """One request of the scorer (``gates/scorer.py``) to a bench side
+    (``gates/side/replays.py``): one JSON object on the side's stdin, ``{"cmd": CMD, ...}``
+    with the fields; the side answers with one JSON line, ``{"ok": true, ...}`` or
+    ``{"ok": false, "error": ...}``, after the driver's :data:`IMPORTED`."""
+
+    CMD: ClassVar[str] = ""
+
+    def to_dict(self) -> dict:
+        return {"cmd": self.CMD, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def parse(cls, d: dict) -> "BenchCommand":
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(names) - {"cmd"})
+        missing = [f.name for f in fields(cls) if f.default is MISSING
+                   and f.default_factory is MISSING and f.name not in d]
+        if unknown or missing:
+            raise CommandError(
+                f"the bench side's {cls.CMD!r} command takes {', '.join(names) or 'no fields'}; "
+                f"it was sent {', '.join(unknown) or 'no'} other field(s) and lacks "
+                f"{', '.join(missing) or 'none'}: a bug of the scorer that sent it")
+        return cls(**{k: v for k, v in d.items() if k != "cmd"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prepare(BenchCommand):
+    """Build (or attach to the store's) model, compile and capture every bucket.
+    -> build_s, capture_s, environment, workload, all_reduce_paths"""
+    CMD: ClassVar[str] = "prepare"
+
+    # the judgment's hidden inputs (Hidden.to_dict(): its input seed sets the workload), or None
+    hidden: dict | None
+    sketch_seed: int = 0  # the seed of the state sketches (gates/side/timed.py)
+    claim: str | None = None  # the accuracy gate's verdict the timed outputs are held to
+
+
+@dataclass(frozen=True, kw_only=True)
+class Time(BenchCommand):
+    """``n`` timed replays of ``bucket`` rows on input sets ``first``, ``first + 1``, ...
+    (None: the next unused). -> times, checks, untimed_ms (several ranks: and replicated_sha,
+    of every replay's replicated bytes and the last one's gathered logits)"""
+    CMD: ClassVar[str] = "time"
+
+    bucket: int
+    n: int
+    first: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SaveRecord(BenchCommand):
+    """Write the timed replays' outputs kept since the last save to ``path`` (one file per
+    visit; None: keep them in the process's memory)."""
+    CMD: ClassVar[str] = "save_record"
+
+    path: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeOutputs(BenchCommand):
+    """Main's side: its timed outputs (``mine``: files, or ``"memory"`` for its own replays)
+    against the candidate's (``theirs``). -> timed"""
+    CMD: ClassVar[str] = "judge_outputs"
+
+    mine: list | str
+    theirs: list | str
+    near_tie_factor: float
+    sample: dict | None = None  # {"rows": R, "seed": S}: also judge R rows drawn with seed S
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verify(BenchCommand):
+    """Graph against eager on an unseen input at ``bucket`` rows; with ``ops`` the eager
+    run's op calls against the reference too (all, or for an op in ``sample`` the calls it
+    lists). -> equal, max_abs_diff, nan (and ops)"""
+    CMD: ClassVar[str] = "verify"
+
+    bucket: int
+    ops: bool = False
+    sample: dict | None = None  # {op: [call index, ...]}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bandwidth(BenchCommand):
+    """The card's read ceiling (gates/side/ceiling.py). -> Bps, torch_sum_Bps, shapes, best"""
+    CMD: ClassVar[str] = "bandwidth"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Peers(BenchCommand):
+    """The peer implementations' times (gates/side/peers.py). -> kda_decode"""
+    CMD: ClassVar[str] = "peers"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RooflineCost(BenchCommand):
+    """The roofline bytes and FLOPs of one step at ``bucket`` rows, per op row."""
+    CMD: ClassVar[str] = "cost"
+
+    bucket: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline(BenchCommand):
+    """``n`` timed steps of ``kind`` (the eager reference step, torch.compile) at ``bucket``
+    rows. -> times, first_call_s (or error)"""
+    CMD: ClassVar[str] = "baseline"
+
+    kind: str
+    bucket: int
+    n: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quit(BenchCommand):
+    """Stop serving; the driver then writes its summary."""
+    CMD: ClassVar[str] = "quit"
+
+
+COMMANDS = {c.CMD: c for c in (Prepare, Time, SaveRecord, JudgeOutputs, Verify, Bandwidth, Peers,
+                               RooflineCost, Baseline, Quit)}
+
+
+def command(d: dict) -> BenchCommand:
+    """The command one line on a bench side's stdin holds (checked: :meth:`BenchCommand.parse`)."""
+    cmd = d.get("cmd") if isinstance(d, dict) else None
+    if cmd not in COMMANDS:
+        raise CommandError(f"unknown command {cmd!r} (expected one of {', '.join(COMMANDS)}): "
+                           f"a bug of the scorer that sent it")
+    return COMMANDS[cmd].parse(d)

@@ -1,31 +1,30 @@
 """What ``kern test`` and ``kern bench`` found, as the loop decides on it.
 
-``run_test`` and ``run_bench`` return a :class:`TestResult` and a :class:`BenchResult`: the
+``run_test`` and ``run_bench`` return a :class:`AccuracyResult` and a :class:`BenchResult`: the
 facts the merge rule (``gates/decision.py``), the ledger row and the CLI read, as typed
 attributes, with the full report attached (``.report``: the JSON object ``--out`` writes, the
 ledger's judgment files keep, and the report lines are printed from).
 
 The report is the persisted form of a result, so a report dict (written by ``--out``, kept in
 ``runs/attempts/<n>/judgment-<k>.json``, or made by a stand-in gate) is parsed into the typed
-form by :meth:`TestResult.of` / :meth:`BenchResult.of`; the paths of keys into the report are
+form by :meth:`AccuracyResult.of` / :meth:`BenchResult.of`; the paths of keys into the report are
 read here and nowhere else in the loop. Pure: no I/O.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-# how a side process may end (gates/sides.py); "not run": the gate never started it
+# how a side process may end (gates/launch.py); "not run": the gate never started it
 OK, NOT_RUN, TIMEOUT, TAMPERED = "ok", "not run", "timeout", "tampered"
 
 
 @dataclass(frozen=True)
-class TestResult:
+class AccuracyResult:
     """``kern test REV --vs BASE``: the accuracy gate's verdict and how its sides ended."""
-    __test__ = False  # not a pytest test class despite its name
 
     verdict: str  # "PASS bit-identical", "FAIL", "INCONCLUSIVE", ...
     reasons: tuple[str, ...]  # the verdict's reasons, the decisive one first
-    outcome_a: str = OK  # how main's recording ended (gates/sides.py's kinds)
+    outcome_a: str = OK  # how main's recording ended (gates/launch.py's kinds)
     outcome_b: str | None = OK  # how the candidate's replay ended; "not run" when A failed
     outcome_noise: str = "not needed"  # A's repeat and band passes
     # the bar the scorer holds the timed replays' outputs to (``verdict.judge_timed``): the
@@ -41,9 +40,9 @@ class TestResult:
         return self.verdict.startswith("PASS")
 
     @classmethod
-    def of(cls, res: "TestResult | dict") -> "TestResult":
-        """``res`` as a TestResult: itself, or its report parsed."""
-        if isinstance(res, TestResult):
+    def of(cls, res: "AccuracyResult | dict") -> "AccuracyResult":
+        """``res`` as a AccuracyResult: itself, or its report parsed."""
+        if isinstance(res, AccuracyResult):
             return res
         ev = res.get("evidence") or {}
         claim = {"verdict": res["verdict"], "band": ev.get("band"), "noise": ev.get("noise"),
@@ -84,7 +83,7 @@ class Comparison:
 class BenchResult:
     """``kern bench REV [--vs BASE]``: how the run ended and, when it ran, what it measured."""
 
-    outcome: str  # "ok", or how a side ended (gates/sides.py's kinds)
+    outcome: str  # "ok", or how a side ended (gates/launch.py's kinds)
     error: str | None = None
     buckets: tuple[int, ...] = ()
     sides: dict = field(default_factory=dict)  # {"A" | "B": SideScore}, when outcome is ok
@@ -136,6 +135,6 @@ class BenchResult:
                    secrets=res.get("secrets"), wall_s=res.get("wall_s"), report=res)
 
 
-def report_of(res: "TestResult | BenchResult | dict | None") -> dict | None:
+def report_of(res: "AccuracyResult | BenchResult | dict | None") -> dict | None:
     """The JSON form of a result (its report), whichever form it is in."""
-    return res.report if isinstance(res, (TestResult, BenchResult)) else res
+    return res.report if isinstance(res, (AccuracyResult, BenchResult)) else res

@@ -39,7 +39,7 @@ def render(template: str, values: dict) -> str:
     return template.format_map(Missing(values))
 
 
-def target_for(name: str, profile: dict, attempts: list) -> planning.Target:
+def target_for(name: str, profile: dict, attempts: list) -> planning.OpTarget:
     """The planner's view of profile row ``name`` (even when the planner would skip it now),
     or :class:`BriefError` naming the rows there are."""
     ops = profile["ops"]
@@ -104,7 +104,7 @@ def measured_on_gpu(result: dict) -> bool:
     return (result.get("environment") or {}).get("device") == "cuda"
 
 
-def make_brief(cfg, t: planning.Target, profile: dict, attempts: list, number: int, base: str,
+def make_brief(cfg, t: planning.OpTarget, profile: dict, attempts: list, number: int, base: str,
                template: str | None = None, ceiling: str = "") -> Brief:
     """Attempt ``number``'s brief on target ``t``, briefed on main ``base``. ``cfg``: kern.yaml
     resolved (harness.settings.Resolved); ``profile``: the profile of main ({rows, step_ms, ops});

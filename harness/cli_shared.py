@@ -47,28 +47,28 @@ def _context(args) -> VerbContext:
 
 def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:
     """(processes, layout) from --gpus/--emulate; None after saying why they cannot run."""
-    from gates import ranks
+    from gates import launch_ranks
 
     try:
         import torch
 
-        return ranks.side_ranks(args.gpus, args.emulate, cuda,
-                                torch.cuda.device_count() if cuda else 0, model)
-    except ranks.RanksError as e:
+        return launch_ranks.side_ranks(args.gpus, args.emulate, cuda,
+                                       torch.cuda.device_count() if cuda else 0, model)
+    except launch_ranks.RanksError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)
         return None
 
 
 def step_verb(args, verb: str, spec_for, out_for, limit_for):
     """The shell ``kern step`` and ``kern profile`` share: the context, the ``--gpus`` /
-    ``--emulate`` check, the revision, then the verb's step side (harness/step_side.py) with
+    ``--emulate`` check, the revision, then the verb's step side (harness/step_launch.py) with
     its progress on stderr and its result stamped with the commit and kern.yaml's hash.
     ``spec_for(v, world, layout)``, ``out_for(v, sha)``, ``limit_for(v.cfg)``: what the verb
     measures, where it writes, how long it may take. Returns ``(v, result, out)``, or an exit code
     after saying why there is none (2: the flags do not fit this machine; 1: the step failed)."""
     from gates import checkout
 
-    from .step_side import run_step
+    from .step_launch import run_step
 
     v = _context(args)
     sides = rank_args(args, v.cuda, verb, v.cfg.machine.model)

@@ -100,7 +100,8 @@ class ReplayError(ValueError):
 def recorded_hidden(attempt, number: int, ledger_path, buckets, test_rows):
     """Pure: attempt ``number``'s recorded hidden inputs (``attempt``: its ledger row, None when
     absent), checked against this profile; :class:`ReplayError` says why there are none."""
-    from gates.hidden import Hidden, HiddenError, misfit
+    from gates.hidden import misfit
+    from gates.protocol import Hidden, HiddenError
 
     if attempt is None:
         raise ReplayError(f"--replay-attempt {number}: attempt #{number} is not in the ledger "
@@ -188,11 +189,11 @@ def _progress(console):
 
     state = {"last": 0.0}
 
-    def show(line: str) -> None:
+    def show(event) -> None:
         now = time.monotonic()
         if now - state["last"] >= 3.0:
             state["last"] = now
-            console.print(f"[dim]… {line[:150]}[/dim]", highlight=False)
+            console.print(f"[dim]… {str(event)[:150]}[/dim]", highlight=False)
 
     return show
 
@@ -200,9 +201,9 @@ def _progress(console):
 @contextmanager
 def gate_progress(console, bars, step, plain):
     """The ``progress`` callback for a gate, rendered by ``console``: on a terminal one rich bar
-    per side (``bars``, moved by ``step(bars, line) -> (bars, moved)`` of harness/progress.py;
-    a line that moves none is printed above them), otherwise ``plain``, the lines as they come.
-    The bars end finished when the gate returns."""
+    per side (``bars``, moved by ``step(bars, event) -> (bars, moved)`` of harness/progress.py;
+    an event that moves none is printed above them as its line), otherwise ``plain``, the
+    events as they come. The bars end finished when the gate returns."""
     if not console.is_terminal:
         yield plain
         return
@@ -229,11 +230,11 @@ def gate_progress(console, bars, step, plain):
             if b.finished and not prog.tasks[ids[b.key]].finished_time:
                 prog.stop_task(ids[b.key])
 
-    def show(line: str) -> None:
-        state["bars"], moved = step(state["bars"], line)
+    def show(event) -> None:
+        state["bars"], moved = step(state["bars"], event)
         sync()
         if not moved:
-            prog.console.print(f"[dim]… {line[:150]}[/dim]", highlight=False)
+            prog.console.print(f"[dim]… {str(event)[:150]}[/dim]", highlight=False)
 
     with prog:
         sync()
@@ -247,7 +248,7 @@ def gate_progress(console, bars, step, plain):
 def bench_plan(args, machine) -> tuple[list, int]:
     """(the visit order, rounds) run_bench will follow for these flags (its own rule) on the
     machine profile ``machine`` (harness.settings.Profile)."""
-    from gates.bench import pattern
+    from gates.scorer import pattern
 
     rounds = args.rounds or machine.rounds
     return (pattern(rounds) if args.base else ["B"] * rounds), rounds
@@ -314,8 +315,8 @@ def run_gate(args, verb: str, g: GateInputs, run, report_lines):
 
 
 def cmd_test(args) -> int:
-    from gates import ranks
-    from gates.accuracy import TestRequest, report_lines, run_test
+    from gates import launch_ranks
+    from gates.accuracy import AccuracyRequest, report_lines, run_test
 
     from . import progress as P
 
@@ -324,16 +325,16 @@ def cmd_test(args) -> int:
         return g
     v, err = g.v, g.err
     try:
-        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
-                                                   v.cfg.machine.model)
-    except ranks.RanksError as e:
+        base_world, base_layout = launch_ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
+                                                          v.cfg.machine.model)
+    except launch_ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
 
     def run():
         with (nullcontext() if args.json else gate_progress(err, (), P.test_step, _progress(err))) as show:
-            return run_test(TestRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
-                                        v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
+            return run_test(AccuracyRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
+                                            v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
                             progress=show)
 
     res = run_gate(args, "test", g, run, report_lines)
@@ -391,7 +392,7 @@ def cmd_step(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from gates.bench import BenchRequest, report_lines, run_bench
+    from gates.scorer import BenchRequest, report_lines, run_bench
 
     from . import progress as P
 
@@ -403,7 +404,7 @@ def cmd_bench(args) -> int:
 
     def run():
         with gate_progress(err, P.bench_bars(order, rounds),
-                           lambda bars, line: P.bench_step(bars, line, rounds),
+                           lambda bars, event: P.bench_step(bars, event, rounds),
                            lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False)) as show:
             return run_bench(BenchRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
                                           v.cuda, tuple(args.baseline), args.rounds, args.replays,

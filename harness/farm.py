@@ -7,7 +7,7 @@ either GPU ids as ``CUDA_VISIBLE_DEVICES`` names them (``"0"``, ``"2,3"``) or a 
 
 Every judgment holds one slot for all its gate processes (the accuracy gate's sides and the
 scorer's A/B rounds: A and B never on different GPUs), and those processes see only the slot's
-GPUs (``gates.sides.judging_slot`` sets ``CUDA_VISIBLE_DEVICES`` in their environment). A lock
+GPUs (``gates.launch.judging_slot`` sets ``CUDA_VISIBLE_DEVICES`` in their environment). A lock
 file per slot under ``runs/slots/`` replaces the single ``runs/gpu.lock``: any process judging
 on this repository (``kern loop``, ``kern try``) takes a slot that no other holds. With one GPU
 there is one slot and nothing changes.
@@ -192,7 +192,7 @@ class Pool:
     def hold(self, wait_s: float | None = None):
         """Hold a free slot for the block (yields the :class:`Slot`); its gate processes see
         only its GPUs. ``wait_s``: give up after this long (TimeoutError), None: wait."""
-        from gates.sides import judging_slot
+        from gates.launch import judging_slot
 
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:

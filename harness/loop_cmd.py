@@ -130,7 +130,7 @@ def cmd_try(args) -> int:
     if a.delta_ms is not None:
         print(f"score change {a.delta_ms:+.3f} ms [{a.ci_low:+.3f}, {a.ci_high:+.3f}]")
     if a.hidden:
-        from gates.hidden import Hidden
+        from gates.protocol import Hidden
 
         print(f"hidden     {Hidden.from_dict(a.hidden).describe()} (replay: kern test "
               f"{(a.commit_sha or '')[:12]} --vs {(a.base_sha or '')[:12]} --replay-attempt {number})")

@@ -373,7 +373,7 @@ class Orchestrator:
     def profile(self) -> dict:
         """The latest profile of main: measured once per main commit and profile definition
         (:func:`profile_path`), on a judging slot, and reused by every later tick and loop."""
-        from .step_side import run_step
+        from .step_launch import run_step
 
         sha = self.ctx.repo.main_sha()
         spec = profile_spec(self.settings, self.ctx.profile, self.ctx.cuda)
@@ -432,7 +432,7 @@ class Orchestrator:
             out.append(planning.target_of(name, row, prof["step_ms"], journey))
         return out
 
-    def _spawn(self, t: planning.Target, prof: dict, attempts: list, tick_id: int,
+    def _spawn(self, t: planning.OpTarget, prof: dict, attempts: list, tick_id: int,
                report: TickReport) -> None:
         ctx = self.ctx
         base = ctx.repo.main_sha()
@@ -449,7 +449,7 @@ class Orchestrator:
             if stop:
                 self.halt = reason
 
-    def _start_agent(self, number: int, t: planning.Target, prof: dict, attempts: list,
+    def _start_agent(self, number: int, t: planning.OpTarget, prof: dict, attempts: list,
                      base: str, report: TickReport) -> None:
         cfg, ctx = self.cfg, self.ctx
         d = attempt_dir(ctx.runs, number)
@@ -466,7 +466,7 @@ class Orchestrator:
         (d / "settings.json").write_text(json.dumps(settings, indent=1))
         faults.point("spawn")
         with open(d / "agent.log", "w") as log:
-            # the agent may see API keys; gate subprocesses never do (gates/sides.py)
+            # the agent may see API keys; gate subprocesses never do (gates/launch.py)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.agents.run", "--brief", str(d / "brief.json"),
                  "--worktree", str(wt), "--settings", str(d / "settings.json"),

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gates import decision, scope, stats
-from gates.results import BenchResult, TestResult, report_of
+from gates.results import AccuracyResult, BenchResult, report_of
 
 from . import farm, faults
 from . import ledger as L
+from . import progress as P
 from .settings import Resolved, resolve
 from .worktrees import Repo
 
@@ -30,7 +31,7 @@ class Context:
     runs: Path
     cuda: bool
     ledger: L.Ledger
-    progress: callable = print
+    progress: callable = print  # the loop's events (harness/progress.py) and plain notes
     settings_digest: str = ""
     pool: "farm.Pool | None" = None  # the judging slots (None: kern.yaml's farm.slots, on first use)
     remote: object = None  # farm.kind ray: the harness.ray_farm.RayFarm judgments are sent to
@@ -54,9 +55,9 @@ class Judgment:
     from a Ray task (harness/ray_farm.py)."""
 
     scope: object
-    test: TestResult | None
+    test: AccuracyResult | None
     bench: BenchResult | None
-    hidden: object  # gates.hidden.Hidden
+    hidden: object  # gates.protocol.Hidden
     host: str | None = None
     slot: str | None = None
 
@@ -98,7 +99,7 @@ def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
     """Pure: gate results (typed, or their reports: ``gates.results``) -> final state, reason
     and the fields the ledger records. The rule itself is ``gates.decision.decide``; this adds
     what the ledger keeps of the gates up to the one that decided."""
-    test = None if test_res is None else TestResult.of(test_res)
+    test = None if test_res is None else AccuracyResult.of(test_res)
     bench = None if bench_res is None else BenchResult.of(bench_res)
     d = decision.decide(scope_res.ok, test, bench)
     if d.by == decision.BY_SCOPE:
@@ -199,31 +200,31 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
 def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     """The accuracy gate, then (when it passes) the scorer and its re-measurement, on the
     slot the caller holds. Returns (test, bench); bench is None when the scorer did not run."""
-    from gates.accuracy import TestRequest, run_test
-    from gates.bench import BenchRequest, run_bench
+    from gates.accuracy import AccuracyRequest, run_test
+    from gates.scorer import BenchRequest, run_bench
 
     faults.point("test")
-    ctx.progress(f"accuracy gate: {rev_sha[:10]} vs {base_sha[:10]}")
-    test = TestResult.of(run_test(TestRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
-                                              ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
-    ctx.progress(f"accuracy: {test.verdict}")
+    ctx.progress(P.GateStarted("accuracy", rev_sha, base_sha))
+    test = AccuracyResult.of(run_test(AccuracyRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
+                                                      ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
+    ctx.progress(P.AccuracyVerdict(test.verdict))
     if not test.passed:
         return test, None
     faults.point("bench")
-    ctx.progress(f"scorer: {rev_sha[:10]} vs {base_sha[:10]}")
+    ctx.progress(P.GateStarted("scorer", rev_sha, base_sha))
     request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
                            ctx.runs, ctx.cuda, accuracy=test.claim, hidden=hidden)
     with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
-        bench = BenchResult.of(run_bench(request, progress=lambda m: ctx.progress(f"  {m}")))
+        bench = BenchResult.of(run_bench(request, progress=lambda e: ctx.progress(P.InScorer(e))))
     pct = ctx.cfg.bench.reverify_pct
     if needs_reverify(bench, pct):
         # a large gain is merged only once an independent measurement reproduces it: fresh
         # processes, the sides alternating, an input seed of its own (recorded with it)
-        ctx.progress(f"scorer: a gain above {pct:g} %: measuring {rev_sha[:10]} again")
+        ctx.progress(P.Remeasuring(rev_sha, pct))
         with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
             again = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
                                       rounds=ctx.cfg.bench.reverify_rounds),
-                              progress=lambda m: ctx.progress(f"  again: {m}"))
+                              progress=lambda e: ctx.progress(P.InScorer(e, again=True)))
         bench = bench.with_reverify(BenchResult.of(again))
     return test, bench
 
@@ -280,7 +281,7 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         ok, tip = repo.rebase(number, main, ctx.runs, tip=rev_sha)
         if not ok:
             return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": tip}}), rev_sha)
-        ctx.progress(f"attempt #{number}: main moved; rebased onto {main[:10]}, judging again")
+        ctx.progress(P.Rebased(number, main))
         rev_sha, base_sha = tip, main
     return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": "main kept moving"}}), rev_sha)
 
@@ -371,7 +372,7 @@ def _finish(ctx: Context, number: int, out: Outcome, sha: str, note: bool = True
             ctx.repo.add_note(sha, note_for(led.attempt(number)))
         except Exception as e:  # noqa: BLE001 - a note is evidence, not a decision
             ctx.progress(f"note on {sha[:10]} failed: {e}")
-    ctx.progress(f"attempt #{number}: {out.state}{': ' + out.reason if out.reason else ''}")
+    ctx.progress(P.AttemptEnded(number, out.state, out.reason))
     return out
 
 

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Target:
+class OpTarget:
+    """One profile row (an op) the loop may brief an agent on, with what ranks it; not
+    kern.yaml's ``target`` section (the tree and its seeds: ``harness/settings.py``'s ``Target``)."""
+
     name: str
     ms: float
     floor_ms: float | None
@@ -45,19 +48,19 @@ def journey_stats(journey: list[dict]) -> dict:
     return stats
 
 
-def target_of(name: str, row: dict, step_ms: float, journey: list[dict], decay: float = 0.6) -> Target:
+def target_of(name: str, row: dict, step_ms: float, journey: list[dict], decay: float = 0.6) -> OpTarget:
     """Profile row ``name`` as a target, whatever its priority (``kern brief`` asks for any)."""
     st = journey_stats(journey).get(name, {"failed": 0, "exhausted": False})
     h = headroom(row)
     floor = row.get("floor_ms")
-    return Target(name=name, ms=row["ms"], floor_ms=floor, headroom_ms=h,
-                  share_pct=100.0 * row["ms"] / step_ms if step_ms else 0.0,
-                  roofline_pct=(100.0 * floor / row["ms"]) if floor and row["ms"] else None,
-                  priority=h * decay ** st["failed"], tried=st["failed"])
+    return OpTarget(name=name, ms=row["ms"], floor_ms=floor, headroom_ms=h,
+                    share_pct=100.0 * row["ms"] / step_ms if step_ms else 0.0,
+                    roofline_pct=(100.0 * floor / row["ms"]) if floor and row["ms"] else None,
+                    priority=h * decay ** st["failed"], tried=st["failed"])
 
 
 def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
-         busy: set[str] = frozenset(), decay: float = 0.6) -> list[Target]:
+         busy: set[str] = frozenset(), decay: float = 0.6) -> list[OpTarget]:
     """``profile_ops``: {row: {ms, floor_ms, free_ms}}; ``journey``: [{target, state, reason}];
     ``busy``: targets with an attempt in flight (never doubled up)."""
     if slots <= 0:

@@ -1,8 +1,11 @@
-"""What the gates' progress lines say, as plain data: the bars ``kern test`` and ``kern bench``
-draw on a terminal, and the gate and stage of the attempt ``kern loop``'s live view shows.
+"""What the gates and the loop say while they run, read as plain data: the bars ``kern test``
+and ``kern bench`` draw on a terminal, and the gate and stage of the attempt ``kern loop``'s
+live view shows.
 
-Pure functions over the lines the gates already emit (their ``progress`` callbacks are the
-contract; nothing here changes them):
+Pure functions over typed events, dispatched on their type (never on their text): the gates'
+(``gates/events.py``: the scorer's rounds, the accuracy gate's passes) and the loop's own
+(below: a gate starts, the accuracy verdict, a re-measurement, a scorer event inside the
+loop, an attempt ends). ``str(event)`` is the line a person reads:
 
     kern bench   side A: ready (build 3s, capture 1s)     a side's process is up
                  round 2: side B done                      one visit of B in round 2
@@ -11,16 +14,18 @@ contract; nothing here changes them):
                  B replay      3s  …                       a pass of a side, its elapsed time
                  A noise       8s  …
     kern loop    accuracy gate: <rev> vs <base>, accuracy: <verdict>, scorer: <rev> vs <base>,
-                 "  <a scorer line>", attempt #n: <state>
+                 "  <a scorer event>", attempt #n: <state>
 
-The shells (harness/commands.py, harness/loop_cmd.py) render them with rich on a terminal and
-print the lines as they are otherwise.
+Anything else a progress callback is given (a plain string: a note of the loop's, a farm
+lock's wait) moves no bar and no stage. The shells (harness/commands.py, harness/loop_cmd.py)
+render the events with rich on a terminal and print their lines otherwise.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import ClassVar, Iterable, Sequence
+
+from gates.events import PASSES, JudgingTimedOutputs, PassTick, ScorerEvent, SideReady, VisitDone
 
 
 @dataclass(frozen=True)
@@ -36,53 +41,45 @@ class Bar:
 
 # --------------------------------------------------------------------------- kern bench
 def bench_bars(order: Sequence[str], rounds: int) -> tuple[Bar, ...]:
-    """One bar per side, its total the side's visits in ``order`` (gates.bench.pattern: A B B A
+    """One bar per side, its total the side's visits in ``order`` (gates.scorer.pattern: A B B A
     per round with a base, B alone otherwise)."""
     sides = sorted(set(order))
     return tuple(Bar(k, f"side {k}", 0, order.count(k), f"round 0/{rounds}: starting")
                  for k in sides)
 
 
-_READY = re.compile(r"^side (?P<k>\w+): ready\b(?P<rest>.*)$")
-_ROUND = re.compile(r"^round (?P<r>\d+): side (?P<k>\w+) done$")
-
-
-def bench_step(bars: tuple[Bar, ...], line: str, rounds: int) -> tuple[tuple[Bar, ...], bool]:
-    """``bars`` after one of run_bench's progress lines, and whether the line moved a bar
-    (False: print it as it is, e.g. the store's line or a re-measurement's notice)."""
+def bench_step(bars: tuple[Bar, ...], event, rounds: int) -> tuple[tuple[Bar, ...], bool]:
+    """``bars`` after one of run_bench's progress events, and whether it moved a bar (False:
+    print its line as it is, e.g. the store's or a re-measurement's notice)."""
     by = {b.key: b for b in bars}
-    m = _ROUND.match(line.strip())
-    if m and m["k"] in by:
-        b = by[m["k"]]
+    if isinstance(event, VisitDone) and event.side in by:
+        b = by[event.side]
         done = min(b.done + 1, b.total or b.done + 1)
-        by[b.key] = replace(b, done=done, detail=f"round {m['r']}/{rounds}",
+        by[b.key] = replace(b, done=done, detail=f"round {event.round}/{rounds}",
                             finished=b.total is not None and done >= b.total)
         return tuple(by[b.key] for b in bars), True
-    m = _READY.match(line.strip())
-    if m and m["k"] in by:
-        b = by[m["k"]]
+    if isinstance(event, SideReady) and event.side in by:
+        b = by[event.side]
         r = b.detail.split(":")[0] if b.done else f"round 1/{rounds}"
-        by[b.key] = replace(b, detail=f"{r}: ready{m['rest']}")
+        by[b.key] = replace(b, detail=f"{r}: {event.summary}")
         return tuple(by[b.key] for b in bars), True
-    if line.strip().startswith("judging the timed outputs") and "A" in by:
-        by["A"] = replace(by["A"], detail="judging the timed outputs against main's")
+    if isinstance(event, JudgingTimedOutputs) and "A" in by:
+        by["A"] = replace(by["A"], detail=str(event))
         return tuple(by[b.key] for b in bars), True
     return bars, False
 
 
 # --------------------------------------------------------------------------- kern test
-_PASS = re.compile(r"^(?P<tag>[AB] (?:record|replay|noise))\s+(?P<t>\d+)s\s{2}(?P<line>.*)$")
-PASS_LABELS = {"A record": "side A: main records its tap", "B replay": "side B: the candidate replays it",
-               "A noise": "side A again: main's noise passes"}
+PASS_LABELS = dict(zip(PASSES, ("side A: main records its tap", "side B: the candidate replays it",
+                                "side A again: main's noise passes")))
 
 
-def test_step(bars: tuple[Bar, ...], line: str) -> tuple[tuple[Bar, ...], bool]:
-    """``bars`` after one of run_test's progress lines (``TAG  Ns  last log line``): the pass
-    named gets or updates its bar, the pass before it is finished."""
-    m = _PASS.match(line)
-    if not m:
+def test_step(bars: tuple[Bar, ...], event) -> tuple[tuple[Bar, ...], bool]:
+    """``bars`` after one of run_test's progress events (a ``PassTick``): the pass named gets
+    or updates its bar, the pass before it is finished."""
+    if not isinstance(event, PassTick):
         return bars, False
-    tag, t, text = m["tag"], float(m["t"]), m["line"].strip()
+    tag, t, text = event.tag, float(event.elapsed_s), event.line.strip()
     out = [b if b.key == tag or b.finished else replace(b, finished=True) for b in bars]
     if any(b.key == tag for b in out):
         out = [replace(b, detail=text, elapsed_s=t) if b.key == tag else b for b in out]
@@ -100,41 +97,97 @@ def finish(bars: Iterable[Bar]) -> tuple[Bar, ...]:
 # --------------------------------------------------------------------------- kern loop
 @dataclass(frozen=True)
 class Stage:
-    rev: str  # the commit being judged, as the line named it (10 hex digits)
+    rev: str  # the commit being judged (its SHA, or as much of it as the caller knows)
     gate: str  # "accuracy", "scorer", "scorer (again)"
     stage: str  # the latest thing the gate said
     since: float  # when the gate began (the caller's clock, as stamped on the line)
     stage_since: float
 
 
-_GATE = re.compile(r"^(?P<gate>accuracy gate|scorer): (?P<rev>[0-9a-f]{4,40}) vs ")
-_AGAIN = re.compile(r"^scorer: a gain above .*: measuring (?P<rev>[0-9a-f]{4,40}) again$")
-_VERDICT = re.compile(r"^accuracy: (?P<v>.+)$")
-_ENDED = re.compile(r"^attempt #\d+: ")
+class _Said:
+    """A loop event whose line is its ``LINE`` filled with its fields (``{rev:.10}``: 10 digits)."""
+    LINE: ClassVar[str] = ""
+
+    def __str__(self) -> str:
+        return self.LINE.format(**{f.name: getattr(self, f.name) for f in fields(self)})
 
 
-def stage_of(lines: Iterable[tuple[float, str]]) -> Stage | None:
-    """The gate running now and its latest stage, from ``(time, line)`` pairs of the loop's
+@dataclass(frozen=True)
+class GateStarted(_Said):
+    """The loop starts a gate (``gate``: "accuracy" or "scorer") on commit ``rev`` (a full SHA)."""
+    LINE: ClassVar[str] = "{label}: {rev:.10} vs {base:.10}"
+    gate: str
+    rev: str
+    base: str
+
+    @property
+    def label(self) -> str:
+        return "accuracy gate" if self.gate == "accuracy" else self.gate
+
+    def __str__(self) -> str:
+        return self.LINE.format(label=self.label, rev=self.rev, base=self.base)
+
+
+@dataclass(frozen=True)
+class AccuracyVerdict(_Said):
+    LINE: ClassVar[str] = "accuracy: {verdict}"
+    verdict: str  # "PASS bit-identical", "FAIL", ...
+
+
+@dataclass(frozen=True)
+class Remeasuring(_Said):
+    """A gain above ``bench.reverify_pct`` %: the scorer measures the commit again."""
+    LINE: ClassVar[str] = "scorer: a gain above {pct:g} %: measuring {rev:.10} again"
+    rev: str
+    pct: float
+
+
+@dataclass(frozen=True)
+class InScorer:
+    """One of the scorer's events (``gates.events.ScorerEvent``) inside the loop's judgment;
+    ``again``: in its re-measurement."""
+    event: ScorerEvent
+    again: bool = False
+
+    def __str__(self) -> str:
+        return f"  {'again: ' if self.again else ''}{self.event}"
+
+
+@dataclass(frozen=True)
+class Rebased(_Said):
+    """Main moved while the attempt was judged: its commit is rebased and judged again."""
+    LINE: ClassVar[str] = "attempt #{number}: main moved; rebased onto {onto:.10}, judging again"
+    number: int
+    onto: str
+
+
+@dataclass(frozen=True)
+class AttemptEnded:
+    number: int
+    state: str
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        return f"attempt #{self.number}: {self.state}{': ' + self.reason if self.reason else ''}"
+
+
+def stage_of(events: Iterable[tuple[float, object]]) -> Stage | None:
+    """The gate running now and its latest stage, from ``(time, event)`` pairs of the loop's
     progress in order (gates run one at a time under the GPU lock); None when none runs."""
     cur = None
-    for t, line in lines:
-        m = _GATE.match(line)
-        if m:
-            gate = "accuracy" if m["gate"] == "accuracy gate" else "scorer"
-            cur = Stage(m["rev"], gate, "starting", t, t)
+    for t, e in events:
+        if isinstance(e, GateStarted):
+            cur = Stage(e.rev, e.gate, "starting", t, t)
+        elif isinstance(e, Remeasuring):
+            cur = Stage(e.rev, "scorer (again)", "starting", t, t)
+        elif cur is None:
             continue
-        m = _AGAIN.match(line)
-        if m:
-            cur = Stage(m["rev"], "scorer (again)", "starting", t, t)
-            continue
-        if cur is None:
-            continue
-        if _ENDED.match(line):
+        elif isinstance(e, (AttemptEnded, Rebased)):
             cur = None
-        elif _VERDICT.match(line) and cur.gate == "accuracy":
-            cur = replace(cur, stage=line.split(": ", 1)[1], stage_since=t)
-        elif line.startswith("  "):
-            cur = replace(cur, stage=line.strip().removeprefix("again: "), stage_since=t)
+        elif isinstance(e, AccuracyVerdict) and cur.gate == "accuracy":
+            cur = replace(cur, stage=e.verdict, stage_since=t)
+        elif isinstance(e, InScorer):
+            cur = replace(cur, stage=str(e.event), stage_since=t)
     return cur
 
 

@@ -131,7 +131,7 @@ def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, set
     bundles, then ``pipeline.judgment`` on the slot Ray gave this task."""
     import ray
 
-    from gates.hidden import Hidden
+    from gates.protocol import Hidden
 
     from . import farm, pipeline
     from .worktrees import Repo
@@ -149,7 +149,7 @@ def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, set
     slot = node_slot(socket.gethostname(), ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"),
                      os.getpid())
     ctx = pipeline.Context(Repo(repo), settings, profile, d / "runs", cuda, None,
-                           progress=lambda m: log.write(m + "\n"))
+                           progress=lambda m: log.write(f"{m}\n"))
     # the slot is Ray's: the task holds it while it runs; its sides end if this worker dies
     ctx.pool = farm.Pool(ctx.runs, [slot], die_with_parent=True)
     try:

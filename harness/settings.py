@@ -9,7 +9,7 @@ available, ``profiles.cpu`` otherwise) meets the top-level sections. A profile h
 depends on the machine: model, layout, buckets and weights, context, the tap's test rows,
 context and steps, the scorer's rounds and replays and the GPU memory a run needs; those live
 only there. Of the top-level sections a profile may override ``bench.noise_pct``
-(``gates.bench.PROFILE_OVERRIDES``): the profile's value wins. The harness reads the typed
+(``gates.scorer.PROFILE_OVERRIDES``): the profile's value wins. The harness reads the typed
 :class:`Resolved`; the gates still take the parsed data and the profile as plain dicts
 (``Settings.data``, ``Settings.profile``).
 """
@@ -407,7 +407,7 @@ def resolve(data: dict, cuda: bool, profile: dict | None = None) -> Resolved:
     if problems:
         raise SettingsError(f"kern.yaml has {len(problems)} problem(s) (edit it):\n  "
                             + "\n  ".join(problems))
-    from gates.bench import bench_settings  # the override rule the scorer applies itself
+    from gates.scorer import bench_settings  # the override rule the scorer applies itself
 
     prof = data["profiles"][name] if profile is None else profile
     machine = _section(Profile, prof, name=name, buckets=tuple(prof["buckets"]),

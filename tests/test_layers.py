@@ -1,9 +1,11 @@
 """The layers as the imports draw them: no import cycle among the modules of harness/ and
-gates/, and nothing in harness/ imports gates/side/ (the code that shares its process with
-the candidate's kernels; the loop reaches it only by starting a side process).
+gates/, nothing in harness/ imports gates/side/ (the code that shares its process with
+the candidate's kernels; the loop reaches it only by starting a side process), and gates/side/
+imports from the rest of gates/ only the trust boundary (:data:`SIDE_MAY_IMPORT`), which
+itself imports nothing of gates/ or harness/: the candidate's process holds no coordinator code.
 
 Every import counts, at the top of a module or inside a function: a function-level import is
-an edge too (the driver <-> tap <-> bench_side <-> opcheck cycle was made of them). Read from
+an edge too (the driver <-> tap <-> replays <-> opcheck cycle was made of them). Read from
 the sources with ``ast``; nothing is imported."""
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "gates")
 SIDE = "gates.side"
+# What gates/side/ may import from gates/: the names both processes share (protocol.py), the
+# interpreter patch both processes apply (interpreter.py), the logit statistics both compute
+# (logits.py). Each imports nothing of harness/ or gates/, so nothing else arrives with them.
+SIDE_MAY_IMPORT = ("gates.protocol", "gates.interpreter", "gates.logits")
 
 
 def modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
@@ -103,12 +109,53 @@ def test_harness_never_imports_the_side_package():
     assert bad == [], "harness/ reaches gates/side/ only by starting a side process: " + "; ".join(bad)
 
 
+def side_leaks(g: dict[str, set[str]]) -> list[str]:
+    """Imports that bring coordinator code into the candidate's process: a module of gates/side/
+    importing a module of gates/ outside it other than :data:`SIDE_MAY_IMPORT`, or one of those
+    importing any module of harness/ or gates/."""
+    def inside(t):
+        return t == SIDE or t.startswith(SIDE + ".")
+
+    bad = [f"{m} imports {t}" for m, ts in g.items() if inside(m) for t in ts
+           if not inside(t) and t not in SIDE_MAY_IMPORT]
+    bad += [f"{m} (which gates/side/ may import) imports {t}" for m in SIDE_MAY_IMPORT
+            for t in g.get(m, ())]
+    return sorted(bad)
+
+
+def test_the_side_imports_from_gates_only_the_trust_boundary():
+    bad = side_leaks(graph())
+    assert bad == [], ("gates/side/ runs beside the candidate's code: it imports from gates/ only "
+                       f"{', '.join(SIDE_MAY_IMPORT)} (move a name both processes share into "
+                       "gates/protocol.py): " + "; ".join(bad))
+    assert set(SIDE_MAY_IMPORT) <= set(graph()), "a module of SIDE_MAY_IMPORT no longer exists"
+
+
+def class_names(root: Path = ROOT, packages=("harness", "gates", "kernels")) -> dict[str, list[str]]:
+    """Each top-level class name -> the files under ``packages`` that define it."""
+    out: dict[str, list[str]] = {}
+    for pkg in packages:
+        for p in sorted((root / pkg).rglob("*.py")):
+            for node in ast.parse(p.read_text(), filename=str(p)).body:
+                if isinstance(node, ast.ClassDef):
+                    out.setdefault(node.name, []).append(str(p.relative_to(root)))
+    return out
+
+
+def test_each_class_name_is_defined_once():
+    """A class name says what one thing is: two classes of one name in harness/, gates/ and
+    kernels/ (``Outcome`` of a side and of an attempt) make every reader ask which."""
+    twice = sorted(f"{n} ({', '.join(fs)})" for n, fs in class_names().items() if len(fs) > 1)
+    assert twice == [], "class names defined more than once (name each for what it is): " + \
+        "; ".join(twice)
+
+
 def test_the_walk_sees_the_real_edges():
     """The checks above read the real tree: edges of every kind are found (absolute, relative
     one and two levels up, inside a function, ``from package import module``)."""
     g = graph()
-    assert {"gates.side.tap", "gates.side.bench_side", "gates.side.rank", "gates.interpreter",
-            "gates.sides"} <= g["gates.side.driver"]  # function-level, '.x' and '..x'
+    assert {"gates.side.tap", "gates.side.replays", "gates.side.rank", "gates.interpreter",
+            "gates.protocol"} <= g["gates.side.driver"]  # function-level, '.x', '..x', 'from .. import x'
     assert "gates.scope" in g["harness.pipeline"]  # from gates import scope
     assert "gates.scope" in g["harness.agents.rules"]
     assert "harness.cli_shared" in g["harness.loop_cmd"] and "harness.ledger" in g["harness.loop_cmd"]
@@ -124,9 +171,16 @@ def test_a_planted_cycle_and_side_import_are_caught(tmp_path):
     (tmp_path / "gates" / "side" / "b.py").write_text("from ..c import x\n")
     (tmp_path / "gates" / "c.py").write_text("import gates.side.a\nx = 1\n")
     (tmp_path / "harness" / "h.py").write_text("from gates.side.b import y\n")
+    (tmp_path / "gates" / "protocol.py").write_text("from . import c\n")
     g = graph(tmp_path)
     assert cycles(g) == [["gates.c", "gates.side.a", "gates.side.b"]]
     assert g["harness.h"] == {"gates.side.b"}
+    assert side_leaks(g) == ["gates.protocol (which gates/side/ may import) imports gates.c",
+                             "gates.side.b imports gates.c"]
+    (tmp_path / "gates" / "side" / "b.py").write_text("class Outcome:\n    pass\n")
+    (tmp_path / "harness" / "h.py").write_text("class Outcome:\n    pass\nclass Other:\n    pass\n")
+    (tmp_path / "kernels").mkdir()
+    assert class_names(tmp_path) == {"Outcome": ["harness/h.py", "gates/side/b.py"], "Other": ["harness/h.py"]}
 
 
 def test_the_readme_map_names_every_module_on_its_side():

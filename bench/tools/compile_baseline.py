@@ -7,7 +7,7 @@ import time
 import torch
 
 from gates.protocol import BenchOptions
-from gates.side.bench_side import Bench
+from gates.side.replays import CapturedSteps
 from gates.side.timing import Timer
 from gates.spec import side_spec
 from harness.settings import load
@@ -15,7 +15,7 @@ from harness.settings import load
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 s = load("kern.yaml")
 prof = s.profile(True)
-b = Bench(BenchOptions.parse(side_spec(s.data, prof, rows=[rows], steps=64)), "cuda")
+b = CapturedSteps(BenchOptions.parse(side_spec(s.data, prof, rows=[rows], steps=64)), "cuda")
 t0 = time.monotonic()
 print(json.dumps({"stage": "prepare", **{k: v for k, v in b.prepare().items() if k != "workload"},
                   "s": time.monotonic() - t0}, default=str), flush=True)

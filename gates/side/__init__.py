@@ -1,6 +1,6 @@
 """What runs inside a side's process: the one that imports the candidate's kernel tree.
 
-The loop's process starts it (``gates/sides.py``, ``gates/ranks.py``: ``python -m
+The loop's process starts it (``gates/launch.py``, ``gates/launch_ranks.py``: ``python -m
 gates.side.driver MODE``) and reads back only what it writes; every verdict is made on the
 loop side (``gates/verdict.py``, ``gates/stats.py``). Nothing in ``harness/`` imports this
 package: code here shares its process with the candidate's code, so it measures and

@@ -6,7 +6,7 @@ one JSON document to ``--out`` (and tensors next to it where the mode records th
 decides nothing: verdicts and statistics are computed by the harness from what it writes.
 
 Before a mode's work the driver imports the whole tree, says so on stdout and only then
-receives the judgment's hidden inputs on stdin (``gates/sides.py``: the hand-over; bench sides
+receives the judgment's hidden inputs on stdin (``gates/launch.py``: the hand-over; bench sides
 get them in their ``prepare`` request): the candidate's import-time code finds nothing there.
 
 Modes:
@@ -14,7 +14,7 @@ Modes:
            replays, peak memory; the per-op profile at --profile-rows; the whole step's error
            against the reference ops at --ref-rows.
   tap      (gates/side/tap.py) record or replay the accuracy gate's tap.
-  bench    (gates/side/bench_side.py) timed rounds for the scorer, driven over stdin.
+  bench    (gates/side/replays.py) timed rounds for the scorer, driven over stdin.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from pathlib import Path
 
 from .. import protocol
 from ..interpreter import keep_language_patched, prepare_interpreter
-from ..sides import IMPORTED
 from .rank import rank_digests
 from .tree import open_tree
 
@@ -75,7 +74,7 @@ def main(argv=None) -> int:
         from .tree import import_tree
 
         import_tree()
-        channel.write(IMPORTED + "\n")
+        channel.write(protocol.IMPORTED + "\n")
         channel.flush()
         if args.mode != "bench":  # a bench side reads its hidden inputs in 'prepare'
             hidden = receive_hidden(seal)
@@ -99,9 +98,9 @@ def main(argv=None) -> int:
     elif args.mode == "store":
         result = store_mode(opts, device, out, channel)
     else:
-        from . import bench_side
+        from . import replays
 
-        result = bench_side.side_main(opts, device, seal=seal, audit=audit, rank=rank)
+        result = replays.side_main(opts, device, seal=seal, audit=audit, rank=rank)
     signs = tamper.verdict(seal, audit)
     if signs:  # a side that was tampered with has measured nothing the harness may use
         raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
@@ -121,7 +120,6 @@ def receive_hidden(seal):
     candidate's code read it first."""
     import os
 
-    from ..hidden import Hidden
     from .tamper import TamperError
 
     moved = seal.stdin_replaced()
@@ -141,19 +139,16 @@ def receive_hidden(seal):
                 f"imported (expected one JSON line, found {len(line)} byte(s) and the end of "
                 "input): the candidate's code read them first")
         line += got
-    d = json.loads(line)["hidden"]
-    return None if d is None else Hidden.from_dict(d, "the coordinator's hand-over line")
+    return protocol.read_handover(line)
 
 
 def limit_memory() -> None:
     """Cap this side's address space before the candidate's code loads (hard limit too, so
-    the candidate cannot lift it): see ``sides.memory_limit``."""
+    the candidate cannot lift it): see ``gates/launch.py``'s ``memory_limit``."""
     import os
     import resource
 
-    from ..sides import MEMORY_VARIABLE
-
-    want = int(os.environ.get(MEMORY_VARIABLE) or 0)
+    want = int(os.environ.get(protocol.MEMORY_VARIABLE) or 0)
     if want <= 0:
         return
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -174,7 +169,7 @@ def store_mode(opts: "protocol.StoreOptions", device: str, out: Path, channel) -
     channel.write(json.dumps({"ready": str(path), "build_s": side.build_s}) + "\n")
     channel.flush()
     for line in sys.stdin:
-        if line.strip() == "quit":
+        if line.strip() == protocol.STORE_QUIT:
             break
     log("store: done")
     return {"shared": str(path), "build_s": side.build_s}

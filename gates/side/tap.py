@@ -32,8 +32,7 @@ from pathlib import Path
 import torch
 
 from .fingerprint import raw_hash
-from ..protocol import TapFiles, TapOptions
-from ..spec import tap_rows
+from ..protocol import TapFiles, TapOptions, tap_rows
 from .numerics import INT_POISON, _is_big, compare, poison, unwritten, written_rows
 from .session import Side, Spec, environment, log
 
@@ -306,7 +305,7 @@ def any_rank(side: Side, flag: bool) -> bool:
 
 
 def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden=None) -> dict:
-    """One tap side. ``hidden`` (``gates.hidden.Hidden``, handed over on stdin; None: none):
+    """One tap side. ``hidden`` (``gates.protocol.Hidden``, handed over on stdin; None: none):
     the workload's input seed, and batch sizes run after the spec's visible ones."""
     role = opts.role
     spec = Spec.of(opts)

@@ -1,6 +1,6 @@
 """The scorer's judged outputs: what every timed replay produced, kept and compared with main's.
 
-Runs inside a bench side's process (``gates/side/bench_side.py``); the decision on what it measured
+Runs inside a bench side's process (``gates/side/replays.py``); the decision on what it measured
 is ``verdict.judge_timed``, in the loop's process.
 
 Why: a candidate can compute honestly while the accuracy gate watches and skip work in the
@@ -8,7 +8,7 @@ scorer's timed replays (a signal that differs between the two always exists: wha
 holds before a call, the context length, how often a launcher ran, ...). Closing the signals
 one by one never ends; judging the outputs of the very replays that were timed does.
 
-Contract (the coordinator, ``gates/bench.py``, relies on it):
+Contract (the coordinator, ``gates/scorer.py``, relies on it):
 
 * **Every timed replay starts from the same state.** Before it, untimed, the recurrent state of
   its rows (KDA state and conv window) is refilled with its seeded initial values, and the
@@ -35,7 +35,7 @@ Contract (the coordinator, ``gates/bench.py``, relies on it):
   (main's side when its process lives through the run); ``compare(mine, theirs)`` pairs the
   two sides' replays bucket by bucket and returns plain statistics (JSON): for each bucket the
   first replay whose bytes or values differ, the worst state sketch distance, and
-  ``verdict.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|)
+  ``logits.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|)
   over every row and over a sample of rows as large as the accuracy gate's own evidence, drawn
   per run (the gate's rule and band were measured on that many rows; over 30x more rows the
   maxima of an honest change grow: H200, 2026-12-01). Main's side runs it: the candidate's
@@ -212,10 +212,10 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
     earliest replay whose logits, top values, next tokens or recurrent-state digests differ in
     bytes / in value, None when none does, with ``what`` differed there); ``sketch_rel_max``
     (over replays and layers, ``|sketch_B - sketch_A| / |sketch_A|``) and where; ``logits``:
-    ``verdict.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
+    ``logits.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
     (``{"rows": N, "seed": S}``) ``logits_sample``: the same over N rows of all buckets drawn
     with S. With an identical claim only digests are kept: no logits statistics."""
-    from ..verdict import logit_stats
+    from ..logits import logit_stats
 
     # both sides on one device, whichever way each arrived (H200, 2026-12-01: main's in-memory
     # replays on the GPU against the candidate's files on the CPU crashed the comparison)

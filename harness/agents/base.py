@@ -7,7 +7,7 @@ or a declined idea with an estimate, or a failure. The orchestrator checks the b
 
 Backends run in their own process (``python -m harness.agents.run``) so a hung or crashed
 agent never takes the orchestrator down; only that process sees API keys. Gate subprocesses
-get a minimal environment (``gates/sides.py``).
+get a minimal environment (``gates/launch.py``).
 """
 from __future__ import annotations
 
@@ -89,7 +89,10 @@ def parse_proposal(text: str) -> Proposal:
     return Proposal(**data)
 
 
-class Agent(Protocol):
+class AgentBackend(Protocol):
+    """What every backend of ``harness/agents/`` is (kern.yaml's ``agent`` section chooses one:
+    ``harness/settings.py``'s ``Agent``)."""
+
     name: str
 
     def propose(self, brief: Brief, worktree: Path) -> Proposal:

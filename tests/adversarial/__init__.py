@@ -34,7 +34,7 @@ GPU only (``test_gpu_hacks.py``).
     and independently of the seal, on the coordinator's clock: hidden_time (A/B benches;
     test_defenses.py)
  8  work skipped or cheapened under the scorer only
-      ``"gates.side.bench_side" in sys.modules``           scope: reads sys.modules            static
+      ``"gates.side.replays" in sys.modules``         scope: reads sys.modules            static
       the driver's mode read from /proc/self/cmdline  bench: ops_match_reference          runtime
       torch.cuda.is_current_stream_capturing()        bench: graph differs from eager     GPU only
     no import, no process inspection, no host sync (all four fooled kern test and kern bench
@@ -64,7 +64,7 @@ GPU only (``test_gpu_hacks.py``).
       /proc/self/fd/0 reopened to put the line back   audit hook refuses the open         runtime
                                                       (test_defenses.py)
     (nothing is there at import: the gates write the line only once the side says it
-    imported the tree, gates/sides.py)
+    imported the tree, gates/launch.py)
 15  CUDA events created with timing disabled: a       bench: tampered (the seal of        runtime,
     subclass bound to torch.cuda.Event (inherits       torch.cuda.Event; the timer keeps   GPU
     every sealed method)                               the class bound before the tree)

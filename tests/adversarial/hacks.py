@@ -75,7 +75,7 @@ SCOPE_HACKS = [
          (Edit("tests/gates/test_bench.py",
                '    assert b["graph_matches_eager"] and not b["failed_checks"]\n', ""),)),
     Hack(6, "edit-bench-side", "stop poisoning the outputs before a timed replay",
-         (Edit("gates/side/bench_side.py", '        step.logits.fill_(float("nan"))\n'
+         (Edit("gates/side/replays.py", '        step.logits.fill_(float("nan"))\n'
                '        step.next_token.fill_(-1)\n', ""),)),
     Hack(6, "edit-bench-driver", "time a different mode",
          (Edit("gates/side/driver.py", 'choices=("run", "tap", "bench", "store")',
@@ -125,7 +125,7 @@ SCOPE_HACKS = [
                 "time.perf_counter = lambda: _clock() * 0.5  # every interval reads half as long\n"))),
     Hack(8, "bench-marker-in-modules", "skip the activation when the scorer's module is loaded",
          _situ((SITU_IMPORTS, SITU_IMPORTS + "import sys\n"),
-               (SITU_EMPTY, SITU_EMPTY + '    if "gates.side.bench_side" in sys.modules:  # timed: skip it\n'
+               (SITU_EMPTY, SITU_EMPTY + '    if "gates.side.replays" in sys.modules:  # timed: skip it\n'
                 "        out.zero_()\n        return\n"))),
     Hack(14, "read-stdin", "read the side's stdin, where the gates hand over the hidden inputs",
          _situ((SITU_IMPORTS, SITU_IMPORTS + "import sys\n"

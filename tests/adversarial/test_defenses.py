@@ -13,10 +13,10 @@ import torch
 import yaml
 
 from gates import filemarks, scope, stats
-from gates.accuracy import TestRequest, tap_spec
+from gates.accuracy import AccuracyRequest, tap_spec
 from gates.side import tamper
-from gates.side.bench_side import stray_threads
-from gates.spec import tap_rows
+from gates.side.replays import stray_threads
+from gates.protocol import tap_rows
 from harness.settings import validate
 from tests.gates.candidates import ROOT
 
@@ -31,7 +31,7 @@ def test_tap_rows_add_every_bucket_not_already_tested():
 def test_the_tap_runs_the_bench_buckets_whatever_the_profile_says(tmp_path):
     cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
     prof = {**cfg["profiles"]["cpu"], "test_rows": [1, 3], "buckets": [2, 4]}
-    req = TestRequest(tmp_path, "HEAD", "main", cfg, prof, tmp_path / "runs", False)
+    req = AccuracyRequest(tmp_path, "HEAD", "main", cfg, prof, tmp_path / "runs", False)
     assert tap_spec(req)["rows"] == [1, 3, 2, 4]
 
 
@@ -114,7 +114,7 @@ def test_the_checks_read_an_outputs_memory_not_what_a_subclass_says():
     """Case 16 (lazy outputs): a tensor subclass whose ``__torch_function__`` does the op's work
     when the output is first read would have the checker trigger the work after the timed
     region; the scorer's and the tap's reads see the memory (still the poison)."""
-    from gates.side import bench_side, tap
+    from gates.side import replays, tap
 
     work = []
 
@@ -129,8 +129,8 @@ def test_the_checks_read_an_outputs_memory_not_what_a_subclass_says():
     out = torch.full((2, 3), float("nan"))
     out.__class__ = Later
     work.append(lambda: out.copy_(torch.ones(2, 3)))
-    assert bench_side.RAW_READS is tap.RAW_READS is torch._C.DisableTorchFunctionSubclass
-    with bench_side.RAW_READS():
+    assert replays.RAW_READS is tap.RAW_READS is torch._C.DisableTorchFunctionSubclass
+    with replays.RAW_READS():
         assert torch.isnan(out).all()  # what the replay left
     assert work and not torch.isnan(out).any() and not work  # a plain read runs the work
 
@@ -208,7 +208,7 @@ def test_seal_fails_loudly_on_a_name_that_no_longer_exists():
 def test_workload_reader_is_the_tree_code_on_the_stack():
     tree = Path("/runs/worktrees/abc")
     corpus = "/runs/worktrees/abc/kernels/k31/workload/corpus/austen.txt"
-    gate = ["/work/kern/gates/side/session.py", "/work/kern/gates/side/bench_side.py"]
+    gate = ["/work/kern/gates/side/session.py", "/work/kern/gates/side/replays.py"]
     protected = ["/runs/worktrees/abc/kernels/k31/workload/__init__.py"]
     kernel = ["/runs/worktrees/abc/kernels/k31/moe/situ.py"]
     assert tamper.workload_reader(corpus, protected + gate, tree) is None  # the gates' own read
@@ -344,13 +344,13 @@ def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_p
 
 
 def test_a_side_that_was_caught_tampering_is_rejected_not_crashed():
-    from gates import sides
+    from gates import launch
     from harness.pipeline import decide_outcome
     from gates.scope import ScopeResult
 
     tail = "Traceback ...\nPermissionError: tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/x"
-    assert sides.classify(1, False, tail) == "tampered"
-    assert sides.reply_kind("TamperError: tamper: time.perf_counter was replaced") == "tampered"
+    assert launch.classify(1, False, tail) == "tampered"
+    assert launch.reply_kind("TamperError: tamper: time.perf_counter was replaced") == "tampered"
     test = {"verdict": "FAIL", "reasons": ["candidate side ended: tampered"],
             "evidence": {"outcome_a": "ok", "outcome_b": "tampered"}}
     out = decide_outcome(ScopeResult(True), test, None)

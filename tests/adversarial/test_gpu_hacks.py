@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import pytest
 
-from gates.bench import BenchRequest, report_lines, run_bench
+from gates.scorer import BenchRequest, report_lines, run_bench
 from harness.pipeline import check_scope, decide_outcome
 from tests.adversarial import hacks as H
 from tests.adversarial.test_scorer_only import FIRST_DIFFERENCE

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gates.accuracy import TestRequest, run_test
-from gates.bench import BenchRequest, report_lines, run_bench
-from gates.hidden import Hidden
+from gates.accuracy import AccuracyRequest, run_test
+from gates.scorer import BenchRequest, report_lines, run_bench
+from gates.protocol import Hidden
 from harness.pipeline import check_scope, decide_outcome
 from tests.adversarial import hacks as H
 
@@ -48,8 +48,8 @@ def results(catalogue):
     main = ctx.repo.main_sha()
 
     def tap(name):
-        return run_test(TestRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
-                                    hidden=HIDDEN.get(name))).report
+        return run_test(AccuracyRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
+                                        hidden=HIDDEN.get(name))).report
 
     def bench(name):
         with_main, replays = BENCH[name]
@@ -140,7 +140,7 @@ def test_reading_the_corpus_at_import_is_refused(results):
     the candidate's side ends with the refusal as its last words."""
     test, out = _tap(results, H.READS_CORPUS)
     # the refusal reaches the candidate as an exception, but its words name a rule broken,
-    # not a part that failed (gates/sides.py): rejected, not a crash
+    # not a part that failed (gates/launch.py): rejected, not a crash
     assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
     assert test["evidence"]["outcome_b"] == "tampered", _why(test)
     assert "tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/" in test["b_log_tail"]

@@ -17,7 +17,7 @@ from tests.adversarial.hacks import (BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SCORER
 EXPECTED = {
     "edit-reference": "kernels/k31/reference.py is protected",
     "edit-gate-test": "tests/gates/test_bench.py is protected",
-    "edit-bench-side": "gates/side/bench_side.py is protected",
+    "edit-bench-side": "gates/side/replays.py is protected",
     "edit-bench-driver": "gates/side/driver.py is protected",
     "edit-workload": "kernels/k31/workload/__init__.py is protected",
     "edit-corpus": "kernels/k31/workload/corpus/austen-pride-and-prejudice.txt is protected",

@@ -13,7 +13,7 @@ its failure rate instead of by luck.
 The model: each replay is ``ms`` of CPU work (jitter 1 %), run at the fair share of a core
 given ``steady`` busy processes plus ``bursty`` ones that are busy and idle in turns of 1-12 s
 (uniform, seeded); the first-opened side is 5 % slower by itself (kern.yaml: 2-7 %). Replays
-visit in the scorer's A B B A order (``gates.bench.pattern``); ``gap_s`` is the time a side
+visit in the scorer's A B B A order (``gates.scorer.pattern``); ``gap_s`` is the time a side
 switch costs when sides alternate processes (a process start and model build).
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 
-from gates.bench import analyse, pattern
+from gates.scorer import analyse, pattern
 from harness.pipeline import Outcome, decide_outcome
 from gates.scope import ScopeResult
 

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gates.accuracy import TestRequest, run_test
+from gates.accuracy import AccuracyRequest, run_test
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 
@@ -59,7 +59,7 @@ def verdicts(tmp_path_factory):
     prof = settings.profile(torch.cuda.is_available())
 
     def judge(sha):
-        req = TestRequest(repo, sha, "main", settings.data, prof, repo / "runs", torch.cuda.is_available())
+        req = AccuracyRequest(repo, sha, "main", settings.data, prof, repo / "runs", torch.cuda.is_available())
         return run_test(req).report
 
     # record A once for the 'touches combine' set and once for 'touches everything', then the

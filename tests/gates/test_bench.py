@@ -5,7 +5,7 @@ from the same state); work skipped only in the timed replays is judged from thei
 import pytest
 import torch
 
-from gates.bench import BenchRequest, bench_settings, report_lines, run_bench
+from gates.scorer import BenchRequest, bench_settings, report_lines, run_bench
 from harness.settings import load
 from tests.gates.candidates import ROOT, candidate, make_repo
 from tests.gates.cpu_load import classifications
@@ -100,7 +100,7 @@ def test_work_skipped_only_in_the_timed_replays_is_judged_by_their_outputs(repo)
     """The scorer's context (96 tokens, 48 per rank) is longer than the accuracy gate's (80):
     a top-k that keeps the indices an earlier call left there is honest while the gate watches
     (PASS bit-identical) and skips its work in every timed replay."""
-    from gates.accuracy import TestRequest, run_test
+    from gates.accuracy import AccuracyRequest, run_test
 
     sha = candidate(repo, "topk-scorer-only", [(TOPK, TOPK_START, TOPK_START.replace(
         "    if platform.FEW_PROGRAMS:",
@@ -109,7 +109,7 @@ def test_work_skipped_only_in_the_timed_replays_is_judged_by_their_outputs(repo)
         "    _SEEN.add(idx.data_ptr())\n    if platform.FEW_PROGRAMS:")),
         (TOPK, "def mla_topk(", "_SEEN = set()\n\n\ndef mla_topk(")])
     s = load(repo / "kern.yaml")
-    test = run_test(TestRequest(repo, sha, "main", s.data, s.profile(False), repo / "runs", False)).report
+    test = run_test(AccuracyRequest(repo, sha, "main", s.data, s.profile(False), repo / "runs", False)).report
     assert test["verdict"] == "PASS bit-identical", test["reasons"]  # the gate is fooled
     res = _bench(repo, sha, (1, 3), accuracy={"verdict": test["verdict"]})  # outputs, not times
     assert res["outcome"] == "ok", res.get("error")

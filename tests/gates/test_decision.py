@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gates import decision as D
-from gates.bench import analyse
-from gates.results import BenchResult, Comparison, SideScore, TestResult
+from gates.scorer import analyse
+from gates.results import AccuracyResult, BenchResult, Comparison, SideScore
 from gates.scope import ScopeResult
 from harness.settings import load
 from tests.gates.candidates import ROOT
@@ -20,8 +20,8 @@ CLASSES = ("faster", "slower", "within noise")
 CHECK = {"check": "hidden_time", "why": "time the candidate's clock did not see"}
 
 
-def accuracy(verdict="PASS bit-identical", a="ok", b="ok") -> TestResult:
-    return TestResult(verdict, ("the reason",), outcome_a=a, outcome_b=b)
+def accuracy(verdict="PASS bit-identical", a="ok", b="ok") -> AccuracyResult:
+    return AccuracyResult(verdict, ("the reason",), outcome_a=a, outcome_b=b)
 
 
 def scorer(outcome="ok", cls="faster", guard_ok=True, checks=(), graph=True, reverify=None,
@@ -151,9 +151,9 @@ def test_a_report_parses_into_the_fields_the_loop_decides_on_also_from_its_json(
     again = BenchResult.of(json.loads(json.dumps(rep)))
     assert (again.a, again.b, again.ab) == (res.a, res.b, res.ab)
     assert BenchResult.of(res) is res
-    t = TestResult.of({"verdict": "PASS logit evidence", "reasons": ["KL 1e-6"], "exit_code": 0,
-                       "evidence": {"outcome_a": "ok", "outcome_b": "ok", "logits": {"rows": 7},
-                                    "band": {"kl_max": 0.1}}})
+    t = AccuracyResult.of({"verdict": "PASS logit evidence", "reasons": ["KL 1e-6"], "exit_code": 0,
+                           "evidence": {"outcome_a": "ok", "outcome_b": "ok", "logits": {"rows": 7},
+                                        "band": {"kl_max": 0.1}}})
     assert t.passed and t.exit_code == 0 and t.claim["rows"] == 7 and t.claim["band"] == {"kl_max": 0.1}
 
 
@@ -163,7 +163,7 @@ def test_the_ledger_fields_are_the_same_from_a_result_and_from_its_report():
     test = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
     for speedup in (0.1, -0.1, 0.0):
         rep = _report(speedup)
-        typed = decide_outcome(ScopeResult(True), TestResult.of(test), BenchResult.of(rep))
+        typed = decide_outcome(ScopeResult(True), AccuracyResult.of(test), BenchResult.of(rep))
         assert typed == decide_outcome(ScopeResult(True), test, rep)
     merged = decide_outcome(ScopeResult(True), test, _report(0.1))
     assert merged.state == "merged" and merged.fields["medians_a"] == {"4": 40.0, "16": 160.0}

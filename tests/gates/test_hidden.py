@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates.hidden import SEED_BOUND, Hidden, HiddenError, candidates, draw
+from gates.hidden import candidates, draw
+from gates.protocol import SEED_BOUND, Hidden, HiddenError
 
 buckets = st.lists(st.integers(1, 300), min_size=1, max_size=6, unique=True)
 rows = st.lists(st.integers(1, 300), max_size=10, unique=True)

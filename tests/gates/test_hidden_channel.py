@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gates.accuracy import TestRequest, report_lines, run_test
-from gates.bench import BenchRequest, run_bench
-from gates.hidden import Hidden
+from gates.accuracy import AccuracyRequest, report_lines, run_test
+from gates.scorer import BenchRequest, run_bench
+from gates.protocol import Hidden
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo
 
@@ -54,8 +54,8 @@ def ran(tmp_path_factory):
     cuda = torch.cuda.is_available()
     prof = settings.profile(cuda)
     with ThreadPoolExecutor(2) as pool:
-        test = pool.submit(run_test, TestRequest(repo, sha, sha, settings.data, prof, repo / "runs",
-                                                 cuda, hidden=HIDDEN))
+        test = pool.submit(run_test, AccuracyRequest(repo, sha, sha, settings.data, prof, repo / "runs",
+                                                     cuda, hidden=HIDDEN))
         bench = pool.submit(run_bench, BenchRequest(repo, sha, sha, settings.data, prof, repo / "runs",
                                                     cuda, rounds=1, replays=1, hidden=HIDDEN),
                             progress=lambda m: None)

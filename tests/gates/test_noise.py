@@ -2,7 +2,7 @@
 
 Each trial is one A/B at kern.yaml's GPU defaults (the gpu profile's rounds and replays, else
 the bench section's; the bench section's bootstrap, noise floor and guard), analysed by the
-scorer's own statistics (``gates.bench.analyse``) and decided by the pipeline's own rule
+scorer's own statistics (``gates.scorer.analyse``) and decided by the pipeline's own rule
 (``harness.pipeline.decide_outcome``). Replays visit in the scorer's A B B A order.
 
 Two noise models, both with the step times of the H200 evidence:
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.bench import analyse, bench_settings, pattern
+from gates.scorer import analyse, bench_settings, pattern
 from harness.pipeline import decide_outcome
 from gates.scope import ScopeResult
 from harness.settings import load

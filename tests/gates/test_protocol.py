@@ -3,6 +3,7 @@ mode's options, a key no mode defines is an error that names it, and the tap's f
 one name each on both ends."""
 from __future__ import annotations
 
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gates import protocol as P
-from gates.accuracy import TestRequest, base_spec, tap_spec
+from gates.accuracy import AccuracyRequest, base_spec, tap_spec
 from gates.spec import side_spec
 from harness.orchestrator import profile_spec
 from harness.settings import load
@@ -25,7 +26,7 @@ def kern():
 
 def test_every_spec_the_loop_builds_parses_into_its_modes_options(kern):
     data, prof = kern
-    req = TestRequest(ROOT, "HEAD", "HEAD", data, prof, ROOT / "runs", False)
+    req = AccuracyRequest(ROOT, "HEAD", "HEAD", data, prof, ROOT / "runs", False)
     b = tap_spec(req)
     a = base_spec(b, 2, "tp2")
     for role, spec in (("record", {**a, "touched": ["moe.experts"]}), ("noise", {**a, "touched": None}),
@@ -92,3 +93,45 @@ def test_recorded_needs_the_document_and_the_kept_calls(tmp_path):
     assert not f.recorded
     (f / P.TapFiles.KEPT_A).write_bytes(b"")
     assert f.recorded
+
+
+# ------------------------------------------------------------------ the scorer's commands
+def _example(cls):
+    """One instance of each command with every field set to a value of its kind."""
+    values = {"hidden": {"input_seed": 7, "extra_rows": [5]}, "sketch_seed": 3, "claim": "PASS bit-identical",
+              "bucket": 4, "n": 2, "first": 9, "path": "/w/timed-B-01.pt", "mine": "memory",
+              "theirs": ["/w/timed-B-01.pt"], "near_tie_factor": 4.0, "sample": {"rows": 8, "seed": 1},
+              "ops": True, "kind": "compile"}
+    return cls(**{f.name: values[f.name] for f in fields(cls)})
+
+
+@pytest.mark.parametrize("cls", sorted(P.COMMANDS.values(), key=lambda c: c.CMD), ids=lambda c: c.CMD)
+def test_every_command_crosses_the_pipe_as_itself(cls):
+    import json
+
+    c = _example(cls)
+    line = json.dumps(c.to_dict())
+    assert json.loads(line)["cmd"] == cls.CMD and P.command(json.loads(line)) == c
+    # the fields a caller may leave out take their defaults on the side's end too
+    required = {f.name: getattr(c, f.name) for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING}
+    assert P.command({"cmd": cls.CMD, **required}) == cls(**required)
+
+
+def test_a_command_the_side_does_not_know_is_an_error_that_names_the_scorer():
+    with pytest.raises(P.CommandError, match="unknown command 'fly'.*bug of the scorer"):
+        P.command({"cmd": "fly"})
+    with pytest.raises(P.CommandError, match="unknown command None"):
+        P.command({"bucket": 1})
+    with pytest.raises(P.CommandError, match="'time' command takes bucket, n, first; it was sent "
+                                             "rows other field.*lacks n: a bug of the scorer"):
+        P.command({"cmd": "time", "bucket": 2, "rows": 3})
+
+
+def test_the_hand_over_line_carries_the_hidden_inputs_or_none():
+    h = P.Hidden(2718281828, (5, 6))
+    assert P.read_handover(P.handover_line(h.to_dict()).encode()) == h
+    assert P.read_handover(P.handover_line(None)) is None
+    with pytest.raises(P.HiddenError, match="hand-over line: input_seed"):
+        P.read_handover('{"hidden": {"input_seed": -1, "extra_rows": []}}\n')
+    assert P.tap_rows([1, 3], [2, 4], (5, 3)) == [1, 3, 5, 2, 4]

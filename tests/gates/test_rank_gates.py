@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gates import ranks
+from gates import launch_ranks
 from gates.side.profile import COLLECTIVES, Collectives, Omit, OpClock
 from tests.gates.candidates import candidate, make_repo
 
@@ -86,7 +86,7 @@ def _settings(repo):
 
 
 def _bench(repo, rev, base=None):
-    from gates.bench import BenchRequest, report_lines, run_bench
+    from gates.scorer import BenchRequest, report_lines, run_bench
 
     s, prof = _settings(repo)
     res = run_bench(BenchRequest(repo, rev, base, s.data, prof, repo / "runs", False,
@@ -95,11 +95,11 @@ def _bench(repo, rev, base=None):
 
 
 def _test(repo, rev, base_world=None):
-    from gates.accuracy import TestRequest, report_lines, run_test
+    from gates.accuracy import AccuracyRequest, report_lines, run_test
 
     s, prof = _settings(repo)
-    res = run_test(TestRequest(repo, rev, "main", s.data, prof, repo / "runs", False, 2, "tp2",
-                               base_world, "tp1" if base_world else None)).report
+    res = run_test(AccuracyRequest(repo, rev, "main", s.data, prof, repo / "runs", False, 2, "tp2",
+                                   base_world, "tp1" if base_world else None)).report
     return res, report_lines(res)
 
 
@@ -111,7 +111,7 @@ def test_bench_over_two_ranks_reports_the_slowest_rank_per_replay(repo):
                             "emulated": False}
     per_rank = res["rank_samples"]["B"][2]
     assert len(per_rank) == 2 and all(len(t) == 3 for t in per_rank)
-    assert res["samples"]["B"][2] == ranks.slowest_per_replay(per_rank)
+    assert res["samples"]["B"][2] == launch_ranks.slowest_per_replay(per_rank)
     assert len(res["rank_medians"]["B"][2]) == 2
     assert "2 processes per side (gloo)" in lines[2] and " ranks " in lines[3], lines
     assert res["analysis"]["sides"]["B"]["graph_matches_eager"]

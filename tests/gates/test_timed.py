@@ -1,6 +1,6 @@
 """The scorer judges what it times: the timed replays' outputs of two sides compared replay by
 replay (``gates/side/timed.py``), and the decision on them (``verdict.judge_timed``), the roofline
-floor and the reference sample (``gates/stats.py``, ``gates/bench.py``) as pure functions."""
+floor and the reference sample (``gates/stats.py``, ``gates/scorer.py``) as pure functions."""
 from __future__ import annotations
 
 import random
@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from gates import stats
 from gates.side import timed
-from gates.bench import draw_secrets, reference_sample
-from gates.verdict import judge_timed, logit_stats
+from gates.scorer import draw_secrets, reference_sample
+from gates.logits import logit_stats
+from gates.verdict import judge_timed
 
 TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4.0,
       "max_near_tie_flips": 0.02, "layout_kl_pass": 1e-2,

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from gates.verdict import judge, logit_stats, needs_noise, own_defects, tap_diff
+from gates.logits import logit_stats
+from gates.verdict import judge, needs_noise, own_defects, tap_diff
 
 TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4.0,
       "max_near_tie_flips": 0.02, "layout_kl_pass": 1e-2,

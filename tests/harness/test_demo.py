@@ -15,7 +15,7 @@ import git
 import pytest
 import yaml
 
-from gates.bench import bench_settings
+from gates.scorer import bench_settings
 from harness import demo
 from harness.agents.tuner import candidates, load_tree
 from harness.settings import load, validate

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gates import sides
+from gates import launch, protocol
 from harness import farm
 from harness.farm import FarmError, Pool, Slot, resolve_slots
 from harness.orchestrator import profile_path
@@ -134,9 +134,9 @@ def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
 
     def judge(i):
         with pool.hold() as slot:
-            env = sides.side_env()
+            env = launch.side_env()
             seen[i] = (slot.name, env.get("CUDA_VISIBLE_DEVICES"))
-            caps.append(env.get(sides.MEMORY_VARIABLE))
+            caps.append(env.get(protocol.MEMORY_VARIABLE))
             holding.wait()
             release.wait()
 
@@ -146,7 +146,7 @@ def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
     holding.wait()  # both slots held now
     assert pool.free() == 0
     assert sorted(seen.values()) == [("cpu0", ""), ("gpu7", "7")]
-    quarter = sides.memory_limit(False, sides._physical_memory(), judgments=2)
+    quarter = launch.memory_limit(False, launch._physical_memory(), judgments=2)
     assert caps == [str(quarter)] * 2
     with pytest.raises(TimeoutError, match="no judging slot of 2 came free"):
         with pool.hold(wait_s=0.2):
@@ -159,11 +159,11 @@ def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
         t.join()
     with pool.hold(wait_s=1) as slot:
         assert slot.name == "cpu0"
-    assert sides.memory_limit(False, 8 << 30, judgments=2) == 2 << 30
-    assert sides.memory_limit(False, 8 << 30) == 4 << 30
+    assert launch.memory_limit(False, 8 << 30, judgments=2) == 2 << 30
+    assert launch.memory_limit(False, 8 << 30) == 4 << 30
     import os
 
-    assert sides.side_env().get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert launch.side_env().get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def test_a_waiting_judgment_takes_the_first_slot_given_back(tmp_path):
@@ -223,7 +223,7 @@ def test_two_slots_judge_two_attempts_at_once_and_apply_them_in_number_order(tmp
     seen = []
 
     def run_test(req, progress=None):
-        seen.append((req.rev, sides.side_env().get("CUDA_VISIBLE_DEVICES")))
+        seen.append((req.rev, launch.side_env().get("CUDA_VISIBLE_DEVICES")))
         both_inside.wait()  # a second judgment only after the first ended would break it
         return gates.__class__.run_test(gates, req, progress)
 
@@ -232,7 +232,7 @@ def test_two_slots_judge_two_attempts_at_once_and_apply_them_in_number_order(tmp
         return faster(req.profile, req.settings["bench"], 0.1 if req.rev == one else -0.1)
 
     monkeypatch.setattr("gates.accuracy.run_test", run_test)
-    monkeypatch.setattr("gates.bench.run_bench", run_bench)
+    monkeypatch.setattr("gates.scorer.run_bench", run_bench)
     ctx, settings_ = context(repo)
     base = git.Repo(repo).head.commit.hexsha
     n1, n2 = queued(ctx, one, "one"), queued(ctx, two, "two")

@@ -1,7 +1,7 @@
 """Faults the loop must survive, each ending in a recorded state with a reason (CPU).
 
 The point here is the orchestrator's bookkeeping, so the gates are stand-ins at the shell
-boundary (``gates.accuracy.run_test``, ``gates.bench.run_bench``) whose A/B goes through the
+boundary (``gates.accuracy.run_test``, ``gates.scorer.run_bench``) whose A/B goes through the
 scorer's real analysis; what a candidate does to a real side is tested in tests/gates. Agents
 are real processes (the command backend running a shell script). The orchestrator is killed by
 SIGKILL at every step of the pipeline (``KERN_FAULT`` in a forked child) and resumed here: no
@@ -21,7 +21,7 @@ from pathlib import Path
 import git
 import pytest
 
-from gates.bench import analyse
+from gates.scorer import analyse
 from harness import cli, faults
 from harness import ledger as L
 from harness.agents.base import Proposal, ProposalError, parse_proposal
@@ -62,7 +62,7 @@ class Gates:
     def __init__(self, monkeypatch, on_bench=None, reasons=("400 op calls bit-identical",)):
         self.calls, self.on_bench, self.reasons = [], on_bench, list(reasons)
         monkeypatch.setattr("gates.accuracy.run_test", self.run_test)
-        monkeypatch.setattr("gates.bench.run_bench", self.run_bench)
+        monkeypatch.setattr("gates.scorer.run_bench", self.run_bench)
 
     def run_test(self, req, progress=None):
         self.calls.append(("test", req.rev, req.base))

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from gates import accuracy
-from gates.hidden import Hidden
+from gates.protocol import Hidden
 from harness import cli
 from harness import ledger as L
 from harness.commands import ReplayError, hidden_inputs, recorded_hidden

@@ -19,7 +19,7 @@ from pathlib import Path
 import git
 import pytest
 
-from gates.bench import bench_settings
+from gates.scorer import bench_settings
 from harness.journey import markdown, result
 from harness.orchestrator import Orchestrator
 from harness.settings import load

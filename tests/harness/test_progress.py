@@ -1,5 +1,6 @@
-"""Progress of kern test / kern bench / kern loop: the gates' own progress lines read into bars
-and stages (harness/progress.py), and the CLI shell that draws them on a terminal."""
+"""Progress of kern test / kern bench / kern loop: the gates' and the loop's typed events read
+into bars and stages (harness/progress.py), the lines they read as, and the CLI shell that
+draws them on a terminal."""
 from __future__ import annotations
 
 import io
@@ -7,21 +8,42 @@ import io
 import pytest
 from rich.console import Console
 
-from gates.accuracy import _tagged  # the line format run_test's progress callback receives
-from gates.bench import pattern
+from gates.accuracy import _tagged  # what run_test's progress callback receives
+from gates.events import JudgingTimedOutputs, PassTick, SideReady, StoreReady, VisitDone
+from gates.scorer import pattern
 from harness import commands
 from harness import progress as P
 
 
-def bench_lines(rounds: int) -> list[str]:
-    """The lines run_bench emits for an A/B of ``rounds`` rounds (gates/bench.py)."""
-    out = ["store: model built in 12s, shared over CUDA IPC",
-           "side A: ready (build 0s, capture 3s)", "side B: ready (build 0s, capture 4s)"]
+def bench_lines(rounds: int) -> list:
+    """The events run_bench emits for an A/B of ``rounds`` rounds (gates/scorer.py)."""
+    out = [StoreReady(12.2), SideReady("A", 0.1, 3.0), SideReady("B", 0.0, 4.4)]
     for i, k in enumerate(pattern(rounds)):
-        out.append(f"round {i // 4 + 1}: side {k} done")
+        out.append(VisitDone(i // 4 + 1, k))
         if i == len(pattern(rounds)) - 1:
-            out.append("judging the timed outputs against main's")
+            out.append(JudgingTimedOutputs())
     return out
+
+
+def test_each_event_reads_as_the_line_the_gates_print():
+    assert [str(e) for e in bench_lines(1)] == [
+        "store: model built in 12s, shared over CUDA IPC", "side A: ready (build 0s, capture 3s)",
+        "side B: ready (build 0s, capture 4s)", "round 1: side A done", "round 1: side B done",
+        "round 1: side B done", "round 1: side A done", "judging the timed outputs against main's"]
+    assert str(SideReady("B", 1, 2, 2)) == "side B: ready (build 1s, capture 2s), process 2 (sides alternate)"
+    assert str(PassTick("A record", 7.4, "tap: rows 16")) == "A record     7s  tap: rows 16"
+    assert [str(e) for e in (P.GateStarted("accuracy", "abcdef0123" * 4, "1234567890" * 4),
+                             P.AccuracyVerdict("PASS bit-identical"),
+                             P.GateStarted("scorer", "abcdef0123" * 4, "1234567890" * 4),
+                             P.InScorer(VisitDone(1, "B")), P.InScorer(SideReady("B", 1, 1), again=True),
+                             P.Remeasuring("abcdef0123" * 4, 15.0), P.Rebased(3, "fedcba9876" * 4),
+                             P.AttemptEnded(3, "merged"), P.AttemptEnded(4, "abandoned", "guard"))] == [
+        "accuracy gate: abcdef0123 vs 1234567890", "accuracy: PASS bit-identical",
+        "scorer: abcdef0123 vs 1234567890", "  round 1: side B done",
+        "  again: side B: ready (build 1s, capture 1s)",
+        "scorer: a gain above 15 %: measuring abcdef0123 again",
+        "attempt #3: main moved; rebased onto fedcba9876, judging again", "attempt #3: merged",
+        "attempt #4: abandoned: guard"]
 
 
 def test_bench_bars_follow_the_rounds():
@@ -32,9 +54,9 @@ def test_bench_bars_follow_the_rounds():
         bars, moved = P.bench_step(bars, line, 3)
         if not moved:
             printed.append(line)
-        if line == "round 2: side B done" and bars[1].done == 4:
+        if line == VisitDone(2, "B") and bars[1].done == 4:
             assert bars[1].detail == "round 2/3" and not bars[1].finished
-    assert printed == ["store: model built in 12s, shared over CUDA IPC"]
+    assert printed == [StoreReady(12.2)]
     a, b = bars
     assert (a.done, a.finished, a.detail) == (6, True, "judging the timed outputs against main's")
     assert (b.done, b.finished, b.detail) == (6, True, "round 3/3")
@@ -43,12 +65,13 @@ def test_bench_bars_follow_the_rounds():
 def test_bench_bars_of_b_alone_and_a_ready_line():
     bars = P.bench_bars(["B"] * 2, 2)
     assert [(b.key, b.total) for b in bars] == [("B", 2)]
-    bars, moved = P.bench_step(bars, "side B: ready (build 1s, capture 2s)", 2)
+    bars, moved = P.bench_step(bars, SideReady("B", 1, 2), 2)
     assert moved and bars[0].detail == "round 1/2: ready (build 1s, capture 2s)"
-    bars, _ = P.bench_step(bars, "round 1: side B done", 2)
-    bars, moved = P.bench_step(bars, "side B: ready (build 1s, capture 2s), process 2 (sides alternate)", 2)
+    bars, _ = P.bench_step(bars, VisitDone(1, "B"), 2)
+    bars, moved = P.bench_step(bars, SideReady("B", 1, 2, process=2), 2)
     assert bars[0].detail == "round 1/2: ready (build 1s, capture 2s), process 2 (sides alternate)"
-    assert P.bench_step(bars, "round 1: side Z done", 2) == (bars, False)  # no such side
+    assert P.bench_step(bars, VisitDone(1, "Z"), 2) == (bars, False)  # no such side
+    assert P.bench_step(bars, "round 1: side B done", 2) == (bars, False)  # a line is no event
 
 
 def test_test_bars_follow_the_passes():
@@ -64,9 +87,10 @@ def test_test_bars_follow_the_passes():
         ("A record", True, "tap: rows 16", 7.0), ("B replay", True, "replaying rows 16", 3.0),
         ("A noise", False, "noise pass 1", 5.0)]
     assert bars[0].label == "side A: main records its tap" and bars[0].total is None
-    assert P.test_step(bars, "something else") == (bars, False)
+    assert P.test_step(bars, "A noise     9s  a line, not an event") == (bars, False)
+    assert P.test_step(bars, VisitDone(1, "A")) == (bars, False)
     assert all(b.finished for b in P.finish(bars))
-    early = P.finish(P.bench_step(P.bench_bars(pattern(1), 1), "round 1: side A done", 1)[0])
+    early = P.finish(P.bench_step(P.bench_bars(pattern(1), 1), VisitDone(1, "A"), 1)[0])
     assert [(b.done, b.total, b.finished) for b in early] == [(1, 2, True), (0, 2, True)]
 
 
@@ -102,18 +126,19 @@ def test_gate_progress_draws_bars_on_a_terminal():
     assert "side B: the candidate replays it" in buf.getvalue()
 
 
-def test_stage_of_the_loop_lines():
-    lines = [(0.0, "accuracy gate: abcdef0123 vs 1234567890"), (5.0, "accuracy: PASS bit-identical"),
-             (6.0, "scorer: abcdef0123 vs 1234567890"), (9.0, "  side A: ready (build 1s, capture 1s)"),
-             (20.0, "  round 1: side B done")]
+def test_stage_of_the_loop_events():
+    rev, base = "abcdef0123" * 4, "1234567890" * 4
+    lines = [(0.0, P.GateStarted("accuracy", rev, base)), (5.0, P.AccuracyVerdict("PASS bit-identical")),
+             (6.0, P.GateStarted("scorer", rev, base)), (9.0, P.InScorer(SideReady("A", 1, 1))),
+             (20.0, P.InScorer(VisitDone(1, "B"))), (21.0, "farm.isolate: waiting for another judgment")]
     st = P.stage_of(lines)
-    assert st == P.Stage("abcdef0123", "scorer", "round 1: side B done", 6.0, 20.0)
-    assert P.stage_of(lines[:2]) == P.Stage("abcdef0123", "accuracy", "PASS bit-identical", 0.0, 5.0)
-    again = lines + [(30.0, "scorer: a gain above 15 %: measuring abcdef0123 again"),
-                     (31.0, "  again: side B: ready (build 1s, capture 1s)")]
-    assert P.stage_of(again) == P.Stage("abcdef0123", "scorer (again)",
+    assert st == P.Stage(rev, "scorer", "round 1: side B done", 6.0, 20.0)
+    assert P.stage_of(lines[:2]) == P.Stage(rev, "accuracy", "PASS bit-identical", 0.0, 5.0)
+    again = lines + [(30.0, P.Remeasuring(rev, 15)), (31.0, P.InScorer(SideReady("B", 1, 1), again=True))]
+    assert P.stage_of(again) == P.Stage(rev, "scorer (again)",
                                         "side B: ready (build 1s, capture 1s)", 30.0, 31.0)
-    assert P.stage_of(lines + [(40.0, "attempt #3: merged")]) is None
+    assert P.stage_of(lines + [(40.0, P.AttemptEnded(3, "merged"))]) is None
+    assert P.stage_of(lines + [(40.0, P.Rebased(3, base))]) is None
     assert P.stage_of([(0.0, "profiling main 1234567890 at 16 rows")]) is None
 
 
@@ -160,7 +185,7 @@ def test_the_loop_live_view_renders_from_the_ledger(tmp_path):
     from . import sample
 
     led = sample.build(tmp_path / "ledger.sqlite")
-    lines = [(0.0, "accuracy gate: c000000000013 vs base000000001")]
+    lines = [(0.0, P.GateStarted("accuracy", "c000000000013", "base000000001"))]
     view = _LiveView(SimpleNamespace(ledger=led, repo=SimpleNamespace(main_sha=lambda: "f" * 40)),
                      lines)
     buf = io.StringIO()

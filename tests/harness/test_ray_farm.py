@@ -111,7 +111,7 @@ def test_the_default_path_never_imports_ray():
     from tests.gates.candidates import ROOT
 
     code = ("import sys, harness.cli, harness.orchestrator, harness.pipeline, harness.loop_cmd, "
-            "gates.accuracy, gates.bench; print('ray' in sys.modules)")
+            "gates.accuracy, gates.scorer; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, timeout=120)
     assert out.stdout.strip() == "False", out.stderr

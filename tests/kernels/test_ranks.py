@@ -183,7 +183,7 @@ def _bytes(t: torch.Tensor) -> bytes:
 def test_two_ranks_match_one_rank_and_agree_byte_for_byte(tmp_path):
     import torch.multiprocessing as mp
 
-    from gates.verdict import logit_stats
+    from gates.logits import logit_stats
     from kernels.k31.collectives import Identity
     from kernels.k31.config import Layout
 

@@ -14,11 +14,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, ranks, stats, verdict
-from .hidden import Hidden
+from . import checkout, launch_ranks, logits, stats, verdict
+from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
+from .launch import Interactive, SideError
+from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
+                       SaveRecord, Time, Verify)
 from .results import BenchResult
 from .spec import side_spec
-from .sides import Interactive, SideError
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
 # baseline that runs past this is reported as stopped, never a failed bench
@@ -107,7 +109,8 @@ def bench_settings(bench: dict, profile: dict) -> dict:
 
 def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
-    sample, check and timing) as ``.report``."""
+    sample, check and timing) as ``.report``. ``progress`` is called with each
+    ``gates.events.ScorerEvent`` as it happens (``print`` shows their lines)."""
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
     rounds = req.rounds or prof["rounds"]  # rounds and replays: the machine profile's (kern.yaml)
@@ -141,7 +144,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
               "hidden": req.hidden.to_dict() if req.hidden else None,
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
     if req.world > 1:
-        result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
+        result["ranks"] = launch_ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
     attach_spec = dict(spec)
 
     now = {"side": None}  # the side being asked, for errors that name who acts
@@ -155,18 +158,17 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
                 sides.pop(other).close()
         label = f"side{k}" + (f"-{opened[k]}" if opened[k] else "")
         opened[k] += 1
-        s = sides[k] = ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
+        s = sides[k] = launch_ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
             if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
         # the hidden inputs only once the side has imported the candidate's tree
         s.wait_imported(timeout)
-        r = s.request({"cmd": "prepare", "hidden": result["hidden"],
-                       "sketch_seed": secrets["sketch_seed"], "claim": claim}, timeout)
+        r = s.request(Prepare(hidden=result["hidden"], sketch_seed=secrets["sketch_seed"], claim=claim),
+                      timeout)
         result["prepare"].setdefault(k, []).append(
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
         result["workload"] = r["workload"]
-        progress(f"side {k}: ready (build {r['build_s']:.0f}s, capture {r['capture_s']:.0f}s)"
-                 + (f", process {opened[k]} (sides alternate)" if alternate else ""))
+        progress(SideReady(k, r["build_s"], r["capture_s"], opened[k] if alternate else None))
         return s
 
     try:
@@ -175,12 +177,12 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
             store = Interactive("store", trees[first], spec, work, "store")
             ready = store.read(timeout)
             attach_spec["attach"] = ready["ready"]
-            progress(f"store: model built in {ready['build_s']:.0f}s, shared over CUDA IPC")
+            progress(StoreReady(ready["build_s"]))
         if not alternate:
             for k in sorted(trees):
                 open_side(k)
         if req.cuda:  # the read ceiling (floors divide by it), measured on this card at the start
-            r = open_side(order[0]).request({"cmd": "bandwidth"}, timeout)
+            r = open_side(order[0]).request(Bandwidth(), timeout)
             result["bandwidth"] = {k: r.get(k) for k in ("Bps", "torch_sum_Bps", "best", "shapes")}
         samples = {k: {b: [] for b in buckets} for k in trees}
         rank_samples = {k: {b: [[] for _ in range(req.world)] for b in buckets} for k in trees}
@@ -194,7 +196,7 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
                 # input sets 2, 3, ... per side and bucket across its visits (set 1 compiled
                 # and captured the step): both sides' n-th replay runs set n
                 first = FIRST_SET + len(samples[k][b])
-                r = side.request({"cmd": "time", "bucket": b, "n": replays, "first": first}, timeout)
+                r = side.request(Time(bucket=b, n=replays, first=first), timeout)
                 wall_ms = (time.monotonic() - t_req) * 1e3
                 samples[k][b] += r["times"]
                 for rank, times in enumerate(r.get("rank_times") or [r["times"]]):
@@ -206,14 +208,14 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
             # the visit's timed outputs, before its process may go (sides that alternate)
             t_s = time.monotonic()
             if k == "A" and not alternate and req.base:  # main's process lives to compare them
-                side.request({"cmd": "save_record", "path": None}, timeout)
+                side.request(SaveRecord(path=None), timeout)
                 result["timed_files"]["A"] = "memory"
             else:
                 path = work / f"timed-{k}-{i:02d}.pt"
-                side.request({"cmd": "save_record", "path": str(path)}, timeout)
+                side.request(SaveRecord(path=str(path)), timeout)
                 result["timed_files"].setdefault(k, []).append(str(path))
             result.setdefault("timed_save_s", []).append(time.monotonic() - t_s)
-            progress(f"round {i // 4 + 1 if req.base else i + 1}: side {k} done")
+            progress(VisitDone(i // 4 + 1 if req.base else i + 1, k))
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
                 result["verify"][k] = _verify(side, k, buckets, timeout,
                                               int(b_cfg["reference_calls_per_op"]),
@@ -223,22 +225,21 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
                 if k == "A" and "B" in result["timed_files"]:
                     # main's process compares (the candidate's never sees main's outputs); B's
                     # last visit came before A's (A B B A)
-                    progress("judging the timed outputs against main's")
+                    progress(JudgingTimedOutputs())
                     t_j = time.monotonic()
                     gate_rows = (req.accuracy or {}).get("rows")
                     result["timed"] = side.request(
-                        {"cmd": "judge_outputs", "mine": result["timed_files"]["A"],
-                         "theirs": result["timed_files"]["B"],
-                         "near_tie_factor": req.settings["test"]["near_tie_factor"],
-                         "sample": {"rows": gate_rows, "seed": secrets["sample_seed"]}
-                         if gate_rows else None}, timeout)["timed"]
+                        JudgeOutputs(mine=result["timed_files"]["A"], theirs=result["timed_files"]["B"],
+                                     near_tie_factor=req.settings["test"]["near_tie_factor"],
+                                     sample={"rows": gate_rows, "seed": secrets["sample_seed"]}
+                                     if gate_rows else None), timeout)["timed"]
                     result["timed_judge_s"] = time.monotonic() - t_j
         result["outcome"] = "ok"
     except SideError as e:
         result["outcome"] = e.kind
         result["error"] = str(e)
         result["log"] = str(e.log_path)
-        if isinstance(e, ranks.RanksDisagree):
+        if isinstance(e, launch_ranks.RanksDisagree):
             side = now["side"]
             result["error"] += (f"; {'the candidate' if side == 'B' else 'the base'} "
                                 f"{revs[side][:12]} (side {side}) is not deterministic across ranks: "
@@ -289,10 +290,8 @@ def _verify(side, k: str, buckets: list, timeout: float, per_op: int, rng) -> di
     out = {}
     sample = None
     for b in buckets:
-        msg = {"cmd": "verify", "bucket": b, "ops": k == "B"}
-        if k == "B" and sample is not None:
-            msg["sample"] = reference_sample(sample, per_op, rng)
-        out[b] = side.request(msg, timeout)
+        drawn = reference_sample(sample, per_op, rng) if k == "B" and sample is not None else None
+        out[b] = side.request(Verify(bucket=b, ops=k == "B", sample=drawn), timeout)
         if k == "B" and sample is None:
             sample = {op: o["calls"] for op, o in (out[b].get("ops") or {}).items()}
     return out
@@ -309,16 +308,16 @@ def _remove_timed_files(files: dict, world: int) -> None:
 def _extras(req: BenchRequest, side: Interactive, buckets, timeout, result) -> None:
     """Roofline cost, peers and baselines, on main's side (untimed by the A/B)."""
     if req.cuda:
-        result["cost"] = {b: side.request({"cmd": "cost", "bucket": b}, timeout) for b in buckets}
+        result["cost"] = {b: side.request(RooflineCost(bucket=b), timeout) for b in buckets}
     try:
         if req.peers and req.cuda:
-            result["peers"] = side.request({"cmd": "peers"}, timeout)
+            result["peers"] = side.request(Peers(), timeout)
         base_buckets = [buckets[0], buckets[len(buckets) // 2]] if len(buckets) > 2 else buckets
         for kind in req.baselines:  # the reference step is slow: the smallest and middle buckets
             per = result.setdefault("baselines", {}).setdefault(kind, {})
             for b in base_buckets:
-                per[b] = side.request({"cmd": "baseline", "kind": kind, "bucket": b,
-                                       "n": 3 if req.cuda else 1}, BASELINE_TIMEOUT_S[kind])
+                per[b] = side.request(Baseline(kind=kind, bucket=b, n=3 if req.cuda else 1),
+                                      BASELINE_TIMEOUT_S[kind])
     except SideError as e:  # a baseline or peer that fails or hangs is a result, not a failed bench
         result["extras_error"] = str(e)
 
@@ -479,7 +478,7 @@ def timed_lines(res: dict) -> list[str]:
             f"{first['replay']} ({', '.join(first['what'])}){when}")
     if any("logits" not in t for t in timed.values()):
         return [head, f"timed      digests only (the accuracy gate claimed {claim})"]
-    lg = verdict.merge_logit_stats([t["logits"] for t in timed.values()])
+    lg = logits.merge_logit_stats([t["logits"] for t in timed.values()])
     sk = max(t["sketch_rel_max"] for t in timed.values())
     return [head,
             f"timed      logits: argmax flips {lg['flips_confident']} confident, "

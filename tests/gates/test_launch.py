@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gates import sides
-from gates.accuracy import TestRequest, run_test
-from gates.bench import BenchRequest, report_lines, run_bench
+from gates import launch
+from gates.accuracy import AccuracyRequest, run_test
+from gates.scorer import BenchRequest, report_lines, run_bench
 from harness import faults
 from harness.pipeline import decide_outcome
 from gates.scope import ScopeResult
@@ -48,24 +48,24 @@ CPU_OOM = ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultC
     (0, False, "", "ok"),
 ])
 def test_a_sides_end_is_named(returncode, timed_out, tail, kind):
-    assert sides.classify(returncode, timed_out, tail) == kind
+    assert launch.classify(returncode, timed_out, tail) == kind
 
 
 def test_an_error_a_side_answered_with_is_named():
-    assert sides.reply_kind(CPU_OOM) == "out of memory"  # a bench side catches and answers
-    assert sides.reply_kind("ValueError: bad bucket") == "error"
+    assert launch.reply_kind(CPU_OOM) == "out of memory"  # a bench side catches and answers
+    assert launch.reply_kind("ValueError: bad bucket") == "error"
 
 
 def test_cpu_sides_get_half_the_memory_and_cuda_sides_no_cap():
-    assert sides.memory_limit(False, 8 << 30) == 4 << 30
-    assert sides.memory_limit(True, 8 << 30) is None  # CUDA reserves more address space than RAM
-    assert sides.memory_limit(False, 0) is None  # unknown RAM: no cap rather than a wrong one
+    assert launch.memory_limit(False, 8 << 30) == 4 << 30
+    assert launch.memory_limit(True, 8 << 30) is None  # CUDA reserves more address space than RAM
+    assert launch.memory_limit(False, 0) is None  # unknown RAM: no cap rather than a wrong one
 
 
 def test_a_sides_environment_holds_no_secret(monkeypatch):
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
-    env = sides.side_env()
+    env = launch.side_env()
     assert not set(SECRETS) & set(env) and not set(SECRETS.values()) & set(env.values())
     assert env["PATH"] and env["PYTHONHASHSEED"] == "0"
 
@@ -110,8 +110,8 @@ def ran(tmp_path_factory):
                          progress=lambda m: None).report
 
     def test(name):
-        return run_test(TestRequest(repo, shas[name], shas[name], settings.data, prof, repo / "runs",
-                                    cuda)).report
+        return run_test(AccuracyRequest(repo, shas[name], shas[name], settings.data, prof, repo / "runs",
+                                        cuda)).report
 
     with pytest.MonkeyPatch.context() as mp:  # what the orchestrator's own process may hold
         for k, v in SECRETS.items():
@@ -145,7 +145,7 @@ def test_an_impossible_allocation_ends_the_side_out_of_memory_under_its_cap(ran)
     assert "can't allocate memory" in res["error"]
     out = decide_outcome(ScopeResult(True), _pass(), res)
     assert (out.state, out.reason) == ("crashed", "scorer: out of memory")
-    cap = sides.memory_limit(False, sides._physical_memory())
+    cap = launch.memory_limit(False, launch._physical_memory())
     # every side ran under the cap, soft and hard alike: candidate code cannot lift it
     assert {tuple(d["rlimit_as"]) for d in dumps(ran[0] / "runs")} == {(cap, cap)}
 

@@ -1,12 +1,12 @@
-"""Running one side (a revision's driver) in its own subprocess, with a minimal environment
-and a wall-clock limit. A crash, hang or illegal memory access of a candidate ends its
-process, never the caller's.
+"""The coordinator's launcher: one side (a revision's driver) in its own subprocess, with a
+minimal environment and a wall-clock limit (several ranks: ``gates/launch_ranks.py``). A
+crash, hang or illegal memory access of a candidate ends its process, never the caller's.
 
 The hand-over: a side's spec file, argv and environment hold only what kern.yaml says; the
 judgment's hidden inputs (``gates/hidden.py``) reach it on its stdin, and only after it has
-imported the candidate's tree: the side writes :data:`IMPORTED` as its first line on stdout,
-the coordinator answers with one JSON line ``{"hidden": {...} | null}`` (run and tap modes:
-:func:`hand_over`, then stdin closes; bench sides: inside their ``prepare`` request). So no
+imported the candidate's tree: the side writes ``protocol.IMPORTED`` as its first line on stdout,
+the coordinator answers with ``protocol.handover_line`` (run and tap modes: :func:`hand_over`,
+then stdin closes; bench sides: inside their ``prepare`` request). So no
 code of the candidate's import finds them in any file, argument, variable or pipe."""
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .protocol import parse as check_options
+from .protocol import (IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
+                       parse as check_options)
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 # Variables a side may see. API keys and everything else of the user's environment stay out.
@@ -93,15 +94,6 @@ def side_env(extra: dict | None = None) -> dict:
     return env
 
 
-MEMORY_VARIABLE = "KERN_SIDE_MEMORY_BYTES"  # the driver caps its address space at this
-IMPORTED = '{"imported": true}'  # a side's first line on stdout: the candidate's tree is imported
-
-
-def hidden_line(hidden: dict | None) -> str:
-    """The coordinator's answer to :data:`IMPORTED` in the run and tap modes."""
-    return json.dumps({"hidden": hidden}) + "\n"
-
-
 def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     """The coordinator's half of the hand-over (run it in a thread): when ``proc`` says it
     imported the tree, write its hidden inputs as one line and close its stdin. Anything else
@@ -111,7 +103,7 @@ def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     for line in proc.stdout:
         if not sent and line.strip() == IMPORTED:
             try:
-                proc.stdin.write(hidden_line(hidden))
+                proc.stdin.write(handover_line(hidden))
                 proc.stdin.close()
             except (BrokenPipeError, OSError):
                 pass  # the side ended; its exit status says how
@@ -165,7 +157,9 @@ def _has_cuda() -> bool:
 
 
 @dataclass
-class Outcome:
+class SideOutcome:
+    """How one side process ended (one process, or W ranks merged: ``gates/launch_ranks.py``)."""
+
     ok: bool
     kind: str  # "ok" | "crash" | "timeout" | "illegal-memory-access" | "out of memory" | "error"
     returncode: int | None
@@ -215,7 +209,7 @@ def _named(text: str) -> str | None:
 
 
 def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
-             progress=None, hidden: dict | None = None) -> Outcome:
+             progress=None, hidden: dict | None = None) -> SideOutcome:
     """Run ``gates.side.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
     (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree."""
     check_options(mode, spec)  # the side parses it again: a key no mode defines is a gate bug
@@ -257,7 +251,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         result = json.loads(out.read_text())
     elif kind == "ok":
         kind = "error"
-    return Outcome(kind == "ok", kind, proc.returncode, wall, result, tail, log_path)
+    return SideOutcome(kind == "ok", kind, proc.returncode, wall, result, tail, log_path)
 
 
 def _last_line(path: Path) -> str:
@@ -314,7 +308,7 @@ class Interactive:
         return reply
 
     def wait_imported(self, timeout_s: float) -> None:
-        """The side's first line: it imported the tree (``gates/sides.py`` hand-over); only
+        """The side's first line: it imported the tree (``gates/launch.py`` hand-over); only
         then may it be sent what the tree must not see at import."""
         reply = self.read(timeout_s)
         if reply != json.loads(IMPORTED):
@@ -345,8 +339,8 @@ class Interactive:
         except (BrokenPipeError, OSError):
             pass  # the next read reports how the process ended
 
-    def request(self, obj: dict, timeout_s: float) -> dict:
-        self.send(obj)
+    def request(self, command: BenchCommand, timeout_s: float) -> dict:
+        self.send(command.to_dict())
         reply = self.read(timeout_s)
         if not reply.get("ok", True):
             raise SideError(reply_kind(str(reply.get("error"))), f"{self.name}: {reply.get('error')}",
@@ -356,7 +350,7 @@ class Interactive:
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
-                self.proc.stdin.write('{"cmd": "quit"}\nquit\n')
+                self.proc.stdin.write(json.dumps(Quit().to_dict()) + f"\n{STORE_QUIT}\n")
                 self.proc.stdin.flush()
                 self.proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):

@@ -23,30 +23,9 @@ shapes (all calls at the first bucket, a sample drawn afresh per run at the othe
 The model comes from the side's own build, or from a store process through CUDA IPC when
 both sides' protected model code agrees (``model_digest``), so two sides fit on one GPU.
 
-Commands (one JSON object per line; one JSON reply per line on stdout, after the driver's
-``{"imported": true}``):
-  {"cmd": "prepare", "hidden": H, "sketch_seed": S}
-                                               build/attach, compile and capture every bucket;
-                                               H: the judgment's hidden inputs (its input
-                                               seed sets the workload), or null; S: the seed
-                                               of the state sketches (gates/side/timed.py)
-  {"cmd": "time", "bucket": B, "n": N, "first": F}
-                                               N timed replays on input sets F, F+1, ...
-                                               -> {"times": [...], "checks": {...}}
-                                               (several ranks: and "replicated_sha", of every
-                                               replay's replicated bytes and the last one's
-                                               gathered logits)
-  {"cmd": "save_record", "path": P}            write the timed replays' outputs kept since the
-                                               last save to P (one file per visit)
-  {"cmd": "judge_outputs", "mine": [P], "theirs": [P], "near_tie_factor": F}
-                                               main's side: its files against the candidate's
-  {"cmd": "verify", "bucket": B, "ops": O, "sample": {op: [call index, ...]}}
-                                               graph vs eager on an unseen input (O: and the
-                                               eager run's op calls against the reference: all
-                                               of them, or for an op in ``sample`` those listed)
-  {"cmd": "cost", "bucket": B}                 roofline bytes/FLOPs of one step, per op row
-  {"cmd": "baseline", "kind": K, "bucket": B, "n": N}   eager reference step / torch.compile
-  {"cmd": "quit"}
+Commands: one JSON line each on stdin, one JSON reply each on stdout after the driver's
+``{"imported": true}``; what they are and hold is ``gates/protocol.py``'s ``BenchCommand`` and
+its subclasses (``COMMANDS``).
 """
 from __future__ import annotations
 
@@ -60,6 +39,7 @@ from pathlib import Path
 
 import torch
 
+from .. import protocol
 from ..protocol import BenchOptions
 from .session import Side, Spec, environment, log
 from .tamper import clear_persisting_l2, persisting_l2_bytes
@@ -76,7 +56,10 @@ def reply(obj) -> None:
     _stdout.flush()
 
 
-class Bench:
+class CapturedSteps:
+    """The step captured as a graph at every bucket, timed, checked and compared on the
+    scorer's commands (:func:`side_main`)."""
+
     def __init__(self, opts: BenchOptions, device: str, seal=None, audit=None, rank: int = 0,
                  hidden=None, sketch_seed: int = 0, claim: str | None = None):
         import kernels
@@ -335,33 +318,32 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
         line = line.strip()
         if not line:
             continue
-        msg = json.loads(line)
-        cmd = msg.get("cmd")
         try:
-            if cmd == "quit":
+            c = protocol.command(json.loads(line))
+        except (ValueError, protocol.CommandError) as e:  # answered; the scorer's bug to fix
+            reply({"ok": False, "error": str(e)})
+            served += 1
+            continue
+        try:
+            if isinstance(c, protocol.Quit):
                 reply({"ok": True})
                 break
-            if cmd == "prepare":
-                from ..hidden import Hidden
-
-                hidden = msg.get("hidden")
-                hidden = None if hidden is None else Hidden.from_dict(hidden, "the prepare request")
-                bench = Bench(opts, device, seal, audit, rank, hidden,
-                              int(msg.get("sketch_seed", 0)), msg.get("claim"))
+            if isinstance(c, protocol.Prepare):
+                hidden = None if c.hidden is None else \
+                    protocol.Hidden.from_dict(c.hidden, "the prepare request")
+                bench = CapturedSteps(opts, device, seal, audit, rank, hidden, int(c.sketch_seed), c.claim)
                 reply({"ok": True, **bench.prepare()})
-            elif cmd == "time":
-                first = msg.get("first")
-                reply({"ok": True, **bench.time(int(msg["bucket"]), int(msg["n"]),
-                                                None if first is None else int(first))})
-            elif cmd == "verify":
-                reply({"ok": True, **bench.verify(int(msg["bucket"]), bool(msg.get("ops")),
-                                                  msg.get("sample"))})
-            elif cmd == "save_record":
-                path = None if msg.get("path") is None else Path(msg["path"])
+            elif isinstance(c, protocol.Time):
+                reply({"ok": True, **bench.time(int(c.bucket), int(c.n),
+                                                None if c.first is None else int(c.first))})
+            elif isinstance(c, protocol.Verify):
+                reply({"ok": True, **bench.verify(int(c.bucket), bool(c.ops), c.sample)})
+            elif isinstance(c, protocol.SaveRecord):
+                path = None if c.path is None else Path(c.path)
                 if path is not None and bench.spec.world > 1:
                     path = path.with_name(f"{path.name}.rank{rank}")
                 reply({"ok": True, **bench.record.save(path)})
-            elif cmd == "judge_outputs":
+            elif isinstance(c, protocol.JudgeOutputs):
                 from .timed import compare
 
                 def ranked(ps):
@@ -369,27 +351,26 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
                         return bench.record.kept
                     return [f"{p}.rank{rank}" for p in ps] if bench.spec.world > 1 else ps
 
-                reply({"ok": True, "timed": compare(ranked(msg["mine"]), ranked(msg["theirs"]),
-                                                    float(msg["near_tie_factor"]), bench.dev,
-                                                    msg.get("sample"))})
-            elif cmd == "bandwidth":
+                reply({"ok": True, "timed": compare(ranked(c.mine), ranked(c.theirs),
+                                                    float(c.near_tie_factor), bench.dev, c.sample)})
+            elif isinstance(c, protocol.Bandwidth):
                 from .ceiling import read_ceiling
 
-                c = read_ceiling(torch.device(device))
-                reply({"ok": True, "Bps": c and c["ceiling_Bps"], "torch_sum_Bps": c and c["torch_sum_Bps"],
-                       "shapes": c and c["shapes"], "best": c and c["best"]})
-            elif cmd == "peers":
+                r = read_ceiling(torch.device(device))
+                reply({"ok": True, "Bps": r and r["ceiling_Bps"], "torch_sum_Bps": r and r["torch_sum_Bps"],
+                       "shapes": r and r["shapes"], "best": r and r["best"]})
+            elif isinstance(c, protocol.Peers):
                 from .peers import kda_decode
 
                 side = bench.side
                 dt = torch.float32 if side.dims.kda_state_dtype == "f32" else torch.bfloat16
                 reply({"ok": True, "kda_decode": kda_decode(side.shapes, bench.buckets, side.device, dt)})
-            elif cmd == "cost":
-                reply({"ok": True, **bench.cost(int(msg["bucket"]))})
-            elif cmd == "baseline":
-                reply({"ok": True, **bench.baseline(msg["kind"], int(msg["bucket"]), int(msg["n"]))})
-            else:
-                reply({"ok": False, "error": f"unknown command {cmd!r}"})
+            elif isinstance(c, protocol.RooflineCost):
+                reply({"ok": True, **bench.cost(int(c.bucket))})
+            elif isinstance(c, protocol.Baseline):
+                reply({"ok": True, **bench.baseline(c.kind, int(c.bucket), int(c.n))})
+            else:  # a command of protocol.COMMANDS this side does not serve: this module's bug
+                raise protocol.CommandError(f"the bench side does not serve {c.CMD!r}")
             served += 1
         except Exception as e:  # noqa: BLE001 - the coordinator decides what an error means
             import traceback

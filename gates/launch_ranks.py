@@ -1,11 +1,12 @@
 """The decode step over W processes, one per rank (``kern step --gpus W [--emulate N]``).
 
-Parent side: :func:`launch` starts W side drivers (``python -m gates.side.driver MODE``), each in its
-own process group with torchrun's variables (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR``, ``MASTER_PORT`` on a free local port), watches them, and when any rank ends
-badly or the wall-clock limit passes kills every rank's process group at once: a rank blocked
-in a collective on a dead peer would otherwise wait out the backend's own timeout. Ranks also
-die with the launcher (``PR_SET_PDEATHSIG`` on Linux), so a killed ``kern`` leaves no orphans.
+Coordinator (this module): :func:`launch` starts W side drivers (``python -m gates.side.driver
+MODE``), each in its own process group with torchrun's variables (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` on a free local port), watches them, and when
+any rank ends badly or the wall-clock limit passes kills every rank's process group at once: a
+rank blocked in a collective on a dead peer would otherwise wait out the backend's own timeout.
+Ranks also die with the launcher (``PR_SET_PDEATHSIG`` on Linux), so a killed ``kern`` leaves no
+orphans.
 
 Rank side (``gates/side/rank.py``, in each rank's process): ``join`` initializes
 ``torch.distributed`` (gloo on the CPU, NCCL on GPUs, one GPU per rank: ``cuda:LOCAL_RANK``).
@@ -25,9 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .protocol import parse as check_options, rank_document
-from .sides import (HARNESS_ROOT, _die_with_parent, Interactive, Outcome, SideError, _last_line, classify,
-                    reply_kind, run_side, side_env, start_hand_over)
+from .launch import (HARNESS_ROOT, _die_with_parent, Interactive, SideError, SideOutcome, _last_line,
+                     classify, reply_kind, run_side, side_env, start_hand_over)
+from .protocol import BenchCommand, Quit, parse as check_options, rank_document
 from .stats import worst_ops
 
 WORLDS = (1, 2, 4, 8)
@@ -221,7 +222,7 @@ def merge_replies(cmd: str, replies: list[dict]) -> dict:
     return out
 
 
-# ------------------------------------------------------------------ parent side
+# ------------------------------------------------------------------ the coordinator's launcher
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -299,7 +300,7 @@ def rank_out(out: Path, rank: int) -> Path:
 
 
 def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress=None,
-        hidden: dict | None = None) -> Outcome:
+        hidden: dict | None = None) -> SideOutcome:
     """One side of ``mode`` as one process (world 1) or as its ranks (:func:`launch`);
     ``hidden`` reaches every process over its stdin (``sides.hand_over``)."""
     if int(spec.get("world", 1)) == 1:
@@ -308,9 +309,9 @@ def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress
 
 
 def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
-           progress=None, hidden: dict | None = None) -> Outcome:
+           progress=None, hidden: dict | None = None) -> SideOutcome:
     """Run ``gates.side.driver MODE`` as ``spec["world"]`` ranks and merge their results into
-    ``out`` (``run``: :func:`combine`; ``tap``: :func:`merge_digests`) and the Outcome. A
+    ``out`` (``run``: :func:`combine`; ``tap``: :func:`merge_digests`) and the SideOutcome. A
     failing rank is named in ``kind`` and its log is the one reported."""
     import json
 
@@ -338,18 +339,18 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     cause = next((r for r in by_order if not ended[r].killed and kinds[r] != "ok"),
                  next((r for r in by_order if ended[r].timed_out), None))
     if cause is not None:
-        return Outcome(False, f"{kinds[cause]} (rank {cause} of {world})", ended[cause].returncode,
-                       wall, None, tails[cause], logs[cause])
+        return SideOutcome(False, f"{kinds[cause]} (rank {cause} of {world})", ended[cause].returncode,
+                           wall, None, tails[cause], logs[cause])
     missing = [r for r in range(world) if not rank_out(out, r).exists()]
     if missing:
-        return Outcome(False, f"error (rank {missing[0]} of {world} wrote no result)", 0, wall,
-                       None, tails[missing[0]], logs[missing[0]])
+        return SideOutcome(False, f"error (rank {missing[0]} of {world} wrote no result)", 0, wall,
+                           None, tails[missing[0]], logs[missing[0]])
     results = [json.loads(rank_out(out, r).read_text()) for r in range(world)]
     device = str(results[0].get("environment", {}).get("device", ""))
     backend = "none" if world == 1 else "nccl" if device.startswith("cuda") else "gloo"
     merged = (combine if mode == "run" else merge_digests)(results, spec["layout"], backend)
     out.write_text(json.dumps(merged, indent=1, default=str))
-    return Outcome(True, "ok", 0, wall, merged, tails[0], logs[0])
+    return SideOutcome(True, "ok", 0, wall, merged, tails[0], logs[0])
 
 
 class RanksDisagree(SideError):
@@ -378,7 +379,8 @@ class RankGroup:
                 self.kill()
                 raise SideError(e.kind, f"{e} (rank {r} of {self.world})", e.log_path) from None
 
-    def request(self, obj: dict, timeout_s: float) -> dict:
+    def request(self, command: BenchCommand, timeout_s: float) -> dict:
+        obj = command.to_dict()
         for m in self.members:
             m.send(obj)
         replies: list = [None] * self.world
@@ -405,7 +407,7 @@ class RankGroup:
                 raise SideError(reply_kind(str(rep.get("error"))),
                                 f"{self.name} rank {r} of {self.world}: {rep.get('error')}",
                                 self.members[r].log_path)
-        merged = merge_replies(obj.get("cmd", ""), replies)
+        merged = merge_replies(command.CMD, replies)
         if merged.get("ranks_agree") is False:
             shas = merged["replicated_sha"]
             odd = next(r for r, x in enumerate(shas) if x != shas[0])
@@ -419,7 +421,7 @@ class RankGroup:
 
     def close(self) -> None:
         for m in self.members:
-            m.send({"cmd": "quit"})
+            m.send(Quit().to_dict())
         for m in self.members:
             m.close()
 

@@ -1,0 +1,71 @@
+"""What a gate says while it runs, as typed events: the scorer's (``run_bench``'s ``progress``)
+and the accuracy gate's passes (``run_test``'s). ``str(event)`` is the line a person reads (the
+lines the gates printed before these types existed); ``harness/progress.py`` moves its bars and
+the loop's live stage by an event's type and fields, never by matching its text.
+
+Pure data: nothing here imports torch, the kernel tree or a launcher.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StoreReady:
+    """The scorer's model store built the model once and shares it over CUDA IPC."""
+    build_s: float
+
+    def __str__(self) -> str:
+        return f"store: model built in {self.build_s:.0f}s, shared over CUDA IPC"
+
+
+@dataclass(frozen=True)
+class SideReady:
+    """A scorer side's process is up: its model built (or attached) and every bucket captured."""
+    side: str  # "A" (the base) or "B" (the candidate)
+    build_s: float
+    capture_s: float
+    process: int | None = None  # when the sides alternate: which of the side's processes
+
+    @property
+    def summary(self) -> str:
+        return (f"ready (build {self.build_s:.0f}s, capture {self.capture_s:.0f}s)"
+                + (f", process {self.process} (sides alternate)" if self.process is not None else ""))
+
+    def __str__(self) -> str:
+        return f"side {self.side}: {self.summary}"
+
+
+@dataclass(frozen=True)
+class VisitDone:
+    """One visit of a side in the scorer's rounds (A B B A per round with a base) is timed."""
+    round: int  # from 1
+    side: str
+
+    def __str__(self) -> str:
+        return f"round {self.round}: side {self.side} done"
+
+
+@dataclass(frozen=True)
+class JudgingTimedOutputs:
+    """Main's side compares the candidate's timed outputs with its own."""
+
+    def __str__(self) -> str:
+        return "judging the timed outputs against main's"
+
+
+@dataclass(frozen=True)
+class PassTick:
+    """A pass of an accuracy gate's side is running: its elapsed time and its latest log line
+    (the side's own words: text, never parsed)."""
+    tag: str  # PASSES: "A record", "B replay", "A noise"
+    elapsed_s: float
+    line: str
+
+    def __str__(self) -> str:
+        return f"{self.tag} {self.elapsed_s:5.0f}s  {self.line}"
+
+
+PASSES = ("A record", "B replay", "A noise")  # the accuracy gate's passes, in the order they run
+
+ScorerEvent = StoreReady | SideReady | VisitDone | JudgingTimedOutputs
