@@ -80,11 +80,26 @@ micro)
     vargs+=(--variant "$v=/tmp/variants/$v")
   done
   oargs=(); for o in ${ops//,/ }; do oargs+=(--op "$o"); done
-  t0=$(date +%s); timeout 400 python3 bench/tools/op_bench.py "${oargs[@]}" "${vargs[@]}" --out $OUT/op_bench.json \
-    --commit "main $(git rev-parse --short main); $*" 2>$OUT/op_bench.err | tail -60
-  echo "op_bench: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"; tail -5 $OUT/op_bench.err
-  t0=$(date +%s); timeout 200 python3 -m harness.cli profile main --rows 128 --out $OUT/profile_128.json \
-    2>$OUT/profile.err | tail -32; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
+  # one process per candidate (main beside it): a candidate that faults the GPU (an illegal
+  # address poisons the whole CUDA context) loses its own numbers only
+  mkdir -p /tmp/ob; t0=$(date +%s)
+  for b in "$@"; do
+    v=${b##*/}
+    timeout ${MICRO_TIMEOUT:-150} python3 bench/tools/op_bench.py "${oargs[@]}" --variant main=/tmp/variants/main \
+      --variant "$v=/tmp/variants/$v" --out /tmp/ob/$v.json --commit "main $(git rev-parse --short main); $b $(git rev-parse --short $b)" \
+      2>/tmp/ob/$v.err | tail -30; echo "op_bench $v: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
+  done
+  python3 -c "
+import json, pathlib, sys
+out = {}
+for b in sys.argv[1:]:
+    v = b.rsplit('/', 1)[-1]; j, e = pathlib.Path(f'/tmp/ob/{v}.json'), pathlib.Path(f'/tmp/ob/{v}.err')
+    out[v] = {'result': json.loads(j.read_text()) if j.exists() else None,
+              'stderr_tail': e.read_text().splitlines()[-25:] if e.exists() else []}
+pathlib.Path('$OUT/op_bench.json').write_text(json.dumps(out, indent=1))" "$@"
+  # the profile's JSON under $OUT alone (the device returns 8 files at most; its logs go to /tmp)
+  t0=$(date +%s); timeout 200 python3 -m harness.cli profile main --rows 128 --out /tmp/profile_128.json \
+    2>/tmp/profile.err | tail -32; cp /tmp/profile_128.json $OUT/; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
   ;;
 loop-start)
   ticks=${2:?loop-start needs TICKS}

@@ -41,7 +41,7 @@ def test_a_changed_op_is_checked_and_timed_beside_main(tmp_path):
     topk = tmp_path / "cand" / "mla" / "topk.py"
     topk.write_text(topk.read_text() + "\n# a candidate's change\n")
     out = tmp_path / "ops.json"
-    r = subprocess.run([sys.executable, "bench/tools/op_bench.py", "--op", "mla.topk", "--rows", "2",
+    r = subprocess.run([sys.executable, "bench/tools/op_bench.py", "--op", "mla.topk", "--op", "moe.experts", "--rows", "2",
                         "--calls", "2", "--variant", f"main={tmp_path / 'main'}", "--variant",
                         f"cand={tmp_path / 'cand'}", "--variant", f"same={tmp_path / 'same'}", "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -51,3 +51,6 @@ def test_a_changed_op_is_checked_and_timed_beside_main(tmp_path):
     assert set(entry["variants"]) == {"main", "cand"}  # 'same' did not change the op
     assert all(v["check"] == "bit-identical" and v["ms_per_call"] > 0 for v in entry["variants"].values())
     assert entry["calls"] == 2 and entry["calls_in_step"] >= 2
+    # the experts leave rows of other ranks' pairs unwritten by contract: main is main, not 'unwritten'
+    experts = json.loads(out.read_text())["ops"]["moe.experts"]["2"]["variants"]
+    assert set(experts) == {"main"} and experts["main"]["check"] == "bit-identical"
