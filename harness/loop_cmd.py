@@ -184,6 +184,8 @@ def cmd_loop(args) -> int:
                 print(f"tick {n}: attempt #{num} {state}{': ' + str(reason) if reason else ''}")
             for num, target in rep.spawned:
                 print(f"tick {n}: attempt #{num} spawned on {target}")
+            if rep.draining:
+                print(f"tick {n}: {rep.draining}: no attempt starts; the ones in flight finish first")
             if rep.stop:
                 print(f"stopping: {rep.stop}")
                 break
