@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import commands, doctor, loop_cmd, report_cmd
+from .cli_shared import InputError
 from .settings import SettingsError
 
 # the modules whose register(sub) adds verbs, in the order `kern --help` lists their verbs
@@ -45,10 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verb:
         top.print_help()
         return 2
+    if not Path(args.repo).is_dir():
+        print(f"kern: --repo {args.repo}: expected a directory (a clone of the repository), found "
+              f"{'a file' if Path(args.repo).exists() else 'nothing'} there", file=sys.stderr)
+        return 2
+    from gates.checkout import RevisionError
+
     try:
         return int(args.func(args) or 0)
     except SettingsError as e:
         print(f"kern: configuration error (edit {args.config}):\n{e}", file=sys.stderr)
+        return 2
+    except (InputError, RevisionError) as e:  # the user's input names nothing usable
+        print(f"kern {args.verb}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kern: interrupted", file=sys.stderr)

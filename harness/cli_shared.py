@@ -34,10 +34,28 @@ class VerbContext:
     runs: Path
 
 
+class InputError(ValueError):
+    """What the user named (a repository, a revision, a flag's value) is not usable; nothing
+    was changed. harness/cli.py prints it on one line and exits 2."""
+
+
+def repo_root(args) -> Path:
+    """``--repo`` resolved, checked to be a git repository's root (:class:`InputError`)."""
+    import git
+
+    repo = Path(args.repo).resolve()
+    try:
+        git.Repo(repo)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise InputError(f"{repo} is not a git repository: run kern in a clone of the repository "
+                         f"or pass --repo DIR") from None
+    return repo
+
+
 def _context(args) -> VerbContext:
     import torch
 
-    repo = Path(args.repo).resolve()
+    repo = repo_root(args)  # before anything is read or written under it
     settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
     cuda = torch.cuda.is_available()
     runs = repo / "runs"

@@ -294,7 +294,7 @@ def gate_inputs(args, verb: str) -> "GateInputs | int":
     try:
         hidden, replayed = hidden_inputs(args, v.repo, v.settings.data, v.profile)
     except ReplayError as e:
-        err.print(f"kern {verb}: {e}")
+        print(f"kern {verb}: {e}", file=sys.stderr)  # one line, never wrapped
         return 2
     return GateInputs(v, err, sides, hidden, replayed)
 
@@ -307,7 +307,7 @@ def run_gate(args, verb: str, g: GateInputs, run, report_lines):
     try:
         res = run()
     except RevisionError as e:
-        g.err.print(f"kern {verb}: {e}")
+        print(f"kern {verb}: {e}", file=sys.stderr)
         return None
     emit(args, {**res.report, "replayed_from": g.replayed}, g.v.settings.digest, report_lines)
     return res
@@ -327,7 +327,7 @@ def cmd_test(args) -> int:
         base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
                                                    v.cfg.machine.model)
     except ranks.RanksError as e:
-        err.print(f"kern test: {e}")
+        print(f"kern test: {e}", file=sys.stderr)
         return 2
 
     def run():

@@ -26,7 +26,8 @@ def register(sub) -> None:
                     "this repository; 4 when the loop stopped because nothing more could be "
                     "written (a full disk: free space, then start it again); 2 when kern.yaml's farm "
                     "does not fit (a slot this machine lacks, Ray missing or farm.address unreachable).")
-    p.add_argument("--every", default=None, help="time between ticks (default: kern.yaml loop.every)")
+    p.add_argument("--every", default=None, type=duration, metavar="DURATION",
+                   help="time between ticks: 90s, 20m, 1h or 1d (default: kern.yaml loop.every)")
     p.add_argument("--tick", action="store_true", help="run one tick and exit (for cron or an agent's /loop)")
     p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
     p.add_argument("--wait-agents", type=float, default=0.0,
@@ -55,6 +56,18 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_profile)
+
+
+def duration(text: str) -> float:
+    """``--every``'s value in seconds; argparse reports anything else (exit 2)."""
+    import argparse
+
+    from .settings import DURATION_FORMS, parse_duration
+
+    seconds = parse_duration(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"expected a duration: {DURATION_FORMS}, found {text!r}")
+    return seconds
 
 
 def _ctx(args, progress=None):
@@ -89,8 +102,15 @@ def cmd_try(args) -> int:
 
     from .ledger import LedgerError
 
+    from gates.checkout import WORKTREE, resolve
+
+    from .cli_shared import InputError, repo_root
     from .farm import FarmError
 
+    # the revision first: a name that is no commit leaves no ledger behind
+    if resolve(repo_root(args), args.rev) == WORKTREE:
+        raise InputError("WORKTREE: expected a commit (kern try judges and merges commits): commit "
+                         "your edits, then kern try HEAD")
     try:
         ctx, _ = _ctx(args)
     except FarmError as e:
@@ -119,7 +139,6 @@ def cmd_try(args) -> int:
 def cmd_loop(args) -> int:
     from .ledger import LedgerError
     from .orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
-    from .settings import parse_duration
 
     started = time.monotonic()
     if args.demo:
@@ -164,8 +183,7 @@ def cmd_loop(args) -> int:
               f"while starting them): recorded as crashed")
     if resumed.notes:
         print(f"resumed: restored the git notes of attempts {resumed.notes}")
-    every = parse_duration(args.every) if args.every else ctx.cfg.loop.every_s
-    every = every or 0.0
+    every = args.every if args.every is not None else ctx.cfg.loop.every_s
     ticks = 1 if args.tick else args.ticks
     n = 0
     live = None

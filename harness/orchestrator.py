@@ -514,8 +514,9 @@ class Orchestrator:
             return self._stop(report, self.halt)
         if wait_for_agents > 0 and report.spawned:
             self.wait_agents([n for n, _ in report.spawned], wait_for_agents)
+        # agents still working (or commits waiting to be judged) are not "nothing left"
         useful = any(s in (L.MERGED, L.ABANDONED) for _, s, _ in report.collected) or report.spawned \
-            or not spawn
+            or not spawn or bool(self.led.attempts(states=L.IN_FLIGHT))
         self.idle_ticks = 0 if useful else self.idle_ticks + 1
         if self.idle_ticks >= self.cfg.loop.stop_after_idle_ticks:
             return self._stop(report, f"agents reported nothing left for {self.idle_ticks} ticks")

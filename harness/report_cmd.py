@@ -50,10 +50,19 @@ def _ledger_path(args) -> Path:
     return default_path(Path(args.repo).resolve())
 
 
+def _no_ledger(args, path: Path) -> str:
+    """Why there is no ledger to read: none was made yet, or ``--repo`` is no repository
+    (:class:`InputError`: a loop could never have written one there)."""
+    from .cli_shared import repo_root
+
+    repo_root(args)
+    return NO_LEDGER.format(path=path)
+
+
 def cmd_report(args) -> int:
     path = _ledger_path(args)
     if not path.exists():
-        print(f"kern report: {NO_LEDGER.format(path=path)}", file=sys.stderr)
+        print(f"kern report: {_no_ledger(args, path)}", file=sys.stderr)
         return 1
     try:
         with Ledger(path) as led:
@@ -182,7 +191,7 @@ def status_lines(d: dict) -> list[str]:
 def cmd_status(args) -> int:
     path = _ledger_path(args)
     if not path.exists():
-        msg = NO_LEDGER.format(path=path)
+        msg = _no_ledger(args, path)
         if args.json:
             print(json.dumps({"ledger": str(path), "exists": False, "message": msg}))
         else:

@@ -103,3 +103,16 @@ def test_a_spent_cost_budget_lets_the_attempts_in_flight_finish_then_stops_and_s
     assert cli.main(["--repo", str(repo), "status", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["run"]["stopped"] == second.stop and d["budget"]["cost_usd"] == {"used": 1.5, "limit": 1.0}
+
+
+def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path):
+    repo = light_repo(tmp_path, {"loop.stop_after_idle_ticks": 1, "loop.concurrency": 1,
+                                 "loop.trial_merge_parts": 0})
+    orch = orchestrator(repo)
+    n, proc = working_agent(orch)
+    try:
+        reports = [orch.tick() for _ in range(3)]
+    finally:
+        finish(orch, n, proc, cost=0.0)
+    assert [(r.collected, r.spawned, r.stop) for r in reports] == [([], [], None)] * 3
+    assert orch.idle_ticks == 0 and orch.led.attempt(n).state == L.RUNNING
