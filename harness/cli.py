@@ -8,12 +8,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from . import commands, doctor, loop_cmd, report_cmd
+from . import commands, doctor, loop_cmd, report_cmd, show
 from .cli_shared import InputError
 from .settings import SettingsError
 
 # the modules whose register(sub) adds verbs, in the order `kern --help` lists their verbs
-VERB_MODULES = (commands, report_cmd, loop_cmd, doctor)
+VERB_MODULES = (commands, report_cmd, show, loop_cmd, doctor)
 
 EPILOG = """CPU mode (no GPU): the small config runs through Triton's interpreter so the mechanics are
 testable; CPU times are never GPU scores."""

@@ -19,6 +19,7 @@ from harness.agents import run as agent_run
 from harness.agents.base import Brief, Proposal, parse_proposal
 from harness.agents.registry import make_agent
 from harness.settings import Resolved, load
+from harness.show import transcript_summary
 from tests.harness.messages_api import (MessagesAPI, Script, any_claude_cli, claude_code_session,
                                         text, tool_use)
 from tests.harness.test_agents import (EDITABLE, PROTECTED, FakeSDK, changed_files,
@@ -117,7 +118,8 @@ def test_claude_code_backend_reads_model_turns_and_cost_cap_from_kern_yaml(tmp_p
 def test_command_backend_runs_claude_print_mode_with_pass_env_from_kern_yaml(repo, tmp_path):
     """`claude -p` as kern.yaml's agent.command: the brief on its stdin; the key and endpoint
     reach it only because agent.pass_env names them; a variable it does not name never does;
-    agent.max_budget_usd reaches its command line as KERN_MAX_BUDGET_USD."""
+    agent.max_budget_usd reaches its command line as KERN_MAX_BUDGET_USD; its stream-json
+    output is the transcript kern show reads."""
     cli, missing = any_claude_cli()
     if cli is None:
         pytest.fail(missing)
@@ -130,8 +132,8 @@ def test_command_backend_runs_claude_print_mode_with_pass_env_from_kern_yaml(rep
     with MessagesAPI(claude_code_session(tunables, old, new, "moe: block_m 32")) as api:
         cfg = kern_yaml(tmp_path, {
             "backend": "command", "timeout_s": 240, "max_budget_usd": 2.5,
-            "command": f"{cli} -p --model {MODEL} --allowedTools Read,Edit,Bash --output-format json "
-                       f"--max-budget-usd $KERN_MAX_BUDGET_USD",
+            "command": f"{cli} -p --model {MODEL} --allowedTools Read,Edit,Bash --output-format "
+                       f"stream-json --verbose --max-budget-usd $KERN_MAX_BUDGET_USD",
             "pass_env": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                          "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"]})
         env = {**base_env(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-dummy-passed",
@@ -151,6 +153,12 @@ def test_command_backend_runs_claude_print_mode_with_pass_env_from_kern_yaml(rep
     result = json.loads(log.strip().splitlines()[-1])
     assert result["type"] == "result" and p.cost_usd == result["total_cost_usd"] > 0
     assert (p.tokens_in, p.tokens_out) == api.all_tokens()
+    # kern show's reading of the CLI's stream: its turns and tool calls, in order
+    summary = transcript_summary(log.splitlines())
+    assert (summary["format"], summary["turns"], summary["cost_usd"]) == \
+        ("claude -p", result["num_turns"], p.cost_usd)
+    assert [c["call"].split()[0] for c in summary["tool_calls"]] == ["Read", "Edit", "Bash", "Bash"]
+    assert summary["tool_calls"][0]["call"].endswith(tunables) and not any(c["error"] for c in summary["tool_calls"])
 
 
 def test_tuner_and_replay_backends_read_kern_yaml(repo, tmp_path):
