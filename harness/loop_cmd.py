@@ -4,7 +4,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+
+from .ledger import IN_FLIGHT
+from .progress import fmt_elapsed
 
 
 def register(sub) -> None:
@@ -141,17 +145,23 @@ def cmd_loop(args) -> int:
     from .orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
 
     started = time.monotonic()
+
+    def say(line: str, err: bool = False) -> None:
+        """A line of the loop's log: it starts with the time, so a week of it reads against the clock."""
+        print(stamped(line, datetime.now().astimezone()), file=sys.stderr if err else sys.stdout,
+              flush=True)
+
     if args.demo:
         from .demo import DemoError, make_repo
 
         try:
             args.repo = str(make_repo(Path(args.repo).resolve()))
         except DemoError as e:
-            print(e, file=sys.stderr)
+            say(str(e), err=True)
             return 2
         args.report = True
-        print(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
-              f"harness/demo.py)")
+        say(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
+            f"harness/demo.py)")
 
     from .farm import FarmError
 
@@ -160,29 +170,29 @@ def cmd_loop(args) -> int:
 
     def progress(m):
         lines.append((time.time(), m))
-        print(f"… {m}", file=sys.stderr)
+        say(f"… {m}", err=True)
         if view is not None:
             view.refresh()
 
     try:
         ctx, settings = _ctx(args, progress=progress)
     except FarmError as e:
-        print(f"kern loop: {e}", file=sys.stderr)
+        say(f"kern loop: {e}", err=True)
         return 2
     try:
         lock = acquire_loop_lock(ctx.runs)
     except LoopLocked as e:
-        print(e, file=sys.stderr)
+        say(str(e), err=True)
         return 3
     orch = Orchestrator(ctx, settings.data)
     resumed = orch.resume()
     if resumed.requeued:
-        print(f"resumed: re-queued attempts {resumed.requeued} left judging by a stopped loop")
+        say(f"resumed: re-queued attempts {resumed.requeued} left judging by a stopped loop")
     if resumed.stranded:
-        print(f"resumed: attempts {resumed.stranded} never got their agent (the loop stopped "
-              f"while starting them): recorded as crashed")
+        say(f"resumed: attempts {resumed.stranded} never got their agent (the loop stopped "
+            f"while starting them): recorded as crashed")
     if resumed.notes:
-        print(f"resumed: restored the git notes of attempts {resumed.notes}")
+        say(f"resumed: restored the git notes of attempts {resumed.notes}")
     every = args.every if args.every is not None else ctx.cfg.loop.every_s
     ticks = 1 if args.tick else args.ticks
     n = 0
@@ -190,33 +200,41 @@ def cmd_loop(args) -> int:
     if not args.no_live and sys.stdout.isatty() and not args.tick:
         from rich.live import Live
 
-        view = _LiveView(ctx, lines)
+        view = _LiveView(ctx, lines, started)
         live = Live(view, refresh_per_second=1)
         live.start()
     try:
         while True:
             last = ticks is not None and n + 1 >= ticks and not args.tick
+            if view is not None:
+                view.next_tick = None  # ticking now
             rep = orch.tick(wait_for_agents=args.wait_agents, spawn=not last)
             n += 1
             for num, state, reason in rep.collected:
-                print(f"tick {n}: attempt #{num} {state}{': ' + str(reason) if reason else ''}")
+                say(f"tick {n}: attempt #{num} {state}{': ' + str(reason) if reason else ''}")
             for num, target in rep.spawned:
-                print(f"tick {n}: attempt #{num} spawned on {target}")
+                say(f"tick {n}: attempt #{num} spawned on {target}")
             if rep.draining:
-                print(f"tick {n}: {rep.draining}: no attempt starts; the ones in flight finish first")
+                say(f"tick {n}: {rep.draining}: no attempt starts; the ones in flight finish first")
             if rep.stop:
-                print(f"stopping: {rep.stop}")
+                say(f"stopping: {rep.stop}")
                 break
-            if ticks is not None and n >= ticks:
+            more = ticks is None or n < ticks
+            in_flight = len(ctx.ledger.attempts(states=IN_FLIGHT))
+            say(f"tick {n}: {len(rep.collected)} collected, {len(rep.spawned)} started, {in_flight} in "
+                f"flight" + (f"; next tick in {fmt_elapsed(every)}" if more else ""))
+            if not more:
                 break
             deadline = time.monotonic() + every
+            if view is not None:
+                view.next_tick = deadline
             while time.monotonic() < deadline:
                 if view is not None:
                     view.refresh()
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     except LedgerError as e:
         # nothing more can be recorded (a full disk, a broken file); what was recorded stands
-        print(f"kern loop: stopped: {e}", file=sys.stderr)
+        say(f"kern loop: stopped: {e}", err=True)
         return 4
     finally:
         if live:
@@ -233,41 +251,71 @@ def cmd_loop(args) -> int:
         page = Path(args.repo) / "journey.html"
         page.write_text(html(ctx.ledger.attempts(), ctx.ledger.phases(), ctx.ledger.scores()),
                         encoding="utf-8")
-        print(f"journey    {page}  (kern --repo {args.repo} report --format html --out FILE writes it again)")
-        print(f"demo took {time.monotonic() - started:.0f} s")
+        say(f"journey    {page}  (kern --repo {args.repo} report --format html --out FILE writes it again)")
+        say(f"demo took {time.monotonic() - started:.0f} s")
     return 4 if orch.halt else 0
+
+
+def stamped(line: str, now: datetime) -> str:
+    """Pure: a log line of ``kern loop``, led by the time it was written (ISO 8601, seconds)."""
+    return f"{now.isoformat(timespec='seconds')} {line}"
+
+
+def live_caption(score: float | None, use: dict, budgets, hours: float, next_in: float | None,
+                 judging: list[tuple]) -> list[str]:
+    """Pure: the live view's lines under its table: main's score, what was spent against each
+    budget (kern.yaml ``budgets``: attempts, tokens, cost, this loop's hours), the countdown to
+    the next tick (None: a tick is running) and what is being judged (``live_rows`` rows of
+    attempts judging) with the time spent in it."""
+    out = [(f"main score: {score:.3f} ms" if score else "main score: not measured yet") + " · "
+           + ("next tick in " + (fmt_elapsed(max(0.0, next_in)) or "0s") if next_in is not None
+              else "tick running")]
+    out.append(f"budgets: attempts {use['attempts']} / {budgets.attempts} · tokens {use['tokens']} / "
+               f"{budgets.tokens} · cost ${use['cost_usd']:.2f} / ${budgets.cost_usd:.2f} · wall "
+               f"{hours:.1f} / {budgets.wall_hours:g} h")
+    for num, target, _, gate, elapsed, _ in judging:
+        out.append(f"judging #{num} {target}: {gate}" + (f" for {elapsed}" if elapsed else ""))
+    return out
 
 
 class _LiveView:
     """The live view: the latest attempts with each one's gate and stage and the time spent in
-    it, main's score. ``refresh`` reads the ledger and git (the loop's thread: the gates'
+    it; under them main's score, the countdown to the next tick, the budgets spent and what
+    is being judged. ``refresh`` reads the ledger and git (the loop's thread: the gates'
     progress lines and the idle wait call it); rich's refresh thread only renders what it
     read, the elapsed times against its own clock."""
 
-    def __init__(self, ctx, lines: list):
-        self.ctx, self.lines = ctx, lines
+    def __init__(self, ctx, lines: list, started: float):
+        self.ctx, self.lines, self.started = ctx, lines, started
+        self.next_tick: float | None = None  # time.monotonic() of the next tick; None: ticking
         self.refresh()
 
     def refresh(self) -> None:
         led = self.ctx.ledger
         phase = led.current_phase_id()
         self.snapshot = (self.ctx.repo.main_sha()[:10], led.main_score(phase) if phase else None,
-                         led.attempts()[-12:])
+                         led.attempts()[-12:], led.usage())
 
     def __rich__(self):
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         from .journey import result
         from .progress import live_rows, stage_of
 
-        main, score, attempts = self.snapshot
+        main, score, attempts, use = self.snapshot
         t = Table(title=f"kern loop · main {main}")
         for col in ("#", "target", "state", "gate · stage", "elapsed", "result"):
             t.add_column(col, overflow="fold")
-        for row in live_rows(attempts, stage_of(list(self.lines)), time.time(), result):
+        rows = live_rows(attempts, stage_of(list(self.lines)), time.time(), result)
+        for row in rows:
             t.add_row(*row)
-        t.caption = f"main score: {score:.3f} ms" if score else "main score: not measured yet"
-        return t
+        now = time.monotonic()
+        caption = live_caption(score, use, self.ctx.cfg.budgets, (now - self.started) / 3600,
+                               None if self.next_tick is None else self.next_tick - now,
+                               [r for r in rows if r[2] == "judging"])
+        return Group(t, *(Text(line, no_wrap=True, overflow="ellipsis") for line in caption))
 
 
 def cmd_profile(args) -> int:
