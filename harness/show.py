@@ -51,7 +51,10 @@ def _tool_line(name: str, args) -> str:
     for k in ("file_path", "path", "notebook_path", "command", "glob", "pattern", "kind", "url"):
         if isinstance(args.get(k), str) and args[k].strip():
             what = " ".join(args[k].split())
-            return f"{name} {what[:110]}{'…' if len(what) > 110 else ''}"
+            if len(what) <= 110:
+                return f"{name} {what}"
+            # a path keeps its end (the file), anything else its start
+            return f"{name} …{what[-109:]}" if k.endswith("path") else f"{name} {what[:109]}…"
     return name
 
 
