@@ -7,24 +7,35 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from .cli_shared import examples
 from .ledger import IN_FLIGHT
 from .progress import fmt_elapsed
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "try", help="all gates on one commit, then a ledger row (and a merge if it wins)",
+        "try", **examples(
+            'kern try HEAD                         judge your last commit; merge it if it wins',
+            'kern try my-branch --title "moe: block_m 32"  with the ledger row\'s title'),
+        help="all gates on one commit, then a ledger row (and a merge if it wins)",
         description="Scope -> bit-identity/accuracy -> A/B scorer -> guard -> decision -> ledger "
                     "row -> fast-forward main if accepted (rebased and judged again if main moved).")
     p.add_argument("rev", help="the commit to judge")
-    p.add_argument("--title", default=None)
+    p.add_argument("--title", default=None,
+                   help="the ledger row's title (default: the commit's subject)")
     p.set_defaults(func=cmd_try)
 
     p = sub.add_parser(
-        "loop", help="the orchestrator: plan, brief agents, judge, merge",
+        "loop", **examples(
+            'kern loop                             foreground with a live view, every loop.every',
+            'kern loop --every 1h --set budgets.cost_usd=20  hourly, at most $20 of agent cost',
+            'kern loop --tick >> loop.log 2>&1     one tick (cron: */20 * * * * cd REPO && kern loop --tick)',
+            'kern loop --demo --ticks 4 --every 1s --wait-agents 120 --no-live  the demo on a CPU'),
+        help="the orchestrator: plan, brief agents, judge, merge",
         description="Run ticks: collect finished attempts and judge them under a GPU lock, plan "
                     "targets from the latest profile and the journey, render briefs from prompts/, "
-                    "spawn up to loop.concurrency agents. Stops on a budget or when agents report "
+                    "spawn up to loop.concurrency agents. Stops when a budget is spent (attempts, tokens, "
+                    "cost, wall hours; the attempts in flight finish first) or when agents report "
                     "nothing left for loop.stop_after_idle_ticks ticks. State lives in the ledger, "
                     "so a killed loop resumes where it stopped. Exit 0; 3 when another loop holds "
                     "this repository; 4 when the loop stopped because nothing more could be "
@@ -46,19 +57,24 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_loop)
 
     p = sub.add_parser(
-        "profile", help="what is left in one step: time per op, roofline share, leave-one-out 'free' column",
+        "profile", **examples(
+            "kern profile                          the work tree's step, op by op",
+            'kern profile HEAD --rows 128 --json   one commit at 128 rows, as JSON'),
+        help="what is left in one step: time per op, roofline share, leave-one-out 'free' column",
         description="Time every op family in one step (device events around each op, attributed by "
                     "the op the dispatcher ran, i.e. the module that launched it), with each op's "
                     "roofline floor and a leave-one-out 'free' column (the step re-captured without "
                     "that op), printed like the published 'what is left in a 128-row step' table.")
-    p.add_argument("rev", nargs="?", default="WORKTREE")
+    p.add_argument("rev", nargs="?", default="WORKTREE",
+                   help="revision to profile (default: WORKTREE, the work tree with its edits)")
     p.add_argument("--rows", type=int, default=None, help="batch size (default 128 on a GPU)")
     p.add_argument("--no-free", action="store_true", help="skip the leave-one-out column")
     from .cli_shared import add_rank_flags
 
     add_rank_flags(p, "the step (the table is rank 0's; each collective is a row of its own)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--out", default=None)
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="write the step's result JSON here (default: runs/profile/<sha>.json)")
     p.set_defaults(func=cmd_profile)
 
 

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import journey
+from .cli_shared import examples
 from .ledger import STATES, Ledger, LedgerError, default_path
 
 NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
@@ -21,7 +22,11 @@ NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "report", help="the journey table (Markdown, CSV, JSON, HTML)",
+        "report", **examples(
+            'kern report                           the journey as Markdown',
+            'kern report --format html --out journey.html  one page with the plot',
+            'kern report --plot journey.png        the plot alone'),
+        help="the journey table (Markdown, CSV, JSON, HTML)",
         description="The journey from the ledger (runs/ledger.sqlite under --repo): one table "
                     "per phase (# | attempt | score change (ms) | result), a note that scores of "
                     "different phases are not comparable, and a summary of merges and gain. "
@@ -39,7 +44,10 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
-        "status", help="main's score, phase, attempts by state, budget used",
+        "status", **examples(
+            "kern status                           budgets, attempts in flight, main's score, why it stopped",
+            'kern status --json | jq .budget       the same as JSON'),
+        help="main's score, phase, attempts by state, budget used",
         description="Main's score and phase, attempts by state, budget used against kern.yaml's "
                     "budgets, and the attempts in flight. Reads the ledger only.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -197,13 +205,13 @@ def cmd_status(args) -> int:
         else:
             print(f"{'ledger':<10} {msg}")
         return 0
-    from .settings import SettingsError, load
+    from .cli_shared import settings_of
+    from .settings import SettingsError
 
-    cfg = Path(args.config)
     # Status is read-only diagnosis: a missing or broken kern.yaml costs only the limits.
     try:
-        budgets, config_problem = dataclasses.asdict(load(
-            cfg if cfg.is_absolute() else Path(args.repo).resolve() / cfg).resolve(False).budgets), None
+        budgets, config_problem = dataclasses.asdict(
+            settings_of(args, Path(args.repo).resolve()).resolve(False).budgets), None
     except SettingsError as e:
         budgets, config_problem = None, str(e).splitlines()[0]
     try:

@@ -568,7 +568,44 @@ class Settings:
         return self.data[key]
 
 
-def load(path: str | Path) -> Settings:
+def apply_overrides(data: dict, overrides) -> dict:
+    """Pure: a copy of parsed kern.yaml data with each ``KEY=VALUE`` of ``kern --set`` applied:
+    KEY a dotted path (``loop.every``, ``profiles.cpu.rounds``; a key holding dots, such as
+    ``test.reference.moe.router``, is found as written), VALUE read as YAML (``5m``, ``10``,
+    ``[cpu0, cpu1]``, ``null``). What the result breaks, validation reports."""
+    import copy
+
+    out = copy.deepcopy(data) if isinstance(data, dict) else data
+    for item in overrides:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise SettingsError(f"--set {item}: expected KEY=VALUE (e.g. --set loop.every=5m), "
+                                f"found no '='" if not eq else f"--set {item}: expected a key before '='")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # not YAML: the text itself
+        node, parts, walked = out, key.strip().split("."), []
+        while True:
+            if not isinstance(node, dict):
+                raise SettingsError(f"--set {item}: expected a section at {'.'.join(walked)}, "
+                                    f"found {node!r}")
+            # the longest run of parts naming a key here (op names hold dots), else the first
+            j = next((j for j in range(len(parts), 0, -1) if ".".join(parts[:j]) in node), 1)
+            name, parts = ".".join(parts[:j]), parts[j:]
+            walked.append(name)
+            if not parts:
+                node[name] = value
+                break
+            if node.get(name) is None:  # a section kern.yaml leaves out (farm): made here
+                node[name] = {}
+            node = node[name]
+    return out
+
+
+def load(path: str | Path, overrides=()) -> Settings:
+    """kern.yaml at ``path``, with ``kern --set`` ``overrides`` (``KEY=VALUE`` each) applied for
+    this run only, validated; the digest covers the file and the overrides."""
     path = Path(path)
     if not path.exists():
         raise SettingsError(f"kern.yaml: expected a file at {path}, found none "
@@ -578,7 +615,10 @@ def load(path: str | Path) -> Settings:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise SettingsError(f"{path}: not valid YAML: {e}") from None
+    data = apply_overrides(data, overrides)
     problems = validate(data)
     if problems:
-        raise SettingsError(f"{path} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
-    return Settings(data, path, hashlib.sha256(raw).hexdigest()[:16])
+        where = f"{path} with {' '.join('--set ' + o for o in overrides)}" if overrides else str(path)
+        raise SettingsError(f"{where} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    digest = hashlib.sha256(raw + b"".join(b"\n--set " + o.encode() for o in overrides))
+    return Settings(data, path, digest.hexdigest()[:16])

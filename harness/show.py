@@ -19,24 +19,21 @@ from pathlib import Path
 
 from .ledger import Ledger, LedgerError, default_path
 
-EXAMPLE = """examples:
-  kern show 12                 the attempt, its brief, its agent's tool calls, its gates per bucket
-  kern show 12 --diff          ... and the commit's whole diff against its base
-  kern show 12 --json | jq .bench.buckets"""
-
-
 def register(sub) -> None:
-    import argparse
+    from .cli_shared import examples
 
     p = sub.add_parser(
-        "show", help="one attempt whole: brief, commit, transcript, every gate per bucket, hidden inputs",
+        "show", **examples(
+            "kern show 12                          the attempt, its brief, its agent's tool calls, its gates",
+            "kern show 12 --diff                   ... and the commit's whole diff against its base",
+            "kern show 12 --json | jq .bench.buckets  the scorer per bucket as JSON"),
+        help="one attempt whole: brief, commit, transcript, every gate per bucket, hidden inputs",
         description="One attempt of the ledger whole: title, backend, target and times; the brief "
                     "its agent was given; the commit (stat; --diff: the diff); the agent's transcript "
                     "(turns, tool calls, tokens, cost); the accuracy gate's verdict and the scorer per "
                     "bucket (medians, change with its interval, % of the roofline floor, failed "
                     "checks) of the judgment that decided it; its hidden inputs. Reads the ledger "
-                    "and runs/attempts/N/ only.",
-        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+                    "and runs/attempts/N/ only.")
     p.add_argument("number", type=int, metavar="N", help="the attempt's number (kern status and "
                                                           "kern report list them)")
     p.add_argument("--diff", action="store_true", help="also print the commit's diff against its base")
