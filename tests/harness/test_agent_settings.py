@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,12 @@ def run_like_the_loop(cfg: Resolved, brief: Brief, worktree: Path, tmp_path: Pat
                        timeout=300, env={**env, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     return parse_proposal((d / "proposal.json").read_text())
+
+
+def doc_snippets() -> list[dict]:
+    """The kern.yaml snippets of docs/agents.md, parsed, in order."""
+    text = (ROOT / "docs/agents.md").read_text()
+    return [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)]
 
 
 def base_env(tmp_path: Path) -> dict:
@@ -129,12 +136,15 @@ def test_command_backend_runs_claude_print_mode_with_pass_env_from_kern_yaml(rep
              f"os.environ.get('ANTHROPIC_API_KEY'))\"")
     brief = Brief(attempt=1, target="moe.experts", text=f"BRIEF: make moe.experts faster.\n"
                   f"- Quick test: `{quick}`\n", quick_test=quick, editable=EDITABLE, protected=PROTECTED)
+    # docs/agents.md's snippet, as written there but for where the CLI is and the local
+    # endpoint's variables (no update checks or telemetry: nothing outside answers)
+    (doc,) = [a for a in doc_snippets() if "claude -p" in (a.get("agent") or {}).get("command", "")]
+    agent = doc["agent"]
+    assert agent["command"].startswith("claude -p ") and agent["pass_env"] == ["ANTHROPIC_API_KEY"]
     with MessagesAPI(claude_code_session(tunables, old, new, "moe: block_m 32")) as api:
         cfg = kern_yaml(tmp_path, {
-            "backend": "command", "timeout_s": 240, "max_budget_usd": 2.5,
-            "command": f"{cli} -p --model {MODEL} --allowedTools Read,Edit,Bash --output-format "
-                       f"stream-json --verbose --max-budget-usd $KERN_MAX_BUDGET_USD",
-            "pass_env": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+            **agent, "max_budget_usd": 2.5, "command": cli + agent["command"].removeprefix("claude"),
+            "pass_env": [*agent["pass_env"], "ANTHROPIC_BASE_URL",
                          "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"]})
         env = {**base_env(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-dummy-passed",
                "ANTHROPIC_BASE_URL": api.url, "NOT_PASSED": "leaked",
@@ -172,3 +182,20 @@ def test_tuner_and_replay_backends_read_kern_yaml(repo, tmp_path):
     cfg = kern_yaml(tmp_path, {"backend": "replay", "replay_dir": "patches"})
     p = run_like_the_loop(cfg, brief, repo, tmp_path, base_env(tmp_path))
     assert (p.kind, p.message, p.estimate_ms) == ("declined", "fuse FC2", -0.4), p
+
+
+def test_every_snippet_of_docs_agents_md_is_a_valid_kern_yaml():
+    """Each snippet over the repository's kern.yaml: its sections' keys set (a snippet naming a
+    backend stands for the whole agent section), and kern.yaml still loads."""
+    from harness.settings import validate
+
+    snippets = doc_snippets()
+    assert len(snippets) >= 7
+    backends = set()
+    for snip in snippets:
+        cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
+        for section, keys in snip.items():
+            cfg[section] = dict(keys) if section == "agent" and "backend" in keys else {**cfg[section], **keys}
+        assert validate(cfg) == [], snip
+        backends.add(cfg["agent"]["backend"])
+    assert {"claude-code", "anthropic", "command"} <= backends
