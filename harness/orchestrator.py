@@ -525,7 +525,11 @@ class Orchestrator:
     def _stop(self, report: TickReport, reason: str) -> TickReport:
         """The loop stops: why, in the report and in the ledger (``kern status`` shows it)."""
         report.stop = reason
-        self.led.stop_run(self.run_id, reason)
+        try:
+            self.led.stop_run(self.run_id, reason)
+        except L.LedgerError:  # a full disk (the halt's cause): the reason is still printed
+            if not self.halt:
+                raise
         return report
 
     def wait_agents(self, numbers: list[int], timeout_s: float) -> None:
