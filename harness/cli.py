@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SettingsError as e:
-        print(f"kern: configuration error (edit {args.config}):\n{e}", file=sys.stderr)
+        fix = f"edit {args.config}" + (" or correct --set" if args.set else "")
+        print(f"kern: configuration error ({fix}):\n{e}", file=sys.stderr)
         return 2
     except (InputError, RevisionError) as e:  # the user's input names nothing usable
         print(f"kern {args.verb}: {e}", file=sys.stderr)

@@ -97,6 +97,7 @@ def test_set_overrides_kern_yaml_for_one_run_before_or_after_the_verb(tmp_path, 
     assert (repo / "kern.yaml").read_bytes() == before  # the file is left as it was
     assert cli.main(["--repo", str(repo), "loop", "--tick", "--set", "loop.every=banana"]) == 2
     err = capsys.readouterr().err
+    assert err.startswith("kern: configuration error (edit kern.yaml or correct --set):\n")
     assert "with --set loop.every=banana has 1 problem(s)" in err and "loop.every: expected a duration" in err
     assert cli.main(["--repo", str(repo), "loop", "--tick", "--set", "loop.every"]) == 2
     assert "--set loop.every: expected KEY=VALUE (e.g. --set loop.every=5m), found no '='" in \
