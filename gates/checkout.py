@@ -23,7 +23,8 @@ def resolve(repo: Path, rev: str) -> str:
     try:
         return git.Repo(repo).git.rev_parse("--verify", f"{rev}^{{commit}}")
     except git.GitCommandError:
-        raise RevisionError(f"revision: {rev!r} is not a commit of {repo}") from None
+        raise RevisionError(f"revision {rev!r} is not a commit of {repo}: name a branch, tag or "
+                            f"commit SHA (git log --oneline lists them)") from None
 
 
 def checkout(repo: Path, sha: str, runs: Path) -> Path:

@@ -6,14 +6,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from . import commands, doctor, loop_cmd, report_cmd
+from . import commands, doctor, loop_cmd, report_cmd, show
+from .cli_shared import InputError
 from .settings import SettingsError
 
 # the modules whose register(sub) adds verbs, in the order `kern --help` lists their verbs
-VERB_MODULES = (commands, report_cmd, loop_cmd, doctor)
+VERB_MODULES = (commands, report_cmd, show, loop_cmd, doctor)
 
-EPILOG = """CPU mode (no GPU): the small config runs through Triton's interpreter so the mechanics are
+EPILOG = """examples:
+  kern doctor                           is this machine ready for a long run?
+  kern try HEAD                         judge one commit (all gates), merge it if it wins
+  kern loop --every 20m                 the loop: agents propose, the gates judge, winners merge
+  kern loop --set budgets.cost_usd=20   kern.yaml with one key changed, for this run only
+  kern status                           budgets spent, attempts in flight, main's score, why it stopped
+  kern show 12                          one attempt whole
+  kern VERB --help                      each verb's flags and examples
+
+CPU mode (no GPU): the small config runs through Triton's interpreter so the mechanics are
 testable; CPU times are never GPU scores."""
 
 
@@ -21,21 +32,42 @@ testable; CPU times are never GPU scores."""
 REGISTRATIONS = tuple(m.register for m in VERB_MODULES)
 
 
+def version() -> str:
+    """kern-loop's installed version (pyproject.toml's, as pip installed it)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kern-loop")
+    except PackageNotFoundError:
+        return "(not installed: pip install -e .)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kern", description="kern-loop: optimize the K3.1 decode kernels, prove every change.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"kern {version()}",
+                   help="print kern-loop's version and exit")
     p.add_argument("--config", default="kern.yaml", help="settings file (default: kern.yaml)")
     p.add_argument("--repo", default=".", help="the git repository holding the tree (default: .)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a kern.yaml key for this run only (repeatable; VALUE is YAML), "
+                        "e.g. --set loop.every=1h --set budgets.cost_usd=20; the file is not edited")
     sub = p.add_subparsers(dest="verb", metavar="VERB")
     for register in REGISTRATIONS:
         register(sub)
+    for verb in sub.choices.values():  # --set after the verb too: kern loop --set loop.every=1h
+        verb.add_argument("--set", dest="verb_set", action="append", default=[], metavar="KEY=VALUE",
+                          help="override a kern.yaml key for this run only (repeatable; VALUE is "
+                               "YAML), e.g. --set budgets.cost_usd=20; the file is not edited")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     top = parser()
     args = top.parse_args(argv)
+    args.set = [*args.set, *getattr(args, "verb_set", [])]
     import signal
 
     def terminate(signum, frame):  # a killed kern must take its side processes with it
@@ -45,10 +77,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verb:
         top.print_help()
         return 2
+    if not Path(args.repo).is_dir():
+        print(f"kern: --repo {args.repo}: expected a directory (a clone of the repository), found "
+              f"{'a file' if Path(args.repo).exists() else 'nothing'} there", file=sys.stderr)
+        return 2
+    from gates.checkout import RevisionError
+
     try:
         return int(args.func(args) or 0)
     except SettingsError as e:
-        print(f"kern: configuration error (edit {args.config}):\n{e}", file=sys.stderr)
+        fix = f"edit {args.config}" + (" or correct --set" if args.set else "")
+        print(f"kern: configuration error ({fix}):\n{e}", file=sys.stderr)
+        return 2
+    except (InputError, RevisionError) as e:  # the user's input names nothing usable
+        print(f"kern {args.verb}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kern: interrupted", file=sys.stderr)

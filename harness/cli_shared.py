@@ -3,6 +3,7 @@ verb that runs kernels, the ``--gpus``/``--emulate`` flags with their check, and
 the verbs that run one step side (``kern step``, ``kern profile``)."""
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +35,51 @@ class VerbContext:
     runs: Path
 
 
+class InputError(ValueError):
+    """What the user named (a repository, a revision, a flag's value) is not usable; nothing
+    was changed. harness/cli.py prints it on one line and exits 2."""
+
+
+def repo_root(args) -> Path:
+    """``--repo`` resolved, checked to be a git repository's root (:class:`InputError`)."""
+    import git
+
+    repo = Path(args.repo).resolve()
+    try:
+        git.Repo(repo)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise InputError(f"{repo} is not a git repository: run kern in a clone of the repository "
+                         f"or pass --repo DIR") from None
+    return repo
+
+
+class HelpFormat(argparse.HelpFormatter):
+    """argparse's help, wrapped as usual, but an epilog that starts with ``examples:`` keeps
+    its lines as written (one command a line)."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def examples(*lines: str) -> dict:
+    """``add_parser`` keywords for a verb's ``--help``: its examples (each ``command  # what``)
+    as the epilog, in :class:`HelpFormat`."""
+    return {"epilog": "examples:\n" + "\n".join(f"  {ln}" for ln in lines), "formatter_class": HelpFormat}
+
+
+def settings_of(args, repo: Path) -> Settings:
+    """kern.yaml (``--config``, relative to ``repo``) with this run's ``--set`` overrides."""
+    cfg = Path(args.config)
+    return load(cfg if cfg.is_absolute() else repo / cfg, args.set)
+
+
 def _context(args) -> VerbContext:
     import torch
 
-    repo = Path(args.repo).resolve()
-    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
+    repo = repo_root(args)  # before anything is read or written under it
+    settings = settings_of(args, repo)
     cuda = torch.cuda.is_available()
     runs = repo / "runs"
     runs.mkdir(exist_ok=True)

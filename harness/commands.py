@@ -7,19 +7,27 @@ import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
-from .cli_shared import _context, add_rank_flags, rank_args
+from .cli_shared import _context, add_rank_flags, examples, rank_args
 
 
 def register(sub) -> None:
     """Add this module's verbs to ``kern``'s subparsers ``sub``."""
-    p = sub.add_parser("ops", help="list every op: module, reference, kernel, test, roofline",
+    p = sub.add_parser("ops", **examples(
+            'kern ops                              every op with its kernel, reference, test and roofline',
+            "kern ops --json | jq -r '.ops[].op'   the op names"),
+        help="list every op: module, reference, kernel, test, roofline",
                        description="List every op of the kernel tree with where its kernel, "
                                    "protected reference, test and roofline formula live.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_ops)
 
     p = sub.add_parser(
-        "test", help="the accuracy gate: REV against BASE (bit-identity, cut-local, logits, reference)",
+        "test", **examples(
+            'kern test HEAD                        your last commit against main',
+            'kern test WORKTREE                    your uncommitted edits against main',
+            'kern test HEAD --vs HEAD~1 --json     against another base, as one JSON object',
+            "kern test 1a2b3c4 --replay-attempt 12 the commit on attempt 12's hidden inputs, again"),
+        help="the accuracy gate: REV against BASE (bit-identity, cut-local, logits, reference)",
         description="Run REV (the candidate) against BASE (default main), each in its own "
                     "subprocess and worktree, over the seeded tap workload. Prints one fact per "
                     "line by section (diff, tap, local, logits, noise, reference); the last line "
@@ -40,10 +48,14 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser(
-        "bench", help="the scorer: median step time per bucket, weighted score; --vs BASE for A/B",
+        "bench", **examples(
+            'kern bench                            the work tree alone: median per bucket, score',
+            'kern bench HEAD --vs main             A/B: the change per bucket with its interval',
+            "kern bench --baseline eager --out b.json  also the reference ops' step; write the JSON"),
+        help="the scorer: median step time per bucket, weighted score; --vs BASE for A/B",
         description="Capture the decode step as one CUDA graph per bucket and time many replays "
                     "(inputs change and outputs are checked between replays, untimed). One line per "
-                    "bucket (median, p10-p90, cv, %% of the roofline floor), the score last. With "
+                    "bucket (median, p10-p90, cv, % of the roofline floor), the score last. With "
                     "--vs BASE: interleaved A B B A rounds, per-bucket and score deltas with a "
                     "bootstrap interval, the A-vs-A noise band, faster/within noise/slower and the "
                     "guard. On the CPU the small config runs through the interpreter: mechanics only.")
@@ -62,12 +74,15 @@ def register(sub) -> None:
                    help="timed replays per bucket per visit (default: kern.yaml)")
     add_rank_flags(p, "each side (its ranks alive together, the sides alternating)")
     add_replay_flag(p)
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--out", default=None)
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    p.add_argument("--out", default=None, metavar="FILE", help="also write the full result JSON here")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser(
-        "step", help="build the model and time the decode step at every bucket",
+        "step", **examples(
+            'kern step                             every bucket of the machine profile',
+            'kern step HEAD --rows 16,128 --ref-rows 16  two batch sizes; the error at 16 rows'),
+        help="build the model and time the decode step at every bucket",
         description="Build the seeded model for REV's tree, run the step at every bucket of the "
                     "profile (NaN checks, graph replays, peak memory), the per-op profile at "
                     "--profile-rows and the whole step's error against the reference ops at "
@@ -76,10 +91,15 @@ def register(sub) -> None:
     p.add_argument("rev", nargs="?", default="WORKTREE", help="revision (default: the work tree)")
     p.add_argument("--rows", default=None, help="comma-separated batch sizes (default: the profile's buckets)")
     p.add_argument("--context", type=int, default=None, help="tokens in context per request")
-    p.add_argument("--replays", type=int, default=20)
-    p.add_argument("--profile-rows", type=int, default=0)
-    p.add_argument("--ref-rows", type=int, default=0)
-    p.add_argument("--state-dtype", default="bf16", choices=("bf16", "f32"))
+    p.add_argument("--replays", type=int, default=20,
+                   help="timed graph replays per batch size; the median is reported (default: 20)")
+    p.add_argument("--profile-rows", type=int, default=0, metavar="ROWS",
+                   help="also time every op at this batch size (kern profile's table; 0: not)")
+    p.add_argument("--ref-rows", type=int, default=0, metavar="ROWS",
+                   help="also run the whole step on the reference ops at this batch size and report "
+                        "the logits' error against it (0: not)")
+    p.add_argument("--state-dtype", default="bf16", choices=("bf16", "f32"),
+                   help="KDA's recurrent state dtype (default: bf16, as published)")
     add_rank_flags(p, "the step")
     p.add_argument("--out", default=None, help="write the result JSON here")
     p.set_defaults(func=cmd_step)
@@ -295,7 +315,7 @@ def gate_inputs(args, verb: str) -> "GateInputs | int":
     try:
         hidden, replayed = hidden_inputs(args, v.repo, v.settings.data, v.profile)
     except ReplayError as e:
-        err.print(f"kern {verb}: {e}")
+        print(f"kern {verb}: {e}", file=sys.stderr)  # one line, never wrapped
         return 2
     return GateInputs(v, err, sides, hidden, replayed)
 
@@ -308,7 +328,7 @@ def run_gate(args, verb: str, g: GateInputs, run, report_lines):
     try:
         res = run()
     except RevisionError as e:
-        g.err.print(f"kern {verb}: {e}")
+        print(f"kern {verb}: {e}", file=sys.stderr)
         return None
     emit(args, {**res.report, "replayed_from": g.replayed}, g.v.settings.digest, report_lines)
     return res

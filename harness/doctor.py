@@ -19,6 +19,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from .cli_shared import examples
+
 OK, WARN, FAIL = "ok", "warn", "fail"
 GIB = 1 << 30
 # NVML clock-event reasons (nvidia-smi clocks_event_reasons.active): idle, application clocks
@@ -466,7 +468,10 @@ def _probe_lock(runs: Path) -> dict:
 # --------------------------------------------------------------------------- the verb
 def register(sub) -> None:
     p = sub.add_parser(
-        "doctor", help="check this machine before a long run",
+        "doctor", **examples(
+            'kern doctor                           every check, one line each, with its fix',
+            "kern doctor --offline --json          without contacting the agent's API, as JSON"),
+        help="check this machine before a long run",
         description="Check this machine before a long unattended run, one finding per line, each "
                     "ok / warn / fail with its fix (who acts, what to do): the GPU torch sees "
                     "(and which), its clocks and throttling (nvidia-smi), free GPU memory against "
@@ -483,10 +488,10 @@ def register(sub) -> None:
 
 
 def cmd_doctor(args) -> int:
-    from .settings import load
+    from .cli_shared import settings_of
 
     repo = Path(args.repo).resolve()
-    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
+    settings = settings_of(args, repo)
     findings = diagnose(probe(repo, settings.data, offline=args.offline), settings.data)
     failed = any(f.status == FAIL for f in findings)
     if args.json:

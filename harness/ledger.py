@@ -396,6 +396,17 @@ class Ledger:
                                                "note": note})
         return tid
 
+    def stop_run(self, run_id: int, reason: str, *, at: str | None = None) -> None:
+        """Why run ``run_id`` stopped by itself (a budget spent, nothing left to do)."""
+        at = self._at(at)
+        with self._tx() as db:
+            self._event(db, None, at, "stop", {"run": run_id, "reason": reason})
+
+    def stops(self) -> dict[int, str]:
+        """Run id -> why it stopped by itself (the last word; runs killed or interrupted have none)."""
+        return {e["run"]: e["reason"] for e in (json.loads(r["data"]) for r in self._q(
+            "SELECT data FROM events WHERE kind='stop' AND attempt IS NULL ORDER BY id"))}
+
     def runs(self) -> list[Run]:
         return [Run(**r) for r in self._q("SELECT * FROM runs ORDER BY id")]
 

@@ -1,16 +1,23 @@
 """``kern try``, ``kern loop`` and ``kern profile``: argument parsing and the live view."""
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+
+from .cli_shared import examples
+from .ledger import IN_FLIGHT
+from .progress import fmt_elapsed
 
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "try", help="all gates on one commit, then a ledger row (and a merge if it wins)",
+        "try", **examples(
+            'kern try HEAD                         judge your last commit; merge it if it wins',
+            'kern try my-branch --title "moe: block_m 32"  with the ledger row\'s title'),
+        help="all gates on one commit, then a ledger row (and a merge if it wins)",
         description="Scope -> bit-identity/accuracy -> A/B scorer -> guard -> decision -> ledger "
                     "row -> fast-forward main if accepted (rebased and judged again if main moved).")
     p.add_argument("rev", help="the commit to judge")
@@ -20,16 +27,16 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_try)
 
     p = sub.add_parser(
-        "brief", help="the brief the orchestrator would write now for a target (for a person or an outside agent)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "brief", **examples(
+            "kern brief moe.experts                 the brief of main's profile in runs/profile/",
+            "kern brief mla.topk --profile bench/results/2026-12-03-h200-profile-128-loop-0f870c4.json --out brief.md",
+            "kern brief 'dense projections (cuBLAS)' --json"),
+        help="the brief the orchestrator would write now for a target (for a person or an outside agent)",
         description="Render prompts/subagent.md for TARGET as the loop's next attempt would get it: "
                     "the profile of main (its time, floor at the card's read ceiling, headroom), "
                     "what the journey shows was tried on it, the rules and the shapes. Reads the "
                     "profile the loop measured for main (or kern profile's), or --profile FILE; "
-                    "writes nothing.",
-        epilog="examples:\n  kern brief moe.experts\n"
-               "  kern brief mla.topk --profile bench/results/2026-12-03-h200-profile-128.json --out brief.md\n"
-               "  kern brief 'dense projections (cuBLAS)' --json")
+                    "writes nothing.")
     p.add_argument("target", help="a row of the profile: an op (moe.experts) or 'dense projections (cuBLAS)'")
     p.add_argument("--profile", default=None,
                    help="a profile JSON (kern profile --out, or bench/results/*-profile-*.json) instead of "
@@ -39,16 +46,23 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_brief)
 
     p = sub.add_parser(
-        "loop", help="the orchestrator: plan, brief agents, judge, merge",
+        "loop", **examples(
+            'kern loop                             foreground with a live view, every loop.every',
+            'kern loop --every 1h --set budgets.cost_usd=20  hourly, at most $20 of agent cost',
+            'kern loop --tick >> loop.log 2>&1     one tick (cron: */20 * * * * cd REPO && kern loop --tick)',
+            'kern loop --demo --ticks 4 --every 1s --wait-agents 120 --no-live  the demo on a CPU'),
+        help="the orchestrator: plan, brief agents, judge, merge",
         description="Run ticks: collect finished attempts and judge them under a GPU lock, plan "
                     "targets from the latest profile and the journey, render briefs from prompts/, "
-                    "spawn up to loop.concurrency agents. Stops on a budget or when agents report "
+                    "spawn up to loop.concurrency agents. Stops when a budget is spent (attempts, tokens, "
+                    "cost, wall hours; the attempts in flight finish first) or when agents report "
                     "nothing left for loop.stop_after_idle_ticks ticks. State lives in the ledger, "
                     "so a killed loop resumes where it stopped. Exit 0; 3 when another loop holds "
                     "this repository; 4 when the loop stopped because nothing more could be "
                     "written (a full disk: free space, then start it again); 2 when kern.yaml's farm "
                     "does not fit (a slot this machine lacks, Ray missing or farm.address unreachable).")
-    p.add_argument("--every", default=None, help="time between ticks (default: kern.yaml loop.every)")
+    p.add_argument("--every", default=None, type=duration, metavar="DURATION",
+                   help="time between ticks: 90s, 20m, 1h or 1d (default: kern.yaml loop.every)")
     p.add_argument("--tick", action="store_true", help="run one tick and exit (for cron or an agent's /loop)")
     p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
     p.add_argument("--wait-agents", type=float, default=0.0,
@@ -63,20 +77,37 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_loop)
 
     p = sub.add_parser(
-        "profile", help="what is left in one step: time per op, roofline share, leave-one-out 'free' column",
+        "profile", **examples(
+            "kern profile                          the work tree's step, op by op",
+            'kern profile HEAD --rows 128 --json   one commit at 128 rows, as JSON'),
+        help="what is left in one step: time per op, roofline share, leave-one-out 'free' column",
         description="Time every op family in one step (device events around each op, attributed by "
                     "the op the dispatcher ran, i.e. the module that launched it), with each op's "
                     "roofline floor and a leave-one-out 'free' column (the step re-captured without "
                     "that op), printed like the published 'what is left in a 128-row step' table.")
-    p.add_argument("rev", nargs="?", default="WORKTREE")
+    p.add_argument("rev", nargs="?", default="WORKTREE",
+                   help="revision to profile (default: WORKTREE, the work tree with its edits)")
     p.add_argument("--rows", type=int, default=None, help="batch size (default 128 on a GPU)")
     p.add_argument("--no-free", action="store_true", help="skip the leave-one-out column")
     from .cli_shared import add_rank_flags
 
     add_rank_flags(p, "the step (the table is rank 0's; each collective is a row of its own)")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--out", default=None)
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
+    p.add_argument("--out", default=None, metavar="FILE",
+                   help="write the step's result JSON here (default: runs/profile/<sha>.json)")
     p.set_defaults(func=cmd_profile)
+
+
+def duration(text: str) -> float:
+    """``--every``'s value in seconds; argparse reports anything else (exit 2)."""
+    import argparse
+
+    from .settings import DURATION_FORMS, parse_duration
+
+    seconds = parse_duration(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f"expected a duration: {DURATION_FORMS}, found {text!r}")
+    return seconds
 
 
 def _ctx(args, progress=None):
@@ -111,8 +142,15 @@ def cmd_try(args) -> int:
 
     from .ledger import LedgerError
 
+    from gates.checkout import WORKTREE, resolve
+
+    from .cli_shared import InputError, repo_root
     from .farm import FarmError
 
+    # the revision first: a name that is no commit leaves no ledger behind
+    if resolve(repo_root(args), args.rev) == WORKTREE:
+        raise InputError("WORKTREE: expected a commit (kern try judges and merges commits): commit "
+                         "your edits, then kern try HEAD")
     try:
         ctx, _ = _ctx(args)
     except FarmError as e:
@@ -153,15 +191,11 @@ def main_profile(runs: Path, sha: str) -> Path | None:
 def cmd_brief(args) -> int:
     from . import ledger as L
     from .briefs import BriefError, ceiling_text, make_brief, measured_on_gpu, target_for
-    from .settings import load
+    from .cli_shared import repo_root, settings_of
     from .worktrees import Repo
 
-    repo = Path(args.repo).resolve()
-    if not (repo / ".git").exists():
-        print(f"kern brief: {repo} is not a git repository (expected the repository holding the tree; "
-              f"pass --repo)", file=sys.stderr)
-        return 2
-    settings = load(repo / args.config if not Path(args.config).is_absolute() else args.config)
+    repo = repo_root(args)
+    settings = settings_of(args, repo)
     sha = Repo(repo).main_sha()
     path = Path(args.profile) if args.profile else main_profile(repo / "runs", sha)
     if path is None:
@@ -199,20 +233,25 @@ def cmd_brief(args) -> int:
 def cmd_loop(args) -> int:
     from .ledger import LedgerError
     from .orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
-    from .settings import parse_duration
 
     started = time.monotonic()
+
+    def say(line: str, err: bool = False) -> None:
+        """A line of the loop's log: it starts with the time, so a week of it reads against the clock."""
+        print(stamped(line, datetime.now().astimezone()), file=sys.stderr if err else sys.stdout,
+              flush=True)
+
     if args.demo:
         from .demo import DemoError, make_repo
 
         try:
             args.repo = str(make_repo(Path(args.repo).resolve()))
         except DemoError as e:
-            print(e, file=sys.stderr)
+            say(str(e), err=True)
             return 2
         args.report = True
-        print(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
-              f"harness/demo.py)")
+        say(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
+            f"harness/demo.py)")
 
     from .farm import FarmError
 
@@ -221,62 +260,71 @@ def cmd_loop(args) -> int:
 
     def progress(m):
         lines.append((time.time(), m))
-        print(f"… {m}", file=sys.stderr)
+        say(f"… {m}", err=True)
         if view is not None:
             view.refresh()
 
     try:
         ctx, settings = _ctx(args, progress=progress)
     except FarmError as e:
-        print(f"kern loop: {e}", file=sys.stderr)
+        say(f"kern loop: {e}", err=True)
         return 2
     try:
         lock = acquire_loop_lock(ctx.runs)
     except LoopLocked as e:
-        print(e, file=sys.stderr)
+        say(str(e), err=True)
         return 3
     orch = Orchestrator(ctx, settings.data)
     resumed = orch.resume()
     if resumed.requeued:
-        print(f"resumed: re-queued attempts {resumed.requeued} left judging by a stopped loop")
+        say(f"resumed: re-queued attempts {resumed.requeued} left judging by a stopped loop")
     if resumed.stranded:
-        print(f"resumed: attempts {resumed.stranded} never got their agent (the loop stopped "
-              f"while starting them): recorded as crashed")
+        say(f"resumed: attempts {resumed.stranded} never got their agent (the loop stopped "
+            f"while starting them): recorded as crashed")
     if resumed.notes:
-        print(f"resumed: restored the git notes of attempts {resumed.notes}")
-    every = parse_duration(args.every) if args.every else ctx.cfg.loop.every_s
-    every = every or 0.0
+        say(f"resumed: restored the git notes of attempts {resumed.notes}")
+    every = args.every if args.every is not None else ctx.cfg.loop.every_s
     ticks = 1 if args.tick else args.ticks
     n = 0
     live = None
     if not args.no_live and sys.stdout.isatty() and not args.tick:
         from rich.live import Live
 
-        view = _LiveView(ctx, lines)
+        view = _LiveView(ctx, lines, started)
         live = Live(view, refresh_per_second=1)
         live.start()
     try:
         while True:
             last = ticks is not None and n + 1 >= ticks and not args.tick
+            if view is not None:
+                view.next_tick = None  # ticking now
             rep = orch.tick(wait_for_agents=args.wait_agents, spawn=not last)
             n += 1
             for num, state, reason in rep.collected:
-                print(f"tick {n}: attempt #{num} {state}{': ' + str(reason) if reason else ''}")
+                say(f"tick {n}: attempt #{num} {state}{': ' + str(reason) if reason else ''}")
             for num, target in rep.spawned:
-                print(f"tick {n}: attempt #{num} spawned on {target}")
+                say(f"tick {n}: attempt #{num} spawned on {target}")
+            if rep.draining:
+                say(f"tick {n}: {rep.draining}: no attempt starts; the ones in flight finish first")
             if rep.stop:
-                print(f"stopping: {rep.stop}")
+                say(f"stopping: {rep.stop}")
                 break
-            if ticks is not None and n >= ticks:
+            more = ticks is None or n < ticks
+            in_flight = len(ctx.ledger.attempts(states=IN_FLIGHT))
+            say(f"tick {n}: {len(rep.collected)} collected, {len(rep.spawned)} started, {in_flight} in "
+                f"flight" + (f"; next tick in {fmt_elapsed(every)}" if more else ""))
+            if not more:
                 break
             deadline = time.monotonic() + every
+            if view is not None:
+                view.next_tick = deadline
             while time.monotonic() < deadline:
                 if view is not None:
                     view.refresh()
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
     except LedgerError as e:
         # nothing more can be recorded (a full disk, a broken file); what was recorded stands
-        print(f"kern loop: stopped: {e}", file=sys.stderr)
+        say(f"kern loop: stopped: {e}", err=True)
         return 4
     finally:
         if live:
@@ -293,41 +341,71 @@ def cmd_loop(args) -> int:
         page = Path(args.repo) / "journey.html"
         page.write_text(html(ctx.ledger.attempts(), ctx.ledger.phases(), ctx.ledger.scores()),
                         encoding="utf-8")
-        print(f"journey    {page}  (kern --repo {args.repo} report --format html --out FILE writes it again)")
-        print(f"demo took {time.monotonic() - started:.0f} s")
+        say(f"journey    {page}  (kern --repo {args.repo} report --format html --out FILE writes it again)")
+        say(f"demo took {time.monotonic() - started:.0f} s")
     return 4 if orch.halt else 0
+
+
+def stamped(line: str, now: datetime) -> str:
+    """Pure: a log line of ``kern loop``, led by the time it was written (ISO 8601, seconds)."""
+    return f"{now.isoformat(timespec='seconds')} {line}"
+
+
+def live_caption(score: float | None, use: dict, budgets, hours: float, next_in: float | None,
+                 judging: list[tuple]) -> list[str]:
+    """Pure: the live view's lines under its table: main's score, what was spent against each
+    budget (kern.yaml ``budgets``: attempts, tokens, cost, this loop's hours), the countdown to
+    the next tick (None: a tick is running) and what is being judged (``live_rows`` rows of
+    attempts judging) with the time spent in it."""
+    out = [(f"main score: {score:.3f} ms" if score else "main score: not measured yet") + " · "
+           + ("next tick in " + (fmt_elapsed(max(0.0, next_in)) or "0s") if next_in is not None
+              else "tick running")]
+    out.append(f"budgets: attempts {use['attempts']} / {budgets.attempts} · tokens {use['tokens']} / "
+               f"{budgets.tokens} · cost ${use['cost_usd']:.2f} / ${budgets.cost_usd:.2f} · wall "
+               f"{hours:.1f} / {budgets.wall_hours:g} h")
+    for num, target, _, gate, elapsed, _ in judging:
+        out.append(f"judging #{num} {target}: {gate}" + (f" for {elapsed}" if elapsed else ""))
+    return out
 
 
 class _LiveView:
     """The live view: the latest attempts with each one's gate and stage and the time spent in
-    it, main's score. ``refresh`` reads the ledger and git (the loop's thread: the gates'
+    it; under them main's score, the countdown to the next tick, the budgets spent and what
+    is being judged. ``refresh`` reads the ledger and git (the loop's thread: the gates'
     progress lines and the idle wait call it); rich's refresh thread only renders what it
     read, the elapsed times against its own clock."""
 
-    def __init__(self, ctx, lines: list):
-        self.ctx, self.lines = ctx, lines
+    def __init__(self, ctx, lines: list, started: float):
+        self.ctx, self.lines, self.started = ctx, lines, started
+        self.next_tick: float | None = None  # time.monotonic() of the next tick; None: ticking
         self.refresh()
 
     def refresh(self) -> None:
         led = self.ctx.ledger
         phase = led.current_phase_id()
         self.snapshot = (self.ctx.repo.main_sha()[:10], led.main_score(phase) if phase else None,
-                         led.attempts()[-12:])
+                         led.attempts()[-12:], led.usage())
 
     def __rich__(self):
+        from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         from .journey import result
         from .progress import live_rows, stage_of
 
-        main, score, attempts = self.snapshot
+        main, score, attempts, use = self.snapshot
         t = Table(title=f"kern loop · main {main}")
         for col in ("#", "target", "state", "gate · stage", "elapsed", "result"):
             t.add_column(col, overflow="fold")
-        for row in live_rows(attempts, stage_of(list(self.lines)), time.time(), result):
+        rows = live_rows(attempts, stage_of(list(self.lines)), time.time(), result)
+        for row in rows:
             t.add_row(*row)
-        t.caption = f"main score: {score:.3f} ms" if score else "main score: not measured yet"
-        return t
+        now = time.monotonic()
+        caption = live_caption(score, use, self.ctx.cfg.budgets, (now - self.started) / 3600,
+                               None if self.next_tick is None else self.next_tick - now,
+                               [r for r in rows if r[2] == "judging"])
+        return Group(t, *(Text(line, no_wrap=True, overflow="ellipsis") for line in caption))
 
 
 def cmd_profile(args) -> int:

@@ -39,7 +39,7 @@ from .briefs import ceiling_text, make_brief
 from .agents.base import ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 from .ray_farm import NodeLost
-from .settings import Resolved, resolve
+from .settings import Resolved
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,6 +61,7 @@ class TickReport:
     collected: list = field(default_factory=list)  # (attempt, state, reason)
     spawned: list = field(default_factory=list)  # (attempt, target)
     stop: str | None = None
+    draining: str | None = None  # a budget is spent: no attempt starts, those in flight finish
 
 
 def acquire_loop_lock(runs: Path):
@@ -153,8 +154,8 @@ class Orchestrator:
 
     @property
     def cfg(self) -> Resolved:
-        """kern.yaml resolved for this machine, with the context's profile."""
-        return resolve(self.settings, self.ctx.cuda, self.ctx.profile)
+        """kern.yaml resolved for this machine, with the context's profile (resolved once)."""
+        return self.ctx.cfg
 
     # ------------------------------------------------------------ collect + judge
     def collect(self, report: TickReport) -> None:
@@ -162,7 +163,7 @@ class Orchestrator:
         order contract); attempts after the first one still running wait for a later tick."""
         # the backends' own limit (the command backend's default too): past it the agent
         # process is hung, whatever it is doing
-        limit = float(self.cfg.agent.timeout_s or 3600)
+        limit = self.cfg.agent.timeout_s
         # the loop's own in-flight attempts: agents running, and commits re-queued after a
         # restart or a full disk. A queued attempt without a commit is resume()'s to record.
         waiting = {a.number: a for a in self.led.attempts(states=[L.RUNNING])}
@@ -486,23 +487,35 @@ class Orchestrator:
         tick_id = self.led.add_tick(self.run_id, [])
         report = TickReport(tick_id)
         self.collect(report)
-        stop = self.halt or self.budget_stop()
-        if stop:
-            report.stop = stop
+        spent = None if self.halt else self.budget_stop()
+        if spent and self.led.attempts(states=L.IN_FLIGHT):
+            report.draining = spent  # attempts in flight finish (later ticks judge them); none starts
             return report
+        if self.halt or spent:
+            return self._stop(report, self.halt or spent)
         if spawn:
             self.trial_merge(tick_id, report)
             self.plan_and_spawn(tick_id, report)
         if self.halt:
-            report.stop = self.halt
-            return report
+            return self._stop(report, self.halt)
         if wait_for_agents > 0 and report.spawned:
             self.wait_agents([n for n, _ in report.spawned], wait_for_agents)
+        # agents still working (or commits waiting to be judged) are not "nothing left"
         useful = any(s in (L.MERGED, L.ABANDONED) for _, s, _ in report.collected) or report.spawned \
-            or not spawn
+            or not spawn or bool(self.led.attempts(states=L.IN_FLIGHT))
         self.idle_ticks = 0 if useful else self.idle_ticks + 1
         if self.idle_ticks >= self.cfg.loop.stop_after_idle_ticks:
-            report.stop = f"agents reported nothing left for {self.idle_ticks} ticks"
+            return self._stop(report, f"agents reported nothing left for {self.idle_ticks} ticks")
+        return report
+
+    def _stop(self, report: TickReport, reason: str) -> TickReport:
+        """The loop stops: why, in the report and in the ledger (``kern status`` shows it)."""
+        report.stop = reason
+        try:
+            self.led.stop_run(self.run_id, reason)
+        except L.LedgerError:  # a full disk (the halt's cause): the reason is still printed
+            if not self.halt:
+                raise
         return report
 
     def wait_agents(self, numbers: list[int], timeout_s: float) -> None:
@@ -514,15 +527,22 @@ class Orchestrator:
             time.sleep(0.5)
 
     def budget_stop(self) -> str | None:
-        b = self.cfg.budgets
-        use = self.led.usage()
-        if use["attempts"] >= b.attempts:
-            return f"attempt budget spent ({use['attempts']} of {b.attempts})"
-        if use["tokens"] >= b.tokens:
-            return f"token budget spent ({use['tokens']} of {b.tokens})"
-        if (time.monotonic() - self.started) / 3600 >= b.wall_hours:
-            return f"wall-time budget spent ({b.wall_hours} h)"
-        return None
+        return budget_spent(self.cfg.budgets, self.led.usage(), (time.monotonic() - self.started) / 3600)
+
+
+def budget_spent(b, use: dict, hours: float) -> str | None:
+    """Pure: which of kern.yaml's budgets ``b`` (harness.settings.Budgets) the ledger's usage
+    ``use`` (attempts, tokens, cost_usd) and this loop's ``hours`` have spent, in words; None
+    while none is."""
+    if use["attempts"] >= b.attempts:
+        return f"attempt budget spent ({use['attempts']} of budgets.attempts {b.attempts})"
+    if use["tokens"] >= b.tokens:
+        return f"token budget spent ({use['tokens']} of budgets.tokens {b.tokens})"
+    if use["cost_usd"] >= b.cost_usd:
+        return f"cost budget spent (${use['cost_usd']:.2f} of budgets.cost_usd ${b.cost_usd:.2f})"
+    if hours >= b.wall_hours:
+        return f"wall-time budget spent ({hours:.1f} h of budgets.wall_hours {b.wall_hours:g} h)"
+    return None
 
 
 def rerun_wanted(a: L.Attempt) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from gates import decision, scope, stats
@@ -36,10 +37,9 @@ class Context:
     pool: "farm.Pool | None" = None  # the judging slots (None: kern.yaml's farm.slots, on first use)
     remote: object = None  # farm.kind ray: the harness.ray_farm.RayFarm judgments are sent to
 
-    @property
+    @cached_property
     def cfg(self) -> Resolved:
-        """``settings`` and ``profile`` resolved (what the harness reads; cheap, so computed
-        from the current data rather than kept apart from it)."""
+        """``settings`` and ``profile`` resolved, once (what the harness reads)."""
         return resolve(self.settings, self.cuda, self.profile)
 
     def slots(self) -> "farm.Pool":

@@ -6,12 +6,14 @@ nothing must not leave a file behind), hands the records to the pure renderers o
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import journey
+from .cli_shared import examples
 from .ledger import STATES, Ledger, LedgerError, default_path
 
 NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
@@ -20,7 +22,11 @@ NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "report", help="the journey table (Markdown, CSV, JSON, HTML)",
+        "report", **examples(
+            'kern report                           the journey as Markdown',
+            'kern report --format html --out journey.html  one page with the plot',
+            'kern report --plot journey.png        the plot alone'),
+        help="the journey table (Markdown, CSV, JSON, HTML)",
         description="The journey from the ledger (runs/ledger.sqlite under --repo): one table "
                     "per phase (# | attempt | score change (ms) | result), a note that scores of "
                     "different phases are not comparable, and a summary of merges and gain. "
@@ -38,7 +44,10 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
-        "status", help="main's score, phase, attempts by state, budget used",
+        "status", **examples(
+            "kern status                           budgets, attempts in flight, main's score, why it stopped",
+            'kern status --json | jq .budget       the same as JSON'),
+        help="main's score, phase, attempts by state, budget used",
         description="Main's score and phase, attempts by state, budget used against kern.yaml's "
                     "budgets, and the attempts in flight. Reads the ledger only.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -49,10 +58,19 @@ def _ledger_path(args) -> Path:
     return default_path(Path(args.repo).resolve())
 
 
+def _no_ledger(args, path: Path) -> str:
+    """Why there is no ledger to read: none was made yet, or ``--repo`` is no repository
+    (:class:`InputError`: a loop could never have written one there)."""
+    from .cli_shared import repo_root
+
+    repo_root(args)
+    return NO_LEDGER.format(path=path)
+
+
 def cmd_report(args) -> int:
     path = _ledger_path(args)
     if not path.exists():
-        print(f"kern report: {NO_LEDGER.format(path=path)}", file=sys.stderr)
+        print(f"kern report: {_no_ledger(args, path)}", file=sys.stderr)
         return 1
     try:
         with Ledger(path) as led:
@@ -104,7 +122,7 @@ def _hours_between(start: str, now: datetime) -> float | None:
 
 def status_data(*, path: str, attempts: list, phases: list, current_phase_id: int | None,
                 scores: list, runs: list, run_usage: dict | None, budgets: dict | None,
-                now: datetime) -> dict:
+                now: datetime, stops: dict | None = None) -> dict:
     """Everything ``kern status`` says, as one object (pure: the caller passes ``now``)."""
     by_state = {s: 0 for s in STATES}
     for a in attempts:
@@ -124,12 +142,14 @@ def status_data(*, path: str, attempts: list, phases: list, current_phase_id: in
         "budget": {
             "attempts": {"used": len(attempts), "limit": budgets.get("attempts")},
             "tokens": {"used": sum(a.tokens or 0 for a in attempts), "limit": budgets.get("tokens")},
-            "cost_usd": {"used": round(sum(a.cost_usd or 0.0 for a in attempts), 6), "limit": None},
+            "cost_usd": {"used": round(sum(a.cost_usd or 0.0 for a in attempts), 6),
+                         "limit": budgets.get("cost_usd")},
             "wall_hours": {"used": None if run is None else _hours_between(run.started_at, now),
                            "limit": budgets.get("wall_hours")},
         },
         "run": None if run is None else {"id": run.id, "started_at": run.started_at,
-                                          "host": run.host, "usage": run_usage},
+                                          "host": run.host, "usage": run_usage,
+                                          "stopped": (stops or {}).get(run.id)},
         "in_flight": [{"#": a.number, "state": a.state, "target": a.target, "title": a.title,
                        "backend": a.backend, "since": a.updated_at}
                       for a in attempts if a.state in ("queued", "running", "judging")],
@@ -152,7 +172,7 @@ def status_lines(d: dict) -> list[str]:
     out.append(f"{'attempts':<10} {d['attempts']}" + (f": {states}" if states else ""))
     b = d["budget"]
     out.append(f"{'budget':<10} attempts {_used(b['attempts'])} · tokens {_used(b['tokens'])} · "
-               f"cost ${b['cost_usd']['used']:.2f} · wall {_used(b['wall_hours'], '{:.1f}')} h"
+               f"cost {_used(b['cost_usd'], '${:.2f}')} · wall {_used(b['wall_hours'], '{:.1f}')} h"
                + (" (since run started)" if d["run"] else ""))
     if d.get("config_problem"):
         out.append(f"{'':<10} limits unknown: {d['config_problem']}")
@@ -161,6 +181,8 @@ def status_lines(d: dict) -> list[str]:
         u = r["usage"] or {}
         out.append(f"{'run':<10} #{r['id']} on {r['host']} since {r['started_at']}: "
                    f"{u.get('attempts', 0)} attempts, {u.get('tokens', 0)} tokens")
+        if r.get("stopped"):
+            out.append(f"{'stopped':<10} {r['stopped']}")
     if d["in_flight"]:
         for i, a in enumerate(d["in_flight"]):
             out.append(f"{'in flight' if i == 0 else '':<10} #{a['#']} {a['state']:<8} "
@@ -177,19 +199,19 @@ def status_lines(d: dict) -> list[str]:
 def cmd_status(args) -> int:
     path = _ledger_path(args)
     if not path.exists():
-        msg = NO_LEDGER.format(path=path)
+        msg = _no_ledger(args, path)
         if args.json:
             print(json.dumps({"ledger": str(path), "exists": False, "message": msg}))
         else:
             print(f"{'ledger':<10} {msg}")
         return 0
-    from .settings import SettingsError, load
+    from .cli_shared import settings_of
+    from .settings import SettingsError
 
-    cfg = Path(args.config)
     # Status is read-only diagnosis: a missing or broken kern.yaml costs only the limits.
     try:
-        budgets, config_problem = load(cfg if cfg.is_absolute() else Path(args.repo).resolve() / cfg
-                                       ).data.get("budgets"), None
+        budgets, config_problem = dataclasses.asdict(
+            settings_of(args, Path(args.repo).resolve()).resolve(False).budgets), None
     except SettingsError as e:
         budgets, config_problem = None, str(e).splitlines()[0]
     try:
@@ -197,7 +219,7 @@ def cmd_status(args) -> int:
             runs = led.runs()
             snap = dict(path=str(path), attempts=led.attempts(), phases=led.phases(),
                         current_phase_id=led.current_phase_id(), scores=led.scores(), runs=runs,
-                        run_usage=led.usage(runs[-1].id) if runs else None)
+                        run_usage=led.usage(runs[-1].id) if runs else None, stops=led.stops())
     except LedgerError as e:
         print(f"kern status: {e}", file=sys.stderr)
         return 2

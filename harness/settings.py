@@ -1,24 +1,31 @@
-"""``kern.yaml``: load, validate, and resolve it once into typed settings for this machine.
+"""``kern.yaml``: load it, and resolve it once into the typed settings of this machine.
 
-Validation is a pure function over the parsed data (:func:`validate`); every problem names
-the key, what was expected and what was found, so the user knows what to fix. A key no code
-reads is a problem too: every key of kern.yaml is a field of one of the dataclasses below.
+The dataclasses below are the schema. A section of kern.yaml is a dataclass and a key is one
+of its fields: the key's type is the field's annotation, its default the field's default (a
+field without one is a required key), its allowed range and any further rule the field's
+metadata (:func:`key`). :func:`resolve` reads the parsed file against them once and reports
+every problem as ``key: expected X, found Y``, so the user knows what to fix; a key no field
+holds is a problem too (a typo, or a setting that was removed: no code would read it).
 
-:func:`resolve` is the one place where the machine profile (``profiles.gpu`` when CUDA is
-available, ``profiles.cpu`` otherwise) meets the top-level sections. A profile holds what
-depends on the machine: model, layout, buckets and weights, context, the tap's test rows,
-context and steps, the scorer's rounds and replays and the GPU memory a run needs; those live
-only there. Of the top-level sections a profile may override ``bench.noise_pct``
-(``gates.scorer.PROFILE_OVERRIDES``): the profile's value wins. The harness reads the typed
-:class:`Resolved`; the gates still take the parsed data and the profile as plain dicts
-(``Settings.data``, ``Settings.profile``).
+The machine profile (``profiles.gpu`` when CUDA is available, ``profiles.cpu`` otherwise)
+holds what depends on the machine: model, layout, buckets and weights, context, the tap's test
+rows, context and steps, the scorer's rounds and replays and the GPU memory a run needs; those
+live only there. Of the top-level sections a profile may set ``bench.noise_pct`` too, and the
+profile's value wins (``gates.scorer.PROFILE_OVERRIDES`` names the same key). The harness reads
+the typed :class:`Resolved`; the gates still take the parsed data and the profile as plain
+dicts (``Settings.data``, ``Settings.profile``). Loading imports nothing of the gates.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from dataclasses import dataclass, fields
+import re
+import types
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
+from collections.abc import Mapping
+from typing import Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -27,308 +34,255 @@ class SettingsError(ValueError):
     """kern.yaml is wrong; the user must edit it."""
 
 
-_NUM = (int, float)
-# key path -> (type or tuple of types, required)
-_SCHEMA: dict[str, tuple] = {
-    "target.tree": (str, True),
-    "target.seed": (int, True),
-    "target.weight_sets": (int, True),
-    "profiles.gpu": (dict, True),
-    "profiles.cpu": (dict, True),
-    "editable": (list, True),
-    "protected": (list, True),
-    "test.timeout_s": (_NUM, True),
-    "test.hidden_rows": (int, True),
-    "test.snapshot_budget_mb": (_NUM, True),
-    "test.reference_calls_per_op": (int, True),
-    "test.kl_pass": (_NUM, True),
-    "test.kl_fail": (_NUM, True),
-    "test.near_tie_factor": (_NUM, True),
-    "test.band_factor": (_NUM, True),
-    "test.max_near_tie_flips": (_NUM, True),
-    "test.layout_kl_pass": (_NUM, True),
-    "test.reference": (dict, True),
-    "bench.bootstrap": (int, True),
-    "bench.noise_pct": (_NUM, True),
-    "bench.guard_pct": (_NUM, True),
-    "bench.max_op_rel_rms": (_NUM, True),
-    "bench.max_hidden_pct": (_NUM, True),
-    "bench.state_sketch_rel": (_NUM, True),
-    "bench.reverify_pct": (_NUM, True),
-    "bench.reverify_rounds": (int, True),
-    "bench.reference_calls_per_op": (int, True),
-    "bench.timeout_s": (_NUM, True),
-    "step.timeout_s": (_NUM, True),
-    "profile.timeout_s": (_NUM, True),
-    "agent.backend": (str, True),
-    "agent.model": (str, False),
-    "agent.command": (str, False),
-    "agent.replay_dir": (str, False),
-    "agent.max_turns": (int, False),
-    "agent.tunables": (list, False),
-    "agent.timeout_s": (_NUM, False),
-    "loop.every": (str, True),
-    "loop.concurrency": (int, True),
-    "loop.stop_after_idle_ticks": (int, True),
-    "loop.trial_merge_parts": (int, False),
-    "loop.trial_merge_recent": (int, False),
-    "farm.slots": ((str, list), False),
-    "farm.gpus": (int, False),
-    "farm.kind": (str, False),
-    "farm.address": (str, False),
-    "farm.isolate": (bool, False),
-    "budgets.attempts": (int, True),
-    "budgets.tokens": (int, True),
-    "budgets.wall_hours": (_NUM, True),
-}
-_PROFILE_SCHEMA = {
-    "model": str, "layout": str, "buckets": list, "weights": list, "context": int,
-    "test_rows": list, "test_context": int, "test_steps": int, "rounds": int, "replays": int,
-}
-BACKENDS = ("anthropic", "claude-code", "command", "tuner", "replay")
-FARM_KINDS = ("local", "ray")
+# ----------------------------------------------------------------------- the field rules
+_REQUIRED = dataclasses.MISSING
 
 
-def _get(data: dict, path: str):
-    cur = data
-    for part in path.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return _MISSING
-        cur = cur[part]
-    return cur
+@dataclass(frozen=True)
+class Range:
+    """Where every number of a key's value must lie (the ends: ``lo``/``hi``, excluded when
+    ``*_open``)."""
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def holds(self, v: float) -> bool:
+        return ((self.lo is None or (v > self.lo if self.lo_open else v >= self.lo))
+                and (self.hi is None or (v < self.hi if self.hi_open else v <= self.hi)))
+
+    def text(self) -> str:
+        parts = []
+        if self.lo is not None:
+            parts.append(f"{'>' if self.lo_open else '>='} {_num(self.lo)}")
+        if self.hi is not None:
+            parts.append(f"{'<' if self.hi_open else '<='} {_num(self.hi)}")
+        return " and ".join(parts)
 
 
-_MISSING = object()
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _tname(t) -> str:
-    if isinstance(t, tuple):
-        return " or ".join(x.__name__ for x in t)
-    return t.__name__
-
-
-def validate(data) -> list[str]:
-    """Every problem of a parsed kern.yaml, as 'key: expected X, found Y' sentences."""
-    if not isinstance(data, dict):
-        return [f"kern.yaml: expected a mapping at the top level, found {type(data).__name__}"]
-    problems = []
-    for path, (typ, required) in _SCHEMA.items():
-        val = _get(data, path)
-        if val is _MISSING:
-            if required:
-                problems.append(f"{path}: expected {_tname(typ)}, found nothing (key missing)")
-            continue
-        if (isinstance(val, bool) and typ is not bool) or not isinstance(val, typ):
-            problems.append(f"{path}: expected {_tname(typ)}, found {val!r}")
-    for name in ("gpu", "cpu"):
-        prof = _get(data, f"profiles.{name}")
-        if isinstance(prof, dict):
-            problems += profile_problems(prof, f"profiles.{name}")
-    backend = _get(data, "agent.backend")
-    if isinstance(backend, str) and backend not in BACKENDS:
-        problems.append(f"agent.backend: expected one of {', '.join(BACKENDS)}, found {backend!r}")
-    pats = _get(data, "agent.tunables")
-    if isinstance(pats, list) and (not pats or not all(isinstance(x, str) and x for x in pats)):
-        problems.append(f"agent.tunables: expected a non-empty list of glob patterns (the tuner "
-                        f"tries matching tunables in this order), found {pats!r}")
-    hr = _get(data, "test.hidden_rows")
-    if isinstance(hr, int) and not isinstance(hr, bool) and hr < 0:
-        problems.append(f"test.hidden_rows: expected a count >= 0, found {hr}")
-    kp, kf = _get(data, "test.kl_pass"), _get(data, "test.kl_fail")
-    if isinstance(kp, _NUM) and isinstance(kf, _NUM) and not 0 <= kp <= kf:
-        problems.append(f"test.kl_pass: expected 0 <= kl_pass <= kl_fail ({kf}), found {kp}")
-    slots = _get(data, "farm.slots")
-    if isinstance(slots, str) and slots != "auto":
-        problems.append(f"farm.slots: expected 'auto' or a list of slots, found {slots!r}")
-    if isinstance(slots, list) and (not slots or any(isinstance(x, bool) or not isinstance(x, (str, int))
-                                                     for x in slots)):
-        problems.append(f"farm.slots: expected a non-empty list of GPU ids (\"0\", \"2,3\") or CPU "
-                        f"slot names (\"cpu0\"), found {slots!r}")
-    gpus = _get(data, "farm.gpus")
-    if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus < 1:
-        problems.append(f"farm.gpus: expected a number of GPUs per slot >= 1, found {gpus}")
-    tp = _get(data, "loop.trial_merge_parts")
-    if isinstance(tp, int) and not isinstance(tp, bool) and tp not in (0,) and tp < 2:
-        problems.append(f"loop.trial_merge_parts: expected 0 (no trial merges) or at least 2 parts, found {tp}")
-    tr = _get(data, "loop.trial_merge_recent")
-    if isinstance(tr, int) and not isinstance(tr, bool) and tr < 2:
-        problems.append(f"loop.trial_merge_recent: expected at least 2 attempts to look back on, found {tr}")
-    kind = _get(data, "farm.kind")
-    if isinstance(kind, str) and kind not in FARM_KINDS:
-        problems.append(f"farm.kind: expected one of {', '.join(FARM_KINDS)}, found {kind!r}")
-    for path in ("test.timeout_s", "bench.timeout_s", "step.timeout_s", "profile.timeout_s",
-                 "agent.timeout_s"):
-        v = _get(data, path)
-        if isinstance(v, _NUM) and not isinstance(v, bool) and v <= 0:
-            problems.append(f"{path}: expected a positive number of seconds, found {v}")
-    problems += unread_keys(data)
-    every = _get(data, "loop.every")
-    if isinstance(every, str) and parse_duration(every) is None:
-        problems.append(f"loop.every: expected a duration such as 20m, 1h, 90s, found {every!r}")
-    return problems
-
-
-def profile_problems(prof: dict, where: str) -> list[str]:
-    """Every problem of one machine profile (``where``: its key path, for the messages)."""
-    problems = []
-    for key, typ in _PROFILE_SCHEMA.items():
-        v = prof.get(key, _MISSING)
-        if v is _MISSING:
-            problems.append(f"{where}.{key}: expected {typ.__name__}, found nothing")
-        elif isinstance(v, bool) or not isinstance(v, typ):
-            problems.append(f"{where}.{key}: expected {typ.__name__}, found {v!r}")
-    b, w = prof.get("buckets"), prof.get("weights")
-    if isinstance(b, list) and isinstance(w, list):
-        if len(b) != len(w) or not b:
-            problems.append(f"{where}.weights: expected one weight per bucket "
-                            f"({len(b)}), found {len(w)}")
-        if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in b):
-            problems.append(f"{where}.buckets: expected positive integers, found {b}")
-        if any(not isinstance(x, _NUM) or x <= 0 for x in w):
-            problems.append(f"{where}.weights: expected positive numbers, found {w}")
-    floor = prof.get("noise_pct", 0.0)
-    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or floor < 0:
-        problems.append(f"{where}.noise_pct: expected a percentage >= 0, found {floor!r}")
-    mem = prof.get("memory_gib")
-    if mem is not None and (isinstance(mem, bool) or not isinstance(mem, _NUM) or mem <= 0):
-        problems.append(f"{where}.memory_gib: expected a positive number of GiB, found {mem!r}")
-    for key in ("rounds", "replays", "context", "test_context", "test_steps"):
-        v = prof.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v < 1:
-            problems.append(f"{where}.{key}: expected a positive integer, found {v}")
-    rows = prof.get("test_rows")
-    if isinstance(rows, list) and any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in rows):
-        problems.append(f"{where}.test_rows: expected positive integers, found {rows}")
-    if prof.get("model") not in (None, "full", "small"):
-        problems.append(f"{where}.model: expected 'full' or 'small', found {prof.get('model')!r}")
-    return problems
-
-
-def parse_duration(text: str) -> float | None:
-    text = text.strip()
-    units = {"s": 1, "m": 60, "h": 3600}
-    if len(text) < 2 or text[-1] not in units:
-        return None
+def key(default=_REQUIRED, *, ge=None, gt=None, le=None, lt=None, nonempty: bool = False,
+        expect: str | None = None, check=None):
+    """A field of kern.yaml: ``default`` (none: the key is required); every number the value
+    holds within ``ge``/``gt``/``le``/``lt``; ``nonempty``: a list or mapping with at least one
+    entry; ``expect``: the words the error uses for what is expected, where the type's own
+    would not say it; ``check(value) -> None | str``: a further rule, returning what was
+    expected when the value breaks it."""
+    rng = None
+    if (ge, gt, le, lt) != (None,) * 4:
+        rng = Range(lo=gt if gt is not None else ge, hi=lt if lt is not None else le,
+                    lo_open=gt is not None, hi_open=lt is not None)
+    meta = {"range": rng, "nonempty": nonempty, "expect": expect, "check": check}
+    if default is _REQUIRED:
+        return field(metadata=meta)
     try:
-        return float(text[:-1]) * units[text[-1]]
-    except ValueError:
-        return None
+        hash(default)
+    except TypeError:  # a mapping: each instance gets its own (read-only) copy
+        return field(default_factory=lambda: MappingProxyType(dict(default)), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
-# ----------------------------------------------------------------------- typed settings
-# One dataclass per section of kern.yaml; a field per key. validate() reports a key that is no
-# field (nothing would read it), resolve() builds them. Optional keys default here; the
-# defaults are the ones the readers used before (farm.py, trials, the agent backends).
+def derived():
+    """A field resolve() sets itself; not a key of kern.yaml."""
+    return field(default=None, metadata={"derived": True})
 
 
-@dataclass(frozen=True)
+DURATION_FORMS = "90s, 20m, 1h or 1d (a whole number, then s, m, h or d)"
+_DURATION = re.compile(r"(\d+)([smhd])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text) -> float | None:
+    """Seconds of ``90s``, ``20m``, ``1h``, ``1d``; None for anything else."""
+    m = _DURATION.fullmatch(text.strip()) if isinstance(text, str) else None
+    return None if m is None else float(int(m.group(1)) * _UNIT_S[m.group(2)])
+
+
+def _duration(v: str) -> str | None:
+    return None if parse_duration(v) is not None else f"a duration: {DURATION_FORMS}"
+
+
+def _trial_parts(v: int) -> str | None:
+    return None if v == 0 or v >= 2 else "0 (no trial merges) or at least 2 parts"
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _env_names(v: tuple) -> str | None:
+    bad = [x for x in v if not _ENV_NAME.fullmatch(x)]
+    return None if not bad else f"environment variable names such as ANTHROPIC_API_KEY (not {bad[0]!r})"
+
+
+# ----------------------------------------------------------------------- the sections
+@dataclass(frozen=True, kw_only=True)
 class Target:
-    tree: str
-    seed: int
-    weight_sets: int
+    """``target``: the tree the loop optimizes and the seeds of its model."""
+    tree: str = key()
+    seed: int = key(ge=0)
+    weight_sets: int = key(ge=1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     """One machine profile (``profiles.gpu`` or ``profiles.cpu``), the one this machine uses
     after :func:`resolve`."""
-    name: str  # "gpu" or "cpu": which profile of kern.yaml this is
-    model: str
-    layout: str
-    buckets: tuple[int, ...]
-    weights: tuple[float, ...]
-    context: int
-    test_rows: tuple[int, ...]
-    test_context: int
-    test_steps: int
-    rounds: int
-    replays: int
-    noise_pct: float | None = None  # overrides bench.noise_pct (see Bench.noise_pct)
-    memory_gib: float | None = None
+    name: str = derived()  # "gpu" or "cpu": which profile of kern.yaml this is
+    model: Literal["full", "small"] = key()
+    layout: str = key()
+    buckets: tuple[int, ...] = key(ge=1, nonempty=True)
+    weights: tuple[float, ...] = key(gt=0, nonempty=True)
+    context: int = key(ge=1)
+    test_rows: tuple[int, ...] = key(ge=1, nonempty=True)
+    test_context: int = key(ge=1)
+    test_steps: int = key(ge=1)
+    rounds: int = key(ge=1)
+    replays: int = key(ge=1)
+    noise_pct: float | None = key(None, ge=0)  # overrides bench.noise_pct (see Bench.noise_pct)
+    memory_gib: float | None = key(None, gt=0)
+
+    def problems(self) -> list[str]:
+        if len(self.buckets) != len(self.weights):
+            return [f"weights: expected one weight per bucket ({len(self.buckets)}), "
+                    f"found {len(self.weights)}"]
+        return []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    """One op's tolerance against the protected reference (``test.reference.<op>``)."""
+    rel_rms: float | None = key(None, gt=0)
+    exact: bool = False
+    exact_output: str | None = None  # the one output that must match exactly
+    max_differing_frac: float | None = key(None, ge=0, le=1)  # integer outputs (ids)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TestGate:
     """``test``: the accuracy gate's thresholds and limits."""
-    timeout_s: float
-    hidden_rows: int
-    snapshot_budget_mb: float
-    reference_calls_per_op: int
-    kl_pass: float
-    kl_fail: float
-    band_factor: float
-    near_tie_factor: float
-    max_near_tie_flips: float
-    layout_kl_pass: float
-    reference: MappingProxyType  # op name (or "default") -> its tolerance, read by gates
+    __test__ = False  # not a pytest class
+    timeout_s: float = key(gt=0)
+    hidden_rows: int = key(ge=0)
+    snapshot_budget_mb: float = key(gt=0)
+    reference_calls_per_op: int = key(ge=1)
+    kl_pass: float = key(ge=0)
+    kl_fail: float = key(gt=0)
+    band_factor: float = key(gt=0)
+    near_tie_factor: float = key(ge=0)
+    max_near_tie_flips: float = key(ge=0, le=1)
+    layout_kl_pass: float = key(ge=0)
+    reference: Mapping[str, Tolerance] = key()  # op name (or "default") -> its tolerance
+
+    def problems(self) -> list[str]:
+        if self.kl_pass > self.kl_fail:
+            return [f"kl_pass: expected 0 <= kl_pass <= kl_fail ({self.kl_fail}), found {self.kl_pass}"]
+        return []
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Bench:
     """``bench``: the scorer's statistics and limits. ``noise_pct`` is resolved: the machine
     profile's own value when it sets one, else the section's."""
-    bootstrap: int
-    noise_pct: float
-    guard_pct: float
-    max_op_rel_rms: float
-    max_hidden_pct: float
-    state_sketch_rel: float
-    reverify_pct: float
-    reverify_rounds: int
-    reference_calls_per_op: int
-    timeout_s: float
+    bootstrap: int = key(ge=1)
+    noise_pct: float = key(ge=0)
+    guard_pct: float = key(ge=0)
+    max_op_rel_rms: float = key(gt=0)
+    max_hidden_pct: float = key(ge=0)
+    state_sketch_rel: float = key(gt=0)
+    reverify_pct: float = key(gt=0)
+    reverify_rounds: int = key(ge=1)
+    reference_calls_per_op: int = key(ge=1)
+    timeout_s: float = key(gt=0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Limit:
     """``step`` / ``profile``: how long one such run may take."""
-    timeout_s: float
+    timeout_s: float = key(gt=0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Agent:
-    """``agent``; an optional key left out is None: the backend's own default applies."""
-    backend: str
-    model: str | None = None
-    command: str | None = None
-    replay_dir: str | None = None
-    max_turns: int | None = None
-    tunables: tuple[str, ...] | None = None
-    timeout_s: float | None = None
+    """``agent``: the backend that proposes changes, and every setting a backend reads (each
+    backend reads the ones its comment names; the others are left at their defaults)."""
+    backend: Literal["anthropic", "claude-code", "command", "tuner", "replay"] = key()
+    model: str = "claude-sonnet-4-5"  # anthropic, claude-code
+    max_turns: int = key(40, ge=1, le=1000)  # anthropic: API calls; claude-code: turns
+    # USD one attempt may cost: claude-code passes it to the CLI, anthropic stops there,
+    # command exports it as KERN_MAX_BUDGET_USD for its command line; null: no cap per attempt
+    max_budget_usd: float | None = key(5.0, gt=0)
+    max_tokens: int = key(8192, ge=1, le=1_000_000)  # anthropic: per response
+    # anthropic: USD per million tokens [input, output] by model-name prefix, over its table
+    prices: Mapping[str, tuple[float, float]] = key({}, ge=0,
+                                                     expect="a mapping of model-name prefixes to "
+                                                            "[input, output] USD per million tokens, "
+                                                            "each >= 0")
+    base_url: str = ""  # anthropic: the Messages API's address ("": the SDK's default)
+    max_retries: int = key(2, ge=0, le=20)  # anthropic: retries of a failed API call
+    quick_timeout_s: float = key(600.0, gt=0)  # anthropic: one run of the quick test or bench
+    command: str = ""  # command: the shell line (the brief on its stdin)
+    pass_env: tuple[str, ...] = key((), check=_env_names)  # command: variables it may see
+    timeout_s: float = key(3600.0, gt=0)  # every backend: wall-clock limit of one attempt
+    replay_dir: str = ""  # replay: the folder of patches (relative to the repository root)
+    tunables: tuple[str, ...] | None = key(None, nonempty=True)  # tuner: glob patterns, in order
+
+    def problems(self) -> list[str]:
+        if self.backend == "command" and not self.command.strip():
+            return ["command: expected the shell command line the command backend runs, found ''"]
+        if self.backend == "replay" and not self.replay_dir.strip():
+            return ["replay_dir: expected the folder of patches the replay backend applies, found ''"]
+        if self.tunables is not None and not all(x.strip() for x in self.tunables):
+            return [f"tunables: expected a non-empty list of glob patterns (the tuner tries "
+                    f"matching tunables in this order), found {list(self.tunables)!r}"]
+        return []
 
     def options(self) -> dict:
-        """The section as the backends read it (the keys kern.yaml sets)."""
-        return {f.name: (list(v) if isinstance(v, tuple) else v)
-                for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        """The section as JSON data (what the agent process reads back: :func:`agent_section`)."""
+        return _plain(self)
 
 
-@dataclass(frozen=True)
+BACKENDS = get_args(get_type_hints(Agent)["backend"])
+
+
+@dataclass(frozen=True, kw_only=True)
 class Loop:
-    every: str
-    concurrency: int
-    stop_after_idle_ticks: int
-    trial_merge_parts: int = 0
-    trial_merge_recent: int = 12
+    """``loop``: how often it ticks, how many agents at once, when it stops by itself."""
+    every: str = key(expect=f"a duration: {DURATION_FORMS}", check=_duration)
+    concurrency: int = key(ge=0, le=256)  # 0: judge what is queued, start no agent
+    stop_after_idle_ticks: int = key(ge=1)
+    trial_merge_parts: int = key(0, ge=0, check=_trial_parts)
+    trial_merge_recent: int = key(12, ge=2)
 
     @property
     def every_s(self) -> float:
-        return parse_duration(self.every) or 0.0
+        return parse_duration(self.every)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Farm:
-    slots: str | tuple = "auto"
-    gpus: int = 1
-    kind: str = "local"
+    """``farm``: where judgments run (harness/farm.py)."""
+    slots: Union[Literal["auto"], tuple[Union[str, int], ...]] = key(
+        "auto", ge=0, nonempty=True, expect="'auto' or a non-empty list of GPU ids (\"0\", \"2,3\", "
+                                            "or integers >= 0) or CPU slot names (\"cpu0\")")
+    gpus: int = key(1, ge=1)
+    kind: Literal["local", "ray"] = "local"
     address: str = ""
     isolate: bool = False  # the scorer's rounds of judgments on one host take turns
 
 
-@dataclass(frozen=True)
+FARM_KINDS = get_args(get_type_hints(Farm)["kind"])
+
+
+@dataclass(frozen=True, kw_only=True)
 class Budgets:
-    attempts: int
-    tokens: int
-    wall_hours: float
+    """``budgets``: the loop stops when one is spent (attempts in flight finish first)."""
+    attempts: int = key(ge=1)
+    tokens: int = key(ge=1)
+    wall_hours: float = key(gt=0)
+    cost_usd: float = key(50.0, gt=0)  # the agents' recorded cost, summed over the ledger
 
 
 @dataclass(frozen=True)
@@ -348,84 +302,255 @@ class Resolved:
     budgets: Budgets
 
 
-# kern.yaml's top-level keys and what each becomes; a mapping section's keys are the fields of
-# its dataclass (profiles: each profile's keys, the fields of Profile but its name)
+# kern.yaml's top-level keys: the mapping sections, the two lists of globs, the profiles
 _SECTIONS = {"target": Target, "test": TestGate, "bench": Bench, "step": Limit, "profile": Limit,
              "agent": Agent, "loop": Loop, "farm": Farm, "budgets": Budgets}
 _LISTS = ("editable", "protected")
+_MACHINES = ("gpu", "cpu")
+TOP_LEVEL = (*_SECTIONS, *_LISTS, "profiles")
 
 
-def _names(cls) -> set[str]:
-    return {f.name for f in fields(cls)}
+# ----------------------------------------------------------------------- reading
+_UNIONS = (Union, types.UnionType)
 
 
-def unread_keys(data: dict) -> list[str]:
-    """Pure: a problem for every key of a parsed kern.yaml that no typed field holds, so no
-    code reads it (a typo, or a setting that was removed)."""
-    out = []
-
-    def unread(path: str, known) -> None:
-        out.append(f"{path}: expected one of {', '.join(sorted(known))}, found a key no code reads; "
-                   f"remove it or correct its spelling")
-
-    for key, val in data.items():
-        if key == "profiles":
-            if isinstance(val, dict):
-                out += [f"profiles.{name}: expected only the profiles 'gpu' and 'cpu', found {name!r}; "
-                        f"remove it" for name in val if name not in ("gpu", "cpu")]
-                for name in ("gpu", "cpu"):
-                    prof = val.get(name)
-                    if isinstance(prof, dict):
-                        for k in prof:
-                            if k not in _names(Profile) - {"name"}:
-                                unread(f"profiles.{name}.{k}", _names(Profile) - {"name"})
-        elif key in _SECTIONS:
-            if isinstance(val, dict):
-                for k in val:
-                    if k not in _names(_SECTIONS[key]):
-                        unread(f"{key}.{k}", _names(_SECTIONS[key]))
-        elif key not in _LISTS:
-            unread(key, {*_SECTIONS, *_LISTS, "profiles"})
-    return out
+class _Bad(Exception):
+    """A value that is not of its field's type."""
 
 
-def _section(cls, raw: dict, **resolved):
-    return cls(**{**{k: v for k, v in raw.items() if k in _names(cls)}, **resolved})
+def _describe(typ, rng: Range | None = None, nonempty: bool = False) -> str:
+    """What a value of ``typ`` is, in words (every number within ``rng``)."""
+    within = f" {rng.text()}" if rng is not None else ""
+    origin, args = get_origin(typ), get_args(typ)
+    if typ is bool:
+        return "true or false"
+    if typ is int:
+        return "an integer" + within
+    if typ is float:
+        return "a number" + within
+    if typ is str:
+        return "a string"
+    if typ is type(None):
+        return "null"
+    if origin is Literal:
+        return "one of " + ", ".join(str(a) for a in args)
+    if origin in _UNIONS:
+        return " or ".join(_describe(a, rng, nonempty) for a in args)
+    if origin is tuple:
+        some = "a non-empty list" if nonempty else "a list"
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"{some}, each {_describe(args[0], rng)}"
+        return f"a list of {len(args)} ({', '.join(_describe(a, rng) for a in args)})"
+    if origin in (Mapping, dict) or dataclasses.is_dataclass(typ):
+        return "a mapping"
+    return getattr(typ, "__name__", str(typ))
+
+
+def _convert(value, typ):
+    """``value`` (parsed YAML) as ``typ``: lists become tuples, mappings read-only; :class:`_Bad`
+    when it is not one. No coercion: ``"8"`` is not an integer, ``true`` not a number."""
+    origin, args = get_origin(typ), get_args(typ)
+    if origin in _UNIONS:
+        for a in args:
+            try:
+                return _convert(value, a)
+            except _Bad:
+                pass
+        raise _Bad
+    if typ is type(None):
+        if value is None:
+            return None
+        raise _Bad
+    if origin is Literal:
+        if isinstance(value, str) and value in args:
+            return value
+        raise _Bad
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Bad
+    if typ is int or typ is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float) if typ is float else int):
+            raise _Bad
+        return typ(value)
+    if typ is str:
+        if isinstance(value, str):
+            return value
+        raise _Bad
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise _Bad
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_convert(v, args[0]) for v in value)
+        if len(value) != len(args):
+            raise _Bad
+        return tuple(_convert(v, a) for v, a in zip(value, args))
+    if origin in (Mapping, dict):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise _Bad
+        return MappingProxyType({k: _convert(v, args[1]) for k, v in value.items()})
+    raise TypeError(f"harness/settings.py: no reader for the annotation {typ!r}")
+
+
+def _numbers(value):
+    """Every number a converted value holds (not booleans)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return
+    if isinstance(value, (int, float)):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _numbers(v)
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _numbers(v)
+
+
+def _keys(cls) -> list:
+    return [f for f in fields(cls) if not f.metadata.get("derived")]
+
+
+def _unread(path: str, known) -> str:
+    return (f"{path}: expected one of {', '.join(sorted(known))}, found a key no code reads; "
+            f"remove it or correct its spelling")
+
+
+def _section(cls, raw, where: str, problems: list, **derived_values):
+    """Section ``cls`` read from ``raw`` (kern.yaml's mapping at ``where``; None: absent),
+    each problem appended to ``problems``; None when there were any."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        problems.append(f"{where}: expected a mapping of {', '.join(f.name for f in _keys(cls))}, "
+                        f"found {raw!r}")
+        return None
+    before = len(problems)
+    hints = get_type_hints(cls)
+    values = {}
+    for f in _keys(cls):
+        path, typ, meta = f"{where}.{f.name}", hints[f.name], f.metadata
+        rng, nonempty = meta.get("range"), meta.get("nonempty", False)
+        expect = meta.get("expect") or _describe(typ, rng, nonempty)
+        if f.name not in raw:
+            if f.default is _REQUIRED and f.default_factory is _REQUIRED:
+                problems.append(f"{path}: expected {expect}, found nothing (key missing)")
+            continue
+        value = raw[f.name]
+        if get_origin(typ) in (Mapping, dict) and dataclasses.is_dataclass(get_args(typ)[1]):
+            if not isinstance(value, dict):
+                problems.append(f"{path}: expected a mapping of names to "
+                                f"{', '.join(x.name for x in _keys(get_args(typ)[1]))}, found {value!r}")
+                continue
+            values[f.name] = MappingProxyType({k: _section(get_args(typ)[1], v, f"{path}.{k}", problems)
+                                               for k, v in value.items()})
+            continue
+        try:
+            got = _convert(value, typ)
+        except _Bad:
+            problems.append(f"{path}: expected {expect}, found {value!r}")
+            continue
+        if (rng is not None and not all(rng.holds(x) for x in _numbers(got))) \
+                or (nonempty and isinstance(got, (tuple, Mapping)) and not got):
+            problems.append(f"{path}: expected {expect}, found {value!r}")
+            continue
+        why = meta.get("check") and meta["check"](got)
+        if why:
+            problems.append(f"{path}: expected {why}, found {value!r}")
+            continue
+        values[f.name] = got
+    known = {f.name for f in _keys(cls)}
+    problems += [_unread(f"{where}.{k}", known) for k in raw if k not in known]
+    if len(problems) > before:
+        return None
+    obj = cls(**values, **derived_values)
+    more = obj.problems() if hasattr(obj, "problems") else []
+    problems += [f"{where}.{p}" for p in more]
+    return None if more else obj
+
+
+def _plain(obj):
+    """A typed section back as JSON data (tuples as lists, mappings as dicts)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _plain(getattr(obj, f.name)) for f in _keys(type(obj))}
+    if isinstance(obj, tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _read(data, cuda: bool, profile: dict | None = None) -> tuple[Resolved | None, list[str]]:
+    """Pure: (the typed settings of this machine, []) or (None, every problem)."""
+    if not isinstance(data, dict):
+        return None, [f"kern.yaml: expected a mapping at the top level, found {type(data).__name__}"]
+    problems: list[str] = []
+    out = {}
+    for name, cls in _SECTIONS.items():
+        out[name] = _section(cls, data.get(name), name, problems)
+    for name in _LISTS:
+        value = data.get(name)
+        try:
+            out[name] = _convert(value, tuple[str, ...])
+        except _Bad:
+            problems.append(f"{name}: expected a list of glob patterns, found "
+                            + ("nothing (key missing)" if name not in data else repr(value)))
+    profs = data.get("profiles")
+    machines = {}
+    if not isinstance(profs, dict):
+        problems.append("profiles: expected a mapping with the profiles 'gpu' and 'cpu', found "
+                        + ("nothing (key missing)" if "profiles" not in data else repr(profs)))
+    else:
+        problems += [f"profiles.{n}: expected only the profiles 'gpu' and 'cpu', found {n!r}; "
+                     f"remove it" for n in profs if n not in _MACHINES]
+        for n in _MACHINES:
+            if n not in profs:
+                problems.append(f"profiles.{n}: expected a machine profile, found nothing (key missing)")
+                continue
+            machines[n] = _section(Profile, profs[n], f"profiles.{n}", problems, name=n)
+    name = "gpu" if cuda else "cpu"
+    if profile is not None:
+        machines[name] = _section(Profile, profile, f"profiles.{name} (as handed over)", problems,
+                                  name=name)
+    problems += [_unread(k, TOP_LEVEL) for k in data if k not in TOP_LEVEL]
+    if problems:
+        return None, problems
+    machine = machines[name]
+    bench = out["bench"]
+    if machine.noise_pct is not None:  # the profile's value wins (gates.scorer.PROFILE_OVERRIDES)
+        bench = dataclasses.replace(bench, noise_pct=machine.noise_pct)
+    return Resolved(machine=machine, **{**out, "bench": bench}), []
+
+
+def validate(data) -> list[str]:
+    """Every problem of a parsed kern.yaml (both machine profiles), as 'key: expected X,
+    found Y' sentences; [] when it is valid."""
+    return _read(data, cuda=False)[1]
 
 
 def resolve(data: dict, cuda: bool, profile: dict | None = None) -> Resolved:
-    """Pure: the typed settings of this machine from parsed kern.yaml data, validated here
-    (:class:`SettingsError` lists the problems). ``profile``: the machine profile as handed to
-    the gates when a caller narrowed it (tests do); by default kern.yaml's ``profiles.gpu``
-    with CUDA, ``profiles.cpu`` without. The profile's values win over the top-level
-    sections' (of those only ``bench.noise_pct`` can be set in both)."""
-    name = "gpu" if cuda else "cpu"
-    problems = validate(data)
-    if profile is not None:
-        problems += profile_problems(profile, f"profiles.{name} (as handed over)")
-        problems += unread_keys({"profiles": {name: profile}})
+    """Pure: the typed settings of this machine from parsed kern.yaml data (:class:`SettingsError`
+    lists the problems). ``profile``: the machine profile as handed to the gates when a caller
+    narrowed it (tests do); by default kern.yaml's ``profiles.gpu`` with CUDA, ``profiles.cpu``
+    without. The profile's values win over the top-level sections' (of those only
+    ``bench.noise_pct`` can be set in both)."""
+    resolved, problems = _read(data, cuda, profile)
     if problems:
         raise SettingsError(f"kern.yaml has {len(problems)} problem(s) (edit it):\n  "
                             + "\n  ".join(problems))
-    from gates.scorer import bench_settings  # the override rule the scorer applies itself
-
-    prof = data["profiles"][name] if profile is None else profile
-    machine = _section(Profile, prof, name=name, buckets=tuple(prof["buckets"]),
-                       weights=tuple(prof["weights"]), test_rows=tuple(prof["test_rows"]))
-    agent = data["agent"]
-    farm = data.get("farm") or {}
-    return Resolved(
-        machine=machine, target=_section(Target, data["target"]),
-        editable=tuple(data["editable"]), protected=tuple(data["protected"]),
-        test=_section(TestGate, data["test"], reference=MappingProxyType(dict(data["test"]["reference"]))),
-        bench=_section(Bench, bench_settings(data["bench"], prof)),
-        step=_section(Limit, data["step"]), profile=_section(Limit, data["profile"]),
-        agent=_section(Agent, agent, **({"tunables": tuple(agent["tunables"])} if "tunables" in agent else {})),
-        loop=_section(Loop, data["loop"]),
-        farm=_section(Farm, farm, **({"slots": tuple(farm["slots"])} if isinstance(farm.get("slots"), list) else {})),
-        budgets=_section(Budgets, data["budgets"]))
+    return resolved
 
 
+def agent_section(raw: dict) -> Agent:
+    """Pure: kern.yaml's ``agent`` mapping as the typed section (how the agent process reads
+    the settings the loop handed it); :class:`SettingsError` names each problem."""
+    problems: list[str] = []
+    agent = _section(Agent, raw, "agent", problems)
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return agent
+
+
+# ----------------------------------------------------------------------- the file
 @dataclass(frozen=True)
 class Settings:
     data: dict  # the parsed file, as the gates take it
@@ -443,7 +568,44 @@ class Settings:
         return self.data[key]
 
 
-def load(path: str | Path) -> Settings:
+def apply_overrides(data: dict, overrides) -> dict:
+    """Pure: a copy of parsed kern.yaml data with each ``KEY=VALUE`` of ``kern --set`` applied:
+    KEY a dotted path (``loop.every``, ``profiles.cpu.rounds``; a key holding dots, such as
+    ``test.reference.moe.router``, is found as written), VALUE read as YAML (``5m``, ``10``,
+    ``[cpu0, cpu1]``, ``null``). What the result breaks, validation reports."""
+    import copy
+
+    out = copy.deepcopy(data) if isinstance(data, dict) else data
+    for item in overrides:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise SettingsError(f"--set {item}: expected KEY=VALUE (e.g. --set loop.every=5m), "
+                                f"found no '='" if not eq else f"--set {item}: expected a key before '='")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text  # not YAML: the text itself
+        node, parts, walked = out, key.strip().split("."), []
+        while True:
+            if not isinstance(node, dict):
+                raise SettingsError(f"--set {item}: expected a section at {'.'.join(walked)}, "
+                                    f"found {node!r}")
+            # the longest run of parts naming a key here (op names hold dots), else the first
+            j = next((j for j in range(len(parts), 0, -1) if ".".join(parts[:j]) in node), 1)
+            name, parts = ".".join(parts[:j]), parts[j:]
+            walked.append(name)
+            if not parts:
+                node[name] = value
+                break
+            if node.get(name) is None:  # a section kern.yaml leaves out (farm): made here
+                node[name] = {}
+            node = node[name]
+    return out
+
+
+def load(path: str | Path, overrides=()) -> Settings:
+    """kern.yaml at ``path``, with ``kern --set`` ``overrides`` (``KEY=VALUE`` each) applied for
+    this run only, validated; the digest covers the file and the overrides."""
     path = Path(path)
     if not path.exists():
         raise SettingsError(f"kern.yaml: expected a file at {path}, found none "
@@ -453,7 +615,10 @@ def load(path: str | Path) -> Settings:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise SettingsError(f"{path}: not valid YAML: {e}") from None
+    data = apply_overrides(data, overrides)
     problems = validate(data)
     if problems:
-        raise SettingsError(f"{path} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
-    return Settings(data, path, hashlib.sha256(raw).hexdigest()[:16])
+        where = f"{path} with {' '.join('--set ' + o for o in overrides)}" if overrides else str(path)
+        raise SettingsError(f"{where} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
+    digest = hashlib.sha256(raw + b"".join(b"\n--set " + o.encode() for o in overrides))
+    return Settings(data, path, digest.hexdigest()[:16])

@@ -8,11 +8,11 @@ environment that holds no API key, and a time limit), and ``finish``: ``commit``
 files the agent edited and commits them once; ``declined`` leaves the tree as it is and
 reports the idea with its estimate.
 
-Settings (kern.yaml ``agent:``): ``model``, ``max_turns`` (API calls, default 40),
-``max_tokens`` (per response, default 8192), ``quick_timeout_s`` (default 600), ``base_url``,
-``max_retries`` (default 2), ``prices`` ({model prefix: [input, output] USD per million
-tokens}, merged over :data:`PRICES_PER_MTOK`). The API key comes from ``api_key=`` context or
-``ANTHROPIC_API_KEY``; only this process sees it.
+Settings (kern.yaml ``agent:``, harness/settings.py ``Agent``): ``model``, ``max_turns`` (API
+calls), ``max_tokens`` (per response), ``quick_timeout_s``, ``base_url``, ``max_retries``,
+``prices`` ({model prefix: [input, output] USD per million tokens}, merged over
+:data:`PRICES_PER_MTOK`), ``max_budget_usd`` (the attempt fails once its cost reaches it). The
+API key comes from ``api_key=`` context or ``ANTHROPIC_API_KEY``; only this process sees it.
 
 Tokens and cost are summed over every response's ``usage``; the transcript (one JSON object
 a line: the brief, each response, each tool call and its result) goes to
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .base import Brief, Proposal
-from .common import (TOOL_ENV, AgentConfigError, GitError, git, minimal_env, run_limited,
-                     setting, transcript_path)
+from ..settings import Agent
+from .common import TOOL_ENV, GitError, git, minimal_env, run_limited, transcript_path
 from .rules import PathRefused, edit_check, resolve_in_tree
 
 # USD per million tokens (input, output), by model-name prefix; the longest matching prefix
@@ -272,24 +272,14 @@ def _block_param(block) -> dict:
 class AnthropicAgent:
     name = "anthropic"
 
-    def __init__(self, settings: dict, *, api_key: str | None = None, base_url: str | None = None,
+    def __init__(self, settings: Agent, *, api_key: str | None = None, base_url: str | None = None,
                  client=None, transcript_dir=None):
-        self.model = setting(settings, "model", str, "claude-sonnet-4-5")
-        self.max_turns = setting(settings, "max_turns", int, 40)
-        self.max_tokens = setting(settings, "max_tokens", int, 8192)
-        self.quick_timeout_s = float(setting(settings, "quick_timeout_s", (int, float), 600))
-        self.max_retries = setting(settings, "max_retries", int, 2)
-        if self.max_turns < 1 or self.max_tokens < 1:
-            raise AgentConfigError(f"agent.max_turns and agent.max_tokens: expected positive "
-                                   f"integers, found {self.max_turns} and {self.max_tokens}")
-        extra = setting(settings, "prices", dict, {})
-        for k, v in extra.items():
-            if not (isinstance(v, (list, tuple)) and len(v) == 2
-                    and all(isinstance(x, (int, float)) for x in v)):
-                raise AgentConfigError(f"agent.prices.{k}: expected [input, output] USD per "
-                                       f"million tokens, found {v!r}")
-        self.prices = {**PRICES_PER_MTOK, **{k: tuple(v) for k, v in extra.items()}}
-        self.base_url = base_url or setting(settings, "base_url", str, None)
+        # kern.yaml's ranges (harness/settings.py) hold for every value read here
+        self.model, self.max_turns, self.max_tokens = settings.model, settings.max_turns, settings.max_tokens
+        self.quick_timeout_s, self.max_retries = settings.quick_timeout_s, settings.max_retries
+        self.max_budget_usd = settings.max_budget_usd
+        self.prices = {**PRICES_PER_MTOK, **settings.prices}
+        self.base_url = base_url or settings.base_url or None
         self.api_key, self.client, self.transcript_dir = api_key, client, transcript_dir
 
     def _client(self):
@@ -329,6 +319,11 @@ class AnthropicAgent:
             try:
                 client = self._client()
                 for turn in range(1, self.max_turns + 1):
+                    spent = cost_usd(tally, price)
+                    if self.max_budget_usd is not None and spent >= self.max_budget_usd:
+                        return done(Proposal(kind="failed", reason=(
+                            f"cost cap reached: ${spent:.4f} of agent.max_budget_usd "
+                            f"${self.max_budget_usd:g} after {turn - 1} turns")))
                     resp = client.messages.create(model=self.model, max_tokens=self.max_tokens,
                                                   system=brief.text, tools=tools,
                                                   messages=messages)

@@ -14,8 +14,9 @@ subprocesses never do.
 
 The session ends by committing once with git, or, when it declines, by ending its final
 message with the JSON line ``{"declined": "the idea", "estimate_ms": -0.4}``. Outcome: HEAD
-moved -> "commit"; that JSON -> "declined"; otherwise "failed". Settings: ``model``,
-``max_turns``, ``max_budget_usd`` (optional). Tokens and cost are the CLI's own count of the
+moved -> "commit"; that JSON -> "declined"; otherwise "failed". Settings (kern.yaml ``agent:``):
+``model``, ``max_turns``, ``max_budget_usd`` (the CLI's own cap of the session's cost; null:
+none). Tokens and cost are the CLI's own count of the
 session's ResultMessage: every request it made (``model_usage``) and ``total_cost_usd``. The
 transcript (one JSON object per SDK message) goes to ``attempt-N.claude-code.jsonl`` beside
 the worktree.
@@ -28,9 +29,9 @@ import json
 import time
 from pathlib import Path
 
+from ..settings import Agent
 from .base import Brief, Proposal
-from .common import (GitError, cli_tokens, final_declined, head, identity, setting, subject,
-                     transcript_path)
+from .common import GitError, cli_tokens, final_declined, head, identity, subject, transcript_path
 from .rules import edit_check
 
 TOOLS = ["Read", "Edit", "Write", "Glob", "Grep", "Bash"]
@@ -71,7 +72,7 @@ def make_hook(worktree, editable, protected):
     return pre_tool_use
 
 
-def build_options(sdk, settings: dict, brief: Brief, worktree) -> object:
+def build_options(sdk, settings: Agent, brief: Brief, worktree) -> object:
     """The ``ClaudeAgentOptions`` of a session; ``sdk`` is the imported module (a stand-in in
     tests, where the SDK is not installed)."""
     matcher = {"matcher": "|".join(EDIT_TOOLS), "hooks": [make_hook(worktree, brief.editable,
@@ -86,16 +87,13 @@ def build_options(sdk, settings: dict, brief: Brief, worktree) -> object:
         system_prompt={"type": "preset", "preset": "claude_code"},
         setting_sources=[],
         permission_mode="default",
-        max_turns=setting(settings, "max_turns", int, 40),
+        max_turns=settings.max_turns,
+        model=settings.model,
         hooks={"PreToolUse": [sdk.HookMatcher(**matcher)]},
         env=identity("claude-code"),  # merged over this process's environment by the SDK
     )
-    model = setting(settings, "model", str, None)
-    if model:
-        kwargs["model"] = model
-    budget = setting(settings, "max_budget_usd", (int, float), None)
-    if budget is not None:
-        kwargs["max_budget_usd"] = float(budget)
+    if settings.max_budget_usd is not None:
+        kwargs["max_budget_usd"] = settings.max_budget_usd
     return sdk.ClaudeAgentOptions(**kwargs)
 
 
@@ -120,10 +118,8 @@ def tokens_of(res) -> tuple[int, int]:
 class ClaudeCodeAgent:
     name = "claude-code"
 
-    def __init__(self, settings: dict, *, transcript_dir=None):
-        self.settings = settings
-        setting(settings, "max_turns", int, 40)  # checked now: a bad value fails at startup
-        self.transcript_dir = transcript_dir
+    def __init__(self, settings: Agent, *, transcript_dir=None):
+        self.settings, self.transcript_dir = settings, transcript_dir
 
     def propose(self, brief: Brief, worktree) -> Proposal:
         try:

@@ -1,10 +1,13 @@
 """The command backend: any CLI agent, given the brief on stdin, working in the worktree.
 
-Settings (kern.yaml ``agent:``): ``command`` (a shell line, run with ``sh -c`` in the
-worktree), ``timeout_s`` (default 3600), ``pass_env`` (names of variables the command may see
-besides PATH, HOME and LANG, e.g. ``[ANTHROPIC_API_KEY]`` for a CLI that calls the API;
-nothing else of the orchestrator's environment reaches it). It also gets KERN_ATTEMPT and
-KERN_TARGET, and GIT_AUTHOR_*/GIT_COMMITTER_* naming "kern-loop command". Its stdout and stderr go to ``attempt-N.command.log`` beside the worktree.
+Settings (kern.yaml ``agent:``, harness/settings.py ``Agent``): ``command`` (a shell line,
+run with ``sh -c`` in the worktree), ``timeout_s``, ``pass_env`` (names of variables the
+command may see besides PATH, HOME and LANG, e.g. ``[ANTHROPIC_API_KEY]`` for a CLI that calls
+the API; nothing else of the orchestrator's environment reaches it), ``max_budget_usd``
+(exported as KERN_MAX_BUDGET_USD, for a command line such as ``claude -p --max-budget-usd
+$KERN_MAX_BUDGET_USD``: the command backend cannot stop a CLI by itself). It also gets
+KERN_ATTEMPT and KERN_TARGET, and GIT_AUTHOR_*/GIT_COMMITTER_* naming "kern-loop command". Its
+stdout and stderr go to ``attempt-N.command.log`` beside the worktree.
 
 Outcome: HEAD moved and the command finished in time -> "commit" (the orchestrator counts
 the commits itself); HEAD unmoved and the last output line is the JSON
@@ -22,27 +25,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..settings import Agent
 from .base import Brief, Proposal
-from .common import (AgentConfigError, GitError, cli_result, cli_tokens, final_declined, head,
-                     identity, minimal_env, run_limited, setting, subject, transcript_path)
+from .common import (GitError, cli_result, cli_tokens, final_declined, head, identity,
+                     minimal_env, run_limited, subject, transcript_path)
 
 
 class CommandAgent:
     name = "command"
 
-    def __init__(self, settings: dict, *, transcript_dir=None):
-        self.command = setting(settings, "command", str)
-        if not self.command.strip():
-            raise AgentConfigError("agent.command: expected a shell command line for the "
-                                   "command backend, found ''")
-        self.timeout_s = float(setting(settings, "timeout_s", (int, float), 3600))
-        if self.timeout_s <= 0:
-            raise AgentConfigError(f"agent.timeout_s: expected a positive number of seconds, "
-                                   f"found {self.timeout_s}")
-        self.pass_env = setting(settings, "pass_env", list, [])
-        if not all(isinstance(x, str) for x in self.pass_env):
-            raise AgentConfigError(f"agent.pass_env: expected a list of variable names, "
-                                   f"found {self.pass_env!r}")
+    def __init__(self, settings: Agent, *, transcript_dir=None):
+        # kern.yaml's rules (harness/settings.py) hold: a non-empty command, a positive timeout
+        self.command, self.timeout_s = settings.command, settings.timeout_s
+        self.pass_env, self.max_budget_usd = list(settings.pass_env), settings.max_budget_usd
         self.transcript_dir = transcript_dir
 
     def propose(self, brief: Brief, worktree) -> Proposal:
@@ -50,8 +45,9 @@ class CommandAgent:
         before = head(worktree)
         log = transcript_path(worktree, brief.attempt, self.name, "log", self.transcript_dir)
         # identity: its commits name the backend, and git commits on an unconfigured machine
+        budget = {} if self.max_budget_usd is None else {"KERN_MAX_BUDGET_USD": f"{self.max_budget_usd:g}"}
         env = minimal_env(self.pass_env, extra={"KERN_ATTEMPT": str(brief.attempt),
-                                                "KERN_TARGET": brief.target,
+                                                "KERN_TARGET": brief.target, **budget,
                                                 **identity(self.name)})
         ran = run_limited(self.command, cwd=worktree, env=env, timeout_s=self.timeout_s,
                           stdin_text=brief.text, log_path=log)

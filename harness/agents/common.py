@@ -1,4 +1,4 @@
-"""The thin shell every backend shares: settings checks, minimal environments, subprocesses
+"""The thin shell every backend shares: minimal environments, subprocesses
 with a wall-clock limit, git in the worktree, and where transcripts go."""
 from __future__ import annotations
 
@@ -14,28 +14,6 @@ from pathlib import Path
 
 class AgentConfigError(ValueError):
     """The agent settings (kern.yaml ``agent:``) or the orchestrator's context are wrong."""
-
-
-_MISSING = object()
-
-
-def setting(settings: dict, key: str, types, default=_MISSING):
-    """``settings[key]`` checked against ``types``; the error names ``agent.KEY``."""
-    val = settings.get(key, _MISSING)
-    if val is _MISSING or val is None:
-        if default is _MISSING:
-            raise AgentConfigError(f"agent.{key}: expected {_tname(types)} in kern.yaml, "
-                                   f"found nothing (key missing)")
-        return default
-    if isinstance(val, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise AgentConfigError(f"agent.{key}: expected {_tname(types)}, found {val!r}")
-    if not isinstance(val, types):
-        raise AgentConfigError(f"agent.{key}: expected {_tname(types)}, found {val!r}")
-    return val
-
-
-def _tname(t) -> str:
-    return " or ".join(x.__name__ for x in t) if isinstance(t, tuple) else t.__name__
 
 
 # ---- environments -------------------------------------------------------------------------

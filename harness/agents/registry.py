@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from ..settings import BACKENDS
+from ..settings import BACKENDS, Agent, SettingsError, agent_section
 from .common import AgentConfigError
 
 _CLASSES = {
@@ -38,15 +38,21 @@ def agent_class(backend):
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 
-def make_agent(settings: dict, **ctx):
-    """The agent for kern.yaml's ``agent:`` section ``settings`` (a dict)."""
-    if not isinstance(settings, dict):
+def make_agent(settings: Agent | dict, **ctx):
+    """The agent for kern.yaml's ``agent:`` section: typed (``Resolved.agent``), or its mapping
+    as the loop hands it to the agent process, read here by the same rules as kern.yaml."""
+    if isinstance(settings, dict):
+        try:
+            settings = agent_section(settings)
+        except SettingsError as e:
+            raise AgentConfigError(str(e)) from None
+    if not isinstance(settings, Agent):
         raise AgentConfigError(f"agent: expected a mapping of agent settings, found "
                                f"{type(settings).__name__}")
     unknown = sorted(set(ctx) - set(CONTEXT))
     if unknown:
         raise AgentConfigError(f"make_agent: expected context among {', '.join(CONTEXT)}, "
                                f"found {', '.join(unknown)}")
-    cls = agent_class(settings.get("backend"))
+    cls = agent_class(settings.backend)
     takes = inspect.signature(cls.__init__).parameters
     return cls(settings, **{k: v for k, v in ctx.items() if k in takes})

@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 
 from .base import Brief, Proposal
-from .common import AgentConfigError, GitError, git, setting, subject
+from .common import AgentConfigError, GitError, git, subject
 
 PATCH_SUFFIXES = (".patch", ".diff", ".mbox", ".eml", ".json")
 
@@ -88,8 +88,8 @@ def json_proposal(data, name: str) -> Proposal:
 class ReplayAgent:
     name = "replay"
 
-    def __init__(self, settings: dict, *, index: int | None = None, root=None):
-        folder = Path(setting(settings, "replay_dir", str))
+    def __init__(self, settings, *, index: int | None = None, root=None):
+        folder = Path(settings.replay_dir)
         if not str(folder).strip():
             raise AgentConfigError("agent.replay_dir: expected a folder of patches, found ''")
         if not folder.is_absolute():

@@ -277,14 +277,14 @@ def apply_change(source: str, tunable: Tunable, new) -> str:
 class TunerAgent:
     name = "tuner"
 
-    def __init__(self, settings: dict, *, tree: str = "kernels/k31", seed: int = 0):
+    def __init__(self, settings, *, tree: str = "kernels/k31", seed: int = 0):
         self.settings = settings
         if not isinstance(tree, str) or not tree:
             raise AgentConfigError(f"tuner: expected tree= the kernel tree (kern.yaml "
                                    f"target.tree), found {tree!r}")
         self.tree = tree
         self.seed = int(seed)
-        self.prefer = check_patterns(settings.get("tunables"))
+        self.prefer = check_patterns(settings.tunables)
 
     def propose(self, brief: Brief, worktree) -> Proposal:
         worktree = Path(worktree)

@@ -410,4 +410,4 @@ def test_kern_yaml_names_the_new_bench_limits():
     data = yaml.safe_load((ROOT / "kern.yaml").read_text())
     assert validate(data) == []
     del data["bench"]["max_op_rel_rms"]
-    assert validate(data) == ["bench.max_op_rel_rms: expected int or float, found nothing (key missing)"]
+    assert validate(data) == ["bench.max_op_rel_rms: expected a number > 0, found nothing (key missing)"]

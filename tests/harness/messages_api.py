@@ -411,3 +411,17 @@ def declined_session(path: str, idea: str, estimate_ms: float) -> Script:
         return [text(f"Nothing worth committing here.\n"
                      f"{json.dumps({'declined': idea, 'estimate_ms': estimate_ms})}")]
     return Script([read, decline], tools=("Read", "Edit", "Bash"))
+
+
+def any_claude_cli() -> tuple[str | None, str]:
+    """A Claude Code CLI to run as ``claude -p``: the npm one (:func:`claude_cli`), else the one
+    the claude-agent-sdk wheel ships (a dev dependency: every test install has it)."""
+    cli, missing = claude_cli()
+    if cli is not None:
+        return cli, ""
+    try:
+        import claude_agent_sdk
+    except ImportError:
+        return None, missing + "; nor is claude-agent-sdk (pip install -e '.[dev]')"
+    bundled = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    return (str(bundled), "") if bundled.exists() else (None, f"{missing}; nor does {bundled} exist")

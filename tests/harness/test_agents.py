@@ -18,14 +18,12 @@ from hypothesis import given, settings as hsettings, strategies as st
 pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
 
 from harness.agents import claude_code, run as agent_run
-from harness.agents.anthropic_agent import AnthropicAgent
 from harness.agents.base import Brief, Proposal
-from harness.agents.command import CommandAgent
 from harness.agents.common import AgentConfigError
 from harness.agents.registry import make_agent
-from harness.agents.replay import ReplayAgent
+from harness.settings import agent_section
 from harness.agents.rules import allowed_edit, edit_check
-from harness.agents.tuner import (TunerAgent, apply_change, candidates, choose_change,
+from harness.agents.tuner import (apply_change, candidates, choose_change,
                                   format_tried, load_tree, parse_tried, parse_tunables)
 from tests.harness.messages_api import MessagesAPI, Script
 
@@ -172,9 +170,9 @@ def test_agent_tunables_orders_and_limits_the_moves():
 def test_agent_tunables_is_checked_and_named_when_nothing_is_left(repo):
     for bad in ("moe.*", [], [""], [3]):
         with pytest.raises(AgentConfigError) as e:
-            TunerAgent({"backend": "tuner", "tunables": bad})
+            make_agent({"backend": "tuner", "tunables": bad})
         assert "agent.tunables" in str(e.value) and repr(bad) in str(e.value)
-    agent = TunerAgent({"backend": "tuner", "tunables": ["lm_head.*"]}, seed=0)
+    agent = make_agent({"backend": "tuner", "tunables": ["lm_head.*"]}, seed=0)
     p = agent.propose(brief(), repo)
     assert p.kind == "declined" and "agent.tunables ['lm_head.*']" in p.message, p
 
@@ -233,7 +231,7 @@ def test_choose_change_properties(table, data, seed, target):
 
 def test_tuner_commits_exactly_one_literal_change(repo):
     before = (repo / "kernels/k31/moe/tunables.py").read_text()
-    p = TunerAgent({"backend": "tuner"}, seed=0).propose(brief(), repo)
+    p = make_agent({"backend": "tuner"}, seed=0).propose(brief(), repo)
     assert p.kind == "commit" and p.message.startswith("tune: moe.experts.")
     assert commits_since_main(repo) == [p.message]
     assert changed_files(repo) == ["kernels/k31/moe/tunables.py"]
@@ -249,7 +247,7 @@ def test_tuner_commits_exactly_one_literal_change(repo):
 
 def test_tuner_follows_tried_and_declines_when_exhausted(repo):
     tried, seen = [], set()
-    agent = TunerAgent({"backend": "tuner"}, seed=5)
+    agent = make_agent({"backend": "tuner"}, seed=5)
     for i in range(20):
         sh(repo, "reset", "-q", "--hard", "main")
         p = agent.propose(brief(attempt=i + 1, tried=tried), repo)
@@ -313,7 +311,7 @@ def test_replay_applies_in_order_then_declines(repo, tmp_path):
 def test_replay_needs_its_index(tmp_path):
     (tmp_path / "p").mkdir()
     with pytest.raises(AgentConfigError, match="index="):
-        ReplayAgent({"backend": "replay", "replay_dir": str(tmp_path / "p")})
+        make_agent({"backend": "replay", "replay_dir": str(tmp_path / "p")})
 
 
 # ---- command -------------------------------------------------------------------------------
@@ -346,12 +344,12 @@ def test_command_gets_brief_on_stdin_and_no_api_key(repo, tmp_path, monkeypatch)
 
 
 def test_command_failed_declined_and_timeout(repo):
-    p = CommandAgent({"command": "echo thinking; echo oops >&2; exit 3"}).propose(brief(), repo)
+    p = make_agent({"backend": "command", "command": "echo thinking; echo oops >&2; exit 3"}).propose(brief(), repo)
     assert p.kind == "failed" and "exited 3" in p.reason and "oops" in p.reason
-    p = CommandAgent({"command": """echo '{"declined": "split K", "estimate_ms": -0.2}'"""}
+    p = make_agent({"backend": "command", "command": """echo '{"declined": "split K", "estimate_ms": -0.2}'"""}
                      ).propose(brief(), repo)
     assert (p.kind, p.message, p.estimate_ms) == ("declined", "split K", -0.2)
-    p = CommandAgent({"command": "sleep 30", "timeout_s": 0.5}).propose(brief(), repo)
+    p = make_agent({"backend": "command", "command": "sleep 30", "timeout_s": 0.5}).propose(brief(), repo)
     assert p.kind == "failed" and p.timed_out and "timed out after 0.5s" in p.reason
 
 
@@ -431,15 +429,15 @@ def test_anthropic_declines_and_caps_turns(repo):
         [tool_use(1, "finish", kind="declined", message="no idea")],  # no estimate
         [tool_use(2, "finish", kind="declined", message="split K", estimate_ms=-0.3)]))
     try:
-        p = AnthropicAgent({"max_retries": 0}, api_key="k", base_url=api.url).propose(brief(), repo)
+        p = make_agent({"backend": "anthropic", "max_retries": 0}, api_key="k", base_url=api.url).propose(brief(), repo)
         assert (p.kind, p.message, p.estimate_ms) == ("declined", "split K", -0.3)
         assert tool_results(api.session_requests()[1])["toolu_1"]["is_error"] is True
         api.script = script(*[[{"type": "text", "text": "hmm"}]] * 3)
-        p = AnthropicAgent({"max_turns": 3, "max_retries": 0}, api_key="k",
+        p = make_agent({"backend": "anthropic", "max_turns": 3, "max_retries": 0}, api_key="k",
                            base_url=api.url).propose(brief(attempt=2), repo)
         assert p.kind == "failed" and "max_turns=3" in p.reason and p.tokens_out == 60
         api.script = script()  # no turn: the server answers 400, script exhausted
-        p = AnthropicAgent({"max_retries": 0}, api_key="k", base_url=api.url).propose(
+        p = make_agent({"backend": "anthropic", "max_retries": 0}, api_key="k", base_url=api.url).propose(
             brief(attempt=3), repo)
         assert p.kind == "failed" and "Messages API" in p.reason and "script exhausted" in p.reason
     finally:
@@ -466,10 +464,12 @@ class FakeSDK:
 
 
 def test_claude_code_options_and_permission_hook(repo):
-    opts = claude_code.build_options(FakeSDK, {"model": "claude-sonnet-4-5", "max_turns": 7},
+    opts = claude_code.build_options(FakeSDK, agent_section({"backend": "claude-code", "max_turns": 7,
+                                                                    "max_budget_usd": 0.5}),
                                      brief(), repo)
     assert opts.tools == opts.allowed_tools == ["Read", "Edit", "Write", "Glob", "Grep", "Bash"]
     assert opts.cwd == str(repo) and opts.max_turns == 7 and opts.model == "claude-sonnet-4-5"
+    assert opts.max_budget_usd == 0.5
     assert opts.setting_sources == [] and opts.env["GIT_AUTHOR_NAME"] == "kern-loop claude-code"
     (m,) = opts.hooks["PreToolUse"]
     assert m.matcher == "Edit|Write|MultiEdit|NotebookEdit" and m.on_failure == "block"

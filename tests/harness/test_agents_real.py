@@ -17,6 +17,7 @@ import pytest
 from harness.agents.anthropic_agent import PRICES_PER_MTOK
 from harness.agents.base import Brief
 from harness.agents.registry import make_agent
+from harness.show import transcript_summary
 from tests.harness.messages_api import (MessagesAPI, agent_sdk, claude_cli, claude_code_session,
                                         declined_session, tool_id)
 from tests.harness.test_agents import (EDITABLE, PROTECTED, changed_files, commits_since_main,
@@ -106,6 +107,13 @@ def test_claude_code_backend_through_the_sdk_and_cli(repo, cli_env):
     assert result["type"] == "ResultMessage" and result["subtype"] == "success"
     assert p.cost_usd == result["total_cost_usd"] > 0
     assert p.cost_usd == pytest.approx(priced(p.tokens_in, p.tokens_out), rel=1e-9)
+    # kern show's reading of the SDK transcript: the session's turns, its tool calls in order,
+    # the protected edit among them refused
+    summary = transcript_summary(transcript.read_text().splitlines())
+    assert (summary["format"], summary["turns"], summary["cost_usd"]) == \
+        ("claude-code", result["num_turns"], p.cost_usd)
+    assert [(c["call"].split()[0], c["error"]) for c in summary["tool_calls"]] == \
+        [("Read", False), ("Read", False), ("Edit", True), ("Edit", False), ("Bash", False), ("Bash", False)]
 
 
 def command_agent(cli: str, output: str):

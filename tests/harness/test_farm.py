@@ -87,10 +87,11 @@ def test_kern_yaml_farm_keys_are_validated():
     assert validate(base) == []  # a kern.yaml from before slots: auto, local
     bad = {**base, "farm": {"slots": "every", "gpus": 0, "kind": "slurm"}}
     problems = validate(bad)
-    assert "farm.slots: expected 'auto' or a list of slots, found 'every'" in problems
-    assert "farm.gpus: expected a number of GPUs per slot >= 1, found 0" in problems
+    assert "farm.slots: expected 'auto' or a non-empty list of GPU ids (\"0\", \"2,3\", or integers " \
+        ">= 0) or CPU slot names (\"cpu0\"), found 'every'" in problems
+    assert "farm.gpus: expected an integer >= 1, found 0" in problems
     assert "farm.kind: expected one of local, ray, found 'slurm'" in problems
-    assert "farm.isolate: expected bool, found 'yes'" in validate({**base, "farm": {"isolate": "yes"}})
+    assert "farm.isolate: expected true or false, found 'yes'" in validate({**base, "farm": {"isolate": "yes"}})
 
 
 @pytest.mark.parametrize("isolate", (True, False))

@@ -4,6 +4,7 @@ draws them on a terminal."""
 from __future__ import annotations
 
 import io
+import time
 
 import pytest
 from rich.console import Console
@@ -186,11 +187,16 @@ def test_the_loop_live_view_renders_from_the_ledger(tmp_path):
 
     led = sample.build(tmp_path / "ledger.sqlite")
     lines = [(0.0, P.GateStarted("accuracy", "c000000000013", "base000000001"))]
-    view = _LiveView(SimpleNamespace(ledger=led, repo=SimpleNamespace(main_sha=lambda: "f" * 40)),
-                     lines)
+    from harness.settings import Budgets
+
+    budgets = Budgets(attempts=50, tokens=2_000_000, wall_hours=72, cost_usd=50.0)
+    view = _LiveView(SimpleNamespace(ledger=led, repo=SimpleNamespace(main_sha=lambda: "f" * 40),
+                                     cfg=SimpleNamespace(budgets=budgets)), lines, time.monotonic())
     buf = io.StringIO()
     Console(file=buf, width=200, color_system=None).print(view)
     out = buf.getvalue()
     assert "kern loop · main ffffffffff" in out and "gate · stage" in out
     assert "agent at work" in out and "waiting on #13" in out and "main score: 51.200 ms" in out
+    assert "budgets: attempts 15 / 50 · tokens 65000 / 2000000 · cost $0.65 / $50.00" in out
+    assert "tick running" in out
     led.close()

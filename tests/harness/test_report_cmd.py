@@ -37,6 +37,14 @@ def kern(monkeypatch, capsys):
 
 
 def test_missing_ledger(kern, tmp_path):
+    import subprocess
+
+    code, out, err = kern(tmp_path, "status")  # not a repository: no loop ever ran there
+    assert (code, out) == (2, "") and err == f"kern status: {tmp_path} is not a git repository: run " \
+        f"kern in a clone of the repository or pass --repo DIR\n"
+    code, out, err = kern(tmp_path, "report")
+    assert (code, out) == (2, "") and "is not a git repository" in err
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     code, out, err = kern(tmp_path, "status")
     assert code == 0 and "no ledger at" in out and "kern loop" in out
     code, out, _ = kern(tmp_path, "status", "--json")

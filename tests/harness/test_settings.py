@@ -97,9 +97,9 @@ def test_each_command_has_its_own_timeout():
     for section in ("step", "profile"):
         data = copy.deepcopy(DATA)
         del data[section]["timeout_s"]
-        assert validate(data) == [f"{section}.timeout_s: expected int or float, found nothing (key missing)"]
+        assert validate(data) == [f"{section}.timeout_s: expected a number > 0, found nothing (key missing)"]
         data[section]["timeout_s"] = 0
-        assert validate(data) == [f"{section}.timeout_s: expected a positive number of seconds, found 0"]
+        assert validate(data) == [f"{section}.timeout_s: expected a number > 0, found 0"]
 
 
 @hsettings(max_examples=40, deadline=None)
@@ -108,7 +108,7 @@ def test_each_command_has_its_own_timeout():
 def test_a_profile_count_below_one_names_its_key(key, value, name):
     data = copy.deepcopy(DATA)
     data["profiles"][name][key] = value
-    assert validate(data) == [f"profiles.{name}.{key}: expected a positive integer, found {value}"]
+    assert validate(data) == [f"profiles.{name}.{key}: expected an integer >= 1, found {value}"]
     with pytest.raises(SettingsError, match=f"profiles.{name}.{key}"):
         resolve(data, name == "gpu")
 
@@ -139,13 +139,168 @@ def test_a_handed_profile_is_validated_too():
         resolve(DATA, False, {**DATA["profiles"]["cpu"], "rounds": 0})
 
 
-def test_the_schema_checks_exactly_the_keys_the_typed_sections_hold():
-    """validate()'s key table and the dataclasses name the same keys: a key added to one of
-    them alone is either read unchecked or checked and never read."""
+# ---- the dataclasses are the schema ------------------------------------------------------------
+
+def sections():
+    """(key path of the section, its dataclass) for every mapping of kern.yaml with fields."""
     from harness import settings as S
 
-    for section, cls in S._SECTIONS.items():
-        checked = {k.split(".", 1)[1] for k in S._SCHEMA if k.split(".", 1)[0] == section}
-        assert checked == {f.name for f in fields(cls)}, section
-    optional = {"noise_pct", "memory_gib"}  # checked on their own in profile_problems
-    assert set(S._PROFILE_SCHEMA) | optional == {f.name for f in fields(S.Profile)} - {"name"}
+    out = [(name, cls) for name, cls in S._SECTIONS.items()]
+    out += [(f"profiles.{m}", S.Profile) for m in ("gpu", "cpu")]
+    return out
+
+
+def numeric_fields():
+    """(section path, field, its range) of every key whose value is or holds numbers."""
+    import typing
+
+    from harness import settings as S
+
+    out = []
+    for where, cls in sections():
+        hints = typing.get_type_hints(cls)
+        for f in S._keys(cls):
+            text = str(hints[f.name])
+            if ("int" in text or "float" in text) and "Tolerance" not in text:
+                out.append((where, f, f.metadata.get("range")))
+    return out
+
+
+def test_every_numeric_key_has_a_range():
+    missing = [f"{w}.{f.name}" for w, f, rng in numeric_fields() if rng is None]
+    assert missing == [], f"numeric keys without a range (key(..., ge=/gt=/le=/lt=)): {missing}"
+
+
+def outside(rng, is_int: bool):
+    """A value just outside ``rng``: below its low end, else above its high end."""
+    if rng.lo is not None:
+        return (int(rng.lo) - 1 if is_int else rng.lo - 1) if not rng.lo_open else rng.lo
+    return int(rng.hi) + 1 if is_int else rng.hi + 1
+
+
+@pytest.mark.parametrize("where,f,rng", numeric_fields(), ids=lambda x: getattr(x, "name", None))
+def test_a_value_outside_its_range_names_the_key_and_states_the_range(where, f, rng):
+    import typing
+
+    from harness import settings as S
+
+    cls = dict(sections())[where] if not where.startswith("profiles") else S.Profile
+    typ = str(typing.get_type_hints(cls)[f.name])
+    bad = outside(rng, "int" in typ and "float" not in typ)
+    if "tuple" in typ and "Mapping" not in typ:
+        bad = [bad, bad]
+    data = copy.deepcopy(DATA)
+    node = data
+    for part in where.split("."):
+        node = node.setdefault(part, {})
+    node[f.name] = bad if f.name != "prices" else {"claude": [bad, 1.0]}
+    if where.startswith("profiles") and f.name in ("buckets", "weights"):
+        node["weights" if f.name == "buckets" else "buckets"] = [1, 2]
+    problems = validate(data)
+    assert len(problems) == 1 and problems[0].startswith(f"{where}.{f.name}: expected "), problems
+    assert rng.text() in problems[0] and problems[0].endswith(f"found {node[f.name]!r}"), problems
+
+
+@pytest.mark.parametrize("path,value,message", [
+    ("budgets.attempts", -5, "budgets.attempts: expected an integer >= 1, found -5"),
+    ("loop.concurrency", -1, "loop.concurrency: expected an integer >= 0 and <= 256, found -1"),
+    ("budgets.wall_hours", 0, "budgets.wall_hours: expected a number > 0, found 0"),
+    ("budgets.cost_usd", -1, "budgets.cost_usd: expected a number > 0, found -1"),
+    ("loop.every", 20, "loop.every: expected a duration: 90s, 20m, 1h or 1d (a whole number, then "
+                       "s, m, h or d), found 20"),
+    ("loop.every", "20min", "loop.every: expected a duration: 90s, 20m, 1h or 1d (a whole number, "
+                            "then s, m, h or d), found '20min'"),
+    ("agent.max_budget_usd", 0, "agent.max_budget_usd: expected a number > 0 or null, found 0"),
+    ("agent.pass_env", "ANTHROPIC_API_KEY",
+     "agent.pass_env: expected a list, each a string, found 'ANTHROPIC_API_KEY'"),
+    ("agent.pass_env", ["MY KEY"], "agent.pass_env: expected environment variable names such as "
+                                   "ANTHROPIC_API_KEY (not 'MY KEY'), found ['MY KEY']"),
+    ("agent.prices", {"claude-x": [3.0]}, "agent.prices: expected a mapping of model-name prefixes to "
+                                          "[input, output] USD per million tokens, each >= 0, found "
+                                          "{'claude-x': [3.0]}"),
+    ("agent.max_turns", "40", "agent.max_turns: expected an integer >= 1 and <= 1000, found '40'"),
+    ("agent.quick_timeout_s", True, "agent.quick_timeout_s: expected a number > 0, found True"),
+])
+def test_nonsense_values_are_refused_with_the_accepted_range(path, value, message):
+    data = copy.deepcopy(DATA)
+    *head, last = path.split(".")
+    node = data
+    for h in head:
+        node = node[h]
+    node[last] = value
+    assert validate(data) == [message]
+
+
+@pytest.mark.parametrize("backend,key", [("command", "command"), ("replay", "replay_dir")])
+def test_a_backend_without_what_it_runs_is_refused_at_load(backend, key):
+    data = copy.deepcopy(DATA)
+    data["agent"]["backend"] = backend
+    (problem,) = validate(data)
+    assert problem.startswith(f"agent.{key}: expected ") and problem.endswith("found ''")
+
+
+def test_agent_keys_left_out_take_their_defaults():
+    data = copy.deepcopy(DATA)
+    data["agent"] = {"backend": "anthropic"}
+    del data["budgets"]["cost_usd"]
+    r = resolve(data, False)
+    assert (r.agent.model, r.agent.max_turns, r.agent.max_tokens, r.agent.max_budget_usd,
+            r.agent.quick_timeout_s, r.agent.timeout_s, r.agent.pass_env, dict(r.agent.prices)) == \
+        ("claude-sonnet-4-5", 40, 8192, 5.0, 600.0, 3600.0, (), {})
+    assert r.budgets.cost_usd == 50.0
+
+
+def test_every_key_of_every_section_is_written_and_commented_in_kern_yaml():
+    """kern.yaml is where a user reads what can be set: every key of the sections (the machine
+    profiles' optional keys aside) is there, each with a comment on its line or the lines
+    right below it."""
+    from harness import settings as S
+
+    lines = KERN_YAML.read_text().splitlines()
+    for name, cls in S._SECTIONS.items():
+        assert set(DATA[name]) == {f.name for f in S._keys(cls)}, name
+    at = {}
+    section = None
+    for i, line in enumerate(lines):
+        if line and not line.startswith((" ", "#", "-")):
+            section = line.split(":")[0]
+        elif section in ("agent", "budgets", "loop") and line.startswith("  ") and not line.lstrip().startswith("#"):
+            at[(section, line.split(":")[0].strip())] = i
+    for (section, k), i in at.items():
+        assert "#" in lines[i] or lines[i - 1].strip().startswith("#"), f"{section}.{k} has no comment"
+
+
+def test_loading_kern_yaml_imports_no_gate():
+    import subprocess
+    import sys
+
+    code = ("import sys; from harness.settings import load; "
+            f"load({str(KERN_YAML)!r}).resolve(True); load({str(KERN_YAML)!r}).resolve(False); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gates', 'torch', 'kernels')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=KERN_YAML.parent, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+
+
+def test_the_profile_override_is_the_scorer_s():
+    """The one key a machine profile shares with a section is the one the scorer overrides."""
+    from gates.scorer import PROFILE_OVERRIDES
+    from harness import settings as S
+
+    shared = {f.name for f in S._keys(S.Profile)} & {f.name for f in S._keys(S.Bench)}
+    assert shared == set(PROFILE_OVERRIDES)
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 10_000), unit=st.sampled_from("smhd"))
+def test_durations_are_a_whole_number_and_a_unit(n, unit):
+    from harness.settings import parse_duration
+
+    assert parse_duration(f"{n}{unit}") == n * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+@pytest.mark.parametrize("text", ["20", "banana", "20min", "1.5h", "-5m", "m", "", " 1 h", "1w"])
+def test_anything_else_is_not_a_duration(text):
+    from harness.settings import parse_duration
+
+    assert parse_duration(text) is None

@@ -107,4 +107,4 @@ def test_trial_merge_keys_are_validated():
     cfg["loop"].update(trial_merge_parts=1, trial_merge_recent=0)
     problems = validate(cfg)
     assert "loop.trial_merge_parts: expected 0 (no trial merges) or at least 2 parts, found 1" in problems
-    assert "loop.trial_merge_recent: expected at least 2 attempts to look back on, found 0" in problems
+    assert "loop.trial_merge_recent: expected an integer >= 2, found 0" in problems

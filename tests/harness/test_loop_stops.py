@@ -1,0 +1,118 @@
+"""When ``kern loop`` stops by itself, on a repository that holds only kern.yaml (no gate runs):
+a spent budget starts no attempt, lets those in flight finish, then stops and says why in the
+ledger and in ``kern status``; a tick that collects nothing while an agent works is not idle."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import cli
+from harness import ledger as L
+from harness.orchestrator import Orchestrator, attempt_dir, budget_spent
+from harness.pipeline import Context
+from harness.settings import Budgets, load
+from harness.worktrees import Repo
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def light_repo(tmp_path: Path, overrides: dict) -> Path:
+    """A git repository holding kern.yaml (``overrides``: 'section.key' -> value) and no tree."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
+    for path, value in overrides.items():
+        section, k = path.split(".")
+        cfg[section][k] = value
+    (repo / "kern.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    (repo / ".gitignore").write_text("runs/\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    return repo
+
+
+def orchestrator(repo: Path) -> Orchestrator:
+    s = load(repo / "kern.yaml")
+    ctx = Context(Repo(repo), s.data, s.profile(False), repo / "runs", False,
+                  L.Ledger(L.default_path(repo)), progress=lambda m: None, settings_digest=s.digest)
+    return Orchestrator(ctx, s.data)
+
+
+def working_agent(orch: Orchestrator) -> tuple[int, subprocess.Popen]:
+    """An attempt whose agent process is still working (a sleep standing in for the agent)."""
+    led = orch.led
+    n = led.new_attempt(title="t", hypothesis="", target="moe.experts", backend="command",
+                        base_sha=orch.ctx.repo.main_sha(), phase_id=None)
+    d = attempt_dir(orch.ctx.runs, n)
+    d.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)
+    (d / "agent.pid").write_text(str(proc.pid))
+    led.transition(n, L.RUNNING)
+    return n, proc
+
+
+def finish(orch: Orchestrator, n: int, proc: subprocess.Popen, cost: float) -> None:
+    (attempt_dir(orch.ctx.runs, n) / "proposal.json").write_text(json.dumps(
+        {"kind": "declined", "message": "no idea left", "estimate_ms": 0.0, "cost_usd": cost}))
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("use,hours,words", [
+    ({"attempts": 3, "tokens": 0, "cost_usd": 0.0}, 0, "attempt budget spent (3 of budgets.attempts 3)"),
+    ({"attempts": 1, "tokens": 10, "cost_usd": 0.0}, 0, "token budget spent (10 of budgets.tokens 10)"),
+    ({"attempts": 1, "tokens": 0, "cost_usd": 2.5}, 0,
+     "cost budget spent ($2.50 of budgets.cost_usd $2.00)"),
+    ({"attempts": 1, "tokens": 0, "cost_usd": 0.0}, 1.25,
+     "wall-time budget spent (1.2 h of budgets.wall_hours 1 h)"),
+    ({"attempts": 2, "tokens": 9, "cost_usd": 1.99}, 0.9, None),
+])
+def test_which_budget_is_spent(use, hours, words):
+    assert budget_spent(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), use, hours) == words
+
+
+def test_a_spent_cost_budget_lets_the_attempts_in_flight_finish_then_stops_and_says_why(
+        tmp_path, capsys):
+    repo = light_repo(tmp_path, {"budgets.cost_usd": 1.0, "loop.concurrency": 1})
+    orch = orchestrator(repo)
+    n, proc = working_agent(orch)
+    try:
+        orch.led.update(n, cost_usd=1.5)  # what the agent reported so far (a crash keeps it)
+        first = orch.tick()
+    finally:
+        finish(orch, n, proc, cost=1.5)
+    assert first.stop is None and first.spawned == [] and first.draining == \
+        "cost budget spent ($1.50 of budgets.cost_usd $1.00)"
+    assert orch.led.attempt(n).state == L.RUNNING and orch.led.stops() == {}
+    second = orch.tick()
+    assert second.collected == [(n, L.NOT_DONE, "no idea left")] and second.spawned == []
+    assert second.stop == "cost budget spent ($1.50 of budgets.cost_usd $1.00)"
+    assert orch.led.stops() == {orch.run_id: second.stop}
+    orch.led.close()
+    assert cli.main(["--repo", str(repo), "status"]) == 0
+    out = capsys.readouterr().out
+    assert "cost $1.50 / $1.00" in out
+    assert "stopped    cost budget spent ($1.50 of budgets.cost_usd $1.00)" in out
+    assert cli.main(["--repo", str(repo), "status", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["run"]["stopped"] == second.stop and d["budget"]["cost_usd"] == {"used": 1.5, "limit": 1.0}
+
+
+def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path):
+    repo = light_repo(tmp_path, {"loop.stop_after_idle_ticks": 1, "loop.concurrency": 1,
+                                 "loop.trial_merge_parts": 0})
+    orch = orchestrator(repo)
+    n, proc = working_agent(orch)
+    try:
+        reports = [orch.tick() for _ in range(3)]
+    finally:
+        finish(orch, n, proc, cost=0.0)
+    assert [(r.collected, r.spawned, r.stop) for r in reports] == [([], [], None)] * 3
+    assert orch.idle_ticks == 0 and orch.led.attempt(n).state == L.RUNNING
