@@ -10,6 +10,7 @@ import argparse
 import json
 import subprocess
 import sys
+import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,20 +24,19 @@ NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet
 def register(sub) -> None:
     p = sub.add_parser(
         "report", help="the journey table (Markdown, CSV, JSON, HTML)",
-        description="The journey from the ledger (runs/ledger.sqlite under --repo): one table "
-                    "per phase (# | attempt | score change (ms) | result), a note that scores of "
-                    "different phases are not comparable, and a summary of merges and gain. "
-                    "An attempt that tried nothing (declined with no estimated gain) is no row; the "
-                    "phase names it. HTML is one self-contained page (no server, nothing fetched): "
-                    "per phase a plot (x the attempt's position in its phase, main's score as a "
-                    "line from the phase's start through every merge, every measured attempt at "
-                    "its B score with its interval, the never-measured in a strip below the axis) "
-                    "and a table whose columns sort and whose rows filter by result and fold out "
-                    "the brief, the change per bucket with its interval and %% of floor, and the "
-                    "commit's diff (read from runs/attempts/<n>/ and git).\n\n"
-                    "examples:\n  kern report\n  kern report --format html --out journey.html\n"
-                    "  kern report --format csv --lang zh --out journey.csv\n"
-                    "  kern report --plot journey.png",
+        description=textwrap.fill(
+            "The journey from the ledger (runs/ledger.sqlite under --repo): one table per phase "
+            "(# | attempt | score change (ms) | result), a note that scores of different phases "
+            "are not comparable, and a summary of merges and gain. An attempt that tried "
+            "nothing (declined with no estimated gain) is no row; the phase names it. HTML is "
+            "one self-contained page (no server, nothing fetched): per phase a plot (x the "
+            "attempt's position in its phase, main's score as a line from the phase's start "
+            "through every merge, every measured attempt at its B score with its interval, the "
+            "never-measured in a strip below the axis) and a table whose columns sort and whose "
+            "rows filter by result and fold out the brief, the change per bucket with its "
+            "interval and % of floor, and the commit's diff (read from runs/attempts/<n>/ and "
+            "git).", 88) + "\n\nexamples:\n  kern report\n  kern report --format html --out journey.html\n"
+            "  kern report --format csv --lang zh --out journey.csv\n  kern report --plot journey.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--format", default="md", choices=("md", "csv", "json", "html"),
                    help="output format (default: md)")
@@ -46,8 +46,8 @@ def register(sub) -> None:
                         "the --plot PNG is English) (default: en)")
     p.add_argument("--out", default=None, help="write here instead of standard output")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="write the journey's plot (the one the HTML embeds) as a PNG; the table "
-                        "is then written only with --out")
+                   help="write the journey's plot as a PNG (the page draws the same plot as SVG); "
+                        "the table is then written only with --out")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
