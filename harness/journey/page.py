@@ -118,15 +118,17 @@ def wall_s(a: Attempt) -> float | None:
     return max(0.0, (t1 - t0).total_seconds())
 
 
-def fmt_wall(s: float | None) -> str:
+def fmt_wall(s: float | None, lang: str = "en") -> str:
+    """``52 s``, ``4 min 12 s``, ``1 h 03 min`` (in ``lang``'s units)."""
     if s is None:
         return ""
+    u = TEXT[lang]["units"]
     s = round(s)
     if s < 60:
-        return f"{s} s"
+        return f"{s} {u['s']}"
     if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+        return f"{s // 60} {u['min']} {s % 60:02d} {u['s']}"
+    return f"{s // 3600} {u['h']} {s % 3600 // 60:02d} {u['min']}"
 
 
 _CSS = """
@@ -332,7 +334,7 @@ def _row(a: Attempt, r, lang: str) -> str:
         (f"<code>{e((a.commit_sha or '')[:10])}</code>" if a.commit_sha else "", a.commit_sha or "", ""),
         (e(r.change), _num_v(a.delta_ms) if r.change else "", "num"),
         (e(r.result), r.result, ""),
-        (e(fmt_wall(w)), _num_v(w), "num"),
+        (e(fmt_wall(w, lang)), _num_v(w), "num"),
         ("" if a.tokens is None else f"{a.tokens:,}", _num_v(a.tokens), "num"),
         ("" if a.cost_usd is None else f"{a.cost_usd:.2f}", _num_v(a.cost_usd), "num"),
     ]

@@ -20,7 +20,6 @@ TEXT = {
         "empty": "No attempts yet.",
         "summary": "{merged} merged of {total} attempts · total gain {gain} ms",
         "main": "main {first} → {last} ms",
-        "plot": "Main's score and every attempt",
         "no_scores": "No attempt or score recorded yet.",
         "not_shown": "Not shown: {n} attempt(s) that tried nothing (declined with no estimated "
                      "gain): {numbers}.",
@@ -69,8 +68,6 @@ TEXT = {
         "hypothesis": "hypothesis",
         "brief": "the brief the agent was given",
         "no_brief": "no brief on disk (runs/attempts/{n}/brief.md)",
-        "commit": "commit",
-        "base": "base",
         "diff": "diff {base}..{commit}: {files} file(s), +{added} −{removed}",
         "no_diff": "no diff: {why}",
         "no_commit": "the attempt made no commit",
@@ -100,7 +97,7 @@ TEXT = {
         "hidden": "hidden inputs: {text}",
         "parts": "trial merge of {parts}",
         "rerun_of": "a re-run of #{n}",
-        "tokens_cost": "{tokens} tokens · ${cost}",
+        "units": {"s": "s", "min": "min", "h": "h"},
     },
     "zh": {
         "title": "优化历程",
@@ -112,7 +109,6 @@ TEXT = {
         "empty": "尚无尝试。",
         "summary": "已合并 {merged} / 共 {total} 次尝试 · 总收益 {gain} ms",
         "main": "主分支 {first} → {last} ms",
-        "plot": "主分支的分数与每次尝试",
         "no_scores": "尚无尝试或分数记录。",
         "not_shown": "未列出：{n} 次什么也没尝试的尝试（放弃且估计收益为零）：{numbers}。",
         "states": {"merged": "已合并", "abandoned": "已放弃", "crashed": "崩溃",
@@ -156,8 +152,6 @@ TEXT = {
         "hypothesis": "假设",
         "brief": "交给智能体的任务说明",
         "no_brief": "磁盘上没有任务说明（runs/attempts/{n}/brief.md）",
-        "commit": "提交",
-        "base": "基准",
         "diff": "差异 {base}..{commit}：{files} 个文件，+{added} −{removed}",
         "no_diff": "没有差异：{why}",
         "no_commit": "这次尝试没有提交",
@@ -186,7 +180,7 @@ TEXT = {
         "hidden": "隐藏输入：{text}",
         "parts": "试合并 {parts}",
         "rerun_of": "#{n} 的重跑",
-        "tokens_cost": "{tokens} 令牌 · ${cost}",
+        "units": {"s": "秒", "min": "分", "h": "小时"},
     },
 }
 

@@ -191,9 +191,12 @@ def _attempts_of_every_kind(title="data"):
     g = {"accuracy": {"verdict": title, "reasons": [title]}}
     return [
         Attempt(1, title, state="merged", delta_ms=-1.0, ci_low=-1.2, ci_high=-0.8, phase_id=1,
-                commit_sha="a" * 40, base_sha="b" * 40, target=title, backend=title),
+                commit_sha="a" * 40, base_sha="b" * 40, target=title, backend=title, tokens=10,
+                cost_usd=0.1, created_at="2026-01-10T08:00:00+00:00",
+                finished_at="2026-01-10T09:04:12+00:00"),
         Attempt(2, title, state="abandoned", reason="slower", delta_ms=0.5, ci_low=0.4, ci_high=0.6,
-                phase_id=1, gate={"bench": {"band_ms": 0.2}}),
+                phase_id=1, gate={"bench": {"band_ms": 0.2}}, created_at="2026-01-10T08:00:00+00:00",
+                finished_at="2026-01-10T08:04:12+00:00"),
         Attempt(3, title, state="abandoned", reason="within noise", delta_ms=0.1, ci_low=-0.1,
                 ci_high=0.3, phase_id=1),
         Attempt(4, title, state="abandoned", reason="accuracy", gate=g, phase_id=1),
