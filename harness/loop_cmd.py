@@ -336,11 +336,10 @@ def cmd_loop(args) -> int:
         print()
         print(markdown(ctx.ledger.attempts(), ctx.ledger.phases(), scores=ctx.ledger.scores()))
     if args.demo:
-        from .journey import html
+        from .report_cmd import page as journey_page
 
         page = Path(args.repo) / "journey.html"
-        page.write_text(html(ctx.ledger.attempts(), ctx.ledger.phases(), ctx.ledger.scores()),
-                        encoding="utf-8")
+        page.write_text(journey_page(Path(args.repo).resolve(), ctx.ledger), encoding="utf-8")
         say(f"journey    {page}  (kern --repo {args.repo} report --format html --out FILE writes it again)")
         say(f"demo took {time.monotonic() - started:.0f} s")
     return 4 if orch.halt else 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,22 +26,30 @@ def register(sub) -> None:
         "report", **examples(
             'kern report                           the journey as Markdown',
             'kern report --format html --out journey.html  one page with the plot',
+            'kern report --format csv --lang zh --out journey.csv',
             'kern report --plot journey.png        the plot alone'),
         help="the journey table (Markdown, CSV, JSON, HTML)",
-        description="The journey from the ledger (runs/ledger.sqlite under --repo): one table "
-                    "per phase (# | attempt | score change (ms) | result), a note that scores of "
-                    "different phases are not comparable, and a summary of merges and gain. "
-                    "HTML is one self-contained page with the plot: x the attempt's position in its "
-                    "phase, main's score as a step line, every attempt a marker coloured by its "
-                    "result at its B score with its interval.")
+        description="The journey from the ledger (runs/ledger.sqlite under --repo): one table per phase "
+                    "(# | attempt | score change (ms) | result), a note that scores of different phases "
+                    "are not comparable, and a summary of merges and gain. An attempt that tried "
+                    "nothing (declined with no estimated gain) is no row; the phase names it. HTML is "
+                    "one self-contained page (no server, nothing fetched): per phase a plot (x the "
+                    "attempt's position in its phase, main's score as a line from the phase's start "
+                    "through every merge, every measured attempt at its B score with its interval, the "
+                    "never-measured in a strip below the axis) and a table whose columns sort and whose "
+                    "rows filter by result and fold out the brief, the change per bucket with its "
+                    "interval and % of floor, and the commit's diff (read from runs/attempts/<n>/ and "
+                    "git).")
     p.add_argument("--format", default="md", choices=("md", "csv", "json", "html"),
                    help="output format (default: md)")
     p.add_argument("--lang", default="en", choices=tuple(journey.TEXT),
-                   help="headings' language (default: en)")
+                   help="language of every string the journey writes in the table and the page "
+                        "(recorded text, such as titles and the gates' reasons, stays as recorded; "
+                        "the --plot PNG is English) (default: en)")
     p.add_argument("--out", default=None, help="write here instead of standard output")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="write the journey's plot (the one the HTML embeds) as a PNG; the table "
-                        "is then written only with --out")
+                   help="write the journey's plot as a PNG (the page draws the same plot as SVG); "
+                        "the table is then written only with --out")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
@@ -98,7 +107,8 @@ def cmd_report(args) -> int:
         text = json.dumps(journey.json_obj(attempts, phases, scores), indent=1,
                           ensure_ascii=False) + "\n"
     else:
-        text = journey.html(attempts, phases, scores, lang=args.lang)
+        text = journey.html(attempts, phases, scores, lang=args.lang,
+                            files=attempt_files(Path(args.repo).resolve(), attempts))
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +117,71 @@ def cmd_report(args) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+# --------------------------------------------------------------------------- the page's files
+DIFF_BYTES = 2_000_000  # one attempt's diff kept in the page at most (a vendored file would be more)
+
+
+def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          errors="replace", timeout=120)
+
+
+def _diff(repo: Path, base: str | None, commit: str | None) -> tuple[str | None, str]:
+    """(the diff of base..commit, '') or (None, why there is none)."""
+    if not commit:
+        return None, ""
+    if not (repo / ".git").exists():
+        return None, f"{repo} is not a git repository"
+    for sha in (commit, base):
+        if sha and _git(repo, "cat-file", "-e", f"{sha}^{{commit}}").returncode != 0:
+            return None, f"commit {sha[:10]} is not in this repository"
+    spec = [f"{base}..{commit}"] if base else [commit]
+    r = _git(repo, "diff", "--no-color", "--no-ext-diff", *spec) if base else \
+        _git(repo, "show", "--no-color", "--format=", commit)
+    if r.returncode != 0:
+        return None, f"git diff {' '.join(spec)} failed: {r.stderr.strip()[:200]}"
+    text = r.stdout
+    if len(text) > DIFF_BYTES:
+        text = text[:DIFF_BYTES].rsplit("\n", 1)[0] + "\n"
+    return text, ""
+
+
+def _judgment(folder: Path) -> dict | None:
+    """The last judgment's file of an attempt, parsed (None when absent or unreadable)."""
+    found = sorted(folder.glob("judgment-*.json"),
+                   key=lambda p: int(p.stem.split("-")[-1]) if p.stem.split("-")[-1].isdigit() else 0)
+    for path in reversed(found):
+        try:
+            data = json.loads(path.read_text(errors="replace"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def attempt_files(repo: Path, attempts) -> dict:
+    """What the journey page shows beside each ledger row, read from disk and git: the brief
+    (``runs/attempts/<n>/brief.md``), the last judgment's file, and the diff of the attempt's
+    base..commit when this repository has both commits."""
+    out = {}
+    for a in journey.shown(attempts):
+        folder = repo / "runs" / "attempts" / str(a.number)
+        brief = folder / "brief.md"
+        diff, why = _diff(repo, a.base_sha, a.commit_sha)
+        out[a.number] = journey.AttemptFiles(
+            brief=brief.read_text(errors="replace") if brief.is_file() else None,
+            diff=diff, diff_missing=why, judgment=_judgment(folder))
+    return out
+
+
+def page(repo: Path, led: Ledger, lang: str = "en") -> str:
+    """The journey page of the ledger ``led`` of repository ``repo`` (kern report, kern loop --demo)."""
+    attempts = led.attempts()
+    return journey.html(attempts, led.phases(), led.scores(), lang=lang,
+                        files=attempt_files(repo, attempts))
 
 
 # --------------------------------------------------------------------------- status
@@ -166,7 +241,7 @@ def status_lines(d: dict) -> list[str]:
     out = [f"{'ledger':<10} {d['ledger']}"]
     p = d["phase"]
     out.append(f"{'phase':<10} " + ("none yet (no score definition recorded)" if p is None else
-                                    f"{p['id']} · {journey._describe(p['definition'])} "
+                                    f"{p['id']} · {journey.describe(p['definition'])} "
                                     f"(since {p['started_at']})"))
     states = " · ".join(f"{s} {n}" for s, n in d["by_state"].items())
     out.append(f"{'attempts':<10} {d['attempts']}" + (f": {states}" if states else ""))

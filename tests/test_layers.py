@@ -183,13 +183,14 @@ def test_a_planted_cycle_and_side_import_are_caught(tmp_path):
     assert class_names(tmp_path) == {"Outcome": ["harness/h.py", "gates/side/b.py"], "Other": ["harness/h.py"]}
 
 
-def test_the_readme_map_names_every_module_on_its_side():
-    """README's "Processes and layers" map and the folders agree: each module of gates/ is named
-    in the loop process's part, each of gates/side/ in the side process's part."""
-    text = (ROOT / "README.md").read_text()
-    block = text.split("### Processes and layers", 1)[1].split("```")[1]
+def test_the_architecture_map_names_every_module_on_its_side():
+    """docs/architecture.md's "Processes and layers" map and the folders agree: each module of
+    gates/ is named in the loop process's part, each of gates/side/ in the side process's part."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Processes and layers", 1)[1].split("```")[1]
     loop, side = block.split("python -m gates.side.driver", 1)
     for folder, part in ((ROOT / "gates", loop), (ROOT / "gates" / "side", side)):
         missing = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py"
                          and not re.search(rf"(?<![\w/]){re.escape(p.name)}", part))
-        assert missing == [], f"README's map does not name {missing} of {folder.relative_to(ROOT)}/"
+        assert missing == [], (f"docs/architecture.md's map does not name {missing} of "
+                               f"{folder.relative_to(ROOT)}/")

@@ -2,7 +2,7 @@
 
 Protected: the gates, the weights and the workload are all derived from these objects, so a
 candidate commit may not edit this file. Every number of K3.1's published description lives
-here once (README: "What is real and what is not"); values it did not give are marked
+here once (docs/architecture.md: "What is real and what is not"); values it did not give are marked
 ``(chosen)``.
 
 Two objects:

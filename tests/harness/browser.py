@@ -192,14 +192,20 @@ def render(path: Path, expression: str, *, binary: str | None = None, timeout: f
 
 
 def screenshot(path: Path, out: Path, *, width: int = 1100, binary: str | None = None,
-               timeout: float = 60.0) -> Path:
-    """A PNG of the whole page at ``path``, ``width`` CSS pixels wide."""
+               timeout: float = 60.0, before: str | None = None) -> Path:
+    """A PNG of the whole page at ``path``, ``width`` CSS pixels wide; ``before``: a script
+    run in the page first (to open a row's detail, say)."""
     binary = binary or find()
     if not binary:
         raise BrowserError("no chromium: expected /usr/bin/chromium")
     c = _Chromium(binary, width, 900)
     try:
         session = _open(c, Path(path).resolve().as_uri(), timeout)
+        if before:
+            r = c.send("Runtime.evaluate", {"expression": before, "returnByValue": True,
+                                            "awaitPromise": True}, session=session)
+            if "exceptionDetails" in r:
+                raise BrowserError(f"the script before the screenshot threw: {r['exceptionDetails']}")
         size = c.send("Runtime.evaluate", {"expression": "[document.documentElement.scrollWidth,"
                                                          "document.documentElement.scrollHeight]",
                                            "returnByValue": True}, session=session)
@@ -215,11 +221,14 @@ def screenshot(path: Path, out: Path, *, width: int = 1100, binary: str | None =
         c.close()
 
 
-if __name__ == "__main__":  # python -m tests.harness.browser PAGE.html OUT.png [WIDTH]
+if __name__ == "__main__":  # python -m tests.harness.browser PAGE.html OUT.png [WIDTH [SCRIPT]]
     import sys
 
-    if len(sys.argv) not in (3, 4):
-        sys.exit("usage: python -m tests.harness.browser PAGE.html OUT.png [WIDTH]")
+    if len(sys.argv) not in (3, 4, 5):
+        sys.exit("usage: python -m tests.harness.browser PAGE.html OUT.png [WIDTH [SCRIPT]]\n"
+                 "  SCRIPT runs in the page before the shot, e.g. "
+                 "\"document.querySelector('#a-1 button.open').click()\"")
     shot = screenshot(Path(sys.argv[1]), Path(sys.argv[2]),
-                      width=int(sys.argv[3]) if len(sys.argv) == 4 else 1100)
+                      width=int(sys.argv[3]) if len(sys.argv) >= 4 else 1100,
+                      before=sys.argv[4] if len(sys.argv) == 5 else None)
     print(f"wrote      {shot}")

@@ -98,8 +98,10 @@ M = "\u2212"  # the result column's minus
     (Attempt(15, "a", state="merged", delta_ms=-0.004), "-0.004", f"merged ({M}0.004)"),
 ])
 def test_result_strings(attempt, change, result):
-    (row,) = journey.rows([attempt])
-    assert (row.number, row.title, row.change, row.result) == (attempt.number, "a", change, result)
+    assert (journey.change(attempt), journey.result(attempt)) == (change, result)
+    if not journey.tried_nothing(attempt):
+        (row,) = journey.rows([attempt])
+        assert (row.number, row.title, row.change, row.result) == (attempt.number, "a", change, result)
 
 
 def test_accuracy_tags_follow_the_gate_reasons():
@@ -166,30 +168,172 @@ def test_csv_and_json(records):
     assert len(obj["scores"]) == 5
 
 
-def test_html_is_self_contained_with_the_plot(records):
+def test_html_is_self_contained_with_its_plot_and_tables(records):
     attempts, phases, scores = records
     page = journey.html(attempts, phases, scores, lang="en")
     assert page.startswith("<!DOCTYPE html>") and '<html lang="en">' in page
-    assert "<style>" in page and page.count("<table>") == 2
+    assert "<style>" in page and page.count('<table class="journey">') == 2
+    assert page.count('<svg class="plot"') == 2 and page.count('class="main-line"') == 2
     assert "abandoned: guard (+2.4 % at 16 rows)" in page and "residual: fuse norm | add" in page
-    m = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
-    assert len(m) == 1
-    png = base64.b64decode(m[0])
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    # every journey row, with its detail row, its commit and its kind for the filter
+    assert page.count('<tr class="row ') == 15 and page.count('<tr class="detail"') == 15
+    assert '<code>c000000000</code>' in page and 'data-kind="accuracy"' in page
     # nothing fetched from anywhere: no URLs, no external scripts, styles, fonts or images
-    assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|<link|<script|@import|url\(", page, re.I)
-    assert all(s.startswith("data:") for s in re.findall(r'src="([^"]*)"', page))
+    assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|<link|<script[^>]*src|@import|url\(",
+                         page, re.I)
+    assert not re.findall(r'(?:src|href)="(?!#)[^"]*"', page)
     assert journey.html(attempts, phases, scores) == page  # reproducible bytes
 
 
-def test_html_zh_and_without_scores(records):
+def _attempts_of_every_kind(title="data"):
+    """One attempt of each result, recorded text set to ``title`` (so a page can be searched
+    for the journey's own words alone)."""
+    g = {"accuracy": {"verdict": title, "reasons": [title]}}
+    return [
+        Attempt(1, title, state="merged", delta_ms=-1.0, ci_low=-1.2, ci_high=-0.8, phase_id=1,
+                commit_sha="a" * 40, base_sha="b" * 40, target=title, backend=title, tokens=10,
+                cost_usd=0.1, created_at="2026-01-10T08:00:00+00:00",
+                finished_at="2026-01-10T09:04:12+00:00"),
+        Attempt(2, title, state="abandoned", reason="slower", delta_ms=0.5, ci_low=0.4, ci_high=0.6,
+                phase_id=1, gate={"bench": {"band_ms": 0.2}}, created_at="2026-01-10T08:00:00+00:00",
+                finished_at="2026-01-10T08:04:12+00:00"),
+        Attempt(3, title, state="abandoned", reason="within noise", delta_ms=0.1, ci_low=-0.1,
+                ci_high=0.3, phase_id=1),
+        Attempt(4, title, state="abandoned", reason="accuracy", gate=g, phase_id=1),
+        Attempt(5, title, state="abandoned", reason="guard", delta_ms=-0.1,
+                gate={"guard": {"worst_pct": 2.4, "rows": 16}}, phase_id=1),
+        Attempt(6, title, state="abandoned", reason="scorer check",
+                gate={"bench": {"checks": [], "graph_matches_eager": False}}, phase_id=1),
+        Attempt(7, title, state="abandoned", reason="scope", phase_id=1),
+        Attempt(8, title, state="crashed", reason=title, phase_id=1),
+        Attempt(9, title, state="timed out", reason=title, phase_id=1),
+        Attempt(10, title, state="not done", estimate_ms=-0.4, phase_id=1),
+        Attempt(11, title, state="waiting", waiting_on=12, phase_id=1),
+        Attempt(12, title, state="running", phase_id=1),
+        Attempt(13, title, state="not done", estimate_ms=0, phase_id=1),
+    ]
+
+
+def test_zh_covers_every_string_of_page_and_table():
+    """Every key English has, Chinese has; and a Chinese page of every kind of result, whose
+    recorded text is Chinese too, holds no English word of the journey's own."""
+    def keys(d, pre=""):
+        return {pre + k for k in d} | {x for k, v in d.items() if isinstance(v, dict)
+                                       for x in keys(v, pre + k + ".")}
+    assert keys(journey.TEXT["zh"]) == keys(journey.TEXT["en"])
+    atts = _attempts_of_every_kind("数据")
+    phases = [Phase(1, {}, "", "")]
+    scores = [Score(1, 1, "b" * 40, 10.0, None, "x")]
+    files = {1: journey.AttemptFiles(brief="数据", diff="diff --git a/x b/x\n+数据\n-数据\n"),
+             2: journey.AttemptFiles(diff_missing="数据")}
+    page = journey.html(atts, phases, scores, lang="zh", files=files)
+    # recorded text: the diff and brief (in <pre>), commits (hex), paths of files on disk
+    visible = re.sub(r"<style>.*?</style>|<script>.*?</script>|<pre.*?</pre>", "", page, flags=re.S)
+    visible = re.sub(r"runs/attempts/\d+/[\w.*-]+|\b[0-9a-f]{10,40}\b", "", visible)
+    visible = re.sub(r'<[^>]*?(?:title|aria-label)="([^"]*)"[^>]*>', r" \1 ", visible)
+    visible = re.sub(r"<[^>]+>", " ", visible)
+    words = set(re.findall(r"[A-Za-z]{3,}", visible))
+    assert words <= {"USD", "CUDA"}, sorted(words)
+    md = journey.markdown(atts, phases, lang="zh", scores=scores)
+    assert set(re.findall(r"[A-Za-z]{3,}", md)) <= {"CUDA"}, md
+    assert "已放弃：精度" in md and "未做：估计 −0.4" in md and "等待 #12" in md
+
+
+def test_an_attempt_that_tried_nothing_is_no_row():
+    """The loop's rule: declined with no estimated gain (the tuner's 'nothing left to tune')
+    is left out of every rendering, and the phase says which it left out."""
+    atts = _attempts_of_every_kind()
+    assert [a.number for a in atts if journey.tried_nothing(a)] == [13]
+    assert not journey.tried_nothing(Attempt(1, state="not done", estimate_ms=-0.4))
+    assert journey.tried_nothing(Attempt(1, state="not done"))
+    assert 13 not in [r.number for r in journey.rows(atts)] and len(journey.rows(atts)) == 12
+    md = journey.markdown(atts, [Phase(1, {}, "", "")])
+    assert "| 13 |" not in md and "of 12 attempts" in md
+    assert "Not shown: 1 attempt(s) that tried nothing (declined with no estimated gain): #13." in md
+    assert len(list(csv.reader(io.StringIO(journey.csv_text(atts))))) == 1 + 12
+    obj = journey.json_obj(atts)
+    assert obj["phases"][0]["tried_nothing"] == [13] and len(obj["phases"][0]["rows"]) == 12
+    (pan,) = journey.plot_panels(atts, [Phase(1, {}, "", "")])
+    assert [p.number for p in pan.points] == list(range(1, 13))
+    page = journey.html(atts, [Phase(1, {}, "", "")])
+    assert 'id="a-13"' not in page and "#13." in page
+
+
+def test_page_detail_of_a_judged_attempt():
+    """A row's detail: per-bucket medians, change, interval and % of floor from the judgment's
+    file; the brief; the diff with its numbers; a missing diff says why."""
+    judgment = {"bench": {
+        "buckets": [16, 32], "bandwidth": {"Bps": 2e12},
+        "cost": {"16": {"bytes": 2e10}, "32": {"bytes": 4e10}},
+        "analysis": {"sides": {"A": {"score": 30.0, "buckets": {"16": {"median": 20.0}, "32": {"median": 40.0}}},
+                               "B": {"score": 25.0, "buckets": {"16": {"median": 16.0}, "32": {"median": 34.0}}}},
+                     "ab": {"delta": {"buckets": {"16": {"delta": -4.0, "low": -4.5, "high": -3.5},
+                                                  "32": {"delta": -6.0, "low": -6.2, "high": -5.8}}}}}}}
+    a = Attempt(4, "fast path", state="merged", delta_ms=-5.0, ci_low=-5.3, ci_high=-4.7,
+                delta_pct=-16.7, phase_id=1, commit_sha="c" * 40, base_sha="d" * 40,
+                created_at="2026-01-10T08:00:00+00:00", finished_at="2026-01-10T08:04:12+00:00",
+                tokens=12345, cost_usd=0.5, gate={"reverify": {"delta_ms": -5.1, "ci": [-5.4, -4.8]}})
+    bs, full = journey.bucket_changes(a, judgment)
+    assert full and [(b.rows, b.a_ms, b.b_ms, b.delta_ms, b.low, b.high) for b in bs] == \
+        [(16, 20.0, 16.0, -4.0, -4.5, -3.5), (32, 40.0, 34.0, -6.0, -6.2, -5.8)]
+    assert bs[0].floor_ms == pytest.approx(10.0) and bs[0].pct_of_floor(16.0) == pytest.approx(62.5)
+    # without the file: the ledger's medians, no interval, no floor
+    led = Attempt(4, state="merged", medians_a={"16": 20.0}, medians_b={"16": 17.0})
+    assert journey.bucket_changes(led, None) == ([journey.BucketChange(16, 20.0, 17.0, -3.0, None, None, None)], False)
+    diff = "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n+y = 3\n"
+    assert journey.diff_stats(diff) == (1, 2, 1)
+    page = journey.html([a], [Phase(1, {"buckets": [16, 32], "weights": [1, 1]}, "", "")],
+                        [Score(1, 1, "d" * 40, 30.0, None, "x")],
+                        files={4: journey.AttemptFiles(brief="make it fast", diff=diff, judgment=judgment)})
+    assert "make it fast" in page and "diff dddddddddd..cccccccccc: 1 file(s), +2 −1" in page
+    assert '<span class="add">+y = 3</span>' in page
+    assert "[−4.50, −3.50]" in page and "62 %" in page and "50 %" in page  # B and A % of floor
+    assert "re-measured: −5.10 [−5.40, −4.80]" in page
+    assert "4 min 12 s" in page and "12,345" in page and "0.50" in page
+    other = journey.html([Attempt(5, "x", state="crashed", commit_sha="e" * 40, phase_id=1)])
+    assert "no diff: commit eeeeeeeeee is not in this repository" in other
+    assert "no brief on disk (runs/attempts/5/brief.md)" in other
+
+
+def test_html_without_scores_and_of_nothing(records):
     attempts, phases, _ = records
     page = journey.html(attempts, phases, [], lang="zh")
-    assert '<html lang="zh">' in page and "<th>尝试</th>" in page and "<th>分数变化 (ms)</th>" in page
-    assert "data:image/png" in page  # attempts without a score are still plotted
+    assert '<html lang="zh">' in page and "<button>尝试</button>" in page
+    assert page.count('<svg class="plot"') == 2  # attempts without a score are still plotted
     empty = journey.html([], [], [])
     assert "No attempts yet." in empty and "No attempt or score recorded yet." in empty
-    assert "data:image/png" not in empty and journey.plot_png([], [], []) is None
+    assert "<svg" not in empty and journey.plot_png([], [], []) is None
+
+
+def test_the_svg_puts_main_from_the_phase_start_and_unmeasured_below_the_axis(records):
+    attempts, phases, scores = records
+    p1 = journey.plot_panels(attempts, phases, scores)[0]
+    doc = journey.svg(p1)
+    start = float(re.search(r'class="phase-start" x1="([\d.]+)"', doc).group(1))
+    first = re.search(r'class="main-line" d="M([\d.]+) ', doc)
+    assert float(first.group(1)) == start
+    axis = float(re.search(r'class="x-axis"[^>]* y1="([\d.]+)"', doc).group(1))
+    below = [float(y) for y in re.findall(r'class="pt unmeasured"[^>]*translate\([\d.]+,([\d.]+)\)', doc)]
+    above = [float(y) for y in re.findall(r'class="pt" [^>]*translate\([\d.]+,([\d.]+)\)', doc)]
+    assert len(below) == 6 and min(below) > axis and len(above) == 5 and max(above) < axis
+
+
+def test_main_starts_at_the_phase_start_when_first_measured_late():
+    """bench/journey's case: three attempts never measured, then a merge whose A/B measured
+    main's baseline: main's line starts at the phase's start, not after the third attempt."""
+    phases = [Phase(1, {"buckets": [16], "weights": [1]}, "", "2026-12-01T13:10:56+00:00")]
+    atts = [Attempt(1, state="crashed", phase_id=1, finished_at="2026-12-01T13:12:40+00:00"),
+            Attempt(2, state="timed out", phase_id=1, finished_at="2026-12-01T13:56:09+00:00"),
+            Attempt(3, state="crashed", phase_id=1, finished_at="2026-12-01T18:44:13+00:00"),
+            Attempt(4, state="merged", phase_id=1, delta_ms=-112.0, commit_sha="c9", merged_sha="c9",
+                    finished_at="2026-12-01T19:00:54+00:00")]
+    scores = [Score(1, 1, "80", 192.0, None, "2026-12-01T19:00:54+00:00"),
+              Score(2, 1, "c9", 80.0, None, "2026-12-01T19:00:54+00:00")]
+    (pan,) = journey.plot_panels(atts, phases, scores)
+    assert pan.main == ((0.5, 192.0), (4.0, 80.0))
+    # only the merge's score recorded: the level before it is the merge's A side
+    (pan,) = journey.plot_panels(atts, phases, scores[1:])
+    assert pan.main == ((0.5, 192.0), (4.0, 80.0))
 
 
 def _png_size(png: bytes) -> tuple[int, int]:

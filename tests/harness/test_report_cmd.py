@@ -78,7 +78,58 @@ def test_report_formats(kern, tmp_path):
     dest = tmp_path / "out" / "journey.html"
     code, out, _ = kern(tmp_path, "report", "--format", "html", "--out", str(dest))
     assert code == 0 and out.startswith(f"wrote      {dest}")
-    assert "data:image/png;base64," in dest.read_text()
+    assert dest.read_text().count('<svg class="plot"') == 2
+
+
+def test_report_html_folds_in_brief_judgment_and_diff(kern, tmp_path):
+    """The page's files: the brief and the last judgment under runs/attempts/<n>/, the diff of
+    base..commit from git when the repository has both commits; else it says why not."""
+    import subprocess
+
+    def git(*a):
+        return subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    (tmp_path / "k.py").write_text("x = 1\n")
+    git("add", "k.py")
+    git("commit", "-q", "-m", "base")
+    base = git("rev-parse", "HEAD")
+    (tmp_path / "k.py").write_text("x = 2\ny = 3\n")
+    git("commit", "-q", "-am", "faster")
+    tip = git("rev-parse", "HEAD")
+    led = Ledger(default_path(tmp_path))
+    p = led.phase({"buckets": [2], "weights": [1]})
+    n = led.new_attempt(title="faster", hypothesis="", target="t", backend="tuner", base_sha=base, phase_id=p)
+    led.transition(n, "running")
+    led.update(n, commit_sha=tip)
+    led.transition(n, "judging")
+    led.transition(n, "abandoned", reason="slower", delta_ms=1.0, ci_low=0.5, ci_high=1.5)
+    m = led.new_attempt(title="gone", hypothesis="", target="t", backend="tuner", base_sha=base, phase_id=p)
+    led.transition(m, "running")
+    led.update(m, commit_sha="f" * 40)
+    led.transition(m, "crashed", reason="x")
+    led.close()
+    d = tmp_path / "runs" / "attempts" / str(n)
+    d.mkdir(parents=True)
+    (d / "brief.md").write_text("# the brief of attempt one")
+    for k, a_ms in ((1, 9.0), (2, 10.0)):  # the last judgment wins
+        (d / f"judgment-{k}.json").write_text(json.dumps({"test": None, "bench": {
+            "buckets": [2], "analysis": {"sides": {"A": {"buckets": {"2": {"median": a_ms}}},
+                                                   "B": {"buckets": {"2": {"median": 11.0}}}},
+                                         "ab": {"delta": {"buckets": {"2": {"delta": 1.0, "low": 0.5, "high": 1.5}}}}}}}))
+    files = report_cmd.attempt_files(tmp_path, Ledger(default_path(tmp_path)).attempts())
+    assert files[n].brief == "# the brief of attempt one" and "+y = 3" in files[n].diff
+    assert files[n].judgment["bench"]["analysis"]["sides"]["A"]["buckets"]["2"]["median"] == 10.0
+    assert files[m].diff is None and files[m].diff_missing == "commit ffffffffff is not in this repository"
+    dest = tmp_path / "j.html"
+    code, out, _ = kern(tmp_path, "report", "--format", "html", "--out", str(dest))
+    page = dest.read_text()
+    assert code == 0 and "# the brief of attempt one" in page and '<span class="add">+y = 3</span>' in page
+    assert "10.000" in page and "[+0.50, +1.50]" in page
+    assert "no diff: commit ffffffffff is not in this repository" in page
 
 
 def test_report_plot(kern, tmp_path):

@@ -1,0 +1,345 @@
+"""The journey's rows: which attempts are rows, what each row's columns say, phases and summaries.
+
+Pure functions of ledger records (:class:`~harness.ledger.Attempt`, phases, scores); nothing
+here reads the ledger, the clock or the disk, so the same records always give the same bytes
+(the golden test relies on it).
+
+**An attempt that tried nothing is not a row** (:func:`tried_nothing`): an agent that declined
+with no estimated gain (the tuner's "nothing left to tune", a replay with no patch left) made no
+commit and analysed no idea worth telling. The ledger keeps it (the planner reads it: the
+target is exhausted); the journey leaves it out and says how many it left out, with their
+numbers, under the phase's table.
+
+Where a result's numbers come from (the orchestrator writes them); the result column says
+what decided each attempt:
+
+    merged (−0.35 [−0.41, −0.29])
+                               state merged: ``delta_ms`` (B − A, ms) and its interval
+                               (``ci_low``, ``ci_high``)
+    abandoned: within noise (−417.69 [−900.10, +60.30], band ±120.00)
+    abandoned: slower (+0.21 [+0.15, +0.27])
+                               reason "within noise" / "slower": the same, and the noise band
+                               the interval was held to (``gate["bench"]["band_ms"]``) when
+                               recorded
+    abandoned: accuracy (FAIL: KL(A||B) max 0.031 > limit 0.01)
+                               reason "accuracy": ``gate["accuracy"]["verdict"]`` and its first
+                               reason (``["reasons"][0]``, cut at 100 characters), ``+N more``
+                               when it has more; ``["tag"]`` when no reason is recorded
+    abandoned: guard (+2.4 % at 16 rows)
+                               reason "guard": ``gate["guard"]["worst_pct"]`` and ``["rows"]``
+    abandoned: scorer check (timed_outputs_identical: …)
+                               reason "scorer check": the first failed check of
+                               ``gate["bench"]["checks"]`` (its name and ``why``), or the
+                               scorer's outcome (``gate["bench"]["outcome"]``)
+    abandoned: <reason>        any other reason; ``gate["detail"]`` (a short string), when
+                               present, overrides the parenthesis for every reason
+    crashed (illegal memory access at 256 rows) · timed out (scorer timeout)
+                               the recorded reason
+    not done: estimated −0.4   ``estimate_ms``
+    waiting on #31             ``waiting_on``
+    running · queued · judging
+
+Measured numbers in the result column print with a typographic minus, as prose; the score
+change column keeps ASCII signs (CSV readers parse it as a number). With ``lang="zh"`` the
+journey's own words are translated (:mod:`.text`); recorded text stays as recorded.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
+                      WAITING, WITHIN_NOISE, Attempt, Phase)
+from .text import TEXT, check_lang
+
+SCORER_CHECK = "scorer check"  # gates.decision.decide's reason when a scorer check failed
+
+MINUS = "\u2212"  # estimates print with a typographic minus, as in the published journey
+
+
+@dataclass(frozen=True)
+class JourneyRow:
+    number: int
+    title: str
+    change: str  # the score change column: B − A in ms, signed; "" when nothing was measured
+    result: str
+    state: str
+    phase_id: int | None
+    delta_ms: float | None
+
+
+def tried_nothing(a: Attempt) -> bool:
+    """The loop's rule for rows: an attempt declined with no estimated gain (``not done`` with
+    an estimate of 0 or none) tried nothing, and is no row of the journey. The planner reads
+    the same records as "this target is exhausted" (harness/planning.py)."""
+    return a.state == NOT_DONE and not a.estimate_ms
+
+
+def shown(attempts: Iterable[Attempt]) -> list[Attempt]:
+    """The attempts that are journey rows, in number order."""
+    return [a for a in sorted(attempts, key=lambda a: a.number) if not tried_nothing(a)]
+
+
+# --------------------------------------------------------------------------- numbers
+def fmt_delta(ms: float) -> str:
+    """A measured score change: signed, two decimals (more digits only below 0.005 ms)."""
+    if ms != 0 and abs(ms) < 0.005:
+        return f"{ms:+.2g}"
+    return f"{ms:+.2f}"
+
+
+def fmt_estimate(ms: float) -> str:
+    """A declined idea's estimate: two significant digits, typographic minus."""
+    if ms == 0:
+        return "0"
+    decimals = max(1, 1 - math.floor(math.log10(abs(ms))))
+    text = f"{abs(ms):.{decimals}f}"
+    if "." in text:
+        text = text.rstrip("0")
+        text = text + "0" if text.endswith(".") else text
+    return (MINUS if ms < 0 else "+") + text
+
+
+def fmt_gain(ms: float) -> str:
+    return f"{ms:.2f}"
+
+
+# Short tags for the accuracy gate's reason sentences (gates/verdict.judge), first match wins.
+_TAGS = (
+    ("protected files changed", "protected"),
+    ("candidate side ended", "crash"),
+    ("different weights or state", "setup"),
+    ("output not fully written", "unwritten"),
+    ("non-finite", "nan"),
+    ("NaN/Inf", "nan"),
+    ("wrote outside", "outside"),
+    ("confident argmax flip", "flip"),
+    ("KL", "kl"),
+    ("reference tolerance", "reference"),
+    ("no logits", "missing"),
+    ("near-tie flips", "near-ties"),
+    ("cut-local", "cut-local"),
+    ("base side did not finish", "base"),
+)
+
+
+def accuracy_tag(reasons: Iterable[str]) -> str:
+    """One word for the accuracy gate's first reason (``kl``, ``flip``, ``nan`` …), '' if none."""
+    for r in reasons:
+        for needle, tag in _TAGS:
+            if needle in r:
+                return tag
+    return ""
+
+
+def signed(ms: float) -> str:
+    """A measured change as prose: signed, typographic minus."""
+    return fmt_delta(ms).replace("-", MINUS)
+
+
+def measured(a: Attempt, band_ms=None, lang: str = "en") -> str:
+    """``−0.35 [−0.41, −0.29]``: the change and its interval ('' when nothing was measured),
+    then the noise band it was held to when known."""
+    if a.delta_ms is None:
+        return ""
+    text = signed(a.delta_ms)
+    if a.ci_low is not None and a.ci_high is not None:
+        text += f" [{signed(a.ci_low)}, {signed(a.ci_high)}]"
+    if isinstance(band_ms, (int, float)) and not isinstance(band_ms, bool):
+        text += ", " + TEXT[lang]["band"].format(v=f"{abs(band_ms):.2f}")
+    return text
+
+
+def clip(text: str, limit: int = 100) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut at a word when one ends late
+    enough, the cut marked with an ellipsis."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 0.6:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(") + "…"
+
+
+def _sub(gate: dict, key: str) -> dict:
+    v = gate.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def _more(n: int, lang: str) -> str:
+    return f" ({TEXT[lang]['more'].format(n=n)})" if n > 0 else ""
+
+
+def _detail(a: Attempt, lang: str) -> str:
+    t = TEXT[lang]
+    gate = a.gate if isinstance(a.gate, dict) else {}
+    if isinstance(gate.get("detail"), str) and gate["detail"]:
+        return gate["detail"]
+    if a.state == MERGED:
+        return measured(a, lang=lang)
+    if a.state in (CRASHED, TIMED_OUT):
+        return clip(a.reason) if a.reason else ""
+    if a.reason in (SLOWER, WITHIN_NOISE):
+        return measured(a, _sub(gate, "bench").get("band_ms"), lang)
+    if a.reason == ACCURACY:
+        acc = _sub(gate, "accuracy")
+        verdict = str(acc.get("verdict") or "")
+        reasons = [str(r) for r in acc.get("reasons") or [] if str(r).strip()]
+        if reasons:
+            return (f"{verdict}: " if verdict else "") + clip(reasons[0]) + _more(len(reasons) - 1, lang)
+        tag = str(acc.get("tag") or "")
+        if tag in verdict.split():  # the verdict already names it
+            tag = ""
+        return " ".join(x for x in (verdict, tag) if x)
+    if a.reason == GUARD:
+        g = _sub(gate, "guard")
+        pct, rows = g.get("worst_pct"), g.get("rows")
+        if pct is None:
+            return ""
+        return f"{pct:+.1f} %".replace("-", MINUS) + (
+            " " + t["at_rows"].format(rows=rows) if rows is not None else "")
+    if a.reason == SCORER_CHECK:
+        b = _sub(gate, "bench")
+        checks = [c for c in b.get("checks") or [] if isinstance(c, dict)]
+        if checks:
+            c = checks[0]
+            name, why = str(c.get("check") or "check"), c.get("why")
+            return clip(f"{name}: {why}" if why else name) + _more(len(checks) - 1, lang)
+        if b.get("graph_matches_eager") is False:
+            return t["graph_differs"]
+        if b.get("outcome"):
+            return clip(f"{b['outcome']}" + (f": {b['error']}" if b.get("error") else ""))
+    return ""
+
+
+def state_word(state: str, lang: str = "en") -> str:
+    return TEXT[lang]["states"].get(state, state)
+
+
+def reason_word(reason: str | None, lang: str = "en") -> str:
+    if not reason:
+        return TEXT[lang]["no_reason"]
+    return TEXT[lang]["reasons"].get(reason, reason)
+
+
+def result(a: Attempt, lang: str = "en") -> str:
+    """The result column for one attempt (see the module docstring for every form)."""
+    t = TEXT[lang]
+    if a.state == ABANDONED:
+        d = _detail(a, lang)
+        return state_word(a.state, lang) + t["sep"] + reason_word(a.reason, lang) + (f" ({d})" if d else "")
+    if a.state == NOT_DONE:
+        return state_word(a.state, lang) + (
+            t["sep"] + t["estimated"].format(v=fmt_estimate(a.estimate_ms))
+            if a.estimate_ms is not None else "")
+    if a.state == WAITING:
+        return t["waiting_on"].format(n=a.waiting_on) if a.waiting_on is not None else state_word(a.state, lang)
+    if a.state in (MERGED, CRASHED, TIMED_OUT):
+        d = _detail(a, lang)
+        return state_word(a.state, lang) + (f" ({d})" if d else "")
+    return state_word(a.state, lang)  # running, queued, judging
+
+
+def change(a: Attempt) -> str:
+    # Only judged attempts have a measured change; an estimate is not a measurement.
+    if a.delta_ms is None or a.state not in (MERGED, ABANDONED):
+        return ""
+    return fmt_delta(a.delta_ms)
+
+
+def rows(attempts: Iterable[Attempt], lang: str = "en") -> list[JourneyRow]:
+    """The journey's rows (attempts that tried nothing left out), in number order."""
+    return [JourneyRow(a.number, a.title, change(a), result(a, lang), a.state, a.phase_id, a.delta_ms)
+            for a in shown(attempts)]
+
+
+# --------------------------------------------------------------------------- grouping
+def phase_map(phases) -> dict[int, Phase]:
+    """Phases as given: Phase records, or a mapping id -> definition."""
+    if isinstance(phases, Mapping):
+        return {int(k): (v if isinstance(v, Phase) else Phase(int(k), dict(v), "", ""))
+                for k, v in phases.items()}
+    return {p.id: p for p in phases or ()}
+
+
+def describe(definition: dict) -> str:
+    """A phase's definition on one line: ``buckets 16,32 · context 4096 · …``."""
+    parts = []
+    for k in sorted(definition):
+        v = definition[k]
+        if isinstance(v, (list, tuple)):
+            v = ",".join(str(x) for x in v)
+        elif isinstance(v, dict):
+            v = ",".join(f"{kk}={vv}" for kk, vv in sorted(v.items()))
+        v = str(v)
+        parts.append(f"{k} {v[:12] + '…' if len(v) > 24 else v}")
+    return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class Section:
+    """One phase of the journey: its heading, rows, summary numbers, and the attempts left out."""
+    phase_id: int | None
+    heading: str
+    rows: list
+    merged: int
+    gain_ms: float
+    first_score: float | None
+    last_score: float | None
+    not_shown: tuple = ()  # numbers of the phase's attempts that tried nothing
+
+
+def sections(attempts, phases, scores, lang: str) -> list[Section]:
+    t = TEXT[lang]
+    pm = phase_map(phases)
+    attempts = list(attempts)
+    by_phase: dict = {}
+    for r in rows(attempts, lang):
+        by_phase.setdefault(r.phase_id, []).append(r)
+    hidden: dict = {}
+    for a in sorted(attempts, key=lambda a: a.number):
+        if tried_nothing(a):
+            hidden.setdefault(a.phase_id, []).append(a.number)
+            by_phase.setdefault(a.phase_id, [])
+    out = []
+    for pid in sorted(by_phase, key=lambda p: (p is None, p or 0)):
+        rs = by_phase[pid]
+        if pid is None:
+            heading = t["unknown_phase"]
+        elif pid in pm:
+            desc = describe(pm[pid].definition)
+            heading = f"{t['phase']} {pid}" + (f" · {desc}" if desc else "")
+        else:
+            heading = f"{t['phase']} {pid}"
+        merged = [r for r in rs if r.state == MERGED]
+        gain = -sum(r.delta_ms for r in merged if r.delta_ms is not None)
+        ss = [s for s in scores or () if s.phase_id == pid]
+        out.append(Section(pid, heading, rs, len(merged), gain,
+                           ss[0].score_ms if ss else None, ss[-1].score_ms if ss else None,
+                           tuple(hidden.get(pid, ()))))
+    return out
+
+
+def summary(sec: Section, lang: str) -> str:
+    t = TEXT[lang]
+    s = t["summary"].format(merged=sec.merged, total=len(sec.rows), gain=fmt_gain(sec.gain_ms))
+    if sec.first_score is not None:
+        s += " · " + t["main"].format(first=f"{sec.first_score:.3f}", last=f"{sec.last_score:.3f}")
+    return s
+
+
+def not_shown_line(sec: Section, lang: str) -> str:
+    """The line under a phase's table naming the attempts that tried nothing ('' if none)."""
+    if not sec.not_shown:
+        return ""
+    return TEXT[lang]["not_shown"].format(n=len(sec.not_shown),
+                                          numbers=", ".join(f"#{n}" for n in sec.not_shown))
+
+
+__all__ = ["JourneyRow", "MINUS", "SCORER_CHECK", "Section", "accuracy_tag", "change", "check_lang",
+           "clip", "describe", "fmt_delta", "fmt_estimate", "fmt_gain", "measured", "not_shown_line",
+           "phase_map", "reason_word", "result", "rows", "sections", "shown", "signed",
+           "state_word", "summary", "tried_nothing"]
