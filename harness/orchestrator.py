@@ -404,7 +404,7 @@ class Orchestrator:
         attempts = self.led.attempts()
         journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
         targets = planning.plan(prof["ops"], prof["step_ms"], journey, slots,
-                                busy={a.target for a in in_flight})
+                                busy={a.target for a in in_flight}, allowed=self.cfg.loop.targets)
         if self.cfg.agent.backend == "replay":  # each patch names the target it was written for
             targets = self._replay_targets(prof, journey, targets, slots)
         for t in targets:

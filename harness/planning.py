@@ -60,15 +60,17 @@ def target_of(name: str, row: dict, step_ms: float, journey: list[dict], decay: 
 
 
 def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
-         busy: set[str] = frozenset(), decay: float = 0.6) -> list[OpTarget]:
+         busy: set[str] = frozenset(), decay: float = 0.6,
+         allowed: tuple[str, ...] | None = None) -> list[OpTarget]:
     """``profile_ops``: {row: {ms, floor_ms, free_ms}}; ``journey``: [{target, state, reason}];
-    ``busy``: targets with an attempt in flight (never doubled up)."""
+    ``busy``: targets with an attempt in flight (never doubled up); ``allowed``: the rows the
+    loop may brief (kern.yaml ``loop.targets``; None: every row)."""
     if slots <= 0:
         return []
     stats = journey_stats(journey)
     out = []
     for name, row in profile_ops.items():
-        if name in busy or stats.get(name, {}).get("exhausted"):
+        if name in busy or stats.get(name, {}).get("exhausted") or (allowed is not None and name not in allowed):
             continue
         t = target_of(name, row, step_ms, journey, decay)
         if t.headroom_ms <= 0:

@@ -255,6 +255,8 @@ class Loop:
     stop_after_idle_ticks: int = key(ge=1)
     trial_merge_parts: int = key(0, ge=0, check=_trial_parts)
     trial_merge_recent: int = key(12, ge=2)
+    # profile rows the planner may brief (op names, or 'dense projections (cuBLAS)'); None: every row
+    targets: tuple[str, ...] | None = key(None, nonempty=True)
 
     @property
     def every_s(self) -> float:

@@ -606,3 +606,15 @@ def test_a_change_is_the_profile_row_of_the_ops_it_touches():
     assert row_of_change({"moe.experts"}, families) == "moe.experts"
     assert row_of_change({"mla.topk", "dense.linear"}, families) == f"{DENSE_ROW}, mla.topk"
     assert row_of_change(None, families) == "" and row_of_change(set(), families) == ""
+
+
+def test_the_planner_briefs_only_the_allowed_rows():
+    from harness.planning import plan
+
+    ops = {"moe.experts": {"ms": 60.0, "floor_ms": 30.0}, "dense projections (cuBLAS)": {"ms": 35.0, "floor_ms": 6.0},
+           "mla.topk": {"ms": 4.0, "floor_ms": 0.05}}
+    every = [t.name for t in plan(ops, 100.0, [], 3)]
+    assert every == ["moe.experts", "dense projections (cuBLAS)", "mla.topk"]  # by headroom
+    only = [t.name for t in plan(ops, 100.0, [], 3, allowed=("moe.experts",))]
+    assert only == ["moe.experts"]
+    assert plan(ops, 100.0, [], 3, allowed=("moe.experts",), busy={"moe.experts"}) == []
