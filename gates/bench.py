@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, ranks, stats, verdict
+from . import checkout, ranks, sandbox, stats, verdict
 from .hidden import Hidden
 from .results import BenchResult
 from .spec import side_spec
@@ -108,6 +108,11 @@ def bench_settings(bench: dict, profile: dict) -> dict:
 def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
     sample, check and timing) as ``.report``."""
+    with sandbox.configured(sandbox.settings_mode(req.settings)):
+        return _run_bench(req, progress)
+
+
+def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
     rounds = req.rounds or prof["rounds"]  # rounds and replays: the machine profile's (kern.yaml)
@@ -169,6 +174,10 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
                  + (f", process {opened[k]} (sides alternate)" if alternate else ""))
         return s
 
+    # the store and the bench sides attached to it (CUDA IPC) share one sandbox
+    box = sandbox.side_group("store", trees["A" if "A" in trees else "B"], work / "store.json",
+                             peers=False, more=[("bench", t, work / "side.json") for t in trees.values()]
+                             ).open() if shared else None
     try:
         if shared:
             first = "A" if "A" in trees else "B"
@@ -248,6 +257,8 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
             s.close()
         if store:
             store.close()
+        if box:
+            box.close()
         _remove_timed_files(result["timed_files"], req.world)
     result["processes"] = opened
     result["wall_s"] = time.monotonic() - t0

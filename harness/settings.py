@@ -80,6 +80,7 @@ _SCHEMA: dict[str, tuple] = {
     "budgets.attempts": (int, True),
     "budgets.tokens": (int, True),
     "budgets.wall_hours": (_NUM, True),
+    "sandbox": (str, False),
 }
 _PROFILE_SCHEMA = {
     "model": str, "layout": str, "buckets": list, "weights": list, "context": int,
@@ -153,6 +154,12 @@ def validate(data) -> list[str]:
     tr = _get(data, "loop.trial_merge_recent")
     if isinstance(tr, int) and not isinstance(tr, bool) and tr < 2:
         problems.append(f"loop.trial_merge_recent: expected at least 2 attempts to look back on, found {tr}")
+    sandbox = _get(data, "sandbox")
+    if isinstance(sandbox, str):
+        from gates.sandbox import MODES
+
+        if sandbox not in MODES:
+            problems.append(f"sandbox: expected one of {', '.join(MODES)}, found {sandbox!r}")
     kind = _get(data, "farm.kind")
     if isinstance(kind, str) and kind not in FARM_KINDS:
         problems.append(f"farm.kind: expected one of {', '.join(FARM_KINDS)}, found {kind!r}")
@@ -346,6 +353,7 @@ class Resolved:
     loop: Loop
     farm: Farm
     budgets: Budgets
+    sandbox: str = "auto"  # how candidate code is confined (gates/sandbox.py MODES)
 
 
 # kern.yaml's top-level keys and what each becomes; a mapping section's keys are the fields of
@@ -353,6 +361,7 @@ class Resolved:
 _SECTIONS = {"target": Target, "test": TestGate, "bench": Bench, "step": Limit, "profile": Limit,
              "agent": Agent, "loop": Loop, "farm": Farm, "budgets": Budgets}
 _LISTS = ("editable", "protected")
+_SCALARS = ("sandbox",)
 
 
 def _names(cls) -> set[str]:
@@ -384,8 +393,8 @@ def unread_keys(data: dict) -> list[str]:
                 for k in val:
                     if k not in _names(_SECTIONS[key]):
                         unread(f"{key}.{k}", _names(_SECTIONS[key]))
-        elif key not in _LISTS:
-            unread(key, {*_SECTIONS, *_LISTS, "profiles"})
+        elif key not in _LISTS + _SCALARS:
+            unread(key, {*_SECTIONS, *_LISTS, *_SCALARS, "profiles"})
     return out
 
 
@@ -423,7 +432,7 @@ def resolve(data: dict, cuda: bool, profile: dict | None = None) -> Resolved:
         agent=_section(Agent, agent, **({"tunables": tuple(agent["tunables"])} if "tunables" in agent else {})),
         loop=_section(Loop, data["loop"]),
         farm=_section(Farm, farm, **({"slots": tuple(farm["slots"])} if isinstance(farm.get("slots"), list) else {})),
-        budgets=_section(Budgets, data["budgets"]))
+        budgets=_section(Budgets, data["budgets"]), sandbox=data.get("sandbox", "auto"))
 
 
 @dataclass(frozen=True)

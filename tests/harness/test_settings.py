@@ -149,3 +149,21 @@ def test_the_schema_checks_exactly_the_keys_the_typed_sections_hold():
         assert checked == {f.name for f in fields(cls)}, section
     optional = {"noise_pct", "memory_gib"}  # checked on their own in profile_problems
     assert set(S._PROFILE_SCHEMA) | optional == {f.name for f in fields(S.Profile)} - {"name"}
+
+
+@pytest.mark.parametrize("value,problem", [
+    ("auto", None), ("off", None), ("namespaces", None), ("landlock", None),
+    ("bubblewrap", "sandbox: expected one of auto, namespaces, landlock, off, found 'bubblewrap'"),
+    (True, "sandbox: expected str, found True"),
+])
+def test_the_sandbox_key_names_its_modes(value, problem):
+    data = {**copy.deepcopy(DATA), "sandbox": value}
+    assert validate(data) == ([problem] if problem else [])
+    if problem is None:
+        assert resolve(data, False).sandbox == value
+
+
+def test_the_sandbox_defaults_to_auto_when_kern_yaml_says_nothing():
+    data = copy.deepcopy(DATA)
+    data.pop("sandbox", None)
+    assert validate(data) == [] and resolve(data, False).sandbox == "auto"
