@@ -254,12 +254,19 @@ def plan(mechanism: str, side: Side, m: Machine, group: list[Side] | None = None
             "read": ["/"], "write": own + ["/tmp", "/dev/shm", m.home], "devices": devices,
             "tcp": False}
     else:
-        private = os.path.join(side.writes, ".sandbox")
+        # its own home and /tmp, removed when it ends (sides that share a run folder: one each)
+        private = os.path.join(side.writes, f".sandbox-{Path(side.out).stem}")
+        out["remove"] = [private]
         env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"))
-        out["make"] = [env["TMPDIR"], env["HOME"]]
+        # Python finds a package by listing the folders of sys.path: the harness's root may
+        # not be listed (runs/ is there), so gates/ is reached through a folder of links
+        py = os.path.join(private, "py")
+        out["make"] = [env["TMPDIR"], env["HOME"], py]
+        out["links"] = [[os.path.join(py, "gates"), os.path.join(m.harness, "gates")]]
+        out["path_first"] = py
         # ranks meet over TCP on 127.0.0.1 and NCCL in /dev/shm: with no network namespace
         # they need both (docs/sandbox.md)
-        out["landlock"] = {"read": readable([side], m) + list(PROC),
+        out["landlock"] = {"read": readable([side], m) + list(PROC), "list": [side.tree],
                            "write": own + (["/dev/shm"] if peers or group else []),
                            "devices": devices, "tcp": peers}
     return out
@@ -401,6 +408,9 @@ def wrap(cmd: list[str], env: dict | None = None) -> list[str]:
     p["remove_stage"] = g is None  # a group's stage goes when the group closes
     for d in p.get("make", ()):
         os.makedirs(d, exist_ok=True)
+    for link, target in p.get("links", ()):
+        if not os.path.islink(link):
+            os.symlink(target, link)
     return _confine("run", json.dumps(p), "--", *cmd)
 
 

@@ -227,8 +227,9 @@ def _fs_rights(abi: int) -> int:
 
 def landlock(rules: dict) -> None:
     """Restrict this process and its children to ``rules``: read (and execute) beneath
-    ``read``, everything beneath ``write``, read/write/ioctl of the ``devices``; TCP only when
-    ``tcp``; signals only within the sandbox. Paths that do not exist are skipped."""
+    ``read``, everything beneath ``write``, read/write/ioctl of the ``devices``, listing (not
+    reading) beneath ``list``; TCP only when ``tcp``; signals only within the sandbox. Paths
+    that do not exist are skipped."""
     abi = landlock_abi()
     if abi < 1:
         raise SandboxError("landlock: not supported by this kernel (or disabled at boot)")
@@ -243,7 +244,7 @@ def landlock(rules: dict) -> None:
     fd = _check(_libc.syscall(SYS_LANDLOCK_CREATE, buf, size, 0), "landlock_create_ruleset")
     try:
         for paths, access in ((rules.get("read", ()), read), (rules.get("write", ()), handled),
-                              (rules.get("devices", ()), device)):
+                              (rules.get("devices", ()), device), (rules.get("list", ()), LL_READ_DIR)):
             for p in paths:
                 if p == "/proc/self":  # this process's own entries, not its neighbours'
                     p = f"/proc/{os.getpid()}"
@@ -271,6 +272,9 @@ def _exec(plan: dict, cmd: list[str]) -> None:
     if plan.get("landlock"):
         landlock(plan["landlock"])
     os.environ.update(plan.get("env", {}))
+    if plan.get("path_first"):
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [plan["path_first"]] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     os.chdir(plan["cwd"])
     os.execvpe(cmd[0], cmd, os.environ)
 
@@ -379,6 +383,8 @@ def hand_back(plan: dict) -> None:
 
 def _leave(status: int, plan: dict) -> None:
     hand_back(plan)
+    for path in plan.get("remove", ()):  # the side's private home and /tmp
+        shutil.rmtree(path, ignore_errors=True)
     _exit_as(status)
 
 

@@ -124,7 +124,8 @@ def test_the_landlock_plan_names_the_same_paths_and_opens_tcp_to_ranks_only():
     assert p["landlock"]["read"] == S.readable([side], M) + list(S.PROC)
     assert "/proc" not in p["landlock"]["read"]  # another process's environ is not read
     assert p["landlock"]["write"] == S.writable([side], M) and p["landlock"]["tcp"] is False
-    assert p["env"]["HOME"].startswith("/srv/repo/runs/bench/w/.sandbox/")
+    assert p["env"]["HOME"].startswith("/srv/repo/runs/bench/w/.sandbox-sideB/")
+    assert p["remove"] == ["/srv/repo/runs/bench/w/.sandbox-sideB"]
     ranks = S.plan("landlock", side, M, [side], peers=True, landlock_abi=7)["landlock"]
     assert ranks["tcp"] is True and "/dev/shm" in ranks["write"]
 
