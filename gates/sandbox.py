@@ -54,8 +54,8 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 PROC = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loadavg",
         "/proc/version", "/proc/filesystems", "/proc/devices", "/proc/sys", "/proc/driver")
 # modes whose --out folder the gates made for the side alone; a run (step) side's --out may be
-# any file (kern step --out), so its folder is shown as an empty one and what it wrote is
-# moved there when it ends
+# any file (kern step --out ./x.json), so it writes into a stage beside it instead and only its
+# documents are moved out when it ends
 OWN_FOLDER_MODES = ("tap", "bench", "store")
 
 
@@ -69,15 +69,13 @@ class Facts:
     """What this machine allows (:func:`facts` probes it)."""
     namespaces: str  # "" when a namespace sandbox started here, else why not
     landlock_abi: int  # 0: none
-    fresh_proc: bool = True  # the namespace sandbox got a /proc of its own
 
     def describe(self, mechanism: str) -> str:
         if mechanism == "off":
             return "off (kern.yaml sandbox: off): candidate code runs with the user's rights"
         if mechanism == "namespaces":
             ll = f" + landlock ABI {self.landlock_abi}" if self.landlock_abi else " (no landlock)"
-            proc = "" if self.fresh_proc else "; /proc is the machine's"
-            return f"namespaces (user, mount, network, PID, IPC){ll}{proc}"
+            return f"namespaces (user, mount, network, PID, IPC){ll}"
         return f"landlock ABI {self.landlock_abi} (no namespaces: {self.namespaces})"
 
 
@@ -331,26 +329,27 @@ def _pth_dirs(site_dir: str) -> list[str]:
     return out
 
 
-def _probe_namespaces() -> tuple[str, bool]:
-    """Start a trivial sandboxed Python as a side would be: ("" or why not, fresh /proc?)."""
+def _probe_namespaces() -> str:
+    """Start a trivial sandboxed Python as a side would be: "" when it ran in a PID namespace
+    of its own, else why not."""
     with tempfile.TemporaryDirectory(prefix="kern-sandbox-probe-") as d:
         tree = os.path.join(d, "tree")
         os.makedirs(os.path.join(tree, "kernels"))
         side = Side("tap", tree, os.path.join(d, "run", "out.json"))
         os.makedirs(side.run_dir)
-        m = machine()
-        p = plan("namespaces", side, m, landlock_abi=0)
+        p = plan("namespaces", side, machine(), landlock_abi=0)
         cmd = [sys.executable, "-I", "-S", CONFINE, "run", json.dumps(p), "--", sys.executable,
-               "-I", "-S", "-c", "import os; print(os.getpid(), sum(n.isdigit() for n in os.listdir('/proc')) < 4)"]
+               "-I", "-S", "-c", "import os; print(os.getpid(), sorted(n for n in os.listdir('/proc') if n.isdigit()))"]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as e:
-            return f"the probe did not run ({e})", False
+            return f"the probe did not run ({e})"
         if r.returncode != 0:
             words = [ln for ln in r.stderr.splitlines() if ln.strip()]
-            return (words[-1][:300] if words else f"exit {r.returncode}"), False
-        got = r.stdout.split()
-        return "", got[:2] == ["1", "True"]
+            return words[-1][:300] if words else f"exit {r.returncode}"
+        if not r.stdout.startswith("2 ['1', '2']"):
+            return f"the probe's process did not run alone in its PID namespace ({r.stdout.strip()[:200]})"
+        return ""
 
 
 def _probe_landlock() -> int:
@@ -366,8 +365,7 @@ def facts() -> Facts:
     """What this machine allows, probed once per process (about 0.1 s)."""
     if sys.platform != "linux":
         return Facts(f"not Linux ({sys.platform})", 0)
-    why, fresh = _probe_namespaces()
-    return Facts(why, _probe_landlock(), fresh)
+    return Facts(_probe_namespaces(), _probe_landlock())
 
 
 def chosen(mode: str | None = None) -> str:

@@ -166,11 +166,11 @@ def build_root(plan: dict, old: str, new: str) -> None:
             _mkdirs(dst)
             try:
                 mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            except SandboxError:
-                # a container that masks parts of its /proc refuses a fresh one: the machine's
-                # /proc then (other processes are listed; landlock keeps their memory closed)
-                mount(old + "/proc", dst, None, MS_BIND | MS_REC)
-                plan["notes"].append("/proc is the machine's (a fresh one was refused)")
+            except SandboxError as e:
+                # a container that masks parts of its /proc refuses a fresh one; the machine's
+                # would show every process's environment (the launcher's API keys)
+                raise SandboxError(f"a /proc of its own was refused ({e}): a container that "
+                                   f"masks /proc") from None
         else:
             raise SandboxError(f"plan: unknown mount kind {kind!r} at {path}")
     set_attr(new, MOUNT_ATTR_RDONLY, recursive=False)  # the root itself: nothing new at /
@@ -326,8 +326,6 @@ def create(plan: dict, cmd: list[str] | None) -> tuple[int, int]:
         try:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             enter_root(plan)
-            for note in plan["notes"]:
-                os.write(2, f"sandbox: {note}\n".encode())
         except BaseException as e:  # noqa: BLE001 - everything goes back to P as text
             os.write(w, f"{e}".encode() or b"failed")
             os._exit(125)
@@ -474,7 +472,6 @@ def main(argv: list[str]) -> None:
     plan: dict = {}
     try:
         plan = json.loads(args[0])
-        plan.setdefault("notes", [])
         if verb == "run":
             verb_run(plan, cmd)
         elif verb == "hold":
