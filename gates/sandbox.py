@@ -267,6 +267,8 @@ def plan(mechanism: str, side: Side, m: Machine, group: list[Side] | None = None
         out["landlock"] = {"read": readable([side], m) + list(PROC), "list": [side.tree],
                            "write": own + (["/dev/shm"] if peers or group else []),
                            "devices": devices, "tcp": peers}
+        # what landlock leaves open: sockets other than TCP (a UDP datagram to a listener)
+        out["seccomp"] = {"inet_stream": peers}
     return out
 
 

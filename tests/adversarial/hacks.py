@@ -449,7 +449,8 @@ def commit_hack(repo: Path, hack: Hack) -> str:
 # ------------------------------------------------------------------ what the sandbox stops
 # (cases 22-24, tests/adversarial/test_sandbox_hacks.py): code a kernel module runs at import,
 # reaching the standard library's files, sockets and libc past the scope gate (through
-# sys.modules); ``TOKEN`` names what the test planted, ``PORT`` its listener on 127.0.0.1.
+# sys.modules); ``TOKEN`` names what the test planted, ``PORT`` and ``UDPPORT`` its listeners
+# on 127.0.0.1.
 _SANDBOX_PRELUDE = (
     "import json as _kjson\nimport os as _kos\nimport sys as _ksys\n\n"
     "_kmods = getattr(_ksys, \"modules\")\n"
@@ -490,7 +491,13 @@ _LEAK = (
     "            s.sendall(line.encode())\n"
     "        _ksay(\"kern-leak socket sent\")\n"
     "    except OSError as e:\n"
-    "        _ksay(f\"kern-leak socket {type(e).__name__}\")\n\n\n"
+    "        _ksay(f\"kern-leak socket {type(e).__name__}\")\n"
+    "    try:  # a datagram (landlock refuses TCP only; the sandbox's seccomp the rest)\n"
+    "        sock = _kmods[\"importlib\"].import_module(\"socket\")\n"
+    "        sock.socket(sock.AF_INET, sock.SOCK_DGRAM).sendto(line.encode(), (\"127.0.0.1\", UDPPORT))\n"
+    "        _ksay(\"kern-leak datagram sent\")\n"
+    "    except OSError as e:\n"
+    "        _ksay(f\"kern-leak datagram {type(e).__name__}\")\n\n\n"
     "_kern_leak()\n")
 
 _PEEK = (
@@ -537,11 +544,12 @@ _PLANT = (
     "_kern_plant()\n")
 
 
-def sandbox_hacks(token: str, port: int) -> list[Hack]:
-    """Cases 22-24 for one test session: ``token`` names the planted secrets, ``port`` the
-    listener on the machine's 127.0.0.1."""
+def sandbox_hacks(token: str, port: int, udp_port: int) -> list[Hack]:
+    """Cases 22-24 for one test session: ``token`` names the planted secrets, ``port`` and
+    ``udp_port`` the TCP and UDP listeners on the machine's 127.0.0.1."""
     def edit(body):
-        code = (_SANDBOX_PRELUDE + body).replace("TOKEN", token).replace("PORT", str(port))
+        code = (_SANDBOX_PRELUDE + body).replace("TOKEN", token).replace("UDPPORT", str(udp_port)) \
+            .replace("PORT", str(port))
         return _situ((SITU_IMPORTS, SITU_IMPORTS + code))
 
     return [Hack(22, "leak-secrets", "read secrets planted outside the tree at import and send them "

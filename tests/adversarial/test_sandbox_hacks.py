@@ -5,8 +5,8 @@ tap sides, ``kern bench``'s scorer side, ``kern step``'s step side). Each is ass
 for its own reason:
 
  22  leak: reads secrets the test planted in the home, /etc and the ledger's folder, and sends
-     what it read to its log, a file in its run folder, a world-readable temporary file and a
-     listener the test runs on 127.0.0.1. Harmless because nothing of the machine beyond the
+     what it read to its log, a file in its run folder, a world-readable temporary file and
+     listeners the test runs on 127.0.0.1 (TCP and UDP). Harmless because nothing of the machine beyond the
      side's own files exists in its sandbox (each read: FileNotFoundError) and its network is
      an empty one (the listener hears nothing); the secrets appear nowhere the loop or a later
      agent reads (the repository, runs/, the home, the temporary file).
@@ -116,7 +116,7 @@ def judged(catalogue, request):
     for p in places.values():
         p.write_text(SECRET)
     try:
-        hacks = {h.case: h for h in H.sandbox_hacks(TOKEN, listener.port)}
+        hacks = {h.case: h for h in H.sandbox_hacks(TOKEN, listener.port, listener.udp_port)}
         shas = {case: H.commit_hack(repo, h) for case, h in hacks.items()}  # the same commits each time
         main = ctx.repo.main_sha()
 
@@ -162,7 +162,8 @@ def test_a_leaked_secret_reaches_nothing_anyone_reads(judged):
         got = said(text, "kern-leak")
         assert set(got) == {"etc", "home", "ledger"} and set(got.values()) <= MISSING, (where, got)
         assert "kern-leak socket sent" not in text, where
-    assert heard == []  # the listener on the machine's 127.0.0.1
+        assert "kern-leak datagram " in text, where
+    assert heard == []  # the listeners (TCP, UDP) on the machine's 127.0.0.1
     assert not Path(f"/tmp/kern-leak-{TOKEN}.txt").exists()  # the sandbox's own /tmp went with it
     assert holding([repo, *home_files(), Path(f"/tmp/kern-leak-{TOKEN}.txt")], SECRET,
                    skip=places.values()) == []

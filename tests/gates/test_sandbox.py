@@ -126,8 +126,10 @@ def test_the_landlock_plan_names_the_same_paths_and_opens_tcp_to_ranks_only():
     assert p["landlock"]["write"] == S.writable([side], M) and p["landlock"]["tcp"] is False
     assert p["env"]["HOME"].startswith("/srv/repo/runs/bench/w/.sandbox-sideB/")
     assert p["remove"] == ["/srv/repo/runs/bench/w/.sandbox-sideB"]
-    ranks = S.plan("landlock", side, M, [side], peers=True, landlock_abi=7)["landlock"]
-    assert ranks["tcp"] is True and "/dev/shm" in ranks["write"]
+    assert p["seccomp"] == {"inet_stream": False}  # sockets landlock does not cover: Unix only
+    ranks = S.plan("landlock", side, M, [side], peers=True, landlock_abi=7)
+    assert ranks["landlock"]["tcp"] is True and "/dev/shm" in ranks["landlock"]["write"]
+    assert ranks["seccomp"] == {"inet_stream": True}
 
 
 # --------------------------------------------------------------------------- real processes
@@ -146,6 +148,11 @@ try:
     out["net"] = "sent"
 except OSError as e:
     out["net"] = type(e).__name__
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"leak", ("127.0.0.1", int(sys.argv[5])))
+    out["udp"] = "sent"
+except OSError as e:
+    out["udp"] = type(e).__name__
 for name, path in (("outside", sys.argv[3]), ("home", os.path.expanduser("~/.bashrc"))):
     try:
         open(path, "w").write("x")
@@ -167,16 +174,22 @@ print(json.dumps(out))
 
 
 class Listener:
-    """A TCP listener on the machine's 127.0.0.1; ``got``: what reached it."""
+    """A TCP and a UDP listener on the machine's 127.0.0.1; ``got``: what reached them."""
 
     def __init__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
         self.sock.settimeout(0.2)
-        self.port, self.got, self._stop = self.sock.getsockname()[1], [], False
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.udp.settimeout(0.2)
+        self.port, self.udp_port = self.sock.getsockname()[1], self.udp.getsockname()[1]
+        self.got, self._stop = [], False
+        self.threads = [threading.Thread(target=self._serve, daemon=True),
+                        threading.Thread(target=self._serve_udp, daemon=True)]
+        for t in self.threads:
+            t.start()
 
     def _serve(self):
         while not self._stop:
@@ -191,10 +204,19 @@ class Listener:
                 except OSError:
                     self.got.append(b"(connected)")
 
+    def _serve_udp(self):
+        while not self._stop:
+            try:
+                self.got.append(self.udp.recv(4096))
+            except OSError:
+                continue
+
     def close(self):
         self._stop = True
-        self.thread.join(timeout=5)
+        for t in self.threads:
+            t.join(timeout=5)
         self.sock.close()
+        self.udp.close()
 
 
 def confined(tmp_path, mode, mechanism):
@@ -212,6 +234,7 @@ def confined(tmp_path, mode, mechanism):
     try:
         side_cmd = [sys.executable, "-c", PROBE, json.dumps(secrets), str(listener.port),
                     str(tmp_path / "runs" / "planted.txt"), f"{os.getpid()},{os.getppid()}",
+                    str(listener.udp_port),
                     "gates.side.driver", mode, "--tree", str(tree), "--out", str(run / "out.json")]
         with S.configured(mechanism):
             cmd = S.wrap(side_cmd)
@@ -253,6 +276,7 @@ def test_a_confined_process_reads_no_secret_writes_nothing_outside_and_reaches_n
     assert not (root / "runs" / "planted.txt").exists() and not (home / ".bashrc").exists()
     if mechanism == "landlock":
         assert got["wrote outside"] == "PermissionError", got
+        assert got["udp"] == got["net"] == "PermissionError", got  # seccomp, landlock
     # the launcher's environment (API keys) stays out, whichever process's /proc is tried
     assert not any(SECRET_ENV in e for e in got["environs"]), got
     if mechanism == "namespaces":
