@@ -196,8 +196,8 @@ def _run_test(req: TestRequest, progress=None) -> TestResult:
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     b_dir.mkdir(parents=True, exist_ok=True)
     if a_kind == "ok":
-        # B runs with the user's rights and is told where main's recording lies: what it reads
-        # from main must be unchanged when it ends (else it could record its own results there)
+        # what B reads of main must be unchanged when it ends (else it could record its own
+        # results there): main's recording and tree, and B's copies of the recording
         a_world = int(spec.get("world", 1))
         a_files = TapFiles(a_dir)
         guarded = a_files.recording() + [a_tree / "kernels"] + [
@@ -229,8 +229,8 @@ def _run_test(req: TestRequest, progress=None) -> TestResult:
         b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
                       TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), handed)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
-        moved = filemarks.changed_files(marks, {p: m for p, m in filemarks.file_marks(
-            guarded + ([seen] if mech == "landlock" else []), mech != "namespaces").items()})
+        moved = filemarks.changed_files(marks, filemarks.file_marks(
+            guarded + ([seen] if mech == "landlock" else []), ctime=mech != "namespaces"))
         if mech != "off":
             shutil.rmtree(seen, ignore_errors=True)  # links or copies: main's stays in a_dir
             if handed.error is not None:

@@ -305,7 +305,7 @@ def machine(env: dict | None = None) -> Machine:
         if os.path.isdir(d):
             py.append(d)
             py += _pth_dirs(d)
-    libs = [env.get("CUDA_HOME", "")] + env.get("LD_LIBRARY_PATH", "").split(":") + \
+    libs = [env.get("CUDA_HOME", "")] + env.get("LD_LIBRARY_PATH", "").split(":") + _ld_dirs() + \
         [p for p in env.get("PYTHONPATH", "").split(":") if os.path.realpath(p) != str(HARNESS_ROOT)]
     cache = env.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache")
     devices = sorted(glob.glob("/dev/nvidia*"))
@@ -313,6 +313,19 @@ def machine(env: dict | None = None) -> Machine:
                    tuple(dict.fromkeys(os.path.realpath(p) for p in py if p)),
                    tuple(dict.fromkeys(os.path.realpath(p) for p in libs if p and os.path.exists(p))),
                    tuple(devices), os.path.realpath(cache))
+
+
+def _ld_dirs() -> list[str]:
+    """The folders the dynamic linker's cache names (/etc/ld.so.conf.d): where a driver's
+    libraries may lie outside /usr (libcuda in a container's /usr/local/nvidia/lib64)."""
+    out = []
+    for conf in ["/etc/ld.so.conf", *sorted(glob.glob("/etc/ld.so.conf.d/*.conf"))]:
+        try:
+            lines = Path(conf).read_text().splitlines()
+        except OSError:
+            continue
+        out += [ln.strip() for ln in lines if ln.strip().startswith("/") and os.path.isdir(ln.strip())]
+    return out
 
 
 def _pth_dirs(site_dir: str) -> list[str]:

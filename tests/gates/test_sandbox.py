@@ -339,3 +339,43 @@ def test_the_loop_refuses_to_start_without_a_sandbox_and_names_the_fix(tmp_path,
     err = capsys.readouterr().err
     assert "kern loop: refusing to start: sandbox: none available" in err
     assert "`sandbox: off` in kern.yaml" in err and "operator:" in err
+
+
+@pytest.mark.skipif(S.facts().namespaces != "", reason="needs the namespace sandbox")
+def test_a_group_shares_one_sandbox_and_keeps_its_members_apart(tmp_path, home):
+    """The scorer's model store and its bench sides (CUDA IPC) share one sandbox: one PID
+    namespace, one /dev/shm; each joins with its own tree and landlock, so one side cannot
+    read another's memory. Ranks of one side (peers) join without landlock."""
+    trees = {k: tmp_path / f"tree{k}" for k in "AB"}
+    for t in trees.values():
+        (t / "kernels").mkdir(parents=True)
+    work = tmp_path / "runs" / "bench" / "w"
+    first = ("import os, sys, time; open('/dev/shm/kern-shared', 'w').write(str(os.getpid())); "
+             "print(os.getpid(), flush=True); time.sleep(30)")
+    second = ("import json, os, sys\nwhile not os.path.exists('/dev/shm/kern-shared'): pass\n"
+              "pid = int(open('/dev/shm/kern-shared').read())\nout = {'pids': sorted(int(p) for p in "
+              "os.listdir('/proc') if p.isdigit()), 'peer': pid, 'tree': sorted(os.listdir(sys.argv[1]))}\n"
+              "try:\n    open(f'/proc/{pid}/mem', 'rb'); out['mem'] = 'read'\n"
+              "except OSError as e:\n    out['mem'] = type(e).__name__\nprint(json.dumps(out))\n")
+
+    def side(code, k, name, *args):
+        return [sys.executable, "-c", code, *args, "gates.side.driver", "bench", "--tree", str(trees[k]),
+                "--out", str(work / f"{name}.json")]
+
+    for peers, mem in ((False, "PermissionError"), (True, "read")):
+        with S.group("store", trees["A"], work / "store.json", peers=peers,
+                     more=[("bench", trees["B"], work / "sideB.json")]):
+            a = subprocess.Popen(S.wrap(side(first, "A", "store")), stdout=subprocess.PIPE, text=True,
+                                 cwd=S.HARNESS_ROOT, env=side_env())
+            try:
+                a.stdout.readline()
+                r = subprocess.run(S.wrap(side(second, "B", "sideB", str(trees["A"]))), capture_output=True,
+                                   text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env())
+            finally:
+                a.kill()
+                a.wait()
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["peer"] in got["pids"] and 1 in got["pids"], got  # one PID namespace
+        assert got["tree"] == ["kernels"]  # the group shows both trees' kernels/, nothing else
+        assert got["mem"] == mem, (peers, got)
