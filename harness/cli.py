@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gates.sandbox import SandboxUnavailable
+
 from . import commands, doctor, loop_cmd, report_cmd
 from .settings import SettingsError
 
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SettingsError as e:
         print(f"kern: configuration error (edit {args.config}):\n{e}", file=sys.stderr)
+        return 2
+    except SandboxUnavailable as e:  # no side may start unconfined unless kern.yaml says so
+        print(f"kern {args.verb}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kern: interrupted", file=sys.stderr)

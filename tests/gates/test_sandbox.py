@@ -379,3 +379,18 @@ def test_a_group_shares_one_sandbox_and_keeps_its_members_apart(tmp_path, home):
         assert got["peer"] in got["pids"] and 1 in got["pids"], got  # one PID namespace
         assert got["tree"] == ["kernels"]  # the group shows both trees' kernels/, nothing else
         assert got["mem"] == mem, (peers, got)
+
+
+def test_kern_test_without_a_sandbox_says_who_fixes_it(tmp_path, monkeypatch, capsys):
+    """A gate verb started where no sandbox can be made ends before any side starts, with the
+    fix (kern.yaml's sandbox: off, or the operator's)."""
+    from harness import cli
+    from tests.gates.candidates import candidate, make_repo
+
+    repo = make_repo(tmp_path)
+    sha = candidate(repo, "same", [("kernels/k31/moe/combine.py", "def moe_combine(", "# c\ndef moe_combine(")])
+    monkeypatch.setattr(S, "facts", lambda: S.Facts("unshare(user): Operation not permitted", 0))
+    assert cli.main(["--repo", str(repo), "test", sha, "--vs", "main"]) == 2
+    err = capsys.readouterr().err
+    assert "kern test: sandbox: none available" in err and "`sandbox: off` in kern.yaml" in err
+    assert all(not p.read_text() for p in (repo / "runs").rglob("*.log"))  # no side started
