@@ -12,13 +12,15 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from . import checkout, filemarks, launch_ranks, logits, scope, verdict
+from . import checkout, filemarks, launch_ranks, logits, sandbox, scope, verdict
+from .after_import import AfterImport
 from .events import PassTick
 from .protocol import Hidden, TapFiles, tap_rows
 from .results import AccuracyResult
@@ -161,6 +163,11 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass."""
+    with sandbox.configured(sandbox.settings_mode(req.settings)):
+        return _run_test(req, progress)
+
+
+def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -191,20 +198,47 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     b_dir.mkdir(parents=True, exist_ok=True)
     if a_kind == "ok":
-        # B runs with the user's rights and is told where main's recording lies: what it reads
-        # from main must be unchanged when it ends (else it could record its own results there)
+        # what B reads of main must be unchanged when it ends (else it could record its own
+        # results there): main's recording and tree, and B's copies of the recording
         a_world = int(spec.get("world", 1))
         a_files = TapFiles(a_dir)
         guarded = a_files.recording() + [a_tree / "kernels"] + [
             p for r in range(1, a_world) for p in a_files.recording(r, a_world)]
-        with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
-            marks = filemarks.file_marks(guarded)
-        b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(a_dir)},
-                             TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"),
-                             hidden)
+        marks: dict = {}
+        mech = sandbox.chosen()
+        seen = b_dir / "main" if mech != "off" else a_dir
+
+        def mark(roots, ctime=True) -> None:
+            with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
+                marks.update(filemarks.file_marks(roots, ctime))
+
+        # Sandboxed, B sees main's recording only once every process of it has imported its
+        # tree, in its own folder (no sandbox of B shows main's): hard links under namespaces
+        # (mounted read-only there; marked by mtime, since another judgment's links change
+        # ctimes), copies under landlock alone (B could write through a link; the copies are
+        # marked). With sandbox: off nothing hides main's folder: B is told where it lies.
+        if mech == "off":
+            mark(guarded)
+            handed = hidden
+        else:
+            seen.mkdir(exist_ok=True)
+            if mech == "namespaces":
+                mark(guarded, ctime=False)
+            handed = AfterImport(hidden, int(b_spec.get("world", 1)), lambda: (
+                show_recording(a_dir, seen, link=mech == "namespaces"),
+                None if mech == "namespaces" else mark(guarded + [seen])))
+        b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
+                             TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), handed)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
-        moved = filemarks.changed_files(marks, filemarks.file_marks(guarded))
+        moved = filemarks.changed_files(marks, filemarks.file_marks(
+            guarded + ([seen] if mech == "landlock" else []), ctime=mech != "namespaces"))
+        if mech != "off":
+            shutil.rmtree(seen, ignore_errors=True)  # links or copies: main's stays in a_dir
+            if handed.error is not None:
+                raise RuntimeError(f"accuracy gate: main's recording could not be shown to the "
+                                   f"replay ({handed.error}): the environment must allow links or "
+                                   f"copies in {b_dir}") from handed.error
         if moved:
             b_kind, b_res = "tampered", None
             b_tail += (f"\ntamper: the candidate's side changed main's recording or tree: "
@@ -267,6 +301,22 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
         ev["band"] = logits.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_AREF), th["near_tie_factor"])
     ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
     return ev, verdict.judge(ev, th)
+
+
+def show_recording(a_dir: Path, seen: Path, link: bool) -> None:
+    """Every file of main's recording in ``a_dir`` (its ranks' too, logs aside) at the same
+    place under ``seen``: hard links (``link``, where the file system allows) or copies."""
+    for src in sorted(a_dir.rglob("*")):
+        if not src.is_file() or src.suffix == ".log":
+            continue
+        dst = seen / src.relative_to(a_dir)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if not link:
+                raise OSError("copies asked for")
+            os.link(src, dst)
+        except OSError:
+            shutil.copyfile(src, dst)
 
 
 def _record_a(req, a_dir, a_tree, spec, touched, timeout, progress, hidden):

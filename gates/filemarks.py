@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def file_marks(roots) -> dict:
+def file_marks(roots, ctime: bool = True) -> dict:
     """``{path: (inode, size, ctime_ns)}`` of each file in ``roots`` and of every file under
     each folder in it (``__pycache__`` aside: Python writes there on import). Any write,
-    replacement or touch of a file changes its ctime, and user code cannot set a ctime back."""
+    replacement or touch of a file changes its ctime, and user code cannot set a ctime back.
+    ``ctime=False``: the mtime instead, for files a hard link elsewhere may be made to or
+    removed from meanwhile (which changes the ctime alone)."""
     marks = {}
     for root in map(Path, roots):
         files = [root] if root.is_file() else sorted(root.rglob("*")) if root.exists() else []
@@ -17,7 +19,7 @@ def file_marks(roots) -> dict:
             if "__pycache__" in p.parts or not p.is_file():
                 continue
             st = p.stat()
-            marks[str(p)] = (st.st_ino, st.st_size, st.st_ctime_ns)
+            marks[str(p)] = (st.st_ino, st.st_size, st.st_ctime_ns if ctime else st.st_mtime_ns)
     return marks
 
 

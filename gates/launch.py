@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import sandbox
+from .after_import import AfterImport
 from .protocol import (IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
                        parse as check_options)
 
@@ -103,7 +105,7 @@ def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     for line in proc.stdout:
         if not sent and line.strip() == IMPORTED:
             try:
-                proc.stdin.write(handover_line(hidden))
+                proc.stdin.write(hidden.line(proc) if isinstance(hidden, AfterImport) else handover_line(hidden))
                 proc.stdin.close()
             except (BrokenPipeError, OSError):
                 pass  # the side ended; its exit status says how
@@ -222,7 +224,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     t0 = time.monotonic()
     timed_out = False
     with open(log_path, "w") as logf:
-        proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
+        proc = subprocess.Popen(sandbox.wrap(cmd), cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=logf, text=True,
                                 start_new_session=True, **_popen_extra())
         handing = start_hand_over(proc, hidden, logf)
@@ -287,7 +289,7 @@ class Interactive:
         self._log = open(self.log_path, "w")
         cmd = [sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
                str(spec_path), "--out", str(workdir / f"{name}.json")]
-        self.proc = subprocess.Popen(cmd, cwd=HARNESS_ROOT, env=env or side_env(), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(sandbox.wrap(cmd), cwd=HARNESS_ROOT, env=env or side_env(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,
                                      start_new_session=True, **_popen_extra())
         self._lines: "queue.Queue[str | None]" = queue.Queue()

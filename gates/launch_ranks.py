@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import sandbox
 from .launch import (HARNESS_ROOT, _die_with_parent, Interactive, SideError, SideOutcome, _last_line,
                      classify, reply_kind, run_side, side_env, start_hand_over)
 from .protocol import BenchCommand, Quit, parse as check_options, rank_document
@@ -329,7 +330,8 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         envs.append(rank_env(base, r, world, port))
         logs.append(out.with_name(f"{out.stem}.rank{r}.log"))
     t0 = time.monotonic()
-    ended = run_all(cmds, envs, logs, timeout_s, progress, hidden=hidden)
+    with sandbox.group(mode, tree, out, spec):  # the ranks meet in one sandbox
+        ended = run_all([sandbox.wrap(c) for c in cmds], envs, logs, timeout_s, progress, hidden=hidden)
     wall = time.monotonic() - t0
     tails = [log.read_text(errors="replace")[-4000:] for log in logs]
     kinds = [classify(e.returncode, e.timed_out, t) for e, t in zip(ended, tails)]
@@ -366,8 +368,10 @@ class RankGroup:
     def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str, world: int):
         port, base = free_port(), side_env()
         self.name, self.world = name, world
+        self.box = sandbox.side_group(mode, tree, workdir / f"{name}.json", spec).open()
         self.members = [Interactive(mode, tree, spec, workdir, f"{name}.rank{r}",
                                     env=rank_env(base, r, world, port)) for r in range(world)]
+        self.box.leave()  # its ranks are in; the group's sandbox lives until close or kill
         self.log_path = self.members[0].log_path
 
     def wait_imported(self, timeout_s: float) -> None:
@@ -424,8 +428,10 @@ class RankGroup:
             m.send(Quit().to_dict())
         for m in self.members:
             m.close()
+        self.box.close()
 
     def kill(self) -> None:
         for m in self.members:
             m.kill()
+        self.box.close()
 

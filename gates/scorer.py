@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, launch_ranks, logits, stats, verdict
+from . import checkout, launch_ranks, logits, sandbox, stats, verdict
 from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
 from .launch import Interactive, SideError
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
@@ -111,6 +111,11 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
     sample, check and timing) as ``.report``. ``progress`` is called with each
     ``gates.events.ScorerEvent`` as it happens (``print`` shows their lines)."""
+    with sandbox.configured(sandbox.settings_mode(req.settings)):
+        return _run_bench(req, progress)
+
+
+def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
     rounds = req.rounds or prof["rounds"]  # rounds and replays: the machine profile's (kern.yaml)
@@ -171,6 +176,10 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
         progress(SideReady(k, r["build_s"], r["capture_s"], opened[k] if alternate else None))
         return s
 
+    # the store and the bench sides attached to it (CUDA IPC) share one sandbox
+    box = sandbox.side_group("store", trees["A" if "A" in trees else "B"], work / "store.json",
+                             peers=False, more=[("bench", t, work / "side.json") for t in trees.values()]
+                             ).open() if shared else None
     try:
         if shared:
             first = "A" if "A" in trees else "B"
@@ -249,6 +258,8 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
             s.close()
         if store:
             store.close()
+        if box:
+            box.close()
         _remove_timed_files(result["timed_files"], req.world)
     result["processes"] = opened
     result["wall_s"] = time.monotonic() - t0

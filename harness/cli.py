@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from gates.sandbox import SandboxUnavailable
+
 from . import commands, doctor, loop_cmd, report_cmd, show
 from .cli_shared import InputError
 from .settings import SettingsError
@@ -90,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kern: configuration error ({fix}):\n{e}", file=sys.stderr)
         return 2
     except (InputError, RevisionError) as e:  # the user's input names nothing usable
+        print(f"kern {args.verb}: {e}", file=sys.stderr)
+        return 2
+    except SandboxUnavailable as e:  # no side may start unconfined unless kern.yaml says so
         print(f"kern {args.verb}: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -119,7 +119,8 @@ def step_verb(args, verb: str, spec_for, out_for, limit_for):
     out = out_for(v, sha)
     res = run_step(v.repo, sha, v.runs, spec_for(v, *sides), out, limit_for(v.cfg),
                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
-                   stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest})
+                   stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest},
+                   sandbox_mode=v.settings.data.get("sandbox"))
     if not res.ok:
         print(f"kern {verb}: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
               file=sys.stderr)

@@ -243,6 +243,17 @@ def lock_finding(lock: dict) -> Finding:
     return Finding("loop lock", OK, "no loop runs on this repository")
 
 
+def sandbox_finding(sb: dict) -> Finding:
+    """``sb``: {mode (kern.yaml's sandbox), mechanism (or None), described, error, fix}."""
+    if sb.get("error"):
+        return Finding("sandbox", FAIL, sb["error"], sb.get("fix", ""))
+    if sb.get("mechanism") == "off":
+        return Finding("sandbox", WARN, sb["described"],
+                       "user: set `sandbox: auto` in kern.yaml unless this machine holds nothing "
+                       "a candidate's code must not read or send away")
+    return Finding("sandbox", OK, f"{sb['described']} (kern.yaml sandbox: {sb['mode']})")
+
+
 def diagnose(p: dict, settings: dict) -> list[Finding]:
     """Pure: every finding, in the order a person reads them."""
     gpu_prof = settings["profiles"]["gpu"]
@@ -252,7 +263,8 @@ def diagnose(p: dict, settings: dict) -> list[Finding]:
             memory_finding(p["gpu"], float(need) if isinstance(need, (int, float)) else None),
             git_finding(p["git"]), worktree_finding(p["git"], set(p["ledger"].get("in_flight", ()))),
             disk_finding(p["disk"], 2 * budget), ledger_finding(p["ledger"]),
-            agent_finding(settings["agent"]["backend"], p["agent"]), lock_finding(p["lock"])]
+            agent_finding(settings["agent"]["backend"], p["agent"]), lock_finding(p["lock"]),
+            sandbox_finding(p["sandbox"])]
 
 
 def lines(findings: list[Finding]) -> list[str]:
@@ -273,7 +285,20 @@ def probe(repo: Path, settings: dict, *, offline: bool) -> dict:
     ledger = _probe_ledger(repo)
     return {"gpu": _probe_gpu(), "smi": _probe_smi(), "git": _probe_git(repo, runs),
             "disk": _probe_disk(runs if runs.exists() else repo), "ledger": ledger,
-            "agent": _probe_agent(settings["agent"], offline), "lock": _probe_lock(runs)}
+            "agent": _probe_agent(settings["agent"], offline), "lock": _probe_lock(runs),
+            "sandbox": _probe_sandbox(settings)}
+
+
+def _probe_sandbox(settings: dict) -> dict:
+    from gates import sandbox
+
+    mode = sandbox.settings_mode(settings)
+    try:
+        mech = sandbox.chosen(mode)
+    except sandbox.SandboxUnavailable as e:
+        text, _, fix = str(e).partition("; fix: ")
+        return {"mode": mode, "mechanism": None, "error": text, "fix": fix}
+    return {"mode": mode, "mechanism": mech, "described": sandbox.facts().describe(mech)}
 
 
 def _probe_gpu() -> dict:
@@ -479,8 +504,9 @@ def register(sub) -> None:
                     "over), free disk under runs/ against the accuracy gate's snapshot budget, the "
                     "ledger (opens in WAL mode, takes the write lock), the agent backend (anthropic: "
                     "key present and the API answering; claude-code: the SDK importable; command: "
-                    "the program on PATH; tuner and replay: nothing to reach) and whether a loop "
-                    "already holds the repository. Exit 1 if any check fails.")
+                    "the program on PATH; tuner and replay: nothing to reach), whether a loop "
+                    "already holds the repository, and the sandbox candidate code runs in "
+                    "(kern.yaml sandbox; fails when none is available). Exit 1 if any check fails.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--offline", action="store_true",
                    help="do not contact the agent's API (no HEAD request)")

@@ -269,6 +269,14 @@ def cmd_loop(args) -> int:
     except FarmError as e:
         say(f"kern loop: {e}", err=True)
         return 2
+    from gates import sandbox
+
+    try:  # candidate code runs unattended for days: never unconfined unless kern.yaml says so
+        confined = sandbox.chosen(sandbox.settings_mode(settings.data))
+    except sandbox.SandboxUnavailable as e:
+        print(f"kern loop: refusing to start: {e}", file=sys.stderr)
+        return 2
+    progress(f"sandbox: {sandbox.facts().describe(confined) if confined != 'off' else 'off (kern.yaml)'}")
     try:
         lock = acquire_loop_lock(ctx.runs)
     except LoopLocked as e:

@@ -385,7 +385,8 @@ class Orchestrator:
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
         partial = path.with_name(path.stem + ".partial.json")
         with gpu_lock(self.ctx):
-            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, self.cfg.profile.timeout_s)
+            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, self.cfg.profile.timeout_s,
+                           sandbox_mode=self.ctx.settings.get("sandbox"))
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
         # only a whole result is ever found at ``path``: a loop killed while profiling measures

@@ -302,14 +302,18 @@ class Resolved:
     loop: Loop
     farm: Farm
     budgets: Budgets
+    sandbox: str = "auto"  # how candidate code is confined (gates/sandbox.py MODES)
 
 
 # kern.yaml's top-level keys: the mapping sections, the two lists of globs, the profiles
 _SECTIONS = {"target": Target, "test": TestGate, "bench": Bench, "step": Limit, "profile": Limit,
              "agent": Agent, "loop": Loop, "farm": Farm, "budgets": Budgets}
 _LISTS = ("editable", "protected")
+# how every gate side is confined (gates/sandbox.py MODES: the same names, a test holds them)
+SANDBOX_MODES = ("auto", "namespaces", "landlock", "off")
+_SCALARS = {"sandbox": (Literal[SANDBOX_MODES], "auto")}
 _MACHINES = ("gpu", "cpu")
-TOP_LEVEL = (*_SECTIONS, *_LISTS, "profiles")
+TOP_LEVEL = (*_SECTIONS, *_LISTS, *_SCALARS, "profiles")
 
 
 # ----------------------------------------------------------------------- reading
@@ -496,6 +500,12 @@ def _read(data, cuda: bool, profile: dict | None = None) -> tuple[Resolved | Non
         except _Bad:
             problems.append(f"{name}: expected a list of glob patterns, found "
                             + ("nothing (key missing)" if name not in data else repr(value)))
+    for name, (typ, default) in _SCALARS.items():
+        value = data.get(name, default)
+        try:
+            out[name] = _convert(value, typ)
+        except _Bad:
+            problems.append(f"{name}: expected {_describe(typ)}, found {value!r}")
     profs = data.get("profiles")
     machines = {}
     if not isinstance(profs, dict):

@@ -17,7 +17,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from .ledger import Ledger, LedgerError, default_path
+from .ledger import Ledger, LedgerError
 
 def register(sub) -> None:
     from .cli_shared import examples

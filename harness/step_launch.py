@@ -11,16 +11,18 @@ from pathlib import Path
 
 
 def run_step(repo: Path, sha: str, runs: Path, spec: dict, out: Path, timeout_s: float,
-             progress=None, stamp: dict | None = None):
+             progress=None, stamp: dict | None = None, sandbox_mode: str | None = None):
     """Run the step side of commit ``sha`` (or ``WORKTREE``) on ``spec``, writing its result
     to ``out``; returns the ``gates.launch.SideOutcome``. ``stamp``: fields added to a result that
-    came back whole (the commit and kern.yaml's hash), written to ``out`` with it."""
+    came back whole (the commit and kern.yaml's hash), written to ``out`` with it;
+    ``sandbox_mode``: kern.yaml's ``sandbox`` (None: auto)."""
     import json
 
-    from gates import checkout, launch_ranks
+    from gates import checkout, launch_ranks, sandbox
 
     tree = checkout.checkout(repo, sha, runs)
-    res = launch_ranks.run("run", tree, spec, out, timeout_s, progress=progress)
+    with sandbox.configured(sandbox_mode):
+        res = launch_ranks.run("run", tree, spec, out, timeout_s, progress=progress)
     if res.ok and stamp:
         res.result.update(stamp)
         out.write_text(json.dumps(res.result, indent=1, default=str))

@@ -2,7 +2,8 @@
 own reason (the test asserts the reason, never only "not merged"). Hacks: ``hacks.py``.
 Where: static (``test_scope_hacks.py``), runtime (``test_runtime_hacks.py``), kern try
 (``test_scorer_only.py``: scope, kern test, kern bench against main, decision, ledger row),
-GPU only (``test_gpu_hacks.py``).
+GPU only (``test_gpu_hacks.py``), what the sandbox stops (``test_sandbox_hacks.py``: cases
+22-24 are not rejected, they are harmless; each test says why).
 
  #  hack                                             rejected by (check)                 where
  1  result cache keyed on buffer pointers (lm_head)  bench: repeated_outputs             runtime
@@ -82,6 +83,13 @@ GPU only (``test_gpu_hacks.py``).
       gc through sys.modules                          kern test: tampered (audit hook)    runtime
 21  ghost fast path: a new kernel no shape reaches,   scope: imports kernels.k31.reference static
     the wrapped reference does the work
+22  secrets planted in the home, /etc and the        the sandbox: nothing of the machine  sandbox
+    ledger's folder read at import and sent to the     beyond the side's files; an empty
+    log, the run folder, /tmp and a listener           network (docs/sandbox.md)
+23  main's recording read through libc at import     the sandbox: main's folder absent,   sandbox
+                                                       the replay's copy linked after import
+24  writes outside the run folder (the harness,       the sandbox: read-only or private    sandbox
+    the ledger's folder, its own tree, home, /tmp)
 
 Static cases go through the real scope path on real commits and never start a gate. Runtime
 cases (slow) share one repository and one recording of main per touched op; the kern try

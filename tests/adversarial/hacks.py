@@ -444,3 +444,117 @@ def commit_hack(repo: Path, hack: Hack) -> str:
         return r.head.commit.hexsha
     finally:
         r.git.checkout("-q", "-f", "main")
+
+
+# ------------------------------------------------------------------ what the sandbox stops
+# (cases 22-24, tests/adversarial/test_sandbox_hacks.py): code a kernel module runs at import,
+# reaching the standard library's files, sockets and libc past the scope gate (through
+# sys.modules); ``TOKEN`` names what the test planted, ``PORT`` and ``UDPPORT`` its listeners
+# on 127.0.0.1.
+_SANDBOX_PRELUDE = (
+    "import json as _kjson\nimport os as _kos\nimport sys as _ksys\n\n"
+    "_kmods = getattr(_ksys, \"modules\")\n"
+    "_KTREE = _kos.path.dirname(_kos.path.dirname(_kos.path.dirname(_kos.path.dirname(_kos.path.abspath(__file__)))))\n"
+    "_KRUNS = _kos.path.dirname(_kos.path.dirname(_KTREE))  # runs/worktrees/<commit>: the ledger's folder\n"
+    "_KARGV = open(\"/proc/self/cmdline\", \"rb\").read().split(b\"\\0\")\n"
+    "_KOUT = _KARGV[_KARGV.index(b\"--out\") + 1].decode()  # where this side writes\n\n\n"
+    "def _ksay(line):\n"
+    "    print(line, file=_ksys.stderr, flush=True)  # the side's log\n"
+    "    try:\n"
+    "        with open(_kos.path.join(_kos.path.dirname(_KOUT), \"kern-said.txt\"), \"a\") as f:\n"
+    "            f.write(line + \"\\n\")  # a file in its run folder\n"
+    "    except OSError as e:\n"
+    "        print(f\"kern-said: {type(e).__name__}\", file=_ksys.stderr)\n\n\n")
+
+_LEAK = (
+    "def _kern_leak():\n"
+    "    got = {}\n"
+    "    for name, path in ((\"home\", _kos.path.expanduser(\"~/.kern-secret-TOKEN\")),\n"
+    "                       (\"etc\", \"/etc/kern-secret-TOKEN\"),\n"
+    "                       (\"ledger\", _kos.path.join(_KRUNS, \"kern-secret-TOKEN\"))):\n"
+    "        try:\n"
+    "            with open(path) as f:\n"
+    "                got[name] = f.read().strip()\n"
+    "        except OSError as e:\n"
+    "            got[name] = type(e).__name__\n"
+    "    line = \"kern-leak \" + _kjson.dumps(got, sort_keys=True)\n"
+    "    _ksay(line)\n"
+    "    try:  # a world-readable temporary file\n"
+    "        with open(\"/tmp/kern-leak-TOKEN.txt\", \"w\") as f:\n"
+    "            f.write(line)\n"
+    "        _kos.chmod(\"/tmp/kern-leak-TOKEN.txt\", 0o644)\n"
+    "    except OSError as e:\n"
+    "        _ksay(f\"kern-leak tmp {type(e).__name__}\")\n"
+    "    try:  # a listener on the machine's loopback\n"
+    "        sock = _kmods[\"importlib\"].import_module(\"socket\")\n"
+    "        with sock.create_connection((\"127.0.0.1\", PORT), timeout=3) as s:\n"
+    "            s.sendall(line.encode())\n"
+    "        _ksay(\"kern-leak socket sent\")\n"
+    "    except OSError as e:\n"
+    "        _ksay(f\"kern-leak socket {type(e).__name__}\")\n"
+    "    try:  # a datagram (landlock refuses TCP only; the sandbox's seccomp the rest)\n"
+    "        sock = _kmods[\"importlib\"].import_module(\"socket\")\n"
+    "        sock.socket(sock.AF_INET, sock.SOCK_DGRAM).sendto(line.encode(), (\"127.0.0.1\", UDPPORT))\n"
+    "        _ksay(\"kern-leak datagram sent\")\n"
+    "    except OSError as e:\n"
+    "        _ksay(f\"kern-leak datagram {type(e).__name__}\")\n\n\n"
+    "_kern_leak()\n")
+
+_PEEK = (
+    "def _kern_peek():\n"
+    "    spec = _kjson.loads(open(_KARGV[_KARGV.index(b\"--spec\") + 1].decode()).read())\n"
+    "    targets = [_kos.path.join(spec[\"record\"], \"record.json\")] if spec.get(\"record\") else []\n"
+    "    try:  # every recording of main there is\n"
+    "        targets += [_kos.path.join(_KRUNS, \"tap\", d, \"record.json\") for d in _kos.listdir(_kos.path.join(_KRUNS, \"tap\"))]\n"
+    "    except OSError as e:\n"
+    "        _ksay(f\"kern-peek listdir {type(e).__name__}\")\n"
+    "    ctypes = _kmods[\"importlib\"].import_module(\"ctypes\")\n"
+    "    libc = ctypes.CDLL(None, use_errno=True)\n"
+    "    got = {}\n"
+    "    for t in targets:  # libc's open: no audit event, no Python open\n"
+    "        fd = libc.open(t.encode(), 0)\n"
+    "        if fd < 0:\n"
+    "            got[t] = _kos.strerror(ctypes.get_errno())\n"
+    "            continue\n"
+    "        buf = ctypes.create_string_buffer(1 << 20)\n"
+    "        n = libc.read(fd, buf, 1 << 20)\n"
+    "        libc.close(fd)\n"
+    "        got[t] = buf.raw[:max(n, 0)].decode(errors=\"replace\")\n"
+    "    _ksay(\"kern-peek \" + _kjson.dumps(got, sort_keys=True))\n\n\n"
+    "_kern_peek()\n")
+
+_PLANT = (
+    "def _kern_plant():\n"
+    "    gates = _kmods[\"gates\"]  # the harness's own package, in this process\n"
+    "    targets = {\"harness\": _kos.path.join(_kos.path.dirname(gates.__file__), \"kern_planted_TOKEN.py\"),\n"
+    "               \"ledger\": _kos.path.join(_KRUNS, \"kern-planted-TOKEN\"),\n"
+    "               \"beside\": _kos.path.join(_kos.path.dirname(_kos.path.dirname(_KOUT)), \"kern-planted-TOKEN\"),\n"
+    "               \"own tree\": _kos.path.join(_KTREE, \"kernels\", \"kern_planted_TOKEN.py\"),\n"
+    "               \"home\": _kos.path.expanduser(\"~/.kern-planted-TOKEN\"),\n"
+    "               \"tmp\": \"/tmp/kern-planted-TOKEN\"}\n"
+    "    got = {}\n"
+    "    for name, path in targets.items():\n"
+    "        try:\n"
+    "            with open(path, \"w\") as f:\n"
+    "                f.write(\"planted \" + \"\".join(reversed(\"TOKEN\")))  # in no source\n"
+    "            got[name] = \"wrote\"\n"
+    "        except OSError as e:\n"
+    "            got[name] = type(e).__name__\n"
+    "    _ksay(\"kern-plant \" + _kjson.dumps(got, sort_keys=True))\n\n\n"
+    "_kern_plant()\n")
+
+
+def sandbox_hacks(token: str, port: int, udp_port: int) -> list[Hack]:
+    """Cases 22-24 for one test session: ``token`` names the planted secrets, ``port`` and
+    ``udp_port`` the TCP and UDP listeners on the machine's 127.0.0.1."""
+    def edit(body):
+        code = (_SANDBOX_PRELUDE + body).replace("TOKEN", token).replace("UDPPORT", str(udp_port)) \
+            .replace("PORT", str(port))
+        return _situ((SITU_IMPORTS, SITU_IMPORTS + code))
+
+    return [Hack(22, "leak-secrets", "read secrets planted outside the tree at import and send them "
+                 "to the log, the run folder, a temporary file and a socket", edit(_LEAK)),
+            Hack(23, "libc-read-mains-recording", "read main's recording through libc's open at "
+                 "import (the hidden input seed and sizes)", edit(_PEEK)),
+            Hack(24, "write-outside", "write into the harness, the ledger's folder, the run "
+                 "folders beside its own, its own tree, the home and /tmp at import", edit(_PLANT))]

@@ -163,7 +163,9 @@ def test_doctor_on_a_repository_reports_and_exits_by_the_worst(tmp_path, capsys)
     got = {f["check"]: f for f in out["findings"]}
     assert out["ok"] is False
     assert list(got) == ["gpu", "clocks", "gpu memory", "git", "worktrees", "disk", "ledger",
-                         "agent", "loop lock"]
+                         "agent", "loop lock", "sandbox"]
+    # CI machines allow the namespace sandbox (kern.yaml: sandbox auto)
+    assert got["sandbox"]["status"] == D.OK and got["sandbox"]["text"].startswith("namespaces")
     assert got["agent"]["status"] == D.FAIL and "'no-such-agent-kern'" in got["agent"]["text"]
     assert got["worktrees"]["status"] == D.WARN and "attempt-7" in got["worktrees"]["text"]
     assert got["git"]["status"] == D.OK and got["disk"]["status"] == D.OK
@@ -194,9 +196,21 @@ def test_doctor_on_a_repository_reports_and_exits_by_the_worst(tmp_path, capsys)
     assert text[-1].startswith("doctor: ") and text[-1].endswith("0 fail")
 
 
+def test_sandbox_in_force_missing_or_off():
+    f = D.sandbox_finding({"mode": "auto", "mechanism": "namespaces",
+                           "described": "namespaces (user, mount, network, PID, IPC) + landlock ABI 7"})
+    assert f.status == D.OK and "landlock ABI 7" in f.text and "sandbox: auto" in f.text
+    f = D.sandbox_finding({"mode": "auto", "mechanism": None, "error": "sandbox: none available",
+                           "fix": "operator: allow unprivileged user namespaces; or user: set "
+                                  "`sandbox: off` in kern.yaml"})
+    assert f.status == D.FAIL and "sandbox: off" in f.fix and f.fix.startswith("operator")
+    f = D.sandbox_finding({"mode": "off", "mechanism": "off", "described": "off (kern.yaml sandbox: off)"})
+    assert f.status == D.WARN and "sandbox: auto" in f.fix
+
+
 def test_doctor_help_says_what_it_checks(capsys):
     with pytest.raises(SystemExit):
         cli.main(["doctor", "--help"])
     words = " ".join(capsys.readouterr().out.split())
-    for w in ("ok / warn / fail", "who acts", "WAL", "memory_gib", "--offline", "Exit 1"):
+    for w in ("ok / warn / fail", "who acts", "WAL", "memory_gib", "--offline", "sandbox", "Exit 1"):
         assert w in words, w

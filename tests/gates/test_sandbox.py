@@ -1,0 +1,403 @@
+"""The sandbox of a side (gates/sandbox.py, gates/side/confine.py): the pure decisions (which
+mechanism kern.yaml's ``sandbox`` gets, what a side's plan shows and lets it write), then
+side-like processes really confined on this machine: what they can read, write and reach.
+
+The real candidate commits that try the same through the gates are in
+``tests/adversarial/test_sandbox_hacks.py``."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gates import sandbox as S
+from gates.launch import side_env
+
+M = S.Machine(uid=1000, gid=1000, home="/home/u", python=("/home/u/.venv", "/opt/py3.11"),
+              libraries=("/usr/local/cuda", "/home/u", "/srv/repo", "/srv/repo/runs/tap/x"),
+              devices=("/dev/nvidia0", "/dev/nvidiactl"), triton_cache="/home/u/.triton/cache",
+              harness="/srv/repo")
+
+
+def driver(mode, tree, out, spec=None):
+    return [sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
+            str(spec or Path(out).with_suffix(".spec.json")), "--out", str(out)]
+
+
+# --------------------------------------------------------------------------- pure
+@pytest.mark.parametrize("mode,facts,got", [
+    ("auto", S.Facts("", 7), "namespaces"),
+    ("auto", S.Facts("unshare(user): Operation not permitted", 7), "landlock"),
+    ("landlock", S.Facts("", 7), "landlock"),
+    ("namespaces", S.Facts("", 0), "namespaces"),
+    ("off", S.Facts("no", 0), "off"),
+])
+def test_the_strongest_mechanism_the_machine_allows(mode, facts, got):
+    assert S.choose(mode, facts) == got
+
+
+@pytest.mark.parametrize("mode,facts,words", [
+    ("auto", S.Facts("unshare(user): Operation not permitted", 0), "none available"),
+    ("namespaces", S.Facts("unshare(user): Operation not permitted", 7), "namespaces asked for"),
+    ("landlock", S.Facts("", 0), "landlock asked for"),
+    ("bubblewrap", S.Facts("", 7), "expected one of auto, namespaces, landlock, off"),
+])
+def test_no_sandbox_names_who_fixes_it(mode, facts, words):
+    with pytest.raises(S.SandboxUnavailable) as e:
+        S.choose(mode, facts)
+    assert words in str(e.value)
+    if mode != "bubblewrap":
+        assert "operator:" in str(e.value) and "`sandbox: off`" in str(e.value)
+
+
+def test_a_side_is_read_off_its_command_line():
+    side = S.side_of(driver("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/b/result.json"),
+                     {"record": "/srv/repo/runs/tap/b/main"})
+    assert (side.mode, side.tree, side.run_dir) == ("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/b")
+    assert side.readonly == ("/srv/repo/runs/tap/b/main",) and side.writes == side.run_dir
+    with pytest.raises(ValueError, match="bug of the launcher"):
+        S.side_of([sys.executable, "-c", "pass"], None)
+
+
+def test_a_run_side_writes_into_its_stage_and_only_its_documents_come_back():
+    """kern step --out may name any file (the repository's root): a step side never gets that
+    folder, only a stage beside it; its document, its ranks' and their partials come back."""
+    side = S.side_of(driver("run", "/t", "/srv/repo/step.rank1.json"), None)
+    assert side.stage == "/srv/repo/.sandbox-step" and side.writes == side.stage
+    cmd = S.staged(driver("run", "/t", "/srv/repo/step.rank1.json", "/srv/repo/step.spec.json"), side)
+    assert cmd[cmd.index("--out") + 1] == "/srv/repo/.sandbox-step/step.rank1.json"
+    assert cmd[cmd.index("--spec") + 1] == "/srv/repo/.sandbox-step/step.spec.json"
+    import re
+    ok = [n for n in ("step.json", "step.rank0.json", "step.rank1.partial.json", "step.partial.json",
+                      "pyproject.toml", "step.json.bak", "gates", "x.step.json") if re.match(side.outputs, n)]
+    assert ok == ["step.json", "step.rank0.json", "step.rank1.partial.json", "step.partial.json"]
+    tap = S.side_of(driver("tap", "/t", "/r/tap/a/record.json"), None)
+    assert S.staged(driver("tap", "/t", "/r/tap/a/record.json"), tap) == driver("tap", "/t", "/r/tap/a/record.json")
+
+
+def test_what_a_side_reads_leaves_out_home_harness_root_and_run_folders():
+    side = S.side_of(driver("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/x/r.json"), None)
+    ro = S.readable([side], M)
+    assert "/srv/repo/gates" in ro and "/srv/repo/runs/worktrees/abc/kernels" in ro
+    assert "/usr/local/cuda" in ro and "/home/u/.venv" in ro  # named: Python, CUDA
+    # a library path that would show the home, the harness's root (runs/: the ledger) or a run folder
+    assert not {"/home/u", "/srv/repo", "/srv/repo/runs/tap/x", "/"} & set(ro)
+    assert not any(p.startswith("/home/u/.triton") for p in ro)
+    assert "/etc/passwd" in ro and not any(p in ("/etc", "/etc/shadow", "/root", "/home") for p in ro)
+    assert S.writable([side], M) == ["/srv/repo/runs/tap/x", S.tree_cache(M, side.tree)]
+
+
+def test_each_tree_has_its_own_triton_cache():
+    a, b = S.tree_cache(M, "/srv/repo/runs/worktrees/aaa"), S.tree_cache(M, "/srv/repo/runs/worktrees/bbb")
+    assert a != b and a.startswith("/home/u/.triton/cache/kern-tree-")
+    assert S.tree_cache(M, "/srv/repo/runs/worktrees/aaa") == a
+
+
+def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
+    side = S.side_of(driver("tap", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/tap/b/result.json"),
+                     {"record": "/srv/repo/runs/tap/b/main"})
+    p = S.plan("namespaces", side, M, landlock_abi=7)
+    paths = [m["path"] for m in p["mounts"]]
+    depth = [x.rstrip("/").count("/") for x in paths]
+    assert depth == sorted(depth)
+    kinds = {m["path"]: m["kind"] for m in p["mounts"]}
+    assert kinds["/srv/repo/runs/tap/b"] == "rw" and kinds["/srv/repo/runs/tap/b/main"] == "ro"
+    assert kinds["/home/u"] == "tmpfs" and kinds["/tmp"] == "tmpfs" and kinds["/proc"] == "proc"
+    assert kinds["/dev/nvidia0"] == "dev" and kinds["/dev/shm"] == "tmpfs"
+    assert "/srv/repo" not in kinds and "/srv/repo/runs" not in kinds  # the ledger is not there
+    assert p["env"] == {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": S.tree_cache(M, side.tree)}
+    assert p["landlock"]["read"] == ["/"] and "/srv/repo/runs/tap/b" in p["landlock"]["write"]
+    assert p["landlock"]["tcp"] is False
+    # one side's ranks share a sandbox and meet over TCP and shared memory: no landlock between them
+    assert S.plan("namespaces", side, M, [side], peers=True, landlock_abi=7)["landlock"] is None
+
+
+def test_the_landlock_plan_names_the_same_paths_and_opens_tcp_to_ranks_only():
+    side = S.side_of(driver("bench", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/bench/w/sideB.json"), None)
+    p = S.plan("landlock", side, M, landlock_abi=7)
+    assert p["landlock"]["read"] == S.readable([side], M) + list(S.PROC)
+    assert "/proc" not in p["landlock"]["read"]  # another process's environ is not read
+    assert p["landlock"]["write"] == S.writable([side], M) and p["landlock"]["tcp"] is False
+    assert p["env"]["HOME"].startswith("/srv/repo/runs/bench/w/.sandbox-sideB/")
+    assert p["remove"] == ["/srv/repo/runs/bench/w/.sandbox-sideB"]
+    assert p["seccomp"] == {"inet_stream": False}  # sockets landlock does not cover: Unix only
+    ranks = S.plan("landlock", side, M, [side], peers=True, landlock_abi=7)
+    assert ranks["landlock"]["tcp"] is True and "/dev/shm" in ranks["landlock"]["write"]
+    assert ranks["seccomp"] == {"inet_stream": True}
+
+
+# --------------------------------------------------------------------------- real processes
+needs_sandbox = pytest.mark.skipif(S.facts().namespaces != "" and S.facts().landlock_abi < 1,
+                                   reason="this machine allows no sandbox")
+PROBE = r"""
+import json, os, socket, sys
+secrets, out = json.loads(sys.argv[1]), {}
+for name, path in secrets.items():
+    try:
+        out[name] = open(path).read()
+    except OSError as e:
+        out[name] = type(e).__name__
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=2).sendall(b"leak")
+    out["net"] = "sent"
+except OSError as e:
+    out["net"] = type(e).__name__
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"leak", ("127.0.0.1", int(sys.argv[5])))
+    out["udp"] = "sent"
+except OSError as e:
+    out["udp"] = type(e).__name__
+for name, path in (("outside", sys.argv[3]), ("home", os.path.expanduser("~/.bashrc"))):
+    try:
+        open(path, "w").write("x")
+        out["wrote " + name] = "wrote"
+    except OSError as e:
+        out["wrote " + name] = type(e).__name__
+out["pids"], out["environs"] = [], []
+try:
+    out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+except OSError:
+    pass
+for pid in [os.getppid(), *out["pids"], *sys.argv[4].split(",")]:
+    try:
+        out["environs"].append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+    except OSError:
+        pass
+print(json.dumps(out))
+"""
+
+
+class Listener:
+    """A TCP and a UDP listener on the machine's 127.0.0.1; ``got``: what reached them."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.udp.settimeout(0.2)
+        self.port, self.udp_port = self.sock.getsockname()[1], self.udp.getsockname()[1]
+        self.got, self._stop = [], False
+        self.threads = [threading.Thread(target=self._serve, daemon=True),
+                        threading.Thread(target=self._serve_udp, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    self.got.append(conn.recv(4096) or b"(connected)")
+                except OSError:
+                    self.got.append(b"(connected)")
+
+    def _serve_udp(self):
+        while not self._stop:
+            try:
+                self.got.append(self.udp.recv(4096))
+            except OSError:
+                continue
+
+    def close(self):
+        self._stop = True
+        for t in self.threads:
+            t.join(timeout=5)
+        self.sock.close()
+        self.udp.close()
+
+
+def confined(tmp_path, mode, mechanism):
+    """Run PROBE as a tap side of a tree under ``tmp_path`` would run, under ``mechanism``."""
+    tree, run = tmp_path / "runs" / "worktrees" / "cand", tmp_path / "runs" / "tap" / "b"
+    (tree / "kernels").mkdir(parents=True)
+    run.mkdir(parents=True)
+    ledger = tmp_path / "runs" / "ledger.sqlite"
+    ledger.write_text("SECRET-LEDGER")
+    home = Path(os.environ["HOME"])
+    (home / ".kern-test-secret").write_text("SECRET-HOME")
+    secrets = {"home": str(home / ".kern-test-secret"), "ledger": str(ledger),
+               "shadow": "/etc/shadow", "tree": str(tree / "kernels" / "nothing")}
+    listener = Listener()
+    try:
+        side_cmd = [sys.executable, "-c", PROBE, json.dumps(secrets), str(listener.port),
+                    str(tmp_path / "runs" / "planted.txt"), f"{os.getpid()},{os.getppid()}",
+                    str(listener.udp_port),
+                    "gates.side.driver", mode, "--tree", str(tree), "--out", str(run / "out.json")]
+        with S.configured(mechanism):
+            cmd = S.wrap(side_cmd)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
+                           env=side_env())
+    finally:
+        listener.close()
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), listener.got, tmp_path
+
+
+SECRET_ENV = "sk-ant-kern-sandbox-secret"
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET_ENV)  # what the loop's own process holds
+    return h
+
+
+@needs_sandbox
+@pytest.mark.parametrize("mechanism", ["namespaces", "landlock"])
+def test_a_confined_process_reads_no_secret_writes_nothing_outside_and_reaches_no_listener(
+        tmp_path, home, mechanism):
+    if mechanism == "namespaces" and S.facts().namespaces:
+        pytest.skip(S.facts().namespaces)
+    if mechanism == "landlock" and S.facts().landlock_abi < 4:
+        pytest.skip("landlock without TCP rules")
+    got, heard, root = confined(tmp_path, "tap", mechanism)
+    missing = {"FileNotFoundError", "PermissionError"}
+    assert got["home"] in missing and got["ledger"] in missing and got["shadow"] in missing, got
+    assert got["net"] in {"PermissionError", "ConnectionRefusedError", "OSError", "TimeoutError"}, got
+    assert heard == []
+    # what it wrote outside its run folder landed nowhere anyone else reads (namespaces: the
+    # sandbox's own /tmp and home, gone with it; landlock: refused)
+    assert not (root / "runs" / "planted.txt").exists() and not (home / ".bashrc").exists()
+    if mechanism == "landlock":
+        assert got["wrote outside"] == "PermissionError", got
+        assert got["udp"] == got["net"] == "PermissionError", got  # seccomp, landlock
+    # the launcher's environment (API keys) stays out, whichever process's /proc is tried
+    assert not any(SECRET_ENV in e for e in got["environs"]), got
+    if mechanism == "namespaces":
+        assert got["pids"] == [1, 2] or got["pids"] == [2], got  # a PID namespace of its own
+
+
+@needs_sandbox
+def test_a_run_sides_stage_hands_back_only_its_documents(tmp_path, home):
+    """A step side writes into a stage; its document comes back beside where kern step asked,
+    a file it names otherwise (here: the repository's pyproject) does not."""
+    tree, out_dir = tmp_path / "tree", tmp_path / "repo"
+    (tree / "kernels").mkdir(parents=True)
+    out_dir.mkdir()
+    (out_dir / "pyproject.toml").write_text("mine")
+    spec = out_dir / "step.spec.json"
+    spec.write_text(json.dumps({"rows": [1]}))
+    code = ("import json, os, sys; a = sys.argv; out = a[a.index('--out') + 1]; "
+            "spec = json.load(open(a[a.index('--spec') + 1])); "
+            "open(out, 'w').write(json.dumps(spec)); "
+            "open(os.path.join(os.path.dirname(out), 'pyproject.toml'), 'w').write('hacked')")
+    cmd = [sys.executable, "-c", code, "gates.side.driver", "run", "--tree", str(tree), "--spec", str(spec),
+           "--out", str(out_dir / "step.json")]
+    r = subprocess.run(S.wrap(cmd), capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((out_dir / "step.json").read_text()) == {"rows": [1]}
+    assert (out_dir / "pyproject.toml").read_text() == "mine"
+    assert sorted(p.name for p in out_dir.iterdir()) == ["pyproject.toml", "step.json", "step.spec.json"]
+
+
+@needs_sandbox
+def test_the_wrapper_adds_a_fraction_of_a_second_to_a_side(tmp_path, home):
+    """What CI pays per side (a side itself takes seconds: torch's import alone is one)."""
+    import time
+
+    tree = tmp_path / "tree"
+    (tree / "kernels").mkdir(parents=True)
+    cmd = [sys.executable, "-c", "pass", "gates.side.driver", "tap", "--tree", str(tree), "--out",
+           str(tmp_path / "run" / "o.json")]
+    S.facts()  # probed once per process, not per side
+
+    def best(c):
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            subprocess.run(c, check=True, cwd=S.HARNESS_ROOT)
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    plain, boxed = best(cmd), best(S.wrap(cmd))
+    assert boxed - plain < 0.5, (plain, boxed)
+
+
+def test_the_loop_refuses_to_start_without_a_sandbox_and_names_the_fix(tmp_path, monkeypatch, capsys):
+    from harness import cli
+    from tests.gates.candidates import make_repo
+
+    repo = make_repo(tmp_path)
+    monkeypatch.setattr(S, "facts", lambda: S.Facts("unshare(user): Operation not permitted", 0))
+    assert cli.main(["--repo", str(repo), "loop", "--tick", "--no-live"]) == 2
+    err = capsys.readouterr().err
+    assert "kern loop: refusing to start: sandbox: none available" in err
+    assert "`sandbox: off` in kern.yaml" in err and "operator:" in err
+
+
+@pytest.mark.skipif(S.facts().namespaces != "", reason="needs the namespace sandbox")
+def test_a_group_shares_one_sandbox_and_keeps_its_members_apart(tmp_path, home):
+    """The scorer's model store and its bench sides (CUDA IPC) share one sandbox: one PID
+    namespace, one /dev/shm; each joins with its own tree and landlock, so one side cannot
+    read another's memory. Ranks of one side (peers) join without landlock."""
+    trees = {k: tmp_path / f"tree{k}" for k in "AB"}
+    for t in trees.values():
+        (t / "kernels").mkdir(parents=True)
+    work = tmp_path / "runs" / "bench" / "w"
+    first = ("import os, sys, time; open('/dev/shm/kern-shared', 'w').write(str(os.getpid())); "
+             "print(os.getpid(), flush=True); time.sleep(30)")
+    second = ("import json, os, sys\nwhile not os.path.exists('/dev/shm/kern-shared'): pass\n"
+              "pid = int(open('/dev/shm/kern-shared').read())\nout = {'pids': sorted(int(p) for p in "
+              "os.listdir('/proc') if p.isdigit()), 'peer': pid, 'tree': sorted(os.listdir(sys.argv[1]))}\n"
+              "try:\n    open(f'/proc/{pid}/mem', 'rb'); out['mem'] = 'read'\n"
+              "except OSError as e:\n    out['mem'] = type(e).__name__\nprint(json.dumps(out))\n")
+
+    def side(code, k, name, *args):
+        return [sys.executable, "-c", code, *args, "gates.side.driver", "bench", "--tree", str(trees[k]),
+                "--out", str(work / f"{name}.json")]
+
+    for peers, mem in ((False, "PermissionError"), (True, "read")):
+        with S.group("store", trees["A"], work / "store.json", peers=peers,
+                     more=[("bench", trees["B"], work / "sideB.json")]):
+            a = subprocess.Popen(S.wrap(side(first, "A", "store")), stdout=subprocess.PIPE, text=True,
+                                 cwd=S.HARNESS_ROOT, env=side_env())
+            try:
+                a.stdout.readline()
+                r = subprocess.run(S.wrap(side(second, "B", "sideB", str(trees["A"]))), capture_output=True,
+                                   text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env())
+            finally:
+                a.kill()
+                a.wait()
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert got["peer"] in got["pids"] and 1 in got["pids"], got  # one PID namespace
+        assert got["tree"] == ["kernels"]  # the group shows both trees' kernels/, nothing else
+        assert got["mem"] == mem, (peers, got)
+
+
+def test_kern_test_without_a_sandbox_says_who_fixes_it(tmp_path, monkeypatch, capsys):
+    """A gate verb started where no sandbox can be made ends before any side starts, with the
+    fix (kern.yaml's sandbox: off, or the operator's)."""
+    from harness import cli
+    from tests.gates.candidates import candidate, make_repo
+
+    repo = make_repo(tmp_path)
+    sha = candidate(repo, "same", [("kernels/k31/moe/combine.py", "def moe_combine(", "# c\ndef moe_combine(")])
+    monkeypatch.setattr(S, "facts", lambda: S.Facts("unshare(user): Operation not permitted", 0))
+    assert cli.main(["--repo", str(repo), "test", sha, "--vs", "main"]) == 2
+    err = capsys.readouterr().err
+    assert "kern test: sandbox: none available" in err and "`sandbox: off` in kern.yaml" in err
+    assert all(not p.read_text() for p in (repo / "runs").rglob("*.log"))  # no side started
+
+
+def test_kern_yaml_names_the_sandbox_modes_the_gates_know():
+    from gates import sandbox
+    from harness.settings import SANDBOX_MODES
+
+    assert SANDBOX_MODES == sandbox.MODES
