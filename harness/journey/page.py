@@ -8,7 +8,7 @@ judged, and the commit's diff. Columns sort on a click of their heading; a filte
 kind of result. Everything is inline (style, script, plot, diffs): no server, nothing fetched.
 
 Pure: what lies on disk and in git beside the ledger row comes in as :class:`AttemptFiles`,
-gathered by the shell (harness/report_cmd.py ``attempt_files``).
+gathered by the shell (harness/cli/report.py ``attempt_files``).
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ import pytest
 from harness.agents.anthropic_agent import PRICES_PER_MTOK
 from harness.agents.base import Brief
 from harness.agents.registry import make_agent
-from harness.show import transcript_summary
+from harness.cli.show import transcript_summary
 from tests.harness.messages_api import (MessagesAPI, agent_sdk, claude_cli, claude_code_session,
                                         declined_session, tool_id)
 from tests.harness.test_agents import (EDITABLE, PROTECTED, changed_files, commits_since_main,

@@ -16,7 +16,7 @@ from gates import accuracy
 from gates.protocol import Hidden
 from harness import cli
 from harness import ledger as L
-from harness.commands import ReplayError, hidden_inputs, recorded_hidden
+from harness.cli.judge import ReplayError, hidden_inputs, recorded_hidden
 from harness.pipeline import Outcome, try_commit, with_hidden
 from tests.gates.candidates import candidate, context, make_repo
 

@@ -14,7 +14,7 @@ from harness import cli
 from harness import ledger as L
 from harness.agents.base import Brief
 from harness.agents.registry import make_agent
-from harness.show import transcript_summary
+from harness.cli.show import transcript_summary
 from tests.harness.messages_api import MessagesAPI, Script
 from tests.harness.test_agents import EDITABLE, PROTECTED, repo  # noqa: F401 - repo is a fixture
 

@@ -17,10 +17,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from .ledger import Ledger, LedgerError, default_path
+from ..ledger import Ledger, LedgerError, default_path
 
 def register(sub) -> None:
-    from .cli_shared import examples
+    from .shared import examples
 
     p = sub.add_parser(
         "show", **examples(
@@ -101,7 +101,7 @@ def transcript_summary(lines: list[str]) -> dict:
     out["tool_calls"] = [{"call": c, "error": i in errors} for i, c in calls]
     result = next((r for r in reversed(rows) if r.get("type") in ("ResultMessage", "result")), None)
     if result is not None:
-        from .agents.common import cli_tokens
+        from ..agents.common import cli_tokens
 
         out["turns"] = result.get("num_turns")
         out["tokens_in"], out["tokens_out"] = cli_tokens(result.get("model_usage") or result.get("modelUsage"),
@@ -411,8 +411,8 @@ def gather(repo: Path, attempt, want_diff: bool) -> dict:
 
 
 def cmd_show(args) -> int:
-    from .cli_shared import InputError
-    from .report_cmd import _ledger_path, _no_ledger
+    from .shared import InputError
+    from .report import _ledger_path, _no_ledger
 
     path = _ledger_path(args)
     if not path.exists():
