@@ -213,7 +213,8 @@ def cmd_brief(args) -> int:
 
 def cmd_loop(args) -> int:
     from ..ledger import LedgerError
-    from ..orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
+    from ..orchestrator import Orchestrator
+    from ..processes import LoopLocked, acquire_loop_lock
 
     started = time.monotonic()
 

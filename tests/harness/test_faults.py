@@ -25,8 +25,8 @@ from gates.scorer import analyse
 from harness import cli, faults
 from harness import ledger as L
 from harness.agents.base import Proposal, ProposalError, parse_proposal
-from harness.orchestrator import (Orchestrator, _alive, _read_pid, acquire_loop_lock, attempt_dir,
-                                  failure_reason)
+from harness.orchestrator import Orchestrator, attempt_dir, failure_reason
+from harness.processes import acquire_loop_lock, agent_pid, alive
 from harness.pipeline import decide_outcome, merged_unrecorded, phase_definition, try_commit
 from gates.scope import ScopeResult
 from tests.gates.candidates import candidate, context, make_repo
@@ -233,7 +233,7 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
     orch = Orchestrator(ctx, settings.data)
     assert [n for n, _ in orch.tick().spawned] == [1, 2, 3, 4, 5, 6, 7]
     orch.wait_agents([2, 3, 4, 5, 6, 7], 60)
-    hung = _read_pid(attempt_dir(ctx.runs, 1))
+    hung = agent_pid(attempt_dir(ctx.runs, 1))
     # past agent.timeout_s as the orchestrator counts it (from the agent's pid file), however
     # long the spawning took; until then attempt 1 holds 2-7 back (the order contract)
     started = (attempt_dir(ctx.runs, 1) / "agent.pid").stat().st_mtime
@@ -242,7 +242,7 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
 
     got = {a.number: a for a in ctx.ledger.attempts()}
     assert (got[1].state, got[1].reason) == (L.TIMED_OUT, "agent ran past 3s")
-    assert not _alive(hung)
+    assert not alive(hung)
     assert got[2].state == L.CRASHED and got[2].reason.startswith("agent process ended without a proposal")
     assert got[3].state == L.CRASHED and "agent returned garbage" in got[3].reason \
         and "expected a JSON object" in got[3].reason
