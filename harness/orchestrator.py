@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gates.summary import GateSummary
+
 from . import faults
 from . import ledger as L
 from . import planning, trials
@@ -333,7 +335,7 @@ class Orchestrator:
             left = [a.number for a in parts if a not in applied]
             why = f"parts {left} do not apply onto main {main[:10]} with the others: fewer than two left"
             self.led.transition(number, L.ABANDONED, reason=L.CONFLICT, parts=[a.number for a in parts],
-                                gate={"conflict": why})
+                                gate=GateSummary(conflict=why))
             report.collected.append((number, L.ABANDONED, L.CONFLICT))
             return number
         self.led.update(number, commit_sha=tip, parts=[a.number for a in applied],

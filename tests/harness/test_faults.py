@@ -152,7 +152,7 @@ def test_killed_at_every_step_resumes_with_no_lost_row_and_one_merge(step, tmp_p
     (a,) = ctx.ledger.attempts()
     assert (a.state, a.commit_sha, ctx.repo.main_sha()) == (L.MERGED, sha, sha)
     # the decision's evidence survives a kill between the merge and its record
-    assert a.delta_ms < 0 and a.medians_b and a.gate["accuracy"]["verdict"] == "PASS bit-identical"
+    assert a.delta_ms < 0 and a.medians_b and a.gate.accuracy.verdict == "PASS bit-identical"
     assert merges(ctx, a.number) == 1
     assert [s.sha for s in ctx.ledger.scores()] == [base, sha]  # main before and after, once each
     assert json.loads(ctx.repo.note(sha))["state"] == L.MERGED
@@ -249,10 +249,10 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
     for n in (4, 5, 6):
         assert (got[n].state, got[n].reason) == (L.ABANDONED, L.SCOPE), got[n]
     assert (got[7].state, got[7].reason) == (L.TIMED_OUT, "agent failed: agent command timed out after 2s")
-    assert got[4].gate["scope"] == ["kern.yaml is protected", "notes.txt is outside the editable "
-                                    "globs ['kernels/k31/**']"]
-    assert got[5].gate["scope"] == ["2 commits: an attempt must be exactly one commit"]
-    assert got[6].gate["scope"] == ["no commit: the agent finished without committing"]
+    assert got[4].gate.scope_problems == ("kern.yaml is protected", "notes.txt is outside the "
+                                          "editable globs ['kernels/k31/**']")
+    assert got[5].gate.scope_problems == ("2 commits: an attempt must be exactly one commit",)
+    assert got[6].gate.scope_problems == ("no commit: the agent finished without committing",)
     assert gates.calls == [] and ctx.repo.main_sha() == base and ctx.repo.note(base) is None
     assert ctx.ledger.in_flight() == []
     assert not [p for p in (ctx.runs / "worktrees").glob("attempt-*") if p.is_dir()]
