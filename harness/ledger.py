@@ -23,6 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from gates.summary import GateSummary
+
 SCHEMA_VERSION = 3
 LEDGER_RELPATH = "runs/ledger.sqlite"  # under the repository (``kern --repo``)
 
@@ -91,7 +93,8 @@ class Attempt:
     state: str = QUEUED
     reason: str | None = None
     decision: str | None = None
-    gate: dict | None = None
+    # what the judgment found, gate by gate up to the one that decided (JSON in its column)
+    gate: GateSummary | None = None
     medians_a: dict | None = None
     medians_b: dict | None = None
     delta_ms: float | None = None
@@ -482,7 +485,7 @@ class Ledger:
         tokens so far). A final attempt is never changed."""
         if not fields:
             return
-        self._check_fields("update", number, fields)
+        fields = self._check_fields("update", number, fields)
         at = self._at(at)
         with self._tx() as db:
             state = self._state(db, number)
@@ -504,7 +507,7 @@ class Ledger:
         if state not in STATES:
             raise LedgerError(f"attempt #{number}: unknown state {state!r}; expected one of "
                               f"{', '.join(repr(s) for s in STATES)}")
-        self._check_fields("transition", number, fields)
+        fields = self._check_fields("transition", number, fields)
         at = self._at(at)
         with self._tx() as db:
             row = db.execute("SELECT state, commit_sha, waiting_on FROM attempts WHERE number=?",
@@ -546,12 +549,20 @@ class Ledger:
                         {"from": old, "to": state, "reason": reason,
                          "fields": {k: v for k, v in new.items() if k not in ("state", "reason")}})
 
-    def _check_fields(self, verb: str, number: int, fields: dict) -> None:
+    def _check_fields(self, verb: str, number: int, fields: dict) -> dict:
+        """``fields`` checked, as the columns (and the events) hold them."""
         bad = sorted(set(fields) - set(UPDATABLE))
         if bad:
             raise LedgerError(f"attempt #{number}: {verb} got unknown or managed field(s) {bad}; "
                               f"expected any of {', '.join(UPDATABLE)} (state and timestamps are "
                               f"set by new_attempt/transition)")
+        gate = fields.get("gate")
+        if gate is None:
+            return fields
+        if not isinstance(gate, GateSummary):  # a bug of the caller, not a state of the ledger
+            raise TypeError(f"attempt #{number}: {verb}'s gate must be a gates.summary.GateSummary, "
+                            f"found {type(gate).__name__}")
+        return {**fields, "gate": gate.to_dict()}
 
     def _state(self, db, number: int) -> str:
         row = db.execute("SELECT state FROM attempts WHERE number=?", (number,)).fetchone()
@@ -570,7 +581,8 @@ class Ledger:
 
     @staticmethod
     def _attempt(r: dict) -> Attempt:
-        return Attempt(**{k: (_loads(v) if k in _JSON_COLUMNS else v) for k, v in r.items()})
+        a = {k: (_loads(v) if k in _JSON_COLUMNS else v) for k, v in r.items()}
+        return Attempt(**{**a, "gate": GateSummary.from_dict(a.get("gate"))})
 
     def attempt(self, number: int) -> Attempt:
         r = self._q("SELECT * FROM attempts WHERE number=?", (number,))

@@ -22,15 +22,13 @@ Outside the contract: a person moving main (``kern try``, a push) does so on the
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gates.summary import GateSummary
 
 from . import faults
 from . import ledger as L
@@ -38,15 +36,9 @@ from . import planning, trials
 from .briefs import ceiling_text, make_brief
 from .agents.base import ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
+from .processes import agent_pid, agent_started, alive, end_agent, start_agent
 from .ray_farm import NodeLost
 from .settings import Resolved
-
-HARNESS_ROOT = Path(__file__).resolve().parent.parent
-
-
-class LoopLocked(RuntimeError):
-    """Another kern loop holds this repository."""
-
 
 @dataclass
 class Resumed:
@@ -62,25 +54,6 @@ class TickReport:
     spawned: list = field(default_factory=list)  # (attempt, target)
     stop: str | None = None
     draining: str | None = None  # a budget is spent: no attempt starts, those in flight finish
-
-
-def acquire_loop_lock(runs: Path):
-    """One loop per repository: a second ``kern loop`` is refused, not queued."""
-    runs.mkdir(parents=True, exist_ok=True)
-    f = open(runs / "loop.lock", "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise LoopLocked(f"kern loop: {holder} already runs a loop on this repository "
-                         f"(lock {runs / 'loop.lock'}); stop it first or wait") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()} on {os.uname().nodename}")
-    f.flush()
-    return f
 
 
 def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:
@@ -247,10 +220,10 @@ class Orchestrator:
         d = attempt_dir(self.ctx.runs, number)
         if (d / "proposal.json").exists():
             return True
-        pid = _read_pid(d)
-        if pid is None or not _alive(pid):
+        pid = agent_pid(d)
+        if pid is None or not alive(pid):
             return True
-        return now - _started(d) > limit
+        return now - agent_started(d) > limit
 
     def _collect_agent(self, a, limit: float, report: TickReport) -> str | None:
         """Collect attempt ``a``'s agent: record what it ended with, or (a commit) move it to
@@ -258,9 +231,9 @@ class Orchestrator:
         d = attempt_dir(self.ctx.runs, a.number)
         prop_path = d / "proposal.json"
         if not prop_path.exists():
-            pid = _read_pid(d)
-            if pid is not None and _alive(pid):  # collectable: past its limit
-                _kill(pid)
+            pid = agent_pid(d)
+            if pid is not None and alive(pid):  # collectable: past its limit
+                end_agent(pid)
                 self._final(a.number, L.TIMED_OUT, f"agent ran past {limit:.0f}s", report)
             else:
                 self._final(a.number, L.CRASHED, "agent process ended without a proposal "
@@ -362,7 +335,7 @@ class Orchestrator:
             left = [a.number for a in parts if a not in applied]
             why = f"parts {left} do not apply onto main {main[:10]} with the others: fewer than two left"
             self.led.transition(number, L.ABANDONED, reason=L.CONFLICT, parts=[a.number for a in parts],
-                                gate={"conflict": why})
+                                gate=GateSummary(conflict=why))
             report.collected.append((number, L.ABANDONED, L.CONFLICT))
             return number
         self.led.update(number, commit_sha=tip, parts=[a.number for a in applied],
@@ -467,15 +440,7 @@ class Orchestrator:
                                                        "root": str(ctx.repo.root)}}
         (d / "settings.json").write_text(json.dumps(settings, indent=1))
         faults.point("spawn")
-        with open(d / "agent.log", "w") as log:
-            # the agent may see API keys; gate subprocesses never do (gates/launch.py)
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "harness.agents.run", "--brief", str(d / "brief.json"),
-                 "--worktree", str(wt), "--settings", str(d / "settings.json"),
-                 "--out", str(d / "proposal.json")],
-                cwd=HARNESS_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**faults.without(os.environ), "PYTHONPATH": str(HARNESS_ROOT)})
-        (d / "agent.pid").write_text(str(proc.pid))
+        start_agent(d, wt)
         self.led.transition(number, L.RUNNING)
         report.spawned.append((number, t.name))
 
@@ -523,7 +488,7 @@ class Orchestrator:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if all((attempt_dir(self.ctx.runs, n) / "proposal.json").exists()
-                   or not _alive(_read_pid(attempt_dir(self.ctx.runs, n)) or -1) for n in numbers):
+                   or not alive(agent_pid(attempt_dir(self.ctx.runs, n)) or -1) for n in numbers):
                 return
             time.sleep(0.5)
 
@@ -572,43 +537,3 @@ def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:
     key = hashlib.sha256(json.dumps({"spec": spec, "cuda": cuda}, sort_keys=True,
                                     default=str).encode()).hexdigest()[:10]
     return runs / "profile" / f"{sha[:12]}-loop-{key}.json"
-
-
-def _started(d: Path) -> float:
-    """When the agent of attempt folder ``d`` started (its pid file's time; 0 when none)."""
-    try:
-        return (d / "agent.pid").stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _read_pid(d: Path) -> int | None:
-    try:
-        return int((d / "agent.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie child of ours is not alive
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        time.sleep(2)
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

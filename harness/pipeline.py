@@ -3,8 +3,9 @@ decision -> ledger row -> merge (serialized, fast-forward only; rebase and re-ju
 moved; a conflict is an outcome). ``kern try`` and the loop's ticks both come here.
 
 The decisions are pure: the merge rule is ``gates.decision.decide`` over the gates' typed
-results (``gates.results``), ``decide_outcome`` adds the fields the ledger records; the rest
-is shell around the gates, git and the ledger. Every path ends in a ledger state with a reason.
+results (``gates.results``), what the row keeps of them ``gates.summary.summarize`` (a typed
+``GateSummary``), ``decide_outcome`` adds the measured numbers the ledger records; the rest is
+shell around the gates, git and the ledger. Every path ends in a ledger state with a reason.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from gates import decision, scope, stats
 from gates.results import AccuracyResult, BenchResult, report_of
+from gates.summary import GateSummary, summarize
 
 from . import farm, faults
 from . import ledger as L
@@ -97,35 +99,16 @@ REPLAY_PROTOCOL = 2
 
 def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
     """Pure: gate results (typed, or their reports: ``gates.results``) -> final state, reason
-    and the fields the ledger records. The rule itself is ``gates.decision.decide``; this adds
-    what the ledger keeps of the gates up to the one that decided."""
+    and the fields the ledger records. The rule itself is ``gates.decision.decide``, what the
+    row keeps of the gates ``gates.summary.summarize``; this adds the measured numbers."""
     test = None if test_res is None else AccuracyResult.of(test_res)
     bench = None if bench_res is None else BenchResult.of(bench_res)
     d = decision.decide(scope_res.ok, test, bench)
-    if d.by == decision.BY_SCOPE:
-        return Outcome(d.state, d.reason, {"gate": {"scope": scope_res.problems}})
-    gate = {"scope": "ok"}
-    if test is not None:
-        gate["accuracy"] = {"verdict": test.verdict, "reasons": list(test.reasons[:6])}
-    if d.by == decision.BY_ACCURACY:
-        return Outcome(d.state, d.reason, {"gate": gate})
-    if d.by == decision.BY_SCORER:
-        gate["bench"] = {"outcome": bench.outcome if bench else "not run",
-                         "error": bench.error if bench else None}
+    gate = summarize(d, scope_res.problems, test, bench)
+    if d.by != decision.BY_SCORE:
         return Outcome(d.state, d.reason, {"gate": gate})
     sa, sb, ab = bench.a, bench.b, bench.ab
-    if d.by == decision.BY_CHECKS:
-        gate["bench"] = {"checks": list(d.checks[:4]), "graph_matches_eager": sb.graph_matches_eager}
-        if bench.reverify is not None:
-            gate["reverify"] = reverify_summary(bench.reverify)
-        return Outcome(d.state, d.reason, {"gate": gate})
     buckets = bench.buckets
-    worst = max(buckets, key=lambda b: ab.bucket_deltas[b] / sa.medians[b])
-    gate["bench"] = {"classification": ab.classification, "band_ms": ab.band_ms}
-    gate["guard"] = {"ok": ab.guard_ok, "text": ab.guard, "rows": worst,
-                     "worst_pct": ab.bucket_deltas[worst] / sa.medians[worst] * 100}
-    if bench.reverify is not None:
-        gate["reverify"] = reverify_summary(bench.reverify)
     fields = {
         "gate": gate,
         "medians_a": {str(b): sa.medians[b] for b in buckets},
@@ -134,22 +117,6 @@ def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
         "decision": "merge" if d.state == decision.MERGED else d.reason,
     }
     return Outcome(d.state, d.reason, fields)
-
-
-def reverify_summary(again) -> dict:
-    """Pure: what the ledger row keeps of the re-measurement (beside the first's numbers)."""
-    again = BenchResult.of(again)
-    if again.outcome != "ok":
-        return {"outcome": again.outcome, "error": again.error}
-    ab, sa, sb = again.ab, again.a, again.b
-    return {"outcome": "ok", "classification": ab.classification,
-            "delta_ms": ab.delta_ms, "ci": [ab.low, ab.high],
-            "delta_pct": ab.delta_pct, "band_ms": ab.band_ms,
-            "medians_a": {str(b): m for b, m in sa.medians.items()},
-            "medians_b": {str(b): m for b, m in sb.medians.items()},
-            "checks": [c.get("check") for c in sb.failed_checks],
-            "processes": again.processes, "secrets": again.secrets,
-            "hidden": again.hidden}
 
 
 def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
@@ -280,10 +247,10 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         # main moved while judging: rebase and judge again against the new main
         ok, tip = repo.rebase(number, main, ctx.runs, tip=rev_sha)
         if not ok:
-            return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": tip}}), rev_sha)
+            return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": GateSummary(conflict=tip)}), rev_sha)
         ctx.progress(P.Rebased(number, main))
         rev_sha, base_sha = tip, main
-    return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": {"conflict": "main kept moving"}}), rev_sha)
+    return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": GateSummary(conflict="main kept moving")}), rev_sha)
 
 
 def with_hidden(out: Outcome, hidden) -> Outcome:
@@ -355,7 +322,8 @@ def _record_baseline(ctx: Context, base_sha: str, bench) -> None:
 
 def note_for(a: L.Attempt) -> str:
     """Pure: the git note (``refs/notes/kern``) an attempt leaves on its commit."""
-    verdict = ((a.gate or {}).get("accuracy") or {}).get("verdict", "")
+    acc = a.gate.accuracy if a.gate is not None else None
+    verdict = (acc.verdict if acc is not None else None) or ""
     return json.dumps({"attempt": a.number, "state": a.state, "reason": a.reason,
                        "accuracy": verdict, "delta_ms": a.delta_ms, "ci": [a.ci_low, a.ci_high]})
 

@@ -17,7 +17,7 @@ loop, an attempt ends). ``str(event)`` is the line a person reads:
                  "  <a scorer event>", attempt #n: <state>
 
 Anything else a progress callback is given (a plain string: a note of the loop's, a farm
-lock's wait) moves no bar and no stage. The shells (harness/commands.py, harness/loop_cmd.py)
+lock's wait) moves no bar and no stage. The shells (harness/cli/judge.py, harness/cli/loop.py)
 render the events with rich on a terminal and print their lines otherwise.
 """
 from __future__ import annotations

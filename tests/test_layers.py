@@ -158,7 +158,7 @@ def test_the_walk_sees_the_real_edges():
             "gates.protocol"} <= g["gates.side.driver"]  # function-level, '.x', '..x', 'from .. import x'
     assert "gates.scope" in g["harness.pipeline"]  # from gates import scope
     assert "gates.scope" in g["harness.agents.rules"]
-    assert "harness.cli_shared" in g["harness.loop_cmd"] and "harness.ledger" in g["harness.loop_cmd"]
+    assert "harness.cli.shared" in g["harness.cli.loop"] and "harness.ledger" in g["harness.cli.loop"]
     assert len(g) > 40 and sum(map(len, g.values())) > 80
 
 
@@ -185,12 +185,14 @@ def test_a_planted_cycle_and_side_import_are_caught(tmp_path):
 
 def test_the_architecture_map_names_every_module_on_its_side():
     """docs/architecture.md's "Processes and layers" map and the folders agree: each module of
-    gates/ is named in the loop process's part, each of gates/side/ in the side process's part."""
+    gates/ and of harness/cli/ (kern's verbs) is named in the loop process's part, each of
+    gates/side/ in the side process's part."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     block = text.split("## Processes and layers", 1)[1].split("```")[1]
     loop, side = block.split("python -m gates.side.driver", 1)
-    for folder, part in ((ROOT / "gates", loop), (ROOT / "gates" / "side", side)):
-        missing = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py"
+    for folder, part in ((ROOT / "gates", loop), (ROOT / "harness" / "cli", loop),
+                         (ROOT / "gates" / "side", side)):
+        missing = sorted(p.name for p in folder.glob("*.py") if p.name not in ("__init__.py", "__main__.py")
                          and not re.search(rf"(?<![\w/]){re.escape(p.name)}", part))
         assert missing == [], (f"docs/architecture.md's map does not name {missing} of "
                                f"{folder.relative_to(ROOT)}/")

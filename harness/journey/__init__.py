@@ -1,7 +1,7 @@
 """The journey: what was tried, what merged, what it bought, and why everything else was dropped.
 
 Pure functions from ledger records (:class:`~harness.ledger.Attempt`, phases, scores) to rows
-and documents; nothing here reads the ledger, the clock or the disk (harness/report_cmd.py
+and documents; nothing here reads the ledger, the clock or the disk (harness/cli/report.py
 does), so the same records always give the same bytes. The modules:
 
 - :mod:`.rows`: which attempts are rows (one that tried nothing is not), the result column,

@@ -8,7 +8,7 @@ judged, and the commit's diff. Columns sort on a click of their heading; a filte
 kind of result. Everything is inline (style, script, plot, diffs): no server, nothing fetched.
 
 Pure: what lies on disk and in git beside the ledger row comes in as :class:`AttemptFiles`,
-gathered by the shell (harness/report_cmd.py ``attempt_files``).
+gathered by the shell (harness/cli/report.py ``attempt_files``).
 """
 from __future__ import annotations
 
@@ -288,12 +288,12 @@ def _detail(a: Attempt, files: AttemptFiles, result_text: str, lang: str, n_cols
         body.append("<p class=meta>" + " · ".join(e(m) for m in meta) + "</p>")
     body.append(f"<h4>{e(t['per_bucket'])}</h4>")
     body += _bucket_table(a, files, lang, n_cols)
-    again = a.gate.get("reverify") if isinstance(a.gate, dict) else None
-    if isinstance(again, dict) and _float(again.get("delta_ms")) is not None:
-        ci = again.get("ci") or [None, None]
+    again = a.gate.reverify if a.gate is not None else None
+    if again is not None and _float(again.delta_ms) is not None:
+        ci = again.ci or (None, None)
         lo, hi = (_float(ci[0]), _float(ci[1])) if len(ci) == 2 else (None, None)
         body.append("<p class=meta>" + e(t["remeasured"].format(
-            delta=signed(again["delta_ms"]), low="" if lo is None else signed(lo),
+            delta=signed(again.delta_ms), low="" if lo is None else signed(lo),
             high="" if hi is None else signed(hi))) + "</p>")
     body.append(f"<h4>{e(t['what'])}</h4>")
     if files.brief:

@@ -10,8 +10,8 @@ commit and analysed no idea worth telling. The ledger keeps it (the planner read
 target is exhausted); the journey leaves it out and says how many it left out, with their
 numbers, under the phase's table.
 
-Where a result's numbers come from (the orchestrator writes them); the result column says
-what decided each attempt:
+Where a result's numbers come from (the orchestrator writes them; ``gate`` is the row's
+:class:`~gates.summary.GateSummary`); the result column says what decided each attempt:
 
     merged (−0.35 [−0.41, −0.29])
                                state merged: ``delta_ms`` (B − A, ms) and its interval
@@ -19,19 +19,19 @@ what decided each attempt:
     abandoned: within noise (−417.69 [−900.10, +60.30], band ±120.00)
     abandoned: slower (+0.21 [+0.15, +0.27])
                                reason "within noise" / "slower": the same, and the noise band
-                               the interval was held to (``gate["bench"]["band_ms"]``) when
+                               the interval was held to (``gate.scorer.band_ms``) when
                                recorded
     abandoned: accuracy (FAIL: KL(A||B) max 0.031 > limit 0.01)
-                               reason "accuracy": ``gate["accuracy"]["verdict"]`` and its first
-                               reason (``["reasons"][0]``, cut at 100 characters), ``+N more``
-                               when it has more; ``["tag"]`` when no reason is recorded
+                               reason "accuracy": ``gate.accuracy.verdict`` and its first
+                               reason (``.reasons[0]``, cut at 100 characters), ``+N more``
+                               when it has more; ``.tag`` when no reason is recorded
     abandoned: guard (+2.4 % at 16 rows)
-                               reason "guard": ``gate["guard"]["worst_pct"]`` and ``["rows"]``
+                               reason "guard": ``gate.guard.worst_pct`` and ``.rows``
     abandoned: scorer check (timed_outputs_identical: …)
                                reason "scorer check": the first failed check of
-                               ``gate["bench"]["checks"]`` (its name and ``why``), or the
-                               scorer's outcome (``gate["bench"]["outcome"]``)
-    abandoned: <reason>        any other reason; ``gate["detail"]`` (a short string), when
+                               ``gate.scorer.checks`` (its name and ``why``), or the
+                               scorer's outcome (``gate.scorer.outcome``)
+    abandoned: <reason>        any other reason; ``gate.detail`` (a short string), when
                                present, overrides the parenthesis for every reason
     crashed (illegal memory access at 256 rows) · timed out (scorer timeout)
                                the recorded reason
@@ -48,6 +48,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
+
+from gates.summary import AccuracySummary, GateSummary, GuardSummary, ScorerSummary
 
 from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
                       WAITING, WITHIN_NOISE, Attempt, Phase)
@@ -164,54 +166,49 @@ def clip(text: str, limit: int = 100) -> str:
     return cut.rstrip(" ,;:(") + "…"
 
 
-def _sub(gate: dict, key: str) -> dict:
-    v = gate.get(key)
-    return v if isinstance(v, dict) else {}
-
-
 def _more(n: int, lang: str) -> str:
     return f" ({TEXT[lang]['more'].format(n=n)})" if n > 0 else ""
 
 
 def _detail(a: Attempt, lang: str) -> str:
     t = TEXT[lang]
-    gate = a.gate if isinstance(a.gate, dict) else {}
-    if isinstance(gate.get("detail"), str) and gate["detail"]:
-        return gate["detail"]
+    gate = a.gate or GateSummary()
+    if gate.detail:
+        return gate.detail
     if a.state == MERGED:
         return measured(a, lang=lang)
     if a.state in (CRASHED, TIMED_OUT):
         return clip(a.reason) if a.reason else ""
     if a.reason in (SLOWER, WITHIN_NOISE):
-        return measured(a, _sub(gate, "bench").get("band_ms"), lang)
+        return measured(a, (gate.scorer or ScorerSummary()).band_ms, lang)
     if a.reason == ACCURACY:
-        acc = _sub(gate, "accuracy")
-        verdict = str(acc.get("verdict") or "")
-        reasons = [str(r) for r in acc.get("reasons") or [] if str(r).strip()]
+        acc = gate.accuracy or AccuracySummary()
+        verdict = acc.verdict or ""
+        reasons = [r for r in acc.reasons or () if r.strip()]
         if reasons:
             return (f"{verdict}: " if verdict else "") + clip(reasons[0]) + _more(len(reasons) - 1, lang)
-        tag = str(acc.get("tag") or "")
+        tag = acc.tag or ""
         if tag in verdict.split():  # the verdict already names it
             tag = ""
         return " ".join(x for x in (verdict, tag) if x)
     if a.reason == GUARD:
-        g = _sub(gate, "guard")
-        pct, rows = g.get("worst_pct"), g.get("rows")
+        g = gate.guard or GuardSummary()
+        pct, rows = g.worst_pct, g.rows
         if pct is None:
             return ""
         return f"{pct:+.1f} %".replace("-", MINUS) + (
             " " + t["at_rows"].format(rows=rows) if rows is not None else "")
     if a.reason == SCORER_CHECK:
-        b = _sub(gate, "bench")
-        checks = [c for c in b.get("checks") or [] if isinstance(c, dict)]
+        b = gate.scorer or ScorerSummary()
+        checks = b.checks or ()
         if checks:
             c = checks[0]
             name, why = str(c.get("check") or "check"), c.get("why")
             return clip(f"{name}: {why}" if why else name) + _more(len(checks) - 1, lang)
-        if b.get("graph_matches_eager") is False:
+        if b.graph_matches_eager is False:
             return t["graph_differs"]
-        if b.get("outcome"):
-            return clip(f"{b['outcome']}" + (f": {b['error']}" if b.get("error") else ""))
+        if b.outcome:
+            return clip(f"{b.outcome}" + (f": {b.error}" if b.error else ""))
     return ""
 
 

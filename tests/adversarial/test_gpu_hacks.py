@@ -122,6 +122,6 @@ def test_a_persisting_l2_window_is_seen_after_every_visit(benches):
 def test_scorer_only_hacks_end_abandoned_through_kern_try(scorer_only, hack):
     number, out, attempt = scorer_only[hack.name]
     assert (out.state, out.reason) == ("abandoned", "scorer check"), (out, attempt.gate)
-    assert attempt.gate["accuracy"]["verdict"] == "PASS bit-identical", attempt.gate
-    timed = [c for c in attempt.gate["bench"]["checks"] if c.get("check") == "timed_outputs_identical"]
-    assert timed and timed[0]["bucket"] == FIRST_DIFFERENCE[hack.name], attempt.gate["bench"]
+    assert attempt.gate.accuracy.verdict == "PASS bit-identical", attempt.gate
+    timed = [c for c in attempt.gate.scorer.checks if c.get("check") == "timed_outputs_identical"]
+    assert timed and timed[0]["bucket"] == FIRST_DIFFERENCE[hack.name], attempt.gate.scorer

@@ -54,7 +54,7 @@ def test_scope_rejects_the_hack_for_its_reason(catalogue, hack):
     sc = check_scope(ctx, shas[hack.name], ctx.repo.main_sha())
     out = decide_outcome(sc, None, None)
     assert (out.state, out.reason) == ("abandoned", "scope"), sc.problems
-    assert any(EXPECTED[hack.name] in p for p in out.fields["gate"]["scope"]), sc.problems
+    assert any(EXPECTED[hack.name] in p for p in out.fields["gate"].scope_problems), sc.problems
 
 
 @pytest.mark.parametrize("hack", {h.name: h for h in TAP_HACKS + BENCH_HACKS + GPU_HACKS + SCORER_ONLY}.values(),

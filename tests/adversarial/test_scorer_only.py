@@ -50,11 +50,11 @@ def _checked(scorer_only, hack):
     """The attempt's failed scorer checks, once it is asserted abandoned for them and honest
     under the accuracy gate."""
     number, out, attempt = scorer_only[hack.name]
-    gate = attempt.gate or {}
+    gate = attempt.gate
     assert (out.state, out.reason) == ("abandoned", "scorer check"), (out, gate)
     assert (attempt.state, attempt.reason) == ("abandoned", "scorer check"), attempt
-    assert gate["accuracy"]["verdict"] == "PASS bit-identical", gate  # honest while watched
-    return gate["bench"]["checks"]
+    assert gate.accuracy.verdict == "PASS bit-identical", gate  # honest while watched
+    return gate.scorer.checks
 
 
 def _named(checks, name):
@@ -109,6 +109,6 @@ def test_three_signals_in_three_ops_each_end_abandoned_naming_the_check(scorer_o
     for name in signals:
         number, out, attempt = scorer_only[name]
         assert attempt.state == "abandoned" and attempt.reason == "scorer check", attempt
-        assert any(c.get("check", "").startswith("timed_outputs") for c in attempt.gate["bench"]["checks"])
+        assert any(c.get("check", "").startswith("timed_outputs") for c in attempt.gate.scorer.checks)
     assert len({s for s, _, _ in signals.values()}) == len({op for _, op, _ in signals.values()}) == 3
     assert any(later for _, _, later in signals.values())

@@ -167,7 +167,7 @@ def test_the_ledger_fields_are_the_same_from_a_result_and_from_its_report():
         assert typed == decide_outcome(ScopeResult(True), test, rep)
     merged = decide_outcome(ScopeResult(True), test, _report(0.1))
     assert merged.state == "merged" and merged.fields["medians_a"] == {"4": 40.0, "16": 160.0}
-    assert merged.fields["gate"]["guard"]["rows"] in (4, 16) and merged.fields["decision"] == "merge"
+    assert merged.fields["gate"].guard.rows in (4, 16) and merged.fields["decision"] == "merge"
 
 
 def test_the_rule_speaks_the_ledgers_words():

@@ -197,14 +197,14 @@ def test_a_large_gain_merges_only_when_the_second_measurement_reproduces_it():
 
     ok = ScopeResult(True, [])
     merged = decide_outcome(ok, test, bench(_bench_result(-38.0)))
-    assert merged.state == "merged" and merged.fields["gate"]["reverify"]["delta_pct"] == -38.0
+    assert merged.state == "merged" and merged.fields["gate"].reverify.delta_pct == -38.0
     lost = decide_outcome(ok, test, bench(_bench_result(-1.0, "within noise")))
     assert (lost.state, lost.reason) == ("abandoned", "scorer check")
-    check = lost.fields["gate"]["bench"]["checks"][0]
+    check = lost.fields["gate"].scorer.checks[0]
     assert check["check"] == "reverify" and "-40.0 % gain was not reproduced" in check["why"]
-    assert lost.fields["gate"]["reverify"]["classification"] == "within noise"
+    assert lost.fields["gate"].reverify.classification == "within noise"
     died = decide_outcome(ok, test, bench({"outcome": "timeout", "error": "no answer"}))
-    assert died.fields["gate"]["bench"]["checks"][0]["check"] == "reverify"
+    assert died.fields["gate"].scorer.checks[0]["check"] == "reverify"
 
 
 def test_a_tunables_change_touches_the_ops_whose_tunables_changed_and_nothing_else_of_the_file():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gates.summary import AccuracySummary, GateSummary, GuardSummary, ScorerSummary
 from harness.ledger import Ledger
 
 PHASE_1 = {"buckets": [16, 32, 64, 128, 256], "weights": [1, 2, 4, 4, 2], "context": 131072,
@@ -49,12 +50,12 @@ def build(path: Path) -> Ledger:
     judged(attempt("MLA decode: BLOCK_N 128", "mla.decode"), "abandoned", reason="slower",
            delta_ms=0.21, ci_low=0.15, ci_high=0.27)
     judged(attempt("lm_head: fp8 logits", "lm_head"), "abandoned", reason="accuracy",
-           gate={"accuracy": {"verdict": "FAIL", "reasons": ["KL(A||B) max 0.031 > limit 0.01"]}})
+           gate=GateSummary(accuracy=AccuracySummary("FAIL", ("KL(A||B) max 0.031 > limit 0.01",))))
     judged(attempt("residual: fuse norm | add", "residual"), "abandoned", reason="within noise",
            delta_ms=-0.02, ci_low=-0.06, ci_high=0.02,
-           gate={"bench": {"classification": "within noise", "band_ms": 0.05}})
+           gate=GateSummary(scorer=ScorerSummary(classification="within noise", band_ms=0.05)))
     judged(attempt("MoE experts: 4 warps", "moe.experts"), "abandoned", reason="guard",
-           delta_ms=-0.12, gate={"guard": {"worst_pct": 2.4, "rows": 16}})
+           delta_ms=-0.12, gate=GateSummary(guard=GuardSummary(worst_pct=2.4, rows=16)))
     judged(attempt("touched the reference", "mla.decode"), "abandoned", reason="scope")
     n = attempt("MLA indexer: top-k in one pass", "mla.indexer")
     judged(n, "merged", delta_ms=-0.49, ci_low=-0.55, ci_high=-0.44)
@@ -81,7 +82,8 @@ def build(path: Path) -> Ledger:
     led.transition(w, "waiting", waiting_on=n)
     judged(attempt("lm_head: skip the last row when timed", "lm_head", phase=p2), "abandoned",
            reason="scorer check",
-           gate={"bench": {"checks": [{"check": "timed_outputs_identical",
-                                       "why": "rows 16 replay 3: next tokens differ from main's"}],
-                           "graph_matches_eager": True}})
+           gate=GateSummary(scorer=ScorerSummary(
+               checks=({"check": "timed_outputs_identical",
+                        "why": "rows 16 replay 3: next tokens differ from main's"},),
+               graph_matches_eager=True)))
     return led

@@ -20,7 +20,7 @@ from harness.agents import run as agent_run
 from harness.agents.base import Brief, Proposal, parse_proposal
 from harness.agents.registry import make_agent
 from harness.settings import Resolved, load
-from harness.show import transcript_summary
+from harness.cli.show import transcript_summary
 from tests.harness.messages_api import (MessagesAPI, Script, any_claude_cli, claude_code_session,
                                         text, tool_use)
 from tests.harness.test_agents import (EDITABLE, PROTECTED, FakeSDK, changed_files,

@@ -17,7 +17,7 @@ import pytest
 from harness.agents.anthropic_agent import PRICES_PER_MTOK
 from harness.agents.base import Brief
 from harness.agents.registry import make_agent
-from harness.show import transcript_summary
+from harness.cli.show import transcript_summary
 from tests.harness.messages_api import (MessagesAPI, agent_sdk, claude_cli, claude_code_session,
                                         declined_session, tool_id)
 from tests.harness.test_agents import (EDITABLE, PROTECTED, changed_files, commits_since_main,
@@ -216,7 +216,7 @@ def test_loop_tick_with_claude_code_judges_and_records_tokens_and_cost(tmp_path,
     assert (a.backend, a.title) == ("claude-code", "kda.core: no decay"), \
         (a.state, a.reason, log.read_text()[-2000:] if log.exists() else None)
     assert (a.state, a.reason) == (L.ABANDONED, "accuracy"), (a.state, a.reason, a.gate)
-    assert any("kda.core" in r for r in a.gate["accuracy"]["reasons"]), a.gate
+    assert any("kda.core" in r for r in a.gate.accuracy.reasons), a.gate
     assert a.commit_sha and ctx.repo.main_sha() == a.base_sha  # judged, not merged
     tokens_in, tokens_out = api.all_tokens()
     assert a.tokens == tokens_in + tokens_out > 0

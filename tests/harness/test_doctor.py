@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness import cli
-from harness import doctor as D
+from harness.cli import doctor as D
 from harness import ledger as L
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from gates import launch, protocol
+from gates.summary import GateSummary
 from harness import farm
 from harness.farm import FarmError, Pool, Slot, resolve_slots
 from harness.orchestrator import profile_path
@@ -185,10 +186,10 @@ def test_a_waiting_judgment_takes_the_first_slot_given_back(tmp_path):
 
 
 def test_the_ledger_row_names_host_and_slot_only_when_a_gate_process_ran():
-    out = Outcome("abandoned", "accuracy", {"gate": {}})
+    out = Outcome("abandoned", "accuracy", {"gate": GateSummary()})
     ran = with_slot(out, Judgment(None, {}, None, None, host="node-a", slot="gpu1"))
-    assert ran.fields == {"gate": {}, "host": "node-a", "slot": "gpu1"}
-    assert with_slot(out, Judgment(None, None, None, None)).fields == {"gate": {}}  # scope
+    assert ran.fields == {"gate": GateSummary(), "host": "node-a", "slot": "gpu1"}
+    assert with_slot(out, Judgment(None, None, None, None)).fields == {"gate": GateSummary()}  # scope
 
 
 def test_mains_profile_is_kept_by_commit_and_by_what_decides_its_content(tmp_path):

@@ -25,8 +25,8 @@ from gates.scorer import analyse
 from harness import cli, faults
 from harness import ledger as L
 from harness.agents.base import Proposal, ProposalError, parse_proposal
-from harness.orchestrator import (Orchestrator, _alive, _read_pid, acquire_loop_lock, attempt_dir,
-                                  failure_reason)
+from harness.orchestrator import Orchestrator, attempt_dir, failure_reason
+from harness.processes import acquire_loop_lock, agent_pid, alive
 from harness.pipeline import decide_outcome, merged_unrecorded, phase_definition, try_commit
 from gates.scope import ScopeResult
 from tests.gates.candidates import candidate, context, make_repo
@@ -152,7 +152,7 @@ def test_killed_at_every_step_resumes_with_no_lost_row_and_one_merge(step, tmp_p
     (a,) = ctx.ledger.attempts()
     assert (a.state, a.commit_sha, ctx.repo.main_sha()) == (L.MERGED, sha, sha)
     # the decision's evidence survives a kill between the merge and its record
-    assert a.delta_ms < 0 and a.medians_b and a.gate["accuracy"]["verdict"] == "PASS bit-identical"
+    assert a.delta_ms < 0 and a.medians_b and a.gate.accuracy.verdict == "PASS bit-identical"
     assert merges(ctx, a.number) == 1
     assert [s.sha for s in ctx.ledger.scores()] == [base, sha]  # main before and after, once each
     assert json.loads(ctx.repo.note(sha))["state"] == L.MERGED
@@ -233,7 +233,7 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
     orch = Orchestrator(ctx, settings.data)
     assert [n for n, _ in orch.tick().spawned] == [1, 2, 3, 4, 5, 6, 7]
     orch.wait_agents([2, 3, 4, 5, 6, 7], 60)
-    hung = _read_pid(attempt_dir(ctx.runs, 1))
+    hung = agent_pid(attempt_dir(ctx.runs, 1))
     # past agent.timeout_s as the orchestrator counts it (from the agent's pid file), however
     # long the spawning took; until then attempt 1 holds 2-7 back (the order contract)
     started = (attempt_dir(ctx.runs, 1) / "agent.pid").stat().st_mtime
@@ -242,17 +242,17 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
 
     got = {a.number: a for a in ctx.ledger.attempts()}
     assert (got[1].state, got[1].reason) == (L.TIMED_OUT, "agent ran past 3s")
-    assert not _alive(hung)
+    assert not alive(hung)
     assert got[2].state == L.CRASHED and got[2].reason.startswith("agent process ended without a proposal")
     assert got[3].state == L.CRASHED and "agent returned garbage" in got[3].reason \
         and "expected a JSON object" in got[3].reason
     for n in (4, 5, 6):
         assert (got[n].state, got[n].reason) == (L.ABANDONED, L.SCOPE), got[n]
     assert (got[7].state, got[7].reason) == (L.TIMED_OUT, "agent failed: agent command timed out after 2s")
-    assert got[4].gate["scope"] == ["kern.yaml is protected", "notes.txt is outside the editable "
-                                    "globs ['kernels/k31/**']"]
-    assert got[5].gate["scope"] == ["2 commits: an attempt must be exactly one commit"]
-    assert got[6].gate["scope"] == ["no commit: the agent finished without committing"]
+    assert got[4].gate.scope_problems == ("kern.yaml is protected", "notes.txt is outside the "
+                                          "editable globs ['kernels/k31/**']")
+    assert got[5].gate.scope_problems == ("2 commits: an attempt must be exactly one commit",)
+    assert got[6].gate.scope_problems == ("no commit: the agent finished without committing",)
     assert gates.calls == [] and ctx.repo.main_sha() == base and ctx.repo.note(base) is None
     assert ctx.ledger.in_flight() == []
     assert not [p for p in (ctx.runs / "worktrees").glob("attempt-*") if p.is_dir()]

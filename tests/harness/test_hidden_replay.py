@@ -14,9 +14,10 @@ import pytest
 
 from gates import accuracy
 from gates.protocol import Hidden
+from gates.summary import GateSummary
 from harness import cli
 from harness import ledger as L
-from harness.commands import ReplayError, hidden_inputs, recorded_hidden
+from harness.cli.judge import ReplayError, hidden_inputs, recorded_hidden
 from harness.pipeline import Outcome, try_commit, with_hidden
 from tests.gates.candidates import candidate, context, make_repo
 
@@ -52,9 +53,9 @@ def test_hand_runs_draw_afresh_and_the_decision_carries_the_values():
     settings, prof = {"test": {"hidden_rows": 2}}, {"buckets": [64], "test_rows": [1, 3]}
     (a, ra), (b, rb) = (hidden_inputs(Args, "/nonexistent", settings, prof) for _ in range(2))
     assert ra is rb is None and a != b and len(a.extra_rows) == 2
-    out = Outcome("abandoned", "accuracy", {"gate": {"scope": "ok"}})
+    out = Outcome("abandoned", "accuracy", {"gate": GateSummary(scope_problems=())})
     assert with_hidden(out, None) == out
-    assert with_hidden(out, Hidden(4, (7,))).fields == {"gate": {"scope": "ok"},
+    assert with_hidden(out, Hidden(4, (7,))).fields == {"gate": GateSummary(scope_problems=()),
                                                       "hidden": {"input_seed": 4, "extra_rows": [7]}}
 
 

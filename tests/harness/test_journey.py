@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gates.summary import GateSummary
 from harness import journey
 from harness.ledger import Attempt, Phase, Score
 
@@ -28,6 +29,7 @@ def records(tmp_path_factory):
 
 
 M = "\u2212"  # the result column's minus
+G = GateSummary.from_dict  # a gate as the ledger's column holds it (JSON)
 
 
 @pytest.mark.parametrize("attempt, change, result", [
@@ -42,44 +44,44 @@ M = "\u2212"  # the result column's minus
     (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-417.69, ci_low=-900.1,
              ci_high=60.3), "-417.69", f"abandoned: within noise ({M}417.69 [{M}900.10, +60.30])"),
     (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-417.69, ci_low=-500.0,
-             ci_high=-300.0, gate={"bench": {"classification": "within noise", "band_ms": 512.3}}),
+             ci_high=-300.0, gate=G({"bench": {"classification": "within noise", "band_ms": 512.3}})),
      "-417.69", f"abandoned: within noise ({M}417.69 [{M}500.00, {M}300.00], band ±512.30)"),
     (Attempt(4, "a", state="abandoned", reason="within noise", delta_ms=-0.02), "-0.02",
      f"abandoned: within noise ({M}0.02)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
-             gate={"accuracy": {"verdict": "FAIL", "tag": "kl"}}), "", "abandoned: accuracy (FAIL kl)"),
+             gate=G({"accuracy": {"verdict": "FAIL", "tag": "kl"}})), "", "abandoned: accuracy (FAIL kl)"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
-             gate={"accuracy": {"verdict": "FAIL", "reasons": ["3 confident argmax flip(s)"]}}), "",
+             gate=G({"accuracy": {"verdict": "FAIL", "reasons": ["3 confident argmax flip(s)"]}})), "",
      "abandoned: accuracy (FAIL: 3 confident argmax flip(s))"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
-             gate={"accuracy": {"verdict": "FAIL", "reasons": [
+             gate=G({"accuracy": {"verdict": "FAIL", "reasons": [
                  "KL(A||B) max 0.031 > limit 0.01 (max of kl_fail and 4 x the reference band)",
-                 "reference tolerance exceeded: moe.experts.y", "x"]}}), "",
+                 "reference tolerance exceeded: moe.experts.y", "x"]}})), "",
      "abandoned: accuracy (FAIL: KL(A||B) max 0.031 > limit 0.01 (max of kl_fail and 4 x the "
      "reference band) (+2 more))"),
     (Attempt(3, "a", state="abandoned", reason="accuracy",
-             gate={"accuracy": {"verdict": "FAIL", "reasons": ["w" * 150]}}), "",
+             gate=G({"accuracy": {"verdict": "FAIL", "reasons": ["w" * 150]}})), "",
      "abandoned: accuracy (FAIL: " + "w" * 99 + "…)"),
     (Attempt(9, "a", state="timed out", reason="accuracy gate timeout: the H200 command's 540 s "
              "limit stopped kern try inside the accuracy gate (pinned and band passes)"), "",
      "timed out (accuracy gate timeout: the H200 command's 540 s limit stopped kern try inside "
      "the accuracy gate…)"),
-    (Attempt(3, "a", state="abandoned", reason="accuracy", gate={"accuracy": {"verdict": "INCONCLUSIVE"}}),
+    (Attempt(3, "a", state="abandoned", reason="accuracy", gate=G({"accuracy": {"verdict": "INCONCLUSIVE"}})),
      "", "abandoned: accuracy (INCONCLUSIVE)"),
     (Attempt(5, "a", state="abandoned", reason="guard", delta_ms=-0.1,
-             gate={"guard": {"worst_pct": 2.4, "rows": 16}}), "-0.10", "abandoned: guard (+2.4 % at 16 rows)"),
+             gate=G({"guard": {"worst_pct": 2.4, "rows": 16}})), "-0.10", "abandoned: guard (+2.4 % at 16 rows)"),
     (Attempt(5, "a", state="abandoned", reason="scorer check",
-             gate={"bench": {"checks": [{"check": "roofline_floor", "why": "16 rows below the floor"},
-                                        {"check": "hidden_time"}], "graph_matches_eager": True}}),
+             gate=G({"bench": {"checks": [{"check": "roofline_floor", "why": "16 rows below the floor"},
+                                        {"check": "hidden_time"}], "graph_matches_eager": True}})),
      "", "abandoned: scorer check (roofline_floor: 16 rows below the floor (+1 more))"),
     (Attempt(5, "a", state="abandoned", reason="scorer check",
-             gate={"bench": {"checks": [], "graph_matches_eager": False}}),
+             gate=G({"bench": {"checks": [], "graph_matches_eager": False}})),
      "", "abandoned: scorer check (the CUDA graph's outputs differ from eager)"),
     (Attempt(5, "a", state="abandoned", reason="scorer check",
-             gate={"bench": {"outcome": "tampered", "error": "fd 0 swapped"}}),
+             gate=G({"bench": {"outcome": "tampered", "error": "fd 0 swapped"}})),
      "", "abandoned: scorer check (tampered: fd 0 swapped)"),
     (Attempt(6, "a", state="abandoned", reason="scope"), "", "abandoned: scope"),
-    (Attempt(6, "a", state="abandoned", reason="scope", gate={"detail": "2 commits"}), "",
+    (Attempt(6, "a", state="abandoned", reason="scope", gate=G({"detail": "2 commits"})), "",
      "abandoned: scope (2 commits)"),
     (Attempt(7, "a", state="abandoned", reason="conflict"), "", "abandoned: conflict"),
     (Attempt(8, "a", state="crashed", reason="illegal memory access"), "",
@@ -188,22 +190,22 @@ def test_html_is_self_contained_with_its_plot_and_tables(records):
 def _attempts_of_every_kind(title="data"):
     """One attempt of each result, recorded text set to ``title`` (so a page can be searched
     for the journey's own words alone)."""
-    g = {"accuracy": {"verdict": title, "reasons": [title]}}
+    g = G({"accuracy": {"verdict": title, "reasons": [title]}})
     return [
         Attempt(1, title, state="merged", delta_ms=-1.0, ci_low=-1.2, ci_high=-0.8, phase_id=1,
                 commit_sha="a" * 40, base_sha="b" * 40, target=title, backend=title, tokens=10,
                 cost_usd=0.1, created_at="2026-01-10T08:00:00+00:00",
                 finished_at="2026-01-10T09:04:12+00:00"),
         Attempt(2, title, state="abandoned", reason="slower", delta_ms=0.5, ci_low=0.4, ci_high=0.6,
-                phase_id=1, gate={"bench": {"band_ms": 0.2}}, created_at="2026-01-10T08:00:00+00:00",
+                phase_id=1, gate=G({"bench": {"band_ms": 0.2}}), created_at="2026-01-10T08:00:00+00:00",
                 finished_at="2026-01-10T08:04:12+00:00"),
         Attempt(3, title, state="abandoned", reason="within noise", delta_ms=0.1, ci_low=-0.1,
                 ci_high=0.3, phase_id=1),
         Attempt(4, title, state="abandoned", reason="accuracy", gate=g, phase_id=1),
         Attempt(5, title, state="abandoned", reason="guard", delta_ms=-0.1,
-                gate={"guard": {"worst_pct": 2.4, "rows": 16}}, phase_id=1),
+                gate=G({"guard": {"worst_pct": 2.4, "rows": 16}}), phase_id=1),
         Attempt(6, title, state="abandoned", reason="scorer check",
-                gate={"bench": {"checks": [], "graph_matches_eager": False}}, phase_id=1),
+                gate=G({"bench": {"checks": [], "graph_matches_eager": False}}), phase_id=1),
         Attempt(7, title, state="abandoned", reason="scope", phase_id=1),
         Attempt(8, title, state="crashed", reason=title, phase_id=1),
         Attempt(9, title, state="timed out", reason=title, phase_id=1),
@@ -272,7 +274,7 @@ def test_page_detail_of_a_judged_attempt():
     a = Attempt(4, "fast path", state="merged", delta_ms=-5.0, ci_low=-5.3, ci_high=-4.7,
                 delta_pct=-16.7, phase_id=1, commit_sha="c" * 40, base_sha="d" * 40,
                 created_at="2026-01-10T08:00:00+00:00", finished_at="2026-01-10T08:04:12+00:00",
-                tokens=12345, cost_usd=0.5, gate={"reverify": {"delta_ms": -5.1, "ci": [-5.4, -4.8]}})
+                tokens=12345, cost_usd=0.5, gate=G({"reverify": {"delta_ms": -5.1, "ci": [-5.4, -4.8]}}))
     bs, full = journey.bucket_changes(a, judgment)
     assert full and [(b.rows, b.a_ms, b.b_ms, b.delta_ms, b.low, b.high) for b in bs] == \
         [(16, 20.0, 16.0, -4.0, -4.5, -3.5), (32, 40.0, 34.0, -6.0, -6.2, -5.8)]

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gates.summary import AccuracySummary, GateSummary
 from harness import ledger as L
 from harness.ledger import IllegalTransition, Ledger, LedgerError
 
@@ -57,13 +58,13 @@ def test_attempt_roundtrip_json_and_events(tmp_path):
     assert (a.state, a.title, a.phase_id, a.tick_id, a.created_at) == ("queued", "t", p, None, a.updated_at)
     led.transition(n, "running", at="2026-02-01T00:00:00+00:00")
     led.update(n, commit_sha="c" * 40, tokens=1234, cost_usd=0.5, tick_id=tick,
-               gate={"scope": "ok", "accuracy": {"verdict": "PASS bit-identical"}})
+               gate=GateSummary(scope_problems=(), accuracy=AccuracySummary("PASS bit-identical")))
     led.transition(n, "judging")
     led.transition(n, "merged", delta_ms=-0.3, ci_low=-0.4, ci_high=-0.2,
                    medians_a={"16": 10.0}, medians_b={"16": 9.7}, decision="merge",
                    at="2026-02-01T01:00:00+00:00")
     a = led.attempt(n)
-    assert a.gate["accuracy"]["verdict"] == "PASS bit-identical"
+    assert a.gate.accuracy.verdict == "PASS bit-identical" and a.gate.scope_problems == ()
     assert a.medians_b == {"16": 9.7} and a.delta_ms == -0.3 and a.tokens == 1234
     assert a.finished_at == "2026-02-01T01:00:00+00:00" and a.merged_sha == "c" * 40
     assert led.is_merged("c" * 40) and not led.is_merged("d" * 40)
@@ -309,10 +310,12 @@ def test_random_transitions_follow_the_spec(ops):
 # --------------------------------------------------------------------------- kill -9
 _WRITER = r"""
 import sys
+from gates.summary import AccuracySummary, GateSummary
 from harness.ledger import Ledger
 led = Ledger(sys.argv[1])
 p = led.phase({"buckets": [16, 32, 64], "weights": [1, 2, 4]})
-big = {"tap": ["x" * 200] * 40}  # multi-page rows: a kill lands inside page writes too
+# multi-page rows: a kill lands inside page writes too
+big = GateSummary(accuracy=AccuracySummary("FAIL", ("x" * 200,) * 40))
 i = 0
 while True:
     i += 1
@@ -378,7 +381,7 @@ def test_kill_9_loses_nothing_committed(tmp_path):
             a = led.attempt(n)
             assert _STATE_RANK[a.state] >= _ORDER[what], f"{msg}: #{n} acked {what}, found {a.state}"
             if what == "update":
-                assert a.commit_sha == f"{n:040d}" and a.gate["tap"][0] == "x" * 200
+                assert a.commit_sha == f"{n:040d}" and a.gate.accuracy.reasons[0] == "x" * 200
         for a in atts:  # the log and the rows never disagree
             evs = led.events(a.number)
             assert evs[0].kind == "created", msg

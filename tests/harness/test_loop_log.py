@@ -11,7 +11,7 @@ from rich.console import Console
 
 from harness import cli
 from harness import ledger as L
-from harness.loop_cmd import _LiveView, live_caption, stamped
+from harness.cli.loop import _LiveView, live_caption, stamped
 from harness.settings import Budgets
 
 from .test_loop_stops import finish, light_repo, orchestrator, working_agent

@@ -12,7 +12,7 @@ from rich.console import Console
 from gates.accuracy import _tagged  # what run_test's progress callback receives
 from gates.events import JudgingTimedOutputs, PassTick, SideReady, StoreReady, VisitDone
 from gates.scorer import pattern
-from harness import commands
+from harness.cli import judge
 from harness import progress as P
 
 
@@ -99,7 +99,7 @@ def test_gate_progress_plain_when_not_a_terminal():
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=False)
     seen = []
-    with commands.gate_progress(console, P.bench_bars(pattern(1), 1),
+    with judge.gate_progress(console, P.bench_bars(pattern(1), 1),
                                 lambda b, l: P.bench_step(b, l, 1), seen.append) as show:
         for line in bench_lines(1):
             show(line)
@@ -110,7 +110,7 @@ def test_gate_progress_draws_bars_on_a_terminal():
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=160, color_system=None)
     plain = []
-    with commands.gate_progress(console, P.bench_bars(pattern(2), 2),
+    with judge.gate_progress(console, P.bench_bars(pattern(2), 2),
                                 lambda b, l: P.bench_step(b, l, 2), plain.append) as show:
         for line in bench_lines(2):
             show(line)
@@ -120,7 +120,7 @@ def test_gate_progress_draws_bars_on_a_terminal():
     assert "… store: model built in 12s" in out  # a line that moves no bar is printed above
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=160, color_system=None)
-    with commands.gate_progress(console, (), P.test_step, plain.append) as show:
+    with judge.gate_progress(console, (), P.test_step, plain.append) as show:
         _tagged(show, "A record")("building", 4)
         _tagged(show, "B replay")("replaying", 2)
     assert "side A: main records its tap" in buf.getvalue()
@@ -181,7 +181,7 @@ def test_the_loop_live_view_renders_from_the_ledger(tmp_path):
     the repository is reduced to the one thing the view asks of it, main's SHA."""
     from types import SimpleNamespace
 
-    from harness.loop_cmd import _LiveView
+    from harness.cli.loop import _LiveView
 
     from . import sample
 

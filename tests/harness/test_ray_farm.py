@@ -110,7 +110,7 @@ def test_the_default_path_never_imports_ray():
     an install without the farm extra."""
     from tests.gates.candidates import ROOT
 
-    code = ("import sys, harness.cli, harness.orchestrator, harness.pipeline, harness.loop_cmd, "
+    code = ("import sys, harness.cli, harness.orchestrator, harness.pipeline, harness.cli.loop, "
             "gates.accuracy, gates.scorer; print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, timeout=120)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, commands, report_cmd
+from harness import cli
+from harness.cli import report as report_cmd
 from harness.ledger import Ledger, default_path
 
 from . import sample
@@ -16,18 +17,8 @@ KERN_YAML = str(Path(__file__).resolve().parents[2] / "kern.yaml")
 
 
 @pytest.fixture
-def kern(monkeypatch, capsys):
-    """Run ``kern ARGS`` with report/status registered as the lead will register them (and
-    once only, whether or not harness/commands.py registers them already)."""
-    original = commands.register
-
-    def register(sub):
-        original(sub)
-        if "report" not in sub.choices:
-            report_cmd.register(sub)
-
-    monkeypatch.setattr(commands, "register", register)
-
+def kern(capsys):
+    """Run ``kern ARGS`` through the real entry point, output captured."""
     def run(repo: Path, *args: str):
         code = cli.main(["--repo", str(repo), "--config", KERN_YAML, *args])
         out = capsys.readouterr()

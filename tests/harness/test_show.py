@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from gates.summary import AccuracySummary, GateSummary
 from harness import ledger as L
 from harness.agents.base import Brief
 from harness.agents.registry import make_agent
-from harness.show import transcript_summary
+from harness.cli.show import transcript_summary
 from tests.harness.messages_api import MessagesAPI, Script
 from tests.harness.test_agents import EDITABLE, PROTECTED, repo  # noqa: F401 - repo is a fixture
 
@@ -118,8 +119,8 @@ def test_show_an_agent_attempt_with_its_brief_and_transcript(repo, tmp_path, cap
     tip = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
     led.update(n, tokens=p.tokens_in + p.tokens_out, cost_usd=p.cost_usd)
     led.transition(n, L.JUDGING, commit_sha=tip, title=p.message)
-    led.transition(n, L.ABANDONED, reason=L.ACCURACY, gate={"scope": "ok", "accuracy": {
-        "verdict": "FAIL", "reasons": ["moe.experts at 3 rows: rel RMS 0.4 > 0.01"]}})
+    led.transition(n, L.ABANDONED, reason=L.ACCURACY, gate=GateSummary(scope_problems=(), accuracy=AccuracySummary(
+        "FAIL", ("moe.experts at 3 rows: rel RMS 0.4 > 0.01",))))
     led.close()
 
     code, out, err = kern(capsys, "--repo", root, "show", n)

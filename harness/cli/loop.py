@@ -1,4 +1,5 @@
-"""``kern try``, ``kern loop`` and ``kern profile``: argument parsing and the live view."""
+"""``kern try``, ``kern brief`` and ``kern loop``: the loop's verbs (one commit through every
+gate, the brief an attempt would get, the orchestrator), their arguments and the live view."""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .cli_shared import examples
-from .ledger import IN_FLIGHT
-from .progress import fmt_elapsed
+from .shared import examples
+from ..ledger import IN_FLIGHT
+from ..progress import fmt_elapsed
 
 
 def register(sub) -> None:
@@ -76,33 +77,13 @@ def register(sub) -> None:
                         "its journey.html")
     p.set_defaults(func=cmd_loop)
 
-    p = sub.add_parser(
-        "profile", **examples(
-            "kern profile                          the work tree's step, op by op",
-            'kern profile HEAD --rows 128 --json   one commit at 128 rows, as JSON'),
-        help="what is left in one step: time per op, roofline share, leave-one-out 'free' column",
-        description="Time every op family in one step (device events around each op, attributed by "
-                    "the op the dispatcher ran, i.e. the module that launched it), with each op's "
-                    "roofline floor and a leave-one-out 'free' column (the step re-captured without "
-                    "that op), printed like the published 'what is left in a 128-row step' table.")
-    p.add_argument("rev", nargs="?", default="WORKTREE",
-                   help="revision to profile (default: WORKTREE, the work tree with its edits)")
-    p.add_argument("--rows", type=int, default=None, help="batch size (default 128 on a GPU)")
-    p.add_argument("--no-free", action="store_true", help="skip the leave-one-out column")
-    from .cli_shared import add_rank_flags
-
-    add_rank_flags(p, "the step (the table is rank 0's; each collective is a row of its own)")
-    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
-    p.add_argument("--out", default=None, metavar="FILE",
-                   help="write the step's result JSON here (default: runs/profile/<sha>.json)")
-    p.set_defaults(func=cmd_profile)
 
 
 def duration(text: str) -> float:
     """``--every``'s value in seconds; argparse reports anything else (exit 2)."""
     import argparse
 
-    from .settings import DURATION_FORMS, parse_duration
+    from ..settings import DURATION_FORMS, parse_duration
 
     seconds = parse_duration(text)
     if seconds is None:
@@ -114,10 +95,10 @@ def _ctx(args, progress=None):
     from gates.interpreter import prepare_interpreter
 
     prepare_interpreter()
-    from . import ledger as L
-    from .cli_shared import _context
-    from .pipeline import Context
-    from .worktrees import Repo
+    from .. import ledger as L
+    from .shared import _context
+    from ..pipeline import Context
+    from ..worktrees import Repo
 
     v = _context(args)
     repo, settings, cuda = v.repo, v.settings, v.cuda
@@ -128,8 +109,8 @@ def _ctx(args, progress=None):
     if v.cfg.farm.kind == "ray":
         # judgments go to the Ray cluster of farm.address; a FarmError (Ray missing, the
         # cluster unreachable) stops the command before anything is recorded
-        from .farm import slots_for
-        from .ray_farm import RayFarm
+        from ..farm import slots_for
+        from ..ray_farm import RayFarm
 
         ctx.remote = RayFarm(ctx.repo.root, settings.data, cuda, slots_for(settings.data, cuda))
     else:
@@ -138,14 +119,14 @@ def _ctx(args, progress=None):
 
 
 def cmd_try(args) -> int:
-    from .pipeline import try_commit
+    from ..pipeline import try_commit
 
-    from .ledger import LedgerError
+    from ..ledger import LedgerError
 
     from gates.checkout import WORKTREE, resolve
 
-    from .cli_shared import InputError, repo_root
-    from .farm import FarmError
+    from .shared import InputError, repo_root
+    from ..farm import FarmError
 
     # the revision first: a name that is no commit leaves no ledger behind
     if resolve(repo_root(args), args.rev) == WORKTREE:
@@ -162,7 +143,7 @@ def cmd_try(args) -> int:
         print(f"kern try: stopped: {e}", file=sys.stderr)
         return 4
     a = ctx.ledger.attempt(number)
-    from .journey import result
+    from ..journey import result
 
     print(f"attempt #{number}: {a.title}")
     if a.delta_ms is not None:
@@ -189,10 +170,10 @@ def main_profile(runs: Path, sha: str) -> Path | None:
 
 
 def cmd_brief(args) -> int:
-    from . import ledger as L
-    from .briefs import BriefError, ceiling_text, make_brief, measured_on_gpu, target_for
-    from .cli_shared import repo_root, settings_of
-    from .worktrees import Repo
+    from .. import ledger as L
+    from ..briefs import BriefError, ceiling_text, make_brief, measured_on_gpu, target_for
+    from .shared import repo_root, settings_of
+    from ..worktrees import Repo
 
     repo = repo_root(args)
     settings = settings_of(args, repo)
@@ -231,8 +212,9 @@ def cmd_brief(args) -> int:
 
 
 def cmd_loop(args) -> int:
-    from .ledger import LedgerError
-    from .orchestrator import LoopLocked, Orchestrator, acquire_loop_lock
+    from ..ledger import LedgerError
+    from ..orchestrator import Orchestrator
+    from ..processes import LoopLocked, acquire_loop_lock
 
     started = time.monotonic()
 
@@ -242,7 +224,7 @@ def cmd_loop(args) -> int:
               flush=True)
 
     if args.demo:
-        from .demo import DemoError, make_repo
+        from ..demo import DemoError, make_repo
 
         try:
             args.repo = str(make_repo(Path(args.repo).resolve()))
@@ -253,7 +235,7 @@ def cmd_loop(args) -> int:
         say(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
             f"harness/demo.py)")
 
-    from .farm import FarmError
+    from ..farm import FarmError
 
     lines = []  # (wall time, line): the live view reads the gate and stage from them
     view = None
@@ -339,12 +321,12 @@ def cmd_loop(args) -> int:
             live.stop()
         lock.close()
     if args.report:
-        from .journey import markdown
+        from ..journey import markdown
 
         print()
         print(markdown(ctx.ledger.attempts(), ctx.ledger.phases(), scores=ctx.ledger.scores()))
     if args.demo:
-        from .report_cmd import page as journey_page
+        from .report import page as journey_page
 
         page = Path(args.repo) / "journey.html"
         page.write_text(journey_page(Path(args.repo).resolve(), ctx.ledger), encoding="utf-8")
@@ -398,8 +380,8 @@ class _LiveView:
         from rich.table import Table
         from rich.text import Text
 
-        from .journey import result
-        from .progress import live_rows, stage_of
+        from ..journey import result
+        from ..progress import live_rows, stage_of
 
         main, score, attempts, use = self.snapshot
         t = Table(title=f"kern loop · main {main}")
@@ -415,56 +397,3 @@ class _LiveView:
         return Group(t, *(Text(line, no_wrap=True, overflow="ellipsis") for line in caption))
 
 
-def cmd_profile(args) -> int:
-    from gates.spec import side_spec
-
-    from .cli_shared import step_verb
-
-    def spec_for(v, world, layout):
-        rows = args.rows or (128 if v.cuda else max(v.cfg.machine.buckets))
-        return side_spec(v.settings.data, v.profile, steps=1, rows=[rows], replays=10 if v.cuda else 1,
-                         profile_rows=rows, free=not args.no_free,
-                         layout=layout or v.cfg.machine.layout, world=world)
-
-    def out_for(v, sha):
-        return Path(args.out) if args.out else \
-            v.runs / "profile" / f"{sha[:12] if sha != 'WORKTREE' else 'worktree'}.json"
-
-    ran = step_verb(args, "profile", spec_for, out_for, lambda cfg: cfg.profile.timeout_s)
-    if isinstance(ran, int):
-        return ran
-    v, result, _ = ran
-    if args.json:
-        print(json.dumps(result["profile"], default=str))
-        return 0
-    for line in profile_lines(result, v.cuda):
-        print(line)
-    return 0
-
-
-def profile_lines(result: dict, cuda: bool) -> list[str]:
-    p = result["profile"]
-    bw = result.get("read_ceiling_Bps")
-    lines = [f"What is left in a {p['rows']}-row step ({p['step_ms']:.3f} ms, one CUDA graph)"
-             if cuda else f"What is left in a {p['rows']}-row step (CPU interpreter: mechanics only, "
-                          f"not GPU times)"]
-    if bw:
-        ts = result.get("torch_sum_Bps")
-        lines.append(f"read ceiling measured at the start: {bw / 1e12:.2f} TB/s (best streaming read; "
-                     f"floors divide by it)" + (f", torch's sum {ts / 1e12:.2f} TB/s" if ts else ""))
-    rk = result.get("ranks")
-    if rk:
-        lines.append(f"rank 0 of {rk['world']} processes ({rk['backend']}), layout {rk['layout']}: "
-                     f"{rk['note']}; collectives are rows of their own (events include the wait "
-                     f"for the slowest peer)")
-    lines.append(f"{'op':34s} {'ms':>9s} {'calls':>6s} {'floor ms':>9s} {'% floor':>8s} {'free ms':>8s}  module")
-    total = 0.0
-    for name, r in p["ops"].items():
-        total += r["ms"]
-        floor = f"{r['floor_ms']:.3f}" if r.get("floor_ms") is not None else "-"
-        pct = f"{r['pct_of_floor']:.0f}" if r.get("pct_of_floor") else "-"
-        free = f"{r['free_ms']:.3f}" if r.get("free_ms") is not None else "-"
-        mods = ", ".join(m.replace("kernels.k31.", "") for m in r["modules"])
-        lines.append(f"{name:34s} {r['ms']:9.3f} {r['calls']:6d} {floor:>9s} {pct:>8s} {free:>8s}  {mods}")
-    lines.append(f"{'sum of per-op events':34s} {total:9.3f}   (per-call events inflate small ops; see free)")
-    return lines

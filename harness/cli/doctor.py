@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .cli_shared import examples
+from .shared import examples
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 GIB = 1 << 30
@@ -381,7 +381,7 @@ def _probe_ledger(repo: Path) -> dict:
     in WAL mode and take the write lock for a moment; never leaves a file behind."""
     import sqlite3
 
-    from .ledger import IN_FLIGHT, Ledger, LedgerError, default_path
+    from ..ledger import IN_FLIGHT, Ledger, LedgerError, default_path
 
     path = default_path(repo)
     out = {"path": str(path), "exists": path.exists()}
@@ -514,7 +514,7 @@ def register(sub) -> None:
 
 
 def cmd_doctor(args) -> int:
-    from .cli_shared import settings_of
+    from .shared import settings_of
 
     repo = Path(args.repo).resolve()
     settings = settings_of(args, repo)

@@ -13,9 +13,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import journey
-from .cli_shared import examples
-from .ledger import STATES, Ledger, LedgerError, default_path
+from .. import journey
+from .shared import examples
+from ..ledger import STATES, Ledger, LedgerError, default_path
 
 NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
              "(run `kern try REV` or `kern loop` first)")
@@ -70,7 +70,7 @@ def _ledger_path(args) -> Path:
 def _no_ledger(args, path: Path) -> str:
     """Why there is no ledger to read: none was made yet, or ``--repo`` is no repository
     (:class:`InputError`: a loop could never have written one there)."""
-    from .cli_shared import repo_root
+    from .shared import repo_root
 
     repo_root(args)
     return NO_LEDGER.format(path=path)
@@ -280,8 +280,8 @@ def cmd_status(args) -> int:
         else:
             print(f"{'ledger':<10} {msg}")
         return 0
-    from .cli_shared import settings_of
-    from .settings import SettingsError
+    from .shared import settings_of
+    from ..settings import SettingsError
 
     # Status is read-only diagnosis: a missing or broken kern.yaml costs only the limits.
     try:

@@ -17,10 +17,10 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from .ledger import Ledger, LedgerError
+from ..ledger import Ledger, LedgerError
 
 def register(sub) -> None:
-    from .cli_shared import examples
+    from .shared import examples
 
     p = sub.add_parser(
         "show", **examples(
@@ -101,7 +101,7 @@ def transcript_summary(lines: list[str]) -> dict:
     out["tool_calls"] = [{"call": c, "error": i in errors} for i, c in calls]
     result = next((r for r in reversed(rows) if r.get("type") in ("ResultMessage", "result")), None)
     if result is not None:
-        from .agents.common import cli_tokens
+        from ..agents.common import cli_tokens
 
         out["turns"] = result.get("num_turns")
         out["tokens_in"], out["tokens_out"] = cli_tokens(result.get("model_usage") or result.get("modelUsage"),
@@ -178,6 +178,7 @@ def attempt_view(attempt, events: list, files: dict) -> dict:
     ``proposal`` (dict or None), ``transcript`` ({"path", "lines"} or None), ``judgments``
     (the judgment files' JSON, in order), ``stat``/``diff`` (git's text or None), ``dir``."""
     a = attempt
+    gate = {} if a.gate is None else a.gate.to_dict()  # the view is JSON (kern show --json)
     judgments = files.get("judgments") or []
     last = judgments[-1] if judgments else {}
     proposal = files.get("proposal") or {}
@@ -209,11 +210,12 @@ def attempt_view(attempt, events: list, files: dict) -> dict:
         "brief": files.get("brief"), "stat": files.get("stat"), "diff": files.get("diff"),
         "agent": agent,
         "judgments": len(judgments),
-        "scope": (a.gate or {}).get("scope"), "conflict": (a.gate or {}).get("conflict"),
-        "accuracy": _accuracy(last.get("test")) or ((a.gate or {}).get("accuracy")),
+        "scope": gate.get("scope"), "conflict": gate.get("conflict"),
+        "accuracy": _accuracy(last.get("test")) or gate.get("accuracy"),
         "bench": _scorer(last.get("bench")),
         "ledger": {"delta_ms": a.delta_ms, "interval": [a.ci_low, a.ci_high], "delta_pct": a.delta_pct,
-                   "medians_a": a.medians_a, "medians_b": a.medians_b, "gate": a.gate},
+                   "medians_a": a.medians_a, "medians_b": a.medians_b,
+                   "gate": None if a.gate is None else gate},
         "hidden": a.hidden,
     }
 
@@ -411,8 +413,8 @@ def gather(repo: Path, attempt, want_diff: bool) -> dict:
 
 
 def cmd_show(args) -> int:
-    from .cli_shared import InputError
-    from .report_cmd import _ledger_path, _no_ledger
+    from .shared import InputError
+    from .report import _ledger_path, _no_ledger
 
     path = _ledger_path(args)
     if not path.exists():

@@ -1,6 +1,6 @@
-"""What the verb modules share (``commands.py``, ``loop_cmd.py``): the repository context of a
-verb that runs kernels, the ``--gpus``/``--emulate`` flags with their check, and the shell of
-the verbs that run one step side (``kern step``, ``kern profile``)."""
+"""What the verb modules of harness/cli/ share: the repository context of a verb that runs
+kernels, kern.yaml with this run's ``--set``, the ``--gpus``/``--emulate`` flags with their
+check, the ``--help`` examples and the error a user's input raises."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .settings import Resolved, Settings, load
+from ..settings import Resolved, Settings, load
 
 
 def add_rank_flags(p, what: str, timed: bool = True) -> None:
@@ -37,7 +37,7 @@ class VerbContext:
 
 class InputError(ValueError):
     """What the user named (a repository, a revision, a flag's value) is not usable; nothing
-    was changed. harness/cli.py prints it on one line and exits 2."""
+    was changed. harness/cli/__init__.py prints it on one line and exits 2."""
 
 
 def repo_root(args) -> Path:
@@ -98,31 +98,3 @@ def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[in
     except launch_ranks.RanksError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)
         return None
-
-
-def step_verb(args, verb: str, spec_for, out_for, limit_for):
-    """The shell ``kern step`` and ``kern profile`` share: the context, the ``--gpus`` /
-    ``--emulate`` check, the revision, then the verb's step side (harness/step_launch.py) with
-    its progress on stderr and its result stamped with the commit and kern.yaml's hash.
-    ``spec_for(v, world, layout)``, ``out_for(v, sha)``, ``limit_for(v.cfg)``: what the verb
-    measures, where it writes, how long it may take. Returns ``(v, result, out)``, or an exit code
-    after saying why there is none (2: the flags do not fit this machine; 1: the step failed)."""
-    from gates import checkout
-
-    from .step_launch import run_step
-
-    v = _context(args)
-    sides = rank_args(args, v.cuda, verb, v.cfg.machine.model)
-    if sides is None:
-        return 2
-    sha = checkout.resolve(v.repo, args.rev)
-    out = out_for(v, sha)
-    res = run_step(v.repo, sha, v.runs, spec_for(v, *sides), out, limit_for(v.cfg),
-                   progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
-                   stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest},
-                   sandbox_mode=v.settings.data.get("sandbox"))
-    if not res.ok:
-        print(f"kern {verb}: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
-              file=sys.stderr)
-        return 1
-    return v, res.result, out

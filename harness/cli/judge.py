@@ -1,5 +1,6 @@
-"""``kern ops``, ``kern test``, ``kern bench`` and ``kern step``: their arguments
-(:func:`register`, called by harness/cli.py) and the shells that run them."""
+"""``kern test`` and ``kern bench``, the gates one at a time on a revision: their arguments
+(:func:`register`, called by harness/cli/__init__.py), the hidden inputs they draw or replay,
+their progress bars and the shells that run them."""
 from __future__ import annotations
 
 import json
@@ -7,20 +8,11 @@ import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
-from .cli_shared import _context, add_rank_flags, examples, rank_args
+from .shared import _context, add_rank_flags, examples, rank_args
 
 
 def register(sub) -> None:
     """Add this module's verbs to ``kern``'s subparsers ``sub``."""
-    p = sub.add_parser("ops", **examples(
-            'kern ops                              every op with its kernel, reference, test and roofline',
-            "kern ops --json | jq -r '.ops[].op'   the op names"),
-        help="list every op: module, reference, kernel, test, roofline",
-                       description="List every op of the kernel tree with where its kernel, "
-                                   "protected reference, test and roofline formula live.")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=cmd_ops)
-
     p = sub.add_parser(
         "test", **examples(
             'kern test HEAD                        your last commit against main',
@@ -78,31 +70,6 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, metavar="FILE", help="also write the full result JSON here")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser(
-        "step", **examples(
-            'kern step                             every bucket of the machine profile',
-            'kern step HEAD --rows 16,128 --ref-rows 16  two batch sizes; the error at 16 rows'),
-        help="build the model and time the decode step at every bucket",
-        description="Build the seeded model for REV's tree, run the step at every bucket of the "
-                    "profile (NaN checks, graph replays, peak memory), the per-op profile at "
-                    "--profile-rows and the whole step's error against the reference ops at "
-                    "--ref-rows. On the CPU: the small config through the interpreter (times are "
-                    "mechanics only, not GPU scores).")
-    p.add_argument("rev", nargs="?", default="WORKTREE", help="revision (default: the work tree)")
-    p.add_argument("--rows", default=None, help="comma-separated batch sizes (default: the profile's buckets)")
-    p.add_argument("--context", type=int, default=None, help="tokens in context per request")
-    p.add_argument("--replays", type=int, default=20,
-                   help="timed graph replays per batch size; the median is reported (default: 20)")
-    p.add_argument("--profile-rows", type=int, default=0, metavar="ROWS",
-                   help="also time every op at this batch size (kern profile's table; 0: not)")
-    p.add_argument("--ref-rows", type=int, default=0, metavar="ROWS",
-                   help="also run the whole step on the reference ops at this batch size and report "
-                        "the logits' error against it (0: not)")
-    p.add_argument("--state-dtype", default="bf16", choices=("bf16", "f32"),
-                   help="KDA's recurrent state dtype (default: bf16, as published)")
-    add_rank_flags(p, "the step")
-    p.add_argument("--out", default=None, help="write the result JSON here")
-    p.set_defaults(func=cmd_step)
 
 
 def add_replay_flag(p) -> None:
@@ -149,7 +116,7 @@ def hidden_inputs(args, repo, settings: dict, prof: dict):
     ``settings``, ``prof``: kern.yaml's data and the machine profile as the gates take them."""
     from gates import hidden
 
-    from . import ledger as L
+    from .. import ledger as L
 
     n = args.replay_attempt
     if n is None:
@@ -163,45 +130,6 @@ def hidden_inputs(args, repo, settings: dict, prof: dict):
             except L.LedgerError:
                 attempt = None
     return recorded_hidden(attempt, n, path, prof["buckets"], prof["test_rows"]), n
-
-
-def op_table() -> list[dict]:
-    import inspect
-
-    from kernels.k31 import contracts
-
-    rows = []
-    for spec in contracts.OPS.values():
-        try:
-            doc = (inspect.getdoc(spec.load_roofline()) or "").strip()
-            formula = " ".join(doc.split()) if doc else "(formula undocumented)"
-        except (ImportError, AttributeError) as e:
-            formula = f"(missing: {e})"
-        rows.append({
-            "op": spec.name, "family": spec.family, "summary": spec.summary,
-            "kernel": spec.kernel, "reference": f"kernels.k31.reference:{spec.reference.__name__}",
-            "test": spec.test, "roofline": spec.roofline, "formula": formula,
-            "inputs": list(spec.inputs), "outputs": list(spec.outputs), "state": list(spec.state),
-        })
-    return rows
-
-
-def cmd_ops(args) -> int:
-    rows = op_table()
-    if args.json:
-        json.dump({"ops": rows}, sys.stdout, indent=1)
-        print()
-        return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table(title=f"{len(rows)} ops of kernels/k31", show_lines=False)
-    for col in ("op", "kernel", "reference", "test", "roofline formula"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(r["op"], r["kernel"], r["reference"].split(":")[1], r["test"], r["formula"])
-    Console(width=200).print(t)
-    return 0
 
 
 def _progress(console):
@@ -230,7 +158,7 @@ def gate_progress(console, bars, step, plain):
     from rich.progress import (BarColumn, Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn)
 
-    from . import progress as P
+    from .. import progress as P
 
     prog = Progress(SpinnerColumn(), TextColumn("{task.description:<34}"), BarColumn(bar_width=24),
                     TextColumn("{task.fields[count]:>5}"), TimeElapsedColumn(),
@@ -295,7 +223,7 @@ def emit(args, res: dict, settings_digest: str, report_lines) -> None:
 class GateInputs:
     """What ``kern test`` and ``kern bench`` both resolve before their gate runs: the context,
     the sides' ranks, the judgment's hidden inputs (drawn, or replayed from the ledger)."""
-    v: object  # cli_shared's context: repo, settings, profile, runs, cuda, cfg
+    v: object  # shared.py's VerbContext: repo, settings, profile, runs, cuda, cfg
     err: object  # rich Console on stderr
     sides: tuple
     hidden: object
@@ -338,7 +266,7 @@ def cmd_test(args) -> int:
     from gates import launch_ranks
     from gates.accuracy import AccuracyRequest, report_lines, run_test
 
-    from . import progress as P
+    from .. import progress as P
 
     g = gate_inputs(args, "test")
     if isinstance(g, int):
@@ -361,60 +289,10 @@ def cmd_test(args) -> int:
     return 2 if res is None else res.exit_code
 
 
-def cmd_step(args) -> int:
-    import time
-    from pathlib import Path
-
-    from gates.spec import side_spec
-
-    from .cli_shared import step_verb
-
-    def spec_for(v, world, layout):
-        m = v.cfg.machine
-        rows = [int(x) for x in args.rows.split(",")] if args.rows else list(m.buckets)
-        spec = side_spec(v.settings.data, v.profile, context=args.context or m.context, steps=1,
-                         rows=rows, replays=args.replays, profile_rows=args.profile_rows,
-                         ref_rows=args.ref_rows, state_dtype=args.state_dtype)
-        return spec if layout is None else {**spec, "layout": layout, "world": world}
-
-    def out_for(v, sha):
-        return Path(args.out) if args.out else v.runs / "step" / f"{sha[:12]}-{int(time.time())}.json"
-
-    ran = step_verb(args, "step", spec_for, out_for, lambda cfg: cfg.step.timeout_s)
-    if isinstance(ran, int):
-        return ran
-    v, r, out = ran
-    cuda = v.cuda
-    note = "" if cuda else "  (CPU interpreter: mechanics only, not a GPU time)"
-    if "ranks" in r:
-        rk = r["ranks"]
-        print(f"ranks {rk['world']} ({rk['backend']}), layout {rk['layout']}: {rk['note']}; "
-              f"a bucket's time is the slowest rank's")
-    for b, e in r["buckets"].items():
-        extra = ""
-        if "ranks_agree" in e:
-            extra = (f"  slowest rank {e['slowest_rank']}  ranks agree "
-                     f"{'yes' if e['ranks_agree'] else 'NO'}")
-        print(f"rows {int(b):4d}  median {e['median_ms']:9.3f} ms  NaN/Inf {e['nan_or_inf_logits']}  "
-              f"experts touched/layer {e['routing']['touched_mean']:.0f}{extra}{note}")
-    if "reference_error" in r:
-        re_ = r["reference_error"]
-        print(f"reference  rows {re_['rows']}: logits rel RMS {re_['logits_rel_rms']:.3g}, KL max "
-              f"{re_['kl_max']:.3g}, argmax agreement {re_['argmax_agreement']:.3f}")
-    print(f"wrote {out}")
-    disagree = [b for b, e in r["buckets"].items() if e.get("ranks_agree") is False]
-    if disagree:
-        print(f"kern step: the ranks ended with different replicated bytes at rows "
-              f"{', '.join(disagree)}: a collective is not deterministic across ranks",
-              file=sys.stderr)
-        return 1
-    return 0
-
-
 def cmd_bench(args) -> int:
     from gates.scorer import BenchRequest, report_lines, run_bench
 
-    from . import progress as P
+    from .. import progress as P
 
     g = gate_inputs(args, "bench")
     if isinstance(g, int):

@@ -1,7 +1,9 @@
-"""``kern``: one verb per job. Each verb module registers its own verbs (a ``register(sub)``
-that adds its subparsers, their help and the function that runs each); this file only lists
-those modules, parses arguments and maps errors to exit codes with a sentence that says who
-acts. A new verb touches its module and, for a new module, :data:`VERB_MODULES`."""
+"""``kern``: one verb per job, one module per family of verbs (tree: ops, step, profile; judge:
+test, bench; report: report, status; show; loop: try, brief, loop; doctor). Each registers its
+own verbs (a ``register(sub)`` that adds its subparsers, their help and the function that runs
+each); this file only lists those modules, parses arguments and maps errors to exit codes with
+a sentence that says who acts. A new verb touches its module and, for a new module,
+:data:`VERB_MODULES`. ``python -m harness.cli`` runs :func:`main` (``__main__.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -10,12 +12,12 @@ from pathlib import Path
 
 from gates.sandbox import SandboxUnavailable
 
-from . import commands, doctor, loop_cmd, report_cmd, show
-from .cli_shared import InputError
-from .settings import SettingsError
+from . import doctor, judge, loop, report, show, tree
+from .shared import InputError
+from ..settings import SettingsError
 
 # the modules whose register(sub) adds verbs, in the order `kern --help` lists their verbs
-VERB_MODULES = (commands, report_cmd, show, loop_cmd, doctor)
+VERB_MODULES = (tree, judge, report, show, loop, doctor)
 
 EPILOG = """examples:
   kern doctor                           is this machine ready for a long run?
@@ -100,7 +102,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("kern: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

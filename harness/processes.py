@@ -1,0 +1,100 @@
+"""What the loop process does to other processes, and nothing it decides: the loop lock (one
+``kern loop`` per repository), an attempt's agent process started in its own session with its
+pid in ``agent.pid`` of the attempt's folder, read back, checked alive, ended. The
+orchestrator (harness/orchestrator.py) decides when; this module only acts."""
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import faults
+
+HARNESS_ROOT = Path(__file__).resolve().parent.parent
+PID_FILE = "agent.pid"
+
+
+class LoopLocked(RuntimeError):
+    """Another kern loop holds this repository."""
+
+
+def acquire_loop_lock(runs: Path):
+    """One loop per repository: a second ``kern loop`` is refused, not queued."""
+    runs.mkdir(parents=True, exist_ok=True)
+    f = open(runs / "loop.lock", "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise LoopLocked(f"kern loop: {holder} already runs a loop on this repository "
+                         f"(lock {runs / 'loop.lock'}); stop it first or wait") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {os.uname().nodename}")
+    f.flush()
+    return f
+
+
+def start_agent(d: Path, worktree: Path) -> int:
+    """Start the agent of attempt folder ``d`` (its brief.json, settings.json there; its
+    proposal.json and agent.log written there) on ``worktree``, in a session of its own so that
+    :func:`end_agent` ends what it started; its pid goes to ``d/agent.pid``."""
+    with open(d / "agent.log", "w") as log:
+        # the agent may see API keys; gate subprocesses never do (gates/launch.py)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.agents.run", "--brief", str(d / "brief.json"),
+             "--worktree", str(worktree), "--settings", str(d / "settings.json"),
+             "--out", str(d / "proposal.json")],
+            cwd=HARNESS_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**faults.without(os.environ), "PYTHONPATH": str(HARNESS_ROOT)})
+    (d / PID_FILE).write_text(str(proc.pid))
+    return proc.pid
+
+
+def agent_started(d: Path) -> float:
+    """When the agent of attempt folder ``d`` started (its pid file's time; 0 when none)."""
+    try:
+        return (d / PID_FILE).stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def agent_pid(d: Path) -> int | None:
+    """The pid of attempt folder ``d``'s agent; None when it never started (or the file is torn)."""
+    try:
+        return int((d / PID_FILE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie child of this process does not)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child of ours is not alive
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def end_agent(pid: int) -> None:
+    """End the agent's session ``pid`` (the agent and whatever it started): TERM, 2 s, KILL."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        time.sleep(2)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
