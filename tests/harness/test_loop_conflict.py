@@ -39,7 +39,8 @@ def test_a_winning_patch_on_a_moved_main_ends_in_conflict(conflict_run):
     repo, ctx, moved = conflict_run
     attempts = ctx.ledger.attempts()
     assert [(a.title, a.state, a.reason) for a in attempts] == \
-        [("moe.situ: launch twice", "abandoned", "conflict")], [(a.title, a.state, a.reason, a.gate) for a in attempts]
+        [("moe.situ: launch twice", "abandoned", "conflict")], \
+        [(a.title, a.state, a.reason, a.gate) for a in attempts]
     a = attempts[0]
     # judged against the main it branched from, and the gates would have merged it there
     assert a.base_sha != moved and git.Repo(repo).is_ancestor(a.base_sha, moved)
