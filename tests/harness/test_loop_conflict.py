@@ -30,9 +30,9 @@ def conflict_run(tmp_path_factory):
         r.git.commit("-qam", "moe.situ: launch once (merged elsewhere)")
         return r.head.commit.hexsha
 
-    moved = {}
-    ctx = replay_loop(repo, spawning_ticks=1, between=lambda: moved.setdefault("sha", main_moves()))
-    return repo, ctx, moved["sha"]
+    moved = []
+    ctx = replay_loop(repo, spawning_ticks=1, between=lambda: moved.append(main_moves()))
+    return repo, ctx, moved[0]
 
 
 def test_a_winning_patch_on_a_moved_main_ends_in_conflict(conflict_run):
