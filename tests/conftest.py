@@ -33,15 +33,26 @@ def pytest_report_header(config):
 # longest starting first keeps the workers ending together: with xdist's own order (most tests
 # first) test_loop.py, the longest, started late and one worker ran alone for its last ~5 min
 # (2026-12-01, fresh clone of 4d47ae3: slowest setups test_loop 962 s, test_accuracy_gate 423 s,
-# test_scorer_only 345 s, test_runtime_hacks 267 s; the demo's call 196 s). Every other module
-# keeps its place after these. tests/test_ci_order.py holds each entry to an existing slow module.
+# test_scorer_only 345 s, test_runtime_hacks 267 s; the demo's call 196 s). Since then the
+# replay loop's one fixture (887 s idle on 2026-12-03) is three modules and the accuracy gate's
+# two, measured with both workers busy and nothing else on the machine (2026-12-03):
+# test_loop 240 s (its tuner test 207 s), test_loop_merge 209 s, test_loop_conflict 208 s,
+# test_loop_rejects 120 s, test_accuracy_gate 101 s, test_accuracy_gate_sides 104 s (its
+# hang's 90 s asleep: last). In b8e9172's CI run the demo's test took 159 s (its module has a
+# simulation besides) and test_scorer_only's fixture 190 s. Every other module keeps its place
+# after these.
+# tests/test_ci_order.py holds each entry to an existing slow module.
 LONGEST_FIRST = (
     "tests/harness/test_loop.py",
-    "tests/gates/test_accuracy_gate.py",
-    "tests/adversarial/test_scorer_only.py",
-    "tests/adversarial/test_runtime_hacks.py",
     "tests/harness/test_demo.py",
+    "tests/harness/test_loop_merge.py",
+    "tests/harness/test_loop_conflict.py",
+    "tests/adversarial/test_scorer_only.py",
     "tests/gates/test_bench.py",
+    "tests/adversarial/test_runtime_hacks.py",
+    "tests/harness/test_loop_rejects.py",
+    "tests/gates/test_accuracy_gate.py",
+    "tests/gates/test_accuracy_gate_sides.py",
 )
 
 

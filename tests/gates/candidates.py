@@ -69,3 +69,32 @@ def candidate(repo: Path, branch: str, edits: list[tuple[str, str, str]], messag
     sha = r.head.commit.hexsha
     r.git.checkout("-q", "main")
     return sha
+
+
+def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict, first: str | None = None) -> dict:
+    """{case: ``kern test`` report} for each of ``cases`` ({name: edits}) committed on its own
+    branch of one repository (``overrides`` on kern.yaml) and judged against main. ``first`` is
+    judged alone before the others, so the recording of main it makes is there for the cases
+    that touch the same ops; the rest run two at a time (the interpreter is CPU-bound; CI has
+    two cores)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    from gates.accuracy import AccuracyRequest, run_test
+    from harness.settings import load
+
+    repo = make_repo(tmp, overrides)
+    shas = {name: candidate(repo, name, edits) for name, edits in cases.items()}
+    settings = load(repo / "kern.yaml")
+    cuda = torch.cuda.is_available()
+    prof = settings.profile(cuda)
+
+    def judge(sha):
+        return run_test(AccuracyRequest(repo, sha, "main", settings.data, prof, repo / "runs", cuda)).report
+
+    out = {first: judge(shas[first])} if first else {}
+    with ThreadPoolExecutor(2) as pool:
+        futures = {n: pool.submit(judge, s) for n, s in shas.items() if n != first}
+        out.update({n: f.result() for n, f in futures.items()})
+    return out

@@ -94,7 +94,7 @@ def test_the_demo_repository_starts_slow_and_the_tuner_tries_the_setting_first(t
         assert {(c.name, c.new) for c in nxt} == {("moe.experts.passes", 0), ("moe.experts.passes", n)}
 
 
-# The plain tree's step at 2 rows (tests/harness/test_loop.py STEP_MS: kern step --rows 2,
+# The plain tree's step at 2 rows (tests/harness/loop_replay.py STEP_MS: kern step --rows 2,
 # load average 1.5) and one run of the routed experts, 0.84 of it since the experts kernel of
 # 2026-12-01: README command 1 on a fresh clone (idle 2-core machine, 2026-12-01 20:20 UTC)
 # profiled main at 6440 ms with 5 runs and 1469 ms with 1 (1243 ms a run). Before that kernel

@@ -6,7 +6,7 @@ worker) that judged it. The test kills one worker mid-judgment: that attempt is 
 lost, nothing merged twice.
 
 Light on purpose (the slow suite shares two cores): both patches fail the accuracy gate, so
-no judgment runs the scorer; the settings are test_loop.py's LIGHT.
+no judgment runs the scorer; the settings are loop_replay.py's LIGHT.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 
 from harness import ledger as L
 from tests.gates.candidates import ROOT, make_repo
-from tests.harness.test_loop import LIGHT, patch
+from tests.harness.loop_replay import LIGHT, patch
 
 pytestmark = pytest.mark.slow
 ray = pytest.importorskip("ray", reason="farm.kind ray needs the farm extra (pip install 'kern-loop[farm]')")
