@@ -247,7 +247,10 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         # main moved while judging: rebase and judge again against the new main
         ok, tip = repo.rebase(number, main, ctx.runs, tip=rev_sha)
         if not ok:
-            return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": GateSummary(conflict=tip)}), rev_sha)
+            # the row keeps what the gates said on the older main, and why it could not land
+            judged = out.fields.get("gate") or GateSummary()
+            return _finish(ctx, number, Outcome("abandoned", "conflict",
+                                                {"gate": replace(judged, conflict=tip)}), rev_sha)
         ctx.progress(P.Rebased(number, main))
         rev_sha, base_sha = tip, main
     return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": GateSummary(conflict="main kept moving")}), rev_sha)

@@ -44,7 +44,7 @@ def test_a_winning_patch_on_a_moved_main_ends_in_conflict(conflict_run):
     a = attempts[0]
     # judged against the main it branched from, and the gates would have merged it there
     assert a.base_sha != moved and git.Repo(repo).is_ancestor(a.base_sha, moved)
-    assert a.decision == "merge" and a.delta_ms < 0 and "conflict" in a.gate, (a.decision, a.delta_ms, a.gate)
+    assert a.decision == "merge" and a.delta_ms < 0 and a.gate.conflict, (a.decision, a.delta_ms, a.gate)
     assert ctx.repo.main_sha() == moved  # main keeps the other commit, nothing merged over it
     assert not any(p.name.startswith("attempt-") for p in (repo / "runs" / "worktrees").iterdir())
 
