@@ -1,0 +1,61 @@
+"""bench/tools/compile_check.py: kernels a CPU test launches compile for sm_90 with the Triton
+named, and a kernel the compiler rejects is reported and fails the check (the H200's triton
+3.6 crash of 2026-12-03 was a reassigned constexpr that the interpreter accepts)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL = ROOT / "bench" / "tools" / "compile_check.py"
+
+BAD_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def twice(out_ptr, N: tl.constexpr):
+    for p in tl.static_range(2):
+        shift: tl.constexpr = N - p
+        tl.store(out_ptr + p, shift)
+
+
+@triton.jit
+def once(out_ptr, n, N: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, N), tl.zeros([N], tl.float32) + n)
+'''
+
+
+def _compile(tmp_path, launches):
+    (tmp_path / "cc_kernels.py").write_text(BAD_KERNEL)
+    path = tmp_path / "launches.json"
+    path.write_text(json.dumps(launches))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    return subprocess.run([sys.executable, str(TOOL), "--compile", str(path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_rejected_kernel_fails_the_check_with_the_compilers_words(tmp_path):
+    bad = {"module": "cc_kernels", "name": "twice", "signature": {"out_ptr": "*fp32", "N": "constexpr"},
+           "constexprs": {"N": 8}, "options": {}}
+    good = {"module": "cc_kernels", "name": "once",
+            "signature": {"out_ptr": "*fp32", "n": "fp32", "N": "constexpr"},
+            "constexprs": {"N": 64}, "options": {"num_warps": 2}}
+    done = _compile(tmp_path, [good, bad])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ok    cc_kernels.once" in done.stdout, done.stdout
+    assert "FAIL  cc_kernels.twice" in done.stdout and "reassigned" in done.stdout, done.stdout
+    assert "1 of 2 launches compiled for sm_90" in done.stdout, done.stdout
+
+
+def test_the_residual_tests_kernels_are_recorded_and_compile():
+    done = subprocess.run([sys.executable, str(TOOL), "tests/kernels/test_residual.py", "-x"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "kernels.k31.residual.mix." in done.stdout
+    last = done.stdout.strip().splitlines()[-1]
+    n, of = last.split(": ")[1].split(" launches")[0].split(" of ")
+    assert n == of and int(n) > 0, last
