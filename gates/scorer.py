@@ -23,8 +23,8 @@ from .results import BenchResult
 from .spec import side_spec
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
-# baseline that runs past this is reported as stopped, never a failed bench
-BASELINE_TIMEOUT_S = {"eager": 90, "compile": 240}
+# baseline that runs past its kern.yaml limit (bench.<kind>_baseline_timeout_s) is reported as
+# stopped, never a failed bench
 MODEL_FILES = ("config.py", "formats.py", "synthetic.py", "weights.py", "state.py", "model.py",
                "workload/__init__.py")
 
@@ -328,7 +328,7 @@ def _extras(req: BenchRequest, side: Interactive, buckets, timeout, result) -> N
             per = result.setdefault("baselines", {}).setdefault(kind, {})
             for b in base_buckets:
                 per[b] = side.request(Baseline(kind=kind, bucket=b, n=3 if req.cuda else 1),
-                                      BASELINE_TIMEOUT_S[kind])
+                                      float(req.settings["bench"][f"{kind}_baseline_timeout_s"]))
     except SideError as e:  # a baseline or peer that fails or hangs is a result, not a failed bench
         result["extras_error"] = str(e)
 
@@ -436,16 +436,7 @@ def report_lines(res: dict) -> list[str]:
             lines.append(f"{k} score per visit: {', '.join(f'{x:.3f}' for x in vs)} ms (cv {an['sides'][k]['score_cv'] * 100:.2f} %)")
     if res.get("extras_error"):
         lines.append(f"baseline   stopped: {res['extras_error'][:200]}")
-    for kind, per in (res.get("baselines") or {}).items():
-        for b in per:
-            r = per[b]
-            if "error" in r:
-                lines.append(f"baseline   {kind} {b} rows: {r['error'][:150]}")
-            else:
-                med = stats.median(r["times"])
-                ref_side = "A" if "A" in an["sides"] else "B"
-                ratio = med / an["sides"][ref_side]["buckets"][b]["median"]
-                lines.append(f"baseline   {kind} {b:4d} rows  {med:9.3f} ms  = {ratio:.2f}x the tree's step")
+    lines += baseline_lines(res)
     for b, e in ((res.get("peers") or {}).get("kda_decode") or {}).items():
         if isinstance(e, dict) and "ours_us" in e and "fla_us" in e:
             lines.append(f"peer       kda decode {int(b):4d} rows: ours {e['ours_us']:.1f} µs, fla-core "
@@ -466,6 +457,26 @@ def report_lines(res: dict) -> list[str]:
                      f"{ab['classification']} · {ab['guard']}")
     else:
         lines.append(f"score {an['sides']['B']['score']:.3f} ms")
+    return lines
+
+
+def baseline_lines(res: dict) -> list[str]:
+    """Pure: one line per baseline bucket of a finished bench: its median step and its ratio to
+    the tree's, the first call's time apart (torch.compile compiles there), or why it failed."""
+    lines, an = [], res["analysis"]
+    for kind, per in (res.get("baselines") or {}).items():
+        for b in per:
+            r = per[b]
+            if "error" in r:
+                lines.append(f"baseline   {kind} {b} rows: {r['error'][:150]}")
+            else:
+                med = stats.median(r["times"])
+                ref_side = "A" if "A" in an["sides"] else "B"
+                ratio = med / an["sides"][ref_side]["buckets"][b]["median"]
+                # the first call compiles (torch.compile) or warms up: its time apart from the step's
+                first = (f"  (first call {r['first_call_s']:.1f} s"
+                         + (", compiling" if kind == "compile" else "") + ")") if "first_call_s" in r else ""
+                lines.append(f"baseline   {kind} {b:4d} rows  {med:9.3f} ms  = {ratio:.2f}x the tree's step{first}")
     return lines
 
 

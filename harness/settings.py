@@ -196,6 +196,8 @@ class Bench:
     reverify_rounds: int = key(ge=1)
     reference_calls_per_op: int = key(ge=1)
     timeout_s: float = key(gt=0)
+    eager_baseline_timeout_s: float = key(gt=0)
+    compile_baseline_timeout_s: float = key(gt=0)
 
 
 @dataclass(frozen=True, kw_only=True)
