@@ -51,11 +51,13 @@ def test_a_rejected_kernel_fails_the_check_with_the_compilers_words(tmp_path):
     assert "1 of 2 launches compiled for sm_90" in done.stdout, done.stdout
 
 
-def test_the_residual_tests_kernels_are_recorded_and_compile():
-    done = subprocess.run([sys.executable, str(TOOL), "tests/kernels/test_residual.py", "-x"],
+def test_the_residual_tests_kernels_are_recorded_and_compile(tmp_path):
+    done = subprocess.run([sys.executable, str(TOOL), "--dump", str(tmp_path), "tests/kernels/test_residual.py", "-x"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "kernels.k31.residual.mix." in done.stdout
     last = done.stdout.strip().splitlines()[-1]
     n, of = last.split(": ")[1].split(" launches")[0].split(" of ")
     assert n == of and int(n) > 0, last
+    ptx = sorted(tmp_path.glob("_mix_kernel-*.ptx"))
+    assert len(ptx) == int(n) and ".target sm_90" in ptx[0].read_text()

@@ -1,7 +1,8 @@
 """Compile every Triton kernel a CPU test launches for Hopper (sm_90) with another Triton,
 without a GPU: the kernels' launches are recorded under the interpreter, then each distinct
 (kernel, argument types, constexprs) is compiled by the Triton found first on --triton-path,
-down to a cubin (ptxas included).
+down to a cubin (ptxas included), with the 16-divisibility hints the GPU's JIT would give
+(pointers and integers that are multiples of 16), so the code read is the code the GPU runs.
 
 Why: the H200 runs triton 3.6 while this machine interprets with 3.9; a kernel that is right
 on the interpreter can still fail to compile there (a reassigned constexpr, an op the older
@@ -12,6 +13,7 @@ failure that needs the full model's constexprs is not caught.
     pip install --target /opt/tri36 --no-deps triton==3.6.0
     python bench/tools/compile_check.py --triton-path /opt/tri36 tests/kernels/test_moe.py
     python bench/tools/compile_check.py --triton-path /opt/tri36 tests/kernels/test_mla.py -k topk
+    python bench/tools/compile_check.py --dump /tmp/asm tests/kernels/test_kda.py -k core
 
 Exit status: 0 every recorded kernel compiled, 1 one did not (each failure printed with its
 error), 2 nothing was recorded or the arguments were wrong.
@@ -78,7 +80,7 @@ def record(pytest_args: list[str], out: Path) -> int:
         params = inspect.signature(fn).parameters
         bound = dict(zip(params, args))
         bound.update({k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS})
-        signature, constexprs = {}, {}
+        signature, constexprs, aligned = {}, {}, []
         for name, p in params.items():
             if name not in bound:
                 if p.default is inspect.Parameter.empty:
@@ -95,8 +97,12 @@ def record(pytest_args: list[str], out: Path) -> int:
                 constexprs[name] = what
             else:
                 signature[name] = what
+                # the GPU's JIT specializes these as 16-divisible (vector loads follow from it)
+                if (kind == "ptr" and value.data_ptr() % 16 == 0) or \
+                        (what in ("i32", "i64") and value % 16 == 0):
+                    aligned.append(name)
         entry = {"module": fn.__module__, "name": fn.__name__, "signature": signature,
-                 "constexprs": constexprs,
+                 "constexprs": constexprs, "aligned": aligned,
                  "options": {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}}
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
@@ -127,7 +133,7 @@ def _constexpr_value(v):
     return v
 
 
-def compile_all(launches: Path) -> int:
+def compile_all(launches: Path, dump: Path | None = None) -> int:
     """In the process whose Triton is the one to check: compile every recorded launch for
     sm_90 and print one line each."""
     import triton
@@ -142,9 +148,16 @@ def compile_all(launches: Path) -> int:
         try:
             fn = _jit_function(e["module"], e["name"])
             consts = {k: _constexpr_value(v) for k, v in e["constexprs"].items()}
-            src = ASTSource(fn, e["signature"], constexprs=consts)
+            attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in e.get("aligned", ())}
+            src = ASTSource(fn, e["signature"], constexprs=consts, attrs=attrs)
             kernel = triton.compile(src, target=target, options=e["options"])
             smem = kernel.metadata.shared
+            if dump is not None:
+                dump.mkdir(parents=True, exist_ok=True)
+                stem = f"{e['name']}-{len(list(dump.glob(e['name'] + '-*.ttgir')))}"
+                for kind in ("ttgir", "ptx", "sass"):
+                    if kind in kernel.asm:
+                        (dump / f"{stem}.{kind}").write_text(kernel.asm[kind])
             print(f"ok    {label}  (shared memory {smem} B)")
         except Exception as ex:  # noqa: BLE001 - every failure is reported, then counted
             failed += 1
@@ -163,12 +176,14 @@ def main(argv=None) -> int:
     ap.add_argument("--triton-path", required=False,
                     help="a folder holding the Triton to compile with (pip install --target); "
                          "default: this Python's Triton")
+    ap.add_argument("--dump", metavar="DIR", help="write each compiled launch's ttgir, ptx and sass "
+                                                  "there (NAME-K.ptx ...)")
     ap.add_argument("--compile", metavar="LAUNCHES", help=argparse.SUPPRESS)
     ap.add_argument("pytest_args", nargs="*", help="what pytest runs to launch the kernels")
     a, rest = ap.parse_known_args(argv)
     a.pytest_args += rest  # pytest's own options (-k, -x) pass through
     if a.compile:
-        return compile_all(Path(a.compile))
+        return compile_all(Path(a.compile), Path(a.dump).resolve() if a.dump else None)
     if not a.pytest_args:
         ap.error("name the tests whose kernel launches to compile, e.g. tests/kernels/test_moe.py")
     with tempfile.TemporaryDirectory() as tmp:
@@ -189,8 +204,9 @@ def main(argv=None) -> int:
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (a.triton_path, str(ROOT),
                                                         env.get("PYTHONPATH")) if p)
+        dump = ["--dump", str(Path(a.dump).resolve())] if a.dump else []
         done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--compile",
-                               str(launches)], cwd=ROOT, env=env).returncode
+                               str(launches), *dump], cwd=ROOT, env=env).returncode
         return done or (1 if rc not in (0, 5) else 0)
 
 
