@@ -217,7 +217,8 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
         # tree, in its own folder (no sandbox of B shows main's): hard links under namespaces
         # (mounted read-only there; marked by mtime, since another judgment's links change
         # ctimes), copies under landlock alone (B could write through a link; the copies are
-        # marked). With sandbox: off nothing hides main's folder: B is told where it lies.
+        # marked; likewise under user, where B owns the folder the copies are in). With
+        # sandbox: off nothing hides main's folder: B is told where it lies.
         if mech == "off":
             mark(guarded)
             handed = hidden
@@ -232,7 +233,7 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
                              TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), handed)
         b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
         moved = filemarks.changed_files(marks, filemarks.file_marks(
-            guarded + ([seen] if mech == "landlock" else []), ctime=mech != "namespaces"))
+            guarded + ([seen] if mech in ("landlock", "user") else []), ctime=mech != "namespaces"))
         if mech != "off":
             shutil.rmtree(seen, ignore_errors=True)  # links or copies: main's stays in a_dir
             if handed.error is not None:

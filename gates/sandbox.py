@@ -9,8 +9,10 @@ the harness's ``gates/``, its tree's ``kernels/``, its own run folder writable, 
 run's or worktree's files, no main's recording), no network, and the GPU's device nodes.
 
 Mechanisms, strongest first (:data:`MECHANISMS`): ``namespaces`` (user, mount, network, PID
-and IPC namespaces; landlock on top where the kernel has it) and ``landlock`` alone (the same
-allow-list as path rules, TCP refused; no mount or network namespace). kern.yaml's
+and IPC namespaces; landlock on top where the kernel has it), ``landlock`` alone (the same
+allow-list as path rules, TCP refused; no mount or network namespace) and ``user`` (neither:
+the side drops to the unprivileged :data:`SANDBOX_USER` under a seccomp socket filter; what it
+reads is then decided by file permissions alone, docs/sandbox.md). kern.yaml's
 ``sandbox`` (:data:`MODES`) picks one, ``auto`` the strongest this machine allows (probed
 once per process: :func:`facts`), ``off`` none. Processes that must talk to each other (the
 ranks of one side; the model store and the bench sides that attach to it) share one sandbox:
@@ -36,8 +38,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-MODES = ("auto", "namespaces", "landlock", "off")
-MECHANISMS = ("namespaces", "landlock")
+MODES = ("auto", "namespaces", "landlock", "user", "off")
+MECHANISMS = ("namespaces", "landlock", "user")
+# the unprivileged user of the ``user`` mechanism: fixed, not a kern.yaml key (it exists on
+# every Debian and RHEL; a dedicated user would be stronger: docs/sandbox.md)
+SANDBOX_USER = "nobody"
+# what a side under ``user`` keeps of the environment it was started with (gates/launch.py's
+# side_env and a rank's variables; a test holds them): nothing else of the launcher's
+ENV_KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "CUDA_HOME", "LD_LIBRARY_PATH",
+            "VIRTUAL_ENV", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "OMP_NUM_THREADS",
+            "KERN_SIDE_MEMORY_BYTES", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 CONFINE = str(Path(__file__).resolve().parent / "side" / "confine.py")
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +80,7 @@ class Facts:
     """What this machine allows (:func:`facts` probes it)."""
     namespaces: str  # "" when a namespace sandbox started here, else why not
     landlock_abi: int  # 0: none
+    user: str = "not probed"  # "" when sides can be started as SANDBOX_USER here, else why not
 
     def describe(self, mechanism: str) -> str:
         if mechanism == "off":
@@ -76,14 +88,19 @@ class Facts:
         if mechanism == "namespaces":
             ll = f" + landlock ABI {self.landlock_abi}" if self.landlock_abi else " (no landlock)"
             return f"namespaces (user, mount, network, PID, IPC){ll}"
+        if mechanism == "user":
+            return (f"user {SANDBOX_USER} + seccomp (no network) — file permissions only: whatever "
+                    f"others may read stays readable to candidate code (no namespaces: "
+                    f"{self.namespaces}; landlock: {'ABI %d' % self.landlock_abi if self.landlock_abi else 'none'})")
         return f"landlock ABI {self.landlock_abi} (no namespaces: {self.namespaces})"
 
 
 def fix_text() -> str:
     return ("operator: allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, "
             "kernel.unprivileged_userns_clone=1, no AppArmor userns restriction) or boot a kernel "
-            "with landlock; or user: set `sandbox: off` in kern.yaml to run candidate code with "
-            "your rights (it can then read your files and use the network)")
+            f"with landlock, or run kern as root where the user `{SANDBOX_USER}` exists (`sandbox: "
+            "user`, the weakest: file permissions only); or user: set `sandbox: off` in kern.yaml "
+            "to run candidate code with your rights (it can then read your files and use the network)")
 
 
 def choose(mode: str, f: Facts) -> str:
@@ -93,20 +110,26 @@ def choose(mode: str, f: Facts) -> str:
         raise SandboxUnavailable(f"sandbox: expected one of {', '.join(MODES)}, found {mode!r}")
     if mode == "off":
         return "off"
-    ns_ok, ll_ok = not f.namespaces, f.landlock_abi >= 1
+    ns_ok, ll_ok, user_ok = not f.namespaces, f.landlock_abi >= 1, not f.user
     if mode == "namespaces" and not ns_ok:
         raise SandboxUnavailable(f"sandbox: namespaces asked for, but none could be made here "
                                  f"({f.namespaces}); fix: {fix_text()}")
     if mode == "landlock" and not ll_ok:
         raise SandboxUnavailable(f"sandbox: landlock asked for, but this kernel has none; fix: "
                                  f"{fix_text()}")
+    if mode == "user" and not user_ok:
+        raise SandboxUnavailable(f"sandbox: user asked for, but sides cannot be started as "
+                                 f"{SANDBOX_USER!r} here ({f.user}); fix: {fix_text()}")
     if mode == "auto":
         if ns_ok:
             return "namespaces"
         if ll_ok:
             return "landlock"
+        if user_ok:
+            return "user"
         raise SandboxUnavailable(f"sandbox: none available on this machine (namespaces: "
-                                 f"{f.namespaces}; landlock: not in this kernel); fix: {fix_text()}")
+                                 f"{f.namespaces}; landlock: not in this kernel; user "
+                                 f"{SANDBOX_USER}: {f.user}); fix: {fix_text()}")
     return mode
 
 
@@ -185,6 +208,7 @@ class Machine:
     devices: tuple[str, ...] = ()  # the GPU's device nodes present here
     triton_cache: str = ""  # the root of Triton's cache
     harness: str = str(HARNESS_ROOT)
+    user: tuple = ()  # (name, uid, gid) of SANDBOX_USER where it exists
     python_version: str = f"{sys.version_info[0]}.{sys.version_info[1]}"
 
 
@@ -251,6 +275,28 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         out["landlock"] = None if peers or not landlock_abi else {
             "read": ["/"], "write": own + ["/tmp", "/dev/shm", m.home], "devices": devices,
             "tcp": False}
+    elif mechanism == "user":
+        if not m.user:
+            raise SandboxUnavailable(f"sandbox: user: no user {SANDBOX_USER!r} on this machine "
+                                     f"(expected one, got none); fix: {fix_text()}")
+        name, uid, gid = m.user
+        # its own home, /tmp and Triton cache, made by the side itself once it is that user and
+        # removed when it ends: every side is the same user, so a tree's shared cache would be
+        # writable by every other side (a candidate's by main's)
+        private = os.path.join(side.writes, f".sandbox-{Path(side.out).stem}")
+        env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"),
+                   TRITON_CACHE_DIR=os.path.join(private, "triton"))
+        out["user"] = {"name": name, "uid": uid, "gid": gid}
+        out["make_as_user"] = [env["TMPDIR"], env["HOME"], env["TRITON_CACHE_DIR"]]
+        out["remove"] = [private]
+        # the folders it writes become the user's when it starts and the launcher's again when
+        # it ends (a group's: when the group closes), 0700 then: no later side enters them
+        out["own"] = [side.writes]
+        out["owner"] = [m.uid, m.gid]
+        out["env_keep"] = list(ENV_KEEP)
+        # no network but, for one side's ranks, TCP (they meet on 127.0.0.1)
+        out["seccomp"] = {"inet_stream": peers}
+        out["landlock"] = None
     else:
         # its own home and /tmp, removed when it ends (sides that share a run folder: one each)
         private = os.path.join(side.writes, f".sandbox-{Path(side.out).stem}")
@@ -312,7 +358,17 @@ def machine(env: dict | None = None) -> Machine:
     return Machine(os.getuid(), os.getgid(), home,
                    tuple(dict.fromkeys(os.path.realpath(p) for p in py if p)),
                    tuple(dict.fromkeys(os.path.realpath(p) for p in libs if p and os.path.exists(p))),
-                   tuple(devices), os.path.realpath(cache))
+                   tuple(devices), os.path.realpath(cache), user=_user_ids())
+
+
+def _user_ids() -> tuple:
+    import pwd
+
+    try:
+        u = pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        return ()
+    return (SANDBOX_USER, u.pw_uid, u.pw_gid)
 
 
 def _ld_dirs() -> list[str]:
@@ -375,12 +431,24 @@ def _probe_landlock() -> int:
     return max(0, int(libc.syscall(444, None, 0, 1)))
 
 
+def _probe_user() -> str:
+    """"" when this process may start sides as SANDBOX_USER, else why not."""
+    if os.geteuid() != 0:
+        return f"the launcher is not root (uid {os.geteuid()}): only root starts a process as another user"
+    ids = _user_ids()
+    if not ids:
+        return f"no user {SANDBOX_USER!r} on this machine"
+    if 0 in ids[1:]:
+        return f"the user {SANDBOX_USER!r} is uid/gid 0 here"
+    return ""
+
+
 @lru_cache(maxsize=1)
 def facts() -> Facts:
     """What this machine allows, probed once per process (about 0.1 s)."""
     if sys.platform != "linux":
-        return Facts(f"not Linux ({sys.platform})", 0)
-    return Facts(_probe_namespaces(), _probe_landlock())
+        return Facts(f"not Linux ({sys.platform})", 0, f"not Linux ({sys.platform})")
+    return Facts(_probe_namespaces(), _probe_landlock(), _probe_user())
 
 
 def chosen(mode: str | None = None) -> str:
@@ -417,14 +485,77 @@ def wrap(cmd: list[str], env: dict | None = None) -> list[str]:
         g.admits(side)
         p = plan(mech, side, m, g.sides, g.peers, abi)
         return _confine("join", json.dumps(p), json.dumps(g.held(m)), "--", *cmd)
+    if mech == "user":
+        open_way(side, m, cmd[0])
+        if g is not None:
+            g.mechanism = "user"
     p = plan(mech, side, m, g.sides if g is not None else None, g.peers if g is not None else False, abi)
     p["remove_stage"] = g is None  # a group's stage goes when the group closes
+    p["give_back"] = g is None  # a group's folders are given back when the group closes
     for d in p.get("make", ()):
         os.makedirs(d, exist_ok=True)
     for link, target in p.get("links", ()):
         if not os.path.islink(link):
             os.symlink(target, link)
     return _confine("run", json.dumps(p), "--", *cmd)
+
+
+def blocked(path: str, mode_of) -> str:
+    """The first folder on the way to ``path`` (``path`` excluded) that others may not search
+    (no o+x), "" when none (pure: ``mode_of(folder)`` is its st_mode)."""
+    parts = Path(path).parts
+    for i in range(1, len(parts)):
+        folder = str(Path(*parts[:i]))
+        if not mode_of(folder) & 0o001:
+            return folder
+    return ""
+
+
+def ledger_folder(path: str) -> str:
+    """The kern repository's runs/ (the ledger's folder) ``path`` lies in, "" when none."""
+    for a in Path(path).parents:
+        if a.name == "runs" and ((a / "ledger.sqlite").exists() or (a.parent / "kern.yaml").exists()):
+            return str(a)
+    return ""
+
+
+def open_way(side: ConfinedSide, m: Machine, python: str = sys.executable) -> None:
+    """Under ``user``: what the side reads and writes reachable by that user, nothing more of
+    the ledger's folder. In a repository's runs/ the gates set the modes themselves: every
+    folder on the way 0711 (searched, not listed), every file directly in runs/ (the ledger, its
+    journal, locks, anything put there) the owner's alone; outside it a folder that others may
+    not search is the operator's to open (kern never widens a folder it does not own).
+    ``python``: the side's interpreter (its own folders are checked, not its library's)."""
+    import stat as st
+
+    need = [side.writes, os.path.join(side.tree, "kernels"), os.path.join(m.harness, "gates"),
+            os.path.realpath(shutil.which(python) or python), *side.readonly]
+    runs = {ledger_folder(p) for p in need} - {""}
+    for folder in runs:
+        for e in os.scandir(folder):
+            s = e.stat(follow_symlinks=False)
+            if not st.S_ISDIR(s.st_mode) and not st.S_ISLNK(s.st_mode) and s.st_mode & 0o077 \
+                    and s.st_uid == os.geteuid():
+                os.chmod(e.path, st.S_IMODE(s.st_mode) & 0o700)
+
+    def mode_of(folder: str) -> int:
+        s = os.stat(folder)
+        mode = st.S_IMODE(s.st_mode)
+        if any(_inside(folder, r) for r in runs) and s.st_uid == os.geteuid():
+            want = (mode & ~0o066) | 0o011  # searched, not listed, by the group and others
+            if want != mode:
+                os.chmod(folder, want)
+            return want
+        return mode
+
+    for p in need:
+        stop = blocked(p, mode_of)
+        if stop:
+            raise SandboxUnavailable(
+                f"sandbox: user: {SANDBOX_USER} cannot reach {p}: {stop} is mode "
+                f"{oct(os.stat(stop).st_mode & 0o7777)} (expected others may search it, o+x); fix: "
+                f"operator: `chmod o+x {stop}`, or keep the repository, the harness and Python "
+                f"where others may reach them (not in root's home)")
 
 
 _COMPILED: set = set()
@@ -464,6 +595,7 @@ class Group:
     first time a side joins it, ended by :meth:`close`."""
     sides: list
     peers: bool
+    mechanism: str = ""  # "user" once a side joined under it: its folders are given back at close
     _holder: subprocess.Popen | None = None
     _held: dict | None = None
     _token: object = None
@@ -518,6 +650,11 @@ class Group:
                 self._holder.wait()
             self._holder = None
             self._held = None
+        if self.mechanism == "user":
+            from gates.side.confine import own_tree
+
+            for s in self.sides:  # the launcher's again, 0700: no later side enters them
+                own_tree(s.writes, os.getuid(), os.getgid())
         for s in self.sides:
             if not s.own_folder:
                 shutil.rmtree(s.stage, ignore_errors=True)

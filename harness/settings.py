@@ -312,7 +312,7 @@ _SECTIONS = {"target": Target, "test": TestGate, "bench": Bench, "step": Limit, 
              "agent": Agent, "loop": Loop, "farm": Farm, "budgets": Budgets}
 _LISTS = ("editable", "protected")
 # how every gate side is confined (gates/sandbox.py MODES: the same names, a test holds them)
-SANDBOX_MODES = ("auto", "namespaces", "landlock", "off")
+SANDBOX_MODES = ("auto", "namespaces", "landlock", "user", "off")
 _SCALARS = {"sandbox": (Literal[SANDBOX_MODES], "auto")}
 _MACHINES = ("gpu", "cpu")
 TOP_LEVEL = (*_SECTIONS, *_LISTS, *_SCALARS, "profiles")

@@ -19,8 +19,15 @@ unmount nor remount one). P waits and exits as C does (a signal as a signal).
 
 Landlock (both mechanisms where the plan's ``landlock`` rules are set): the side's file
 accesses, TCP and signals are restricted by path beneath, after ``no_new_privs``. Seccomp
-(the plan's ``seccomp``, with landlock alone): sockets other than Unix ones (and TCP, for
-ranks) and io_uring are refused.
+(the plan's ``seccomp``, with landlock alone and with ``user``): sockets other than Unix ones
+(and TCP, for ranks) and io_uring are refused.
+
+User (the plan's ``mechanism`` "user", launched as root): P makes the plan's ``own`` folders
+the plan's user's (0700), forks the side, which drops to that user for good (no supplementary
+groups), makes its private home, /tmp and Triton cache, takes the seccomp filter and starts
+with only the environment the plan keeps; when it ends P gives ``own`` back to the launcher
+(``give_back``: a side alone; a group's when the group closes). Ownership changes never follow
+a symbolic link: the side's code may still be changing its folder.
 """
 from __future__ import annotations
 
@@ -306,19 +313,97 @@ def seccomp_sockets(inet_stream: bool) -> None:
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, buf, 0, 0), "seccomp filter")
 
 
+# ------------------------------------------------------------------ the user
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NODE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+def _own_below(dfd: int, uid: int, gid: int) -> None:
+    for name in os.listdir(dfd):
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                sub = os.open(name, _DIR, dir_fd=dfd)
+                try:
+                    os.fchown(sub, uid, gid)
+                    _own_below(sub, uid, gid)
+                finally:
+                    os.close(sub)
+            elif stat.S_ISLNK(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+                os.chown(name, uid, gid, dir_fd=dfd, follow_symlinks=False)
+            else:
+                fd = os.open(name, _NODE, dir_fd=dfd)
+                try:
+                    got = os.fstat(fd)
+                    # a file with another link may be someone else's (a hard link to it)
+                    if got.st_nlink == 1 and (stat.S_ISREG(got.st_mode) or stat.S_ISFIFO(got.st_mode)):
+                        os.fchown(fd, uid, gid)
+                finally:
+                    os.close(fd)
+        except OSError:
+            continue  # gone meanwhile, or nothing that may change owner
+
+
+def own_tree(path: str, uid: int, gid: int, mode: int = 0o700) -> None:
+    """``path`` (a folder, ``mode``) and everything beneath it made ``uid``:``gid``'s, through
+    file descriptors and never through a symbolic link (a process of the side may be swapping
+    one in); below a nesting deeper than Python recurses, owners stay as they are (the folder
+    itself, 0700, is still the new owner's alone)."""
+    try:
+        fd = os.open(path, _DIR)
+    except OSError:
+        return
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+        try:
+            _own_below(fd, uid, gid)
+        except RecursionError:
+            pass
+    finally:
+        os.close(fd)
+
+
+def drop_to(user: dict) -> None:
+    """Become the plan's user for good: its uid and gid (real, effective, saved), no
+    supplementary groups; refused if root could be got back."""
+    uid, gid = int(user["uid"]), int(user["gid"])
+    if uid == 0 or gid == 0:
+        raise SandboxError(f"user: expected an unprivileged user, got uid {uid} gid {gid}")
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        raise SandboxError(f"user: the ids did not change to {uid}:{gid} ({os.getresuid()}, "
+                           f"{os.getresgid()}, {os.getgroups()})")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise SandboxError(f"user: uid 0 could be set again after dropping to {uid}")
+
+
 # ------------------------------------------------------------------ the verbs
 def _exec(plan: dict, cmd: list[str]) -> None:
-    """The last step in the side's own process: its rules, its environment, then CMD."""
+    """The last step in the side's own process: its user, its rules, its environment, then CMD."""
+    if plan.get("user"):
+        drop_to(plan["user"])
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the change of ids cleared it
+        for d in plan.get("make_as_user", ()):
+            os.makedirs(d, mode=0o700, exist_ok=True)
     if plan.get("landlock"):
         landlock(plan["landlock"])
     if plan.get("seccomp"):
         seccomp_sockets(plan["seccomp"]["inet_stream"])
-    os.environ.update(plan.get("env", {}))
+    env = os.environ
+    if "env_keep" in plan:  # nothing of the launcher's environment beyond what the plan keeps
+        env = {k: os.environ[k] for k in plan["env_keep"] if k in os.environ}
+    env.update(plan.get("env", {}))
     if plan.get("path_first"):
-        os.environ["PYTHONPATH"] = os.pathsep.join(
-            [plan["path_first"]] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [plan["path_first"]] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     os.chdir(plan["cwd"])
-    os.execvpe(cmd[0], cmd, os.environ)
+    os.execvpe(cmd[0], cmd, env)
 
 
 def _exit_as(status: int) -> None:
@@ -417,11 +502,16 @@ def hand_back(plan: dict) -> None:
             src = os.path.join(stage, name)
             if re.match(pattern, name) and stat.S_ISREG(os.lstat(src).st_mode):
                 os.replace(src, os.path.join(dest, name))
+                if plan.get("owner"):  # written by the sandbox's user: the launcher's now
+                    os.chown(os.path.join(dest, name), *plan["owner"], follow_symlinks=False)
         if plan.get("remove_stage"):
             shutil.rmtree(stage, ignore_errors=True)
 
 
 def _leave(status: int, plan: dict) -> None:
+    if plan.get("give_back"):  # the launcher's again, 0700: no later side enters it
+        for path in plan.get("own", ()):
+            own_tree(path, *plan["owner"])
     hand_back(plan)
     for path in plan.get("remove", ()):  # the side's private home and /tmp
         shutil.rmtree(path, ignore_errors=True)
@@ -438,6 +528,12 @@ def verb_run(plan: dict, cmd: list[str]) -> None:
         pid, r = create(plan, cmd)
         _close_pipes()
         _leave(_status_of(pid, r), plan)
+    if plan.get("user"):
+        if os.geteuid() != 0:
+            raise SandboxError(f"user: only root starts a side as {plan['user']['name']!r} "
+                               f"(expected uid 0, got {os.geteuid()})")
+        for path in plan.get("own", ()):
+            own_tree(path, plan["user"]["uid"], plan["user"]["gid"])
     pid = os.fork()
     if pid == 0:
         try:

@@ -251,6 +251,11 @@ def sandbox_finding(sb: dict) -> Finding:
         return Finding("sandbox", WARN, sb["described"],
                        "user: set `sandbox: auto` in kern.yaml unless this machine holds nothing "
                        "a candidate's code must not read or send away")
+    if sb.get("mechanism") == "user":  # the weakest: it leaves readable what others may read
+        return Finding("sandbox", WARN, f"{sb['described']} (kern.yaml sandbox: {sb['mode']})",
+                       "operator: allow unprivileged user namespaces or boot a kernel with landlock "
+                       "for the full sandbox; until then keep secrets unreadable to others "
+                       "(chmod o-r) — docs/sandbox.md says what `user` leaves open")
     return Finding("sandbox", OK, f"{sb['described']} (kern.yaml sandbox: {sb['mode']})")
 
 

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 from gates import sandbox as S
 from gates.launch import side_env
@@ -22,7 +23,7 @@ from gates.launch import side_env
 M = S.Machine(uid=1000, gid=1000, home="/home/u", python=("/home/u/.venv", "/opt/py3.11"),
               libraries=("/usr/local/cuda", "/home/u", "/srv/repo", "/srv/repo/runs/tap/x"),
               devices=("/dev/nvidia0", "/dev/nvidiactl"), triton_cache="/home/u/.triton/cache",
-              harness="/srv/repo")
+              harness="/srv/repo", user=("nobody", 65534, 65534))
 
 
 def driver(mode, tree, out, spec=None):
@@ -37,6 +38,9 @@ def driver(mode, tree, out, spec=None):
     ("landlock", S.Facts("", 7), "landlock"),
     ("namespaces", S.Facts("", 0), "namespaces"),
     ("off", S.Facts("no", 0), "off"),
+    ("auto", S.Facts("unshare(user): Operation not permitted", 0, ""), "user"),
+    ("auto", S.Facts("unshare(user): Operation not permitted", 7, ""), "landlock"),
+    ("user", S.Facts("", 7, ""), "user"),
 ])
 def test_the_strongest_mechanism_the_machine_allows(mode, facts, got):
     assert S.choose(mode, facts) == got
@@ -46,7 +50,8 @@ def test_the_strongest_mechanism_the_machine_allows(mode, facts, got):
     ("auto", S.Facts("unshare(user): Operation not permitted", 0), "none available"),
     ("namespaces", S.Facts("unshare(user): Operation not permitted", 7), "namespaces asked for"),
     ("landlock", S.Facts("", 0), "landlock asked for"),
-    ("bubblewrap", S.Facts("", 7), "expected one of auto, namespaces, landlock, off"),
+    ("user", S.Facts("", 7, "the launcher is not root (uid 1000)"), "user asked for"),
+    ("bubblewrap", S.Facts("", 7), "expected one of auto, namespaces, landlock, user, off"),
 ])
 def test_no_sandbox_names_who_fixes_it(mode, facts, words):
     with pytest.raises(S.SandboxUnavailable) as e:
@@ -54,6 +59,39 @@ def test_no_sandbox_names_who_fixes_it(mode, facts, words):
     assert words in str(e.value)
     if mode != "bubblewrap":
         assert "operator:" in str(e.value) and "`sandbox: off`" in str(e.value)
+
+
+NS_NO = "unshare(user): Operation not permitted"
+
+
+@given(mode=st.sampled_from([*S.MODES, "bubblewrap", "", "Namespaces"]),
+       ns=st.sampled_from(["", NS_NO]), abi=st.integers(0, 7),
+       user=st.sampled_from(["", "the launcher is not root (uid 1000)", "no user 'nobody' on this machine"]))
+def test_choose_takes_the_strongest_available_or_names_every_fix(mode, ns, abi, user):
+    """Over every machine (namespaces, landlock ABI, the sandbox user) and mode: ``auto`` picks
+    namespaces, else landlock, else user; a named mechanism is given exactly where available;
+    a refusal names what was asked, why not, and every fix (the operator's and kern.yaml's)."""
+    f = S.Facts(ns, abi, user)
+    available = [m for m, ok in (("namespaces", not ns), ("landlock", abi >= 1), ("user", not user)) if ok]
+    if mode == "off":
+        assert S.choose(mode, f) == "off"
+        return
+    want = (available[0] if available else None) if mode == "auto" else \
+        (mode if mode in available else None) if mode in S.MECHANISMS else "bad"
+    if want not in (None, "bad"):
+        assert S.choose(mode, f) == want
+        return
+    with pytest.raises(S.SandboxUnavailable) as e:
+        S.choose(mode, f)
+    text = str(e.value)
+    if want == "bad":
+        assert f"expected one of {', '.join(S.MODES)}, found {mode!r}" in text
+        return
+    assert ("none available" if mode == "auto" else f"{mode} asked for") in text
+    assert "operator:" in text and "`sandbox: off`" in text and "`sandbox: user`" in text
+    assert "landlock" in text and "namespaces" in text
+    if mode in ("auto", "user"):
+        assert user in text
 
 
 def test_a_side_is_read_off_its_command_line():
@@ -130,6 +168,45 @@ def test_the_landlock_plan_names_the_same_paths_and_opens_tcp_to_ranks_only():
     ranks = S.plan("landlock", side, M, [side], peers=True, landlock_abi=7)
     assert ranks["landlock"]["tcp"] is True and "/dev/shm" in ranks["landlock"]["write"]
     assert ranks["seccomp"] == {"inet_stream": True}
+
+
+def test_the_user_plan_owns_its_folder_keeps_no_environment_and_no_network():
+    """Under ``user`` a side writes its run folder (made the user's when it starts, the
+    launcher's again when it ends, unless its group's close does that), keeps a private home,
+    /tmp and Triton cache there, only the environment the plan names, and no network but its
+    ranks' TCP."""
+    side = S.side_of(driver("bench", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/bench/w/sideB.json"), None)
+    p = S.plan("user", side, M)
+    private = "/srv/repo/runs/bench/w/.sandbox-sideB"
+    assert p["user"] == {"name": "nobody", "uid": 65534, "gid": 65534} and p["owner"] == [1000, 1000]
+    assert p["own"] == ["/srv/repo/runs/bench/w"] and p["remove"] == [private]
+    assert p["env"] == {"TMPDIR": f"{private}/tmp", "HOME": f"{private}/home",
+                        "TRITON_CACHE_DIR": f"{private}/triton"}  # not the tree's shared cache
+    assert p["make_as_user"] == [f"{private}/tmp", f"{private}/home", f"{private}/triton"]
+    assert p["env_keep"] == list(S.ENV_KEEP) and "ANTHROPIC_API_KEY" not in p["env_keep"]
+    assert p["seccomp"] == {"inet_stream": False} and p["landlock"] is None
+    assert S.plan("user", side, M, [side], peers=True)["seccomp"] == {"inet_stream": True}
+    run = S.side_of(driver("run", "/t", "/srv/repo/step.json"), None)
+    assert S.plan("user", run, M)["own"] == ["/srv/repo/.sandbox-step"]  # its stage, not the repository
+    with pytest.raises(S.SandboxUnavailable, match="no user 'nobody' on this machine"):
+        S.plan("user", side, S.Machine(uid=0, gid=0, home="/root", python=()))
+
+
+def test_a_side_keeps_every_variable_the_launcher_gives_it_under_user():
+    """ENV_KEEP holds every variable gates/launch.py's side environment and a rank's carry
+    (the rest of the launcher's environment never reaches a side under ``user``)."""
+    from gates.launch import side_env
+    from gates.launch_ranks import rank_env
+
+    given_ = set(rank_env(side_env({"LANG": "C", "CUDA_HOME": "/x"}), 1, 2, 29500))
+    assert given_ - {"HOME", "TMPDIR", "TRITON_CACHE_DIR"} <= set(S.ENV_KEEP)
+
+
+def test_a_folder_others_cannot_search_is_named():
+    modes = {"/": 0o755, "/root": 0o700, "/root/repo": 0o755, "/srv": 0o711, "/srv/repo": 0o751}
+    assert S.blocked("/root/repo/runs/tap/b", modes.get) == "/root"
+    assert S.blocked("/srv/repo/runs", modes.get) == ""
+    assert S.blocked("/", modes.get) == ""
 
 
 # --------------------------------------------------------------------------- real processes
@@ -401,3 +478,145 @@ def test_kern_yaml_names_the_sandbox_modes_the_gates_know():
     from harness.settings import SANDBOX_MODES
 
     assert SANDBOX_MODES == sandbox.MODES
+
+
+USER_PROBE = r"""
+import json, os, socket, sys
+a = sys.argv
+secrets, port, udp_port, launcher = json.loads(a[1]), int(a[2]), int(a[3]), a[4]
+out = {"uid": os.getuid(), "groups": os.getgroups(), "env": sorted(os.environ)}
+for name, path in secrets.items():
+    try:
+        out[name] = open(path).read()
+    except OSError as e:
+        out[name] = type(e).__name__
+for name, path in (("list runs", os.path.dirname(secrets["ledger"])), ("list tap", a[5])):
+    try:
+        out[name] = os.listdir(path)
+    except OSError as e:
+        out[name] = type(e).__name__
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=2).sendall(b"leak")
+    out["net"] = "sent"
+except OSError as e:
+    out["net"] = type(e).__name__
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"leak", ("127.0.0.1", udp_port))
+    out["udp"] = "sent"
+except OSError as e:
+    out["udp"] = type(e).__name__
+try:
+    out["launcher environ"] = open(f"/proc/{launcher}/environ", "rb").read().decode(errors="replace")
+except OSError as e:
+    out["launcher environ"] = type(e).__name__
+for name, path in (("ledger folder", os.path.join(os.path.dirname(secrets["ledger"]), "planted")),
+                   ("own tree", os.path.join(a[6], "kernels", "planted.py"))):
+    try:
+        open(path, "w").write("x")
+        out["wrote " + name] = "wrote"
+    except OSError as e:
+        out["wrote " + name] = type(e).__name__
+res = a[a.index("--out") + 1]
+open(os.path.join(os.environ["TMPDIR"], "scratch"), "w").write("mine")  # its private /tmp
+open(res, "w").write(json.dumps(out))
+print(json.dumps(out))
+"""
+
+
+# the probe needs only the standard library: the system's Python, which nobody reaches (this
+# machine's own Python lies in root's home, 0700: kern doctor's user sandbox names that)
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(S._probe_user() != "", reason=f"sides cannot start as {S.SANDBOX_USER} here: {S._probe_user()}")
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON) or S.blocked(os.path.realpath(SYSTEM_PYTHON), lambda p: os.stat(p).st_mode) != "",
+                    reason=f"no {SYSTEM_PYTHON} that others may run")
+def test_a_side_as_the_sandbox_user_reads_no_secret_reaches_no_listener_and_writes_its_result(monkeypatch):
+    """``sandbox: user`` forced on this machine (root, ``nobody`` exists): a side-like process
+    started as the gates start a tap side cannot read a 0600 file of root's home nor a secret
+    planted (0644) in the ledger's folder, cannot list runs/, open a TCP or UDP socket to the
+    listeners on 127.0.0.1 or read the launcher's environment, writes neither the ledger's
+    folder nor its tree, and still writes its result, which is the launcher's afterwards."""
+    import pwd
+    import shutil
+    import stat
+    import tempfile
+    import uuid
+
+    token = uuid.uuid4().hex[:12]
+    base = Path(tempfile.mkdtemp(prefix="kern-user-sandbox-", dir="/tmp"))
+    base.chmod(0o711)  # pytest's own tmp folders are root's alone: nobody could reach nothing
+    root_secret = Path(pwd.getpwuid(0).pw_dir) / f".kern-user-secret-{token}"
+    listener = Listener()
+    try:
+        repo = base / "repo"
+        runs, tree, run = repo / "runs", repo / "runs" / "worktrees" / "cand", repo / "runs" / "tap" / "b"
+        (tree / "kernels").mkdir(parents=True)
+        run.mkdir(parents=True)
+        (repo / "kern.yaml").write_text("sandbox: user\n")
+        (runs / "ledger.sqlite").write_text("SECRET-LEDGER")
+        (runs / f"kern-secret-{token}").write_text("SECRET-PLANTED")
+        (runs / f"kern-secret-{token}").chmod(0o644)
+        root_secret.write_text("SECRET-HOME")
+        root_secret.chmod(0o600)
+        secrets = {"home": str(root_secret), "ledger": str(runs / "ledger.sqlite"),
+                   "planted": str(runs / f"kern-secret-{token}"), "shadow": "/etc/shadow"}
+        monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET_ENV)  # what the loop's own process holds
+        cmd = [SYSTEM_PYTHON, "-c", USER_PROBE, json.dumps(secrets), str(listener.port),
+               str(listener.udp_port), str(os.getpid()), str(runs / "tap"), str(tree),
+               "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "out.json")]
+        with S.configured("user"):
+            wrapped = S.wrap(cmd)
+        r = subprocess.run(wrapped, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
+                           env={**side_env(), "ANTHROPIC_API_KEY": SECRET_ENV})
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        nobody = pwd.getpwnam(S.SANDBOX_USER)
+        assert got["uid"] == nobody.pw_uid and got["groups"] == [], got
+        for name in ("home", "ledger", "planted", "shadow", "list runs", "list tap"):
+            assert got[name] == "PermissionError", (name, got)
+        assert got["net"] == got["udp"] == "PermissionError", got  # the seccomp filter
+        assert listener.got == []
+        assert got["launcher environ"] == "PermissionError", got
+        assert "ANTHROPIC_API_KEY" not in got["env"] and set(got["env"]) <= {
+            *S.ENV_KEEP, "HOME", "TMPDIR", "TRITON_CACHE_DIR"}, got["env"]
+        assert got["wrote ledger folder"] == got["wrote own tree"] == "PermissionError", got
+        # its result is there, the launcher's; its folder is the launcher's alone again, its
+        # private home and /tmp are gone
+        result = run / "out.json"
+        assert json.loads(result.read_text())["uid"] == nobody.pw_uid
+        assert result.stat().st_uid == os.getuid() and run.stat().st_uid == os.getuid()
+        assert stat.S_IMODE(run.stat().st_mode) == 0o700
+        assert sorted(p.name for p in run.iterdir()) == ["out.json"]
+        # what the gates set in the ledger's folder: searched, not listed; its files the owner's
+        assert stat.S_IMODE(runs.stat().st_mode) == 0o711
+        assert stat.S_IMODE((runs / "ledger.sqlite").stat().st_mode) == 0o600
+        assert not (runs / "planted").exists() and not (tree / "kernels" / "planted.py").exists()
+    finally:
+        listener.close()
+        root_secret.unlink(missing_ok=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's chmod of a test folder")
+def test_a_folder_the_sandbox_user_cannot_search_is_refused_with_the_operators_fix(tmp_path):
+    """Outside the ledger's folder kern widens nothing: a side whose interpreter or folders
+    lie beyond a folder others may not search is refused before it starts, naming the folder,
+    its mode and the fix."""
+    import tempfile
+
+    base = Path(tempfile.mkdtemp(prefix="kern-user-sandbox-", dir="/tmp"))
+    base.chmod(0o711)
+    try:
+        (base / "closed").mkdir(mode=0o700)
+        python = base / "closed" / "python3"
+        python.write_text("")
+        side = S.side_of(["gates.side.driver", "tap", "--tree", str(base), "--out", str(base / "run" / "o.json")], None)
+        with pytest.raises(S.SandboxUnavailable) as e:
+            S.open_way(side, S.machine(), str(python))
+        assert f"{base / 'closed'} is mode 0o700 (expected others may search it, o+x)" in str(e.value)
+        assert f"operator: `chmod o+x {base / 'closed'}`" in str(e.value)
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)

@@ -208,6 +208,18 @@ def test_sandbox_in_force_missing_or_off():
     assert f.status == D.WARN and "sandbox: auto" in f.fix
 
 
+def test_the_user_sandbox_warns_what_it_leaves_readable():
+    """The weakest mechanism is in force but said to be so: file permissions only."""
+    from gates import sandbox as S
+
+    facts = S.Facts("unshare(user): Operation not permitted", 0, "")
+    mech = S.choose("auto", facts)
+    f = D.sandbox_finding({"mode": "auto", "mechanism": mech, "described": facts.describe(mech)})
+    assert mech == "user" and f.status == D.WARN
+    assert f.text.startswith("user nobody + seccomp (no network)") and "others may read stays readable" in f.text
+    assert f.fix.startswith("operator:") and "landlock" in f.fix and "docs/sandbox.md" in f.fix
+
+
 def test_doctor_help_says_what_it_checks(capsys):
     with pytest.raises(SystemExit):
         cli.main(["doctor", "--help"])
