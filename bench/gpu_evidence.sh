@@ -26,7 +26,7 @@
 #   micro OPS BRANCH... - issue 26: bench/tools/op_bench.py, the ops OPS (comma list, 'dense'
 #            for every dense projection) of each candidate BRANCH's tree beside main's (checked
 #            against main's outputs, timed interleaved); then kern profile main --rows 128
-#   loop-start TICKS [TIMEOUT] / loop-wait [SECONDS] - issue 26: kern loop with the replay backend
+#   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
 #            (bench/journey/ledger.sqlite) as its ledger, in its own process session across
 #            device calls; loop-wait waits, then brings back the ledger, the exports and a
@@ -105,10 +105,11 @@ loop-start)
   ticks=${2:?loop-start needs TICKS}
   mkdir -p runs && cp bench/journey/ledger.sqlite runs/ledger.sqlite
   python3 - <<'PY'
-import yaml, pathlib
+import os, yaml, pathlib
 c = yaml.safe_load(pathlib.Path("kern.yaml").read_text())
 c["agent"].update(backend="replay", replay_dir="bench/journey/patches")
-c["loop"]["concurrency"] = 3  # tick 1 spawns three replays, tick 2 judges them in number order
+# tick 1 spawns LOOP_CONCURRENCY replays (3 unless set), tick 2 judges them in number order
+c["loop"]["concurrency"] = int(os.environ.get("LOOP_CONCURRENCY", "3"))
 pathlib.Path("/tmp/kern-loop.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
 PY
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
@@ -244,7 +245,7 @@ x2)  # issue 6: every side as 2 rank processes over NCCL (multicast off: device_
   test)  # reduced tap so the whole model fits one process and its reference band fits ~150 s:
     # one weight set, batch sizes 1, 3 and bucket 8, context 8192 (DSA still selects 2048)
     python3 - <<'PY'
-import yaml, pathlib
+import os, yaml, pathlib
 c = yaml.safe_load(pathlib.Path("kern.yaml").read_text()); g = c["profiles"]["gpu"]
 g.update(buckets=[8], weights=[1], test_rows=[1, 3], test_context=8192, test_steps=1)
 c["target"]["weight_sets"] = 1
