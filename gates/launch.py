@@ -23,7 +23,7 @@ from pathlib import Path
 
 from . import sandbox
 from .after_import import AfterImport
-from .protocol import (IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
+from .protocol import (EXPECTS_CUDA, IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
                        parse as check_options)
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +89,9 @@ def side_env(extra: dict | None = None) -> dict:
         # CPU mode: one thread per side, so parallel sides do not oversubscribe the cores and
         # time each other's thread contention
         env.setdefault("OMP_NUM_THREADS", "1")
+    elif cuda:
+        # a side that finds no GPU where the gates see one must fail, not time the CPU
+        env[EXPECTS_CUDA] = "1"
     limit = memory_limit(cuda, _physical_memory(), slot[1] if slot else 1)
     if limit:
         env[MEMORY_VARIABLE] = str(limit)

@@ -33,6 +33,7 @@ from typing import ClassVar
 
 # ------------------------------------------------------------------ the hand-over
 MEMORY_VARIABLE = "KERN_SIDE_MEMORY_BYTES"  # the driver caps its address space at this
+EXPECTS_CUDA = "KERN_SIDE_EXPECTS_CUDA"  # "1": the gates see a GPU, so a side without one fails
 IMPORTED = '{"imported": true}'  # a side's first line on stdout: the candidate's tree is imported
 SEED_BOUND = 2**32  # input seeds are drawn from [0, SEED_BOUND)
 

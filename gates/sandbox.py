@@ -48,7 +48,8 @@ SANDBOX_USER = "nobody"
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE",
             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "CUDA_HOME", "LD_LIBRARY_PATH",
             "VIRTUAL_ENV", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "OMP_NUM_THREADS",
-            "KERN_SIDE_MEMORY_BYTES", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+            "KERN_SIDE_MEMORY_BYTES", "KERN_SIDE_EXPECTS_CUDA", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+            "MASTER_ADDR", "MASTER_PORT")
 CONFINE = str(Path(__file__).resolve().parent / "side" / "confine.py")
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 
@@ -274,7 +275,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         out["mounts"] = sorted(mounts, key=_depth)
         out["landlock"] = None if peers or not landlock_abi else {
             "read": ["/"], "write": own + ["/tmp", "/dev/shm", m.home], "devices": devices,
-            "tcp": False}
+            "own_proc": True, "tcp": False}
     elif mechanism == "user":
         if not m.user:
             raise SandboxUnavailable(f"sandbox: user: no user {SANDBOX_USER!r} on this machine "
@@ -312,7 +313,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         # they need both (docs/sandbox.md)
         out["landlock"] = {"read": readable([side], m) + list(PROC), "list": [side.tree],
                            "write": own + (["/dev/shm"] if peers or group else []),
-                           "devices": devices, "tcp": peers}
+                           "devices": devices, "own_proc": True, "tcp": peers}
         # what landlock leaves open: sockets other than TCP (a UDP datagram to a listener)
         out["seccomp"] = {"inet_stream": peers}
     return out

@@ -237,8 +237,9 @@ def _fs_rights(abi: int) -> int:
 def landlock(rules: dict) -> None:
     """Restrict this process and its children to ``rules``: read (and execute) beneath
     ``read``, everything beneath ``write``, read/write/ioctl of the ``devices``, listing (not
-    reading) beneath ``list``; TCP only when ``tcp``; signals only within the sandbox. Paths
-    that do not exist are skipped."""
+    reading) beneath ``list``, reads and writes beneath its own /proc/<pid> (``own_proc``);
+    TCP only when ``tcp``; signals only within the sandbox. Paths that do not exist are
+    skipped."""
     abi = landlock_abi()
     if abi < 1:
         raise SandboxError("landlock: not supported by this kernel (or disabled at boot)")
@@ -252,8 +253,13 @@ def landlock(rules: dict) -> None:
     buf = ctypes.create_string_buffer(attr[:size], size)
     fd = _check(_libc.syscall(SYS_LANDLOCK_CREATE, buf, size, 0), "landlock_create_ruleset")
     try:
+        # ``own_proc``: writes beneath its own /proc/<pid>: CUDA names the threads it starts
+        # through /proc/self/task/<tid>/comm, and cuInit fails (error 304) when that write is
+        # refused (seen on the H200, 2026-12-04). Its children's entries stay read-only.
+        own_proc = ["/proc/self"] if rules.get("own_proc") else []
         for paths, access in ((rules.get("read", ()), read), (rules.get("write", ()), handled),
-                              (rules.get("devices", ()), device), (rules.get("list", ()), LL_READ_DIR)):
+                              (rules.get("devices", ()), device), (rules.get("list", ()), LL_READ_DIR),
+                              (own_proc, (read | LL_WRITE_FILE | LL_TRUNCATE) & handled)):
             for p in paths:
                 if p == "/proc/self":  # this process's own entries, not its neighbours'
                     p = f"/proc/{os.getpid()}"

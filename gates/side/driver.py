@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -79,6 +80,11 @@ def main(argv=None) -> int:
         if args.mode != "bench":  # a bench side reads its hidden inputs in 'prepare'
             hidden = receive_hidden(seal)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu" and os.environ.get(protocol.EXPECTS_CUDA) == "1":
+        torch.cuda.is_available()  # torch's warning (why CUDA failed) goes to the side's log
+        raise SystemExit("gates.side.driver: environment: the gates see a GPU but this side sees "
+                         "none (expected CUDA, got CPU): the sandbox or the environment hides the "
+                         "GPU; run bench/tools/sandbox_probe.py to see why (the operator's fix)")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rank = 0

@@ -620,3 +620,40 @@ def test_a_folder_the_sandbox_user_cannot_search_is_refused_with_the_operators_f
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+THREAD_NAMER = r"""
+import os, sys, threading
+# what glibc's pthread_setname_np does for a thread other than the caller, and what CUDA's
+# cuInit does for the threads it starts (refused: cuInit fails with error 304)
+done = threading.Event(); tid = []
+t = threading.Thread(target=lambda: (tid.append(threading.get_native_id()), done.wait(30)))
+t.start()
+while not tid:
+    pass
+with open(f"/proc/self/task/{tid[0]}/comm", "w") as f:
+    f.write("kern-named")
+name = open(f"/proc/self/task/{tid[0]}/comm").read().strip()
+done.set(); t.join()
+print(name)
+"""
+
+
+@needs_sandbox
+@pytest.mark.parametrize("mechanism", ["namespaces", "landlock"])
+def test_a_confined_process_names_its_own_threads_as_cuda_does(tmp_path, home, mechanism):
+    """CUDA writes /proc/self/task/<tid>/comm at cuInit: a side that may not write there has no
+    GPU (seen on the H200, 2026-12-04). The side may write its own /proc entries."""
+    if mechanism == "namespaces" and S.facts().namespaces:
+        pytest.skip(S.facts().namespaces)
+    tree, run = tmp_path / "runs" / "worktrees" / "cand", tmp_path / "runs" / "tap" / "b"
+    (tree / "kernels").mkdir(parents=True)
+    run.mkdir(parents=True)
+    side_cmd = [sys.executable, "-c", THREAD_NAMER,
+                "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "out.json")]
+    with S.configured(mechanism):
+        cmd = S.wrap(side_cmd)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
+                       env=side_env())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "kern-named"
