@@ -33,11 +33,11 @@ TUNABLES = {
     "mla.index_logits.tiles": (4, (1, 2, 4, 8, 16)),
     "mla.index_logits.num_warps": (4, (2, 4, 8)),
     "mla.index_logits.num_stages": (3, (1, 2, 3, 4)),
-    # mla.topk: elements per block of the row loop, radix digit width (32 / bits passes),
-    # warps of the one program per row. The per-pass counter is [block, 2**radix_bits] int32
-    # in registers: block * 2**bits / (32 * num_warps) registers a thread (sm90 AOT compile:
-    # 512 x 16 at 8 warps = 95 regs; 1024 x 16 = 161; 4096 x 16 at 16 warps spills).
-    "mla.topk.block": (512, (256, 512, 1024, 2048)),
-    "mla.topk.radix_bits": (4, (1, 2, 4)),
-    "mla.topk.num_warps": (8, (4, 8, 16)),
+    # mla.topk: one program per row holds the row's first power-of-two tokens in registers
+    # (topk.RESIDENT_PER_THREAD keys a thread at most) and streams any remainder in blocks of
+    # `block` elements (the published shapes: 16384 resident + at most one 64-token page).
+    # 16 warps: 32 keys a thread at 16384 tokens, 126 registers, no spills (sm90 AOT compile,
+    # triton 3.6); each search step is one compare a key over 4 schedulers plus one block sum.
+    "mla.topk.block": (256, (256, 512, 1024, 2048)),
+    "mla.topk.num_warps": (16, (4, 8, 16, 32)),
 }
