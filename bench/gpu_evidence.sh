@@ -67,7 +67,9 @@ loop_collect() {  # the journey's ledger, its exports and the clone's main (the 
   cp /tmp/kern-loop.yaml $OUT/ 2>/dev/null
   python3 -m harness.cli --config /tmp/kern-loop.yaml report --format json --out $OUT/journey.json >/dev/null 2>&1
   python3 -m harness.cli --config /tmp/kern-loop.yaml status > $OUT/loop_status.txt 2>&1
-  git bundle create $OUT/device-main.bundle main $(git for-each-ref --format='%(refname)' refs/notes) >/dev/null 2>&1
+  # main, the gates' notes and every attempt's branch: an abandoned or interrupted attempt's
+  # commit comes back too (the journey shows its diff; a restarted loop re-judges it)
+  git bundle create $OUT/device-main.bundle main $(git for-each-ref --format='%(refname)' refs/notes refs/heads/attempt) >/dev/null 2>&1
   tar -czf $OUT/attempts.tgz runs/attempts runs/profile runs/bench/*/*.log runs/tap/*/*.log 2>/dev/null
 }
 case $phase in
