@@ -141,6 +141,22 @@ class Score:
     at: str
 
 
+def mains(scores: Iterable[Score]) -> list[Score]:
+    """Main's scores in the order recorded, without the rows of a commit main had already left:
+    a judgment against an older main measures that main again (its A side), which says where
+    main was, not where it is (pure; main only moves forward: 8339e6e measured after bb4e766
+    merged on it is not main's score)."""
+    out: list[Score] = []
+    left: set[str] = set()
+    for s in scores:
+        if s.sha in left:
+            continue
+        if out and out[-1].sha != s.sha:
+            left.add(out[-1].sha)
+        out.append(s)
+    return out
+
+
 @dataclass(frozen=True)
 class Run:
     id: int
@@ -649,8 +665,9 @@ class Ledger:
         return [Score(**{**r, "medians": _loads(r["medians"])}) for r in rows]
 
     def latest_score(self, phase_id: int) -> Score | None:
-        r = self._q("SELECT * FROM scores WHERE phase_id=? ORDER BY id DESC LIMIT 1", (phase_id,))
-        return Score(**{**r[0], "medians": _loads(r[0]["medians"])}) if r else None
+        """Main's latest score in the phase (:func:`mains`: not an older main re-measured)."""
+        ms = mains(self.scores(phase_id))
+        return ms[-1] if ms else None
 
     def main_score(self, phase_id: int) -> float | None:
         s = self.latest_score(phase_id)

@@ -313,9 +313,10 @@ def _record_score(ctx: Context, sha: str, medians_b: dict) -> None:
 
 def _record_baseline(ctx: Context, base_sha: str, bench) -> None:
     """Main's score at ``base_sha`` from an A/B's A side, when the phase has none for it yet
-    (a run with no merge still shows where main stands; after a merge B's score is recorded)."""
+    (a run with no merge still shows where main stands; after a merge B's score is recorded).
+    Not when main has moved past ``base_sha`` since the attempt was made: that is an older main."""
     a = None if bench is None else BenchResult.of(bench).a
-    if a is None:
+    if a is None or ctx.repo.main_sha() != base_sha:
         return
     phase = ctx.ledger.phase(phase_definition(ctx))
     latest = ctx.ledger.latest_score(phase)

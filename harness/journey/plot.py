@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
+from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score, mains
 from .rows import TEXT, phase_map, shown
 
 # What an attempt's marker says, in legend order: (kind, legend label, colour, marker). The
@@ -163,7 +163,7 @@ def plot_panels(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] 
     out = []
     for pid in sorted(by_phase, key=lambda p: (p is None, p or 0)):
         atts = by_phase[pid]
-        ss = [s for s in scores if s.phase_id == pid]
+        ss = mains(s for s in scores if s.phase_id == pid)
         definition = pm[pid].definition if pid in pm else None
         steps = _main_steps(atts, ss, definition)
         has_scale = bool(steps) or any(_weighted(a.medians_a, definition) is not None for a in atts)

@@ -52,7 +52,7 @@ from typing import Iterable, Mapping
 from gates.summary import AccuracySummary, GateSummary, GuardSummary, ScorerSummary
 
 from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
-                      WAITING, WITHIN_NOISE, Attempt, Phase)
+                      WAITING, WITHIN_NOISE, Attempt, Phase, mains)
 from .text import TEXT, check_lang
 
 SCORER_CHECK = "scorer check"  # gates.decision.decide's reason when a scorer check failed
@@ -313,7 +313,7 @@ def sections(attempts, phases, scores, lang: str) -> list[Section]:
             heading = f"{t['phase']} {pid}"
         merged = [r for r in rs if r.state == MERGED]
         gain = -sum(r.delta_ms for r in merged if r.delta_ms is not None)
-        ss = [s for s in scores or () if s.phase_id == pid]
+        ss = mains(s for s in scores or () if s.phase_id == pid)
         out.append(Section(pid, heading, rs, len(merged), gain,
                            ss[0].score_ms if ss else None, ss[-1].score_ms if ss else None,
                            tuple(hidden.get(pid, ()))))

@@ -400,3 +400,23 @@ def test_kill_9_loses_nothing_committed(tmp_path):
                 led.transition(a.number, "queued")
         assert all(a.state == "queued" for a in led.in_flight())
         led.close()
+
+
+def _score(i: int, sha: str, ms: float) -> "L.Score":
+    return L.Score(i, 1, sha, ms, None, f"2026-12-04T14:{i:02d}:00+00:00")
+
+
+def test_an_older_main_measured_again_is_not_mains_score():
+    """The 2026-12-04 H200 run: #8 merged bb4e766 on 8339e6e, then #9 (made on 8339e6e) measured
+    8339e6e again as its A side; main's score is bb4e766's, not that re-measurement."""
+    rows = [_score(1, "43da", 74.32), _score(2, "8339", 73.95), _score(3, "bb4e", 71.52),
+            _score(4, "8339", 73.93)]
+    assert [s.sha for s in L.mains(rows)] == ["43da", "8339", "bb4e"]
+
+
+@given(st.lists(st.sampled_from("abcde"), max_size=30))
+def test_mains_never_returns_to_a_commit_it_left(shas):
+    out = [s.sha for s in L.mains([_score(i, sha, 1.0) for i, sha in enumerate(shas)])]
+    changes = [x for i, x in enumerate(out) if i == 0 or out[i - 1] != x]
+    # each commit is main once, in one stretch, in the order it was first measured
+    assert changes == list(dict.fromkeys(shas))
