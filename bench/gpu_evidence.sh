@@ -38,7 +38,8 @@
 #            editable file) is byte for byte 1ce3bd7's, the main issue 14 measured, on today's
 #            protected model; 1ce3bd7 itself cannot be a side of today's gates (its protected
 #            workload has no position_bound: checked on the CPU, 2026-12-01)
-# Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl.
+# Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl:
+# bash bench/carry.sh [BRANCH...] builds both here.
 set -u
 ROOT=$PWD
 phase=${1:?phase}
