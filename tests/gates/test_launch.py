@@ -3,7 +3,8 @@
 Pure: how a side's end is classified, the CPU sides' memory cap, the environment a side gets.
 Real (slow): candidate trees that segfault, allocate more than the cap or never return inside
 kern bench's sides, and that print their environment inside kern test's and kern bench's sides:
-no API key, no fault-injection switch. The candidates misbehave at import of ``kernels.k31``,
+no API key, no fault-injection switch; one that hides the GPU at import ends its side on the
+environment instead of being timed on the CPU. The candidates misbehave at import of ``kernels.k31``,
 before any model is built, so each side costs little more than its interpreter's start.
 """
 from __future__ import annotations
@@ -171,3 +172,22 @@ def test_candidate_code_in_kern_test_and_kern_bench_sees_no_secret(ran):
         assert "PATH" in env, d["log"]  # the dump is real
         leaked = set(SECRETS) & set(env) | set(SECRETS.values()) & set(env.values())
         assert not leaked, f"{d['log']}: {leaked}"
+
+
+@pytest.mark.slow
+def test_a_candidate_that_hides_the_gpu_at_import_ends_its_side_on_the_environment(tmp_path, monkeypatch):
+    """A side that finds no GPU where the gates see one fails instead of running on the CPU (a
+    sandbox that hides the GPU, or a candidate that does at import, as this one). On the CPU the
+    gates are told they see a GPU; on a GPU they do."""
+    from gates.protocol import EXPECTS_CUDA
+
+    repo = make_repo(tmp_path)
+    sha = candidate(repo, "hide-gpu", [(INIT, "", "import os\nos.environ['CUDA_VISIBLE_DEVICES'] = ''\n")])
+    if not torch.cuda.is_available():
+        real = launch.side_env
+        monkeypatch.setattr(launch, "side_env", lambda extra=None: {**real(extra), EXPECTS_CUDA: "1"})
+    settings = load(repo / "kern.yaml")
+    res = run_bench(BenchRequest(repo, sha, sha, settings.data, settings.profile(False), repo / "runs",
+                                 False), progress=lambda m: None).report
+    assert res["outcome"] != "ok"
+    assert "the gates see a GPU but this side sees none (expected CUDA, got CPU)" in res["error"], res["error"]
