@@ -248,7 +248,7 @@ x2)  # issue 6: every side as 2 rank processes over NCCL (multicast off: device_
   test)  # reduced tap so the whole model fits one process and its reference band fits ~150 s:
     # one weight set, batch sizes 1, 3 and bucket 8, context 8192 (DSA still selects 2048)
     python3 - <<'PY'
-import os, yaml, pathlib
+import yaml, pathlib
 c = yaml.safe_load(pathlib.Path("kern.yaml").read_text()); g = c["profiles"]["gpu"]
 g.update(buckets=[8], weights=[1], test_rows=[1, 3], test_context=8192, test_steps=1)
 c["target"]["weight_sets"] = 1

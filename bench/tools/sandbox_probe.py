@@ -48,7 +48,9 @@ print("triton kernel ok", bool((y == 2 * x).all()), "in", round(time.time() - t0
 
 
 def probe(mechanism: str, work: Path) -> dict:
-    """The probe as a bench side of ``work``'s tree would run under ``mechanism``."""
+    """The probe as a bench side of ``work``'s tree starts under ``mechanism``: the gates' own
+    ``sandbox.wrap`` reads the side's tree and run folder off the command line's tail (the
+    probe ignores those arguments)."""
     tree = work / "tree"
     (tree / "kernels").mkdir(parents=True, exist_ok=True)
     run = work / f"run-{mechanism}"
@@ -56,19 +58,13 @@ def probe(mechanism: str, work: Path) -> dict:
     script = run / "probe.py"
     script.write_text(PROBE)
     env = side_env()
-    cmd = [sys.executable, str(script)]
-    if mechanism != "off":
-        side = sandbox.ConfinedSide("bench", str(tree), str(run / "out.json"))
-        m = sandbox.machine(env)
-        plan = sandbox.plan(mechanism, side, m, landlock_abi=sandbox.facts().landlock_abi)
-        for d in plan.get("make", ()):
-            os.makedirs(d, exist_ok=True)
-        for link, target in plan.get("links", ()):
-            if not os.path.islink(link):
-                os.symlink(target, link)
-        if m.triton_cache:
-            os.makedirs(sandbox.tree_cache(m, side.tree), exist_ok=True)
-        cmd = [sys.executable, "-I", "-S", sandbox.CONFINE, "run", json.dumps(plan), "--", *cmd]
+    cmd = [sys.executable, str(script), "gates.side.driver", "bench", "--tree", str(tree),
+           "--out", str(run / "out.json")]
+    try:
+        with sandbox.configured(mechanism):
+            cmd = sandbox.wrap(cmd, env)
+    except sandbox.SandboxUnavailable as e:  # the gates would refuse to start the side too
+        return {"mechanism": mechanism, "rc": 125, "wall_s": 0.0, "stdout": "", "stderr": str(e)}
     t0 = time.time()
     try:
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=str(ROOT))

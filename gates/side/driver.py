@@ -81,7 +81,6 @@ def main(argv=None) -> int:
             hidden = receive_hidden(seal)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and os.environ.get(protocol.EXPECTS_CUDA) == "1":
-        torch.cuda.is_available()  # torch's warning (why CUDA failed) goes to the side's log
         raise SystemExit("gates.side.driver: environment: the gates see a GPU but this side sees "
                          "none (expected CUDA, got CPU): the sandbox or the environment hides the "
                          "GPU; run bench/tools/sandbox_probe.py to see why (the operator's fix)")
