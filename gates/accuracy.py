@@ -173,7 +173,7 @@ def tap_bytes(req: AccuracyRequest) -> int:
     """What this gate's tap writes under runs/tap at most (``gates.disk.judgment_bytes``)."""
     return disk.judgment_bytes(req.settings, req.profile, world=req.world, layout=req.layout,
                                base_world=req.base_world, base_layout=req.base_layout,
-                               copies=sandbox.chosen() in ("landlock", "user")).tap
+                               copies=disk.copied()).tap
 
 
 def room_for(req: AccuracyRequest) -> None:

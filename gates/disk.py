@@ -135,6 +135,18 @@ def judgment_bytes(settings: dict, profile: dict, *, world: int = 1, layout: str
     return JudgmentBytes(logits=logits_a, kept=kept, tap=tap, scorer=scorer)
 
 
+def copied(mode: str | None = None) -> bool:
+    """Whether the replay is shown main's recording as copies (sandbox landlock or user)
+    rather than hard links or main's folder itself; True (the larger estimate) when no
+    mechanism can be chosen here (the first side will say why)."""
+    from . import sandbox
+
+    try:
+        return sandbox.chosen(mode) in ("landlock", "user")
+    except sandbox.SandboxUnavailable:
+        return True
+
+
 # ------------------------------------------------------------------ room before a judgment
 @dataclass(frozen=True)
 class Space:

@@ -209,8 +209,8 @@ def room_for_judgment(ctx: Context) -> None:
     the configured workload writes (its tap, then its scorer's timed outputs)."""
     from gates import sandbox
 
-    need = disk.judgment_bytes(ctx.settings, ctx.profile, copies=sandbox.chosen(
-        sandbox.settings_mode(ctx.settings)) in ("landlock", "user"))
+    need = disk.judgment_bytes(ctx.settings, ctx.profile,
+                               copies=disk.copied(sandbox.settings_mode(ctx.settings)))
     disk.sweep(ctx.runs / "tap")
     disk.check({ctx.runs / "tap": need.tap, ctx.runs / "bench": need.scorer})
 
