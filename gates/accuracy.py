@@ -1,8 +1,9 @@
 """``kern test REV --vs BASE``: the accuracy gate, end to end.
 
-Shell: resolve revisions, check protected paths, check out worktrees, run side A (record;
-cached per base commit and tap definition) and side B (replay) in their own subprocesses,
-load what they measured. Core: ``verdict.judge`` over that evidence. Output: the report as
+Shell: check the disk has room for the tap (``gates/disk.py``), resolve revisions, check
+protected paths, check out worktrees, run side A (record; named by the base commit, the tap
+definition and the hidden draw) and side B (replay) in their own subprocesses, load what they
+measured; the recordings' tensors are deleted once the verdict is made. Core: ``verdict.judge`` over that evidence. Output: the report as
 lines by section (the last starts with the verdict) or one JSON object.
 """
 from __future__ import annotations
@@ -162,7 +163,10 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
 def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
-    side's pass."""
+    side's pass, and a ``SideEnded`` for each side that ended badly. Raises
+    ``gates.disk.DiskShort`` before any side starts when runs/tap lacks the room; when it
+    returns, no tensor of this judgment's recordings is left (unless another judgment still
+    holds the same recording: then that one deletes it)."""
     with sandbox.configured(sandbox.settings_mode(req.settings)), \
             disk.Recordings(req.runs_dir / "tap") as held:
         room_for(req)
