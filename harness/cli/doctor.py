@@ -182,9 +182,9 @@ def disk_finding(d: dict, need) -> Finding:
                        "operator: free space there (old runs/bench and runs/tap folders can go), "
                        "or lower test.snapshot_budget_mb in kern.yaml; until then every judgment "
                        "stops with environment: disk")
-    if free < 3 * need.need:
-        return Finding("disk", WARN, f"{text}: room for fewer than 3 judgments "
-                                     f"({fmt_bytes(need.need)} each with the margin)",
+    if free < 2 * need.need:  # each judgment's documents and logs stay: little room to grow
+        return Finding("disk", WARN, f"{text}: less than twice what one judgment writes "
+                                     f"({fmt_bytes(need.need)} with the margin)",
                        "operator: free space before a week-long run (old runs/bench folders can go)")
     return Finding("disk", OK, f"{text}; one judgment writes up to {fmt_bytes(need.need)}")
 
