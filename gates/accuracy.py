@@ -1,8 +1,9 @@
 """``kern test REV --vs BASE``: the accuracy gate, end to end.
 
-Shell: resolve revisions, check protected paths, check out worktrees, run side A (record;
-cached per base commit and tap definition) and side B (replay) in their own subprocesses,
-load what they measured. Core: ``verdict.judge`` over that evidence. Output: the report as
+Shell: check the disk has room for the tap (``gates/disk.py``), resolve revisions, check
+protected paths, check out worktrees, run side A (record; named by the base commit, the tap
+definition and the hidden draw) and side B (replay) in their own subprocesses, load what they
+measured; the recordings' tensors are deleted once the verdict is made. Core: ``verdict.judge`` over that evidence. Output: the report as
 lines by section (the last starts with the verdict) or one JSON object.
 """
 from __future__ import annotations
@@ -19,11 +20,11 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, filemarks, launch_ranks, logits, sandbox, scope, verdict
+from . import checkout, disk, filemarks, launch_ranks, logits, sandbox, scope, verdict
 from .after_import import AfterImport
-from .events import PassTick
+from .events import PassTick, SideEnded
 from .protocol import Hidden, TapFiles, tap_rows
-from .results import AccuracyResult
+from .results import AccuracyResult, LastWords
 from .spec import side_spec
 
 
@@ -162,12 +163,31 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
 def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
-    side's pass."""
-    with sandbox.configured(sandbox.settings_mode(req.settings)):
-        return _run_test(req, progress)
+    side's pass, and a ``SideEnded`` for each side that ended badly. Raises
+    ``gates.disk.DiskShort`` before any side starts when runs/tap lacks the room; when it
+    returns, no tensor of this judgment's recordings is left (unless another judgment still
+    holds the same recording: then that one deletes it)."""
+    with sandbox.configured(sandbox.settings_mode(req.settings)), \
+            disk.Recordings(req.runs_dir / "tap") as held:
+        room_for(req)
+        return _run_test(req, progress, held)
 
 
-def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
+def tap_bytes(req: AccuracyRequest) -> int:
+    """What this gate's tap writes under runs/tap at most (``gates.disk.judgment_bytes``)."""
+    return disk.judgment_bytes(req.settings, req.profile, world=req.world, layout=req.layout,
+                               base_world=req.base_world, base_layout=req.base_layout,
+                               copies=disk.copied()).tap
+
+
+def room_for(req: AccuracyRequest) -> None:
+    """Before any side starts: what a killed earlier run left in runs/tap deleted, then
+    :class:`~gates.disk.DiskShort` unless the disk has room for this tap."""
+    disk.sweep(req.runs_dir / "tap")
+    disk.check({req.runs_dir / "tap": tap_bytes(req)}, "this accuracy gate")
+
+
+def _run_test(req: AccuracyRequest, progress, held: disk.Recordings) -> AccuracyResult:
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -189,13 +209,15 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     key = recording_key(spec, touched, req.cuda, hidden)
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
     a_dir.parent.mkdir(parents=True, exist_ok=True)
+    held.hold(a_dir)  # its tensors go when the verdict is made (run_test), unless another holds it
     with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one recording per base and tap, however many callers
-        a_kind, a_wall, a_tail, a_dir = _record_a(req, a_dir, a_tree, spec, touched, timeout,
-                                                  progress, hidden)
+        a_kind, a_wall, a_tail, a_dir, a_log = _record_a(req, a_dir, a_tree, spec, touched, timeout,
+                                                         progress, hidden)
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
+    held.hold(b_dir)
     b_dir.mkdir(parents=True, exist_ok=True)
     if a_kind == "ok":
         # what B reads of main must be unchanged when it ends (else it could record its own
@@ -231,7 +253,7 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
                 None if mech == "namespaces" else mark(guarded + [seen])))
         b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
                              TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), handed)
-        b_kind, b_wall, b_res, b_tail = b.kind, b.wall_s, b.result, b.log_tail
+        b_kind, b_wall, b_res, b_tail, b_log = b.kind, b.wall_s, b.result, b.log_tail, b.log_path
         moved = filemarks.changed_files(marks, filemarks.file_marks(
             guarded + ([seen] if mech in ("landlock", "user") else []), ctime=mech != "namespaces"))
         if mech != "off":
@@ -246,10 +268,10 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
                        f"{', '.join(os.path.relpath(m, req.runs_dir) for m in moved[:4])}")
             a_dir = a_dir.rename(a_dir.with_name(f"{a_dir.name}-tampered-{stamp}"))  # never reused
     else:
-        b_kind, b_wall, b_res, b_tail = "not run", 0.0, None, ""
+        b_kind, b_wall, b_res, b_tail, b_log = "not run", 0.0, None, "", None
     a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
     th = req.settings["test"]
-    n_kind, n_wall = "not needed", 0.0
+    n_kind, n_wall, n_tail, n_log = "not needed", 0.0, "", None
     ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
     # A's repeat and band passes cost a full pass each (at full size the band runs every
     # moe.experts call on the protected reference: minutes on the H200); they only raise
@@ -257,12 +279,17 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     if a_res and b_res and verdict.needs_noise(ev, th):
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            n_kind, n_wall, n_tail = _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden)
+            n_kind, n_wall, n_tail, n_log = _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden)
         if n_kind == "ok":
             a_res = {**a_res, **json.loads((TapFiles(a_dir) / TapFiles.NOISE).read_text())}
         else:
             a_tail = n_tail
         ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
+    words = [w for w in (LastWords.of("A record", a_kind, a_tail, a_log),
+                         LastWords.of("B replay", b_kind, b_tail, b_log),
+                         LastWords.of("A noise", n_kind, n_tail, n_log)) if w]
+    for w in words if progress else ():
+        progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
     return AccuracyResult.of({
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
@@ -274,6 +301,7 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
         "b_log_tail": b_tail[-2000:] if b_kind not in ("ok", "not run") else "",
         "a_log_tail": a_tail[-2000:] if a_kind != "ok" else "",
         "a_dir": str(a_dir), "b_dir": str(b_dir),
+        "last_words": [w.to_dict() for w in words],
         "environment": (b_res or a_res or {}).get("environment"),
     })
 
@@ -322,28 +350,35 @@ def show_recording(a_dir: Path, seen: Path, link: bool) -> None:
 
 def _record_a(req, a_dir, a_tree, spec, touched, timeout, progress, hidden):
     if TapFiles(a_dir).recorded:
-        return "ok", 0.0, "", a_dir
+        return "ok", 0.0, "", a_dir, None
     a_dir.mkdir(parents=True, exist_ok=True)
     a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
     a = launch_ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout,
                          _tagged(progress, "A record"), hidden)
     if not a.ok:  # keep its log, but never let a failed recording look cached
-        failed = a_dir.with_name(a_dir.name + "-failed-" + time.strftime("%Y%m%d-%H%M%S%f"))
+        failed = a_dir.with_name(a_dir.name + "-failed-" + _stamp())
         a_dir.rename(failed)
         a_dir = failed
-    return a.kind, a.wall_s, a.log_tail, a_dir
+    return a.kind, a.wall_s, a.log_tail, a_dir, a_dir / a.log_path.name  # every rank logs in a_dir
 
 
 def _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden):
     """A's repeat and band passes (cached beside the recording, like it)."""
     out = TapFiles(a_dir) / TapFiles.NOISE
     if out.exists() and (TapFiles(a_dir) / TapFiles.LOGITS_A2).exists():
-        return "ok", 0.0, ""
+        return "ok", 0.0, "", None
     n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
     n = launch_ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)
     if not n.ok:
         out.unlink(missing_ok=True)
-    return n.kind, n.wall_s, n.log_tail
+    return n.kind, n.wall_s, n.log_tail, n.log_path
+
+
+def _stamp() -> str:
+    """Now, to the microsecond, for a folder's name (``time.strftime`` has no ``%f``)."""
+    from datetime import datetime
+
+    return datetime.now().strftime("%Y%m%d-%H%M%S-%f")
 
 
 def _short(sha: str) -> str:

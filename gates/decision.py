@@ -6,6 +6,9 @@ One function, :func:`decide`, over the scope gate's answer, the accuracy gate's
 
     scope rejected                              abandoned   scope
     no accuracy result                          crashed     the accuracy gate did not run
+    a side of a gate ran out of disk            crashed     environment: disk: ... (the
+                                                operator's to fix, not the candidate's: the
+                                                loop re-queues the attempt and stops)
     a side of a gate ended other than ok        :func:`side_ended` (the same for both gates:
                                                 a timeout is its own state, a caught cheat
                                                 is that gate's rejection, the rest a crash;
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, AccuracyResult
+from .results import DISK_FULL, NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, AccuracyResult, LastWords
 
 MERGED, ABANDONED, CRASHED, TIMED_OUT = "merged", "abandoned", "crashed", "timed out"
 # which step of the rule decided: the ledger row records the gates up to that one
@@ -54,6 +57,17 @@ def side_ended(gate: str, kind: str) -> Decision:
     return Decision(CRASHED, f"{crashed}{kind}", gate)
 
 
+DISK = "environment: disk"  # how a reason for a side that ran out of disk starts (gates/disk.py)
+
+
+def disk_reason(gate: str, words: LastWords | None) -> str:
+    """The reason of a judgment whose side ran out of disk: which side, the folder it wrote."""
+    where = f" writing {words.log.rsplit('/', 1)[0]}" if words and words.log and "/" in words.log else ""
+    side = f"{gate}'s {words.side}" if words else f"a side of the {gate}"
+    return (f"{DISK}: {side} ran out of disk space{where}: the operator must free space on the "
+            f"disk holding runs/, then judge it again")
+
+
 def reverify_check(bench: BenchResult) -> dict | None:
     """None when the re-measurement of a large gain (``bench.reverify``) reproduced it (it
     ran, its checks are clean and it also finds the candidate faster) or none ran, else the
@@ -80,6 +94,9 @@ def decide(scope_ok: bool, test: AccuracyResult | None, bench: BenchResult | Non
         return Decision(ABANDONED, "scope", BY_SCOPE)
     if test is None:
         return Decision(CRASHED, "the accuracy gate did not run", BY_ACCURACY)
+    if DISK_FULL in (test.outcome_a, test.outcome_b, test.outcome_noise):
+        full = next((w for w in test.last_words if w.kind == DISK_FULL), None)
+        return Decision(CRASHED, disk_reason("accuracy gate", full), BY_ACCURACY)
     if test.outcome_b == TIMEOUT:
         return side_ended(BY_ACCURACY, TIMEOUT)
     if test.outcome_a != OK:  # main's own side: the machine or main is broken, not the candidate
@@ -88,6 +105,9 @@ def decide(scope_ok: bool, test: AccuracyResult | None, bench: BenchResult | Non
         return side_ended(BY_ACCURACY, test.outcome_b)
     if not test.passed:
         return Decision(ABANDONED, "accuracy", BY_ACCURACY)
+    if bench is not None and DISK_FULL in (bench.outcome, bench.reverify and bench.reverify.outcome):
+        full = bench.last_words if bench.outcome == DISK_FULL else bench.reverify.last_words
+        return Decision(CRASHED, disk_reason("scorer", full), BY_SCORER)
     if bench is None or bench.outcome != OK:
         return side_ended(BY_SCORER, NOT_RUN if bench is None else bench.outcome)
     again = reverify_check(bench)

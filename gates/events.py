@@ -66,6 +66,21 @@ class PassTick:
         return f"{self.tag} {self.elapsed_s:5.0f}s  {self.line}"
 
 
+@dataclass(frozen=True)
+class SideEnded:
+    """A side of a gate ended badly: how, its last log line and where its log is (the
+    ``gates.results.LastWords`` of that side, as plain fields)."""
+    gate: str  # "accuracy gate" or "scorer"
+    side: str  # a pass of PASSES, or the scorer's "side A" / "side B"
+    kind: str  # how it ended (gates/launch.py's kinds)
+    last: str  # its log's last line ('' when it said nothing)
+    log: str | None
+
+    def __str__(self) -> str:
+        said = f": {self.last}" if self.last else ""
+        return f"{self.gate}: {self.side} ended with {self.kind}{said}" + (f" (log {self.log})" if self.log else "")
+
+
 PASSES = ("A record", "B replay", "A noise")  # the accuracy gate's passes, in the order they run
 
 ScorerEvent = StoreReady | SideReady | VisitDone | JudgingTimedOutputs

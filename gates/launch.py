@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox
+from . import disk, sandbox
 from .after_import import AfterImport
 from .protocol import (EXPECTS_CUDA, IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
                        parse as check_options)
@@ -250,7 +250,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         handing.join(timeout=10)  # the side's last stray stdout lines reach its log
     wall = time.monotonic() - t0
     tail = log_path.read_text(errors="replace")[-4000:]
-    kind = classify(proc.returncode, timed_out, tail)
+    kind, tail = disk.classified(classify(proc.returncode, timed_out, tail), tail, out.parent)
     result = None
     if kind == "ok" and out.exists():
         result = json.loads(out.read_text())

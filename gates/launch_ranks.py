@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import sandbox
+from . import disk, sandbox
 from .launch import (HARNESS_ROOT, _die_with_parent, Interactive, SideError, SideOutcome, _last_line,
                      classify, reply_kind, run_side, side_env, start_hand_over)
 from .protocol import BenchCommand, Quit, parse as check_options, rank_document
@@ -335,6 +335,8 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     wall = time.monotonic() - t0
     tails = [log.read_text(errors="replace")[-4000:] for log in logs]
     kinds = [classify(e.returncode, e.timed_out, t) for e, t in zip(ended, tails)]
+    for r in range(world):  # a rank that ran out of disk says so, where it wrote
+        kinds[r], tails[r] = disk.classified(kinds[r], tails[r], rank_out(out, r).parent)
     # the cause: the first rank to end badly by itself (the others were killed for it, or
     # failed after it in a collective), else a timeout
     by_order = sorted(range(world), key=lambda r: ended[r].order)

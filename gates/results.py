@@ -16,6 +16,56 @@ from dataclasses import dataclass, field, replace
 
 # how a side process may end (gates/launch.py); "not run": the gate never started it
 OK, NOT_RUN, TIMEOUT, TAMPERED = "ok", "not run", "timeout", "tampered"
+DISK_FULL = "disk full"  # the side's write failed and its folder's disk had no room (gates/disk.py)
+# kinds that say a side did not end badly (or never ran)
+_NOT_FAILED = (OK, NOT_RUN, "not needed", None)
+
+
+def last_lines(tail: str, n: int = 4, width: int = 200) -> tuple[str, ...]:
+    """Pure: the last ``n`` non-empty lines of a log's tail, each cut to ``width``."""
+    lines = [ln.rstrip() for ln in (tail or "").splitlines() if ln.strip()]
+    return tuple(ln[:width] for ln in lines[-n:])
+
+
+@dataclass(frozen=True)
+class LastWords:
+    """A side that ended badly, in its own words: which side (``"A record"``, ``"B replay"``,
+    ``"A noise"``; the scorer's ``"side A"``, ``"side B"``), how it ended, the last lines of
+    its log and the log's path. The ledger row keeps them (``gates.summary``), ``kern show``,
+    the journey and the progress lines show them."""
+
+    side: str
+    kind: str
+    lines: tuple[str, ...] = ()
+    log: str | None = None
+
+    @classmethod
+    def of(cls, side: str, kind: str | None, tail: str, log=None) -> "LastWords | None":
+        """The words of a side that ended with ``kind`` (None when it did not fail)."""
+        if kind in _NOT_FAILED:
+            return None
+        return cls(side, kind, last_lines(tail), None if log is None else str(log))
+
+    def to_dict(self) -> dict:
+        return {"side": self.side, "kind": self.kind, "lines": list(self.lines), "log": self.log}
+
+    @classmethod
+    def from_dict(cls, d) -> "LastWords | None":
+        if not isinstance(d, dict) or not d.get("side"):
+            return None
+        lines = d.get("lines")
+        return cls(str(d["side"]), str(d.get("kind") or "?"),
+                   tuple(str(x) for x in lines) if isinstance(lines, (list, tuple)) else (),
+                   d.get("log") if isinstance(d.get("log"), str) else None)
+
+    @property
+    def last(self) -> str:
+        """Its last line ('' when the log said nothing)."""
+        return self.lines[-1] if self.lines else ""
+
+    def __str__(self) -> str:
+        said = f": {self.last}" if self.last else ""
+        return f"{self.side} ended with {self.kind}{said}" + (f" (log {self.log})" if self.log else "")
 
 
 @dataclass(frozen=True)
@@ -34,6 +84,8 @@ class AccuracyResult:
     exit_code: int | None = None  # kern test's: PASS 0, FAIL 1, INCONCLUSIVE 2
     wall_s: float | None = None
     report: dict = field(default_factory=dict)
+    # each side that ended badly, in the order they ran (the first decided)
+    last_words: tuple[LastWords, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -51,7 +103,16 @@ class AccuracyResult:
                    outcome_a=ev.get("outcome_a", OK), outcome_b=ev.get("outcome_b"),
                    outcome_noise=ev.get("outcome_noise", "not needed"), claim=claim,
                    hidden=res.get("hidden"), exit_code=res.get("exit_code"),
-                   wall_s=res.get("wall_s"), report=res)
+                   wall_s=res.get("wall_s"), report=res, last_words=_accuracy_words(res, ev))
+
+
+def _accuracy_words(res: dict, ev: dict) -> tuple[LastWords, ...]:
+    """The report's ``last_words``; a report written before them: the tails it kept."""
+    if isinstance(res.get("last_words"), list):
+        return tuple(w for w in map(LastWords.from_dict, res["last_words"]) if w)
+    old = (LastWords.of("A record", ev.get("outcome_a"), res.get("a_log_tail") or "", res.get("a_dir")),
+           LastWords.of("B replay", ev.get("outcome_b"), res.get("b_log_tail") or "", res.get("b_dir")))
+    return tuple(w for w in old if w)
 
 
 @dataclass(frozen=True)
@@ -95,6 +156,7 @@ class BenchResult:
     secrets: dict | None = None  # the run's own seeds, told to the sides only when they ran
     wall_s: float | None = None
     report: dict = field(default_factory=dict)
+    last_words: LastWords | None = None  # the side that ended the run badly
 
     @property
     def a(self) -> SideScore | None:
@@ -132,7 +194,9 @@ class BenchResult:
                    buckets=tuple(int(b) for b in res.get("buckets") or ()), sides=sides,
                    ab=comparison, reverify=None if again is None else cls.of(again),
                    hidden=res.get("hidden"), processes=res.get("processes"),
-                   secrets=res.get("secrets"), wall_s=res.get("wall_s"), report=res)
+                   secrets=res.get("secrets"), wall_s=res.get("wall_s"), report=res,
+                   last_words=LastWords.from_dict(res.get("last_words")) or LastWords.of(
+                       "scorer", res.get("outcome", NOT_RUN), res.get("error") or "", res.get("log")))
 
 
 def report_of(res: "AccuracyResult | BenchResult | dict | None") -> dict | None:

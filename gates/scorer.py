@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, launch_ranks, logits, sandbox, stats, verdict
+from . import checkout, disk, launch_ranks, logits, sandbox, stats, verdict
 from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
 from .launch import Interactive, SideError
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
                        SaveRecord, Time, Verify)
-from .results import BenchResult
+from .results import BenchResult, LastWords
 from .spec import side_spec
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
@@ -245,9 +245,13 @@ def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
                     result["timed_judge_s"] = time.monotonic() - t_j
         result["outcome"] = "ok"
     except SideError as e:
-        result["outcome"] = e.kind
+        tail = _log_tail(e.log_path)
+        kind, tail = disk.classified(e.kind, f"{tail}\n{e}", work)  # its timed outputs' folder
+        result["outcome"] = kind
         result["error"] = str(e)
         result["log"] = str(e.log_path)
+        words = LastWords.of(f"side {now['side']}" if now["side"] else "store", kind, tail, e.log_path)
+        result["last_words"] = words.to_dict() if words else None
         if isinstance(e, launch_ranks.RanksDisagree):
             side = now["side"]
             result["error"] += (f"; {'the candidate' if side == 'B' else 'the base'} "
@@ -291,6 +295,13 @@ def judged_cost(result: dict, checks: dict) -> dict:
     wall = result.get("wall_s") or 0.0
     return {"reset_s": reset, "record_s": record, "save_s": save, "judge_s": judge,
             "total_s": total, "share_of_wall": total / wall if wall else None}
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-4000:]
+    except OSError:
+        return ""
 
 
 def _verify(side, k: str, buckets: list, timeout: float, per_op: int, rng) -> dict:

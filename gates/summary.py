@@ -5,7 +5,8 @@ the ledger's ``gate`` column and read by the journey, ``kern show`` and the git 
 The JSON form is the one the ledger has held since its first rows (``to_dict`` writes it,
 ``from_dict`` reads it), so rows written before this module load and report as they did:
 ``{"scope": "ok" | [problems], "accuracy": {...}, "bench": {...}, "guard": {...},
-"reverify": {...}, "conflict": str}``. Every field is optional (None: not recorded); a
+"reverify": {...}, "conflict": str}``, and since issue 34 ``"last_words": {"side", "kind",
+"lines", "log"}`` of a side that ended badly. Every field is optional (None: not recorded); a
 section that is not an object and a key no version wrote are ignored, as the readers of the
 dict ignored them. Pure: no I/O.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from .decision import BY_ACCURACY, BY_CHECKS, BY_SCOPE, BY_SCORER, Decision
-from .results import NOT_RUN, OK, AccuracyResult, BenchResult
+from .results import NOT_RUN, OK, AccuracyResult, BenchResult, LastWords
 
 
 def _plain(x):
@@ -130,6 +131,7 @@ class GateSummary:
     reverify: ReverifySummary | None = None
     conflict: str | None = None  # why it could not be put onto main (rebase, trial merge)
     detail: str | None = None  # a short line the journey shows as it is
+    last_words: LastWords | None = None  # the side whose ending decided, in its own words
 
     def to_dict(self) -> dict:
         """The JSON object the ledger's column holds, keys sorted (as it stores them)."""
@@ -144,6 +146,8 @@ class GateSummary:
             out["conflict"] = self.conflict
         if self.detail is not None:
             out["detail"] = self.detail
+        if self.last_words is not None:
+            out["last_words"] = self.last_words.to_dict()
         return dict(sorted(out.items()))
 
     @classmethod
@@ -160,7 +164,8 @@ class GateSummary:
                    accuracy=AccuracySummary.from_dict(d.get("accuracy")),
                    scorer=ScorerSummary.from_dict(d.get("bench")),
                    guard=GuardSummary.from_dict(d.get("guard")),
-                   reverify=ReverifySummary.from_dict(d.get("reverify")), **text)
+                   reverify=ReverifySummary.from_dict(d.get("reverify")),
+                   last_words=LastWords.from_dict(d.get("last_words")), **text)
 
 
 def reverify_summary(again: "BenchResult | dict") -> ReverifySummary:
@@ -187,13 +192,16 @@ def summarize(d: Decision, scope_problems, test: AccuracyResult | None,
     gate = GateSummary(scope_problems=(), accuracy=None if test is None else AccuracySummary(
         verdict=test.verdict, reasons=tuple(test.reasons[:6])))
     if d.by == BY_ACCURACY:
-        return gate
+        return replace(gate, last_words=test.last_words[0] if test is not None and test.last_words else None)
     if d.by == BY_SCORER:
         return replace(gate, scorer=ScorerSummary(outcome=bench.outcome if bench else NOT_RUN,
-                                                  error=bench.error if bench else None))
+                                                  error=bench.error if bench else None),
+                       last_words=None if bench is None else bench.last_words or (
+                           bench.reverify.last_words if bench.reverify else None))
     again = None if bench.reverify is None else reverify_summary(bench.reverify)
     if d.by == BY_CHECKS:
-        return replace(gate, reverify=again, scorer=ScorerSummary(
+        return replace(gate, reverify=again, last_words=bench.reverify.last_words if again else None,
+                       scorer=ScorerSummary(
             checks=tuple(d.checks[:4]), graph_matches_eager=bench.b.graph_matches_eager))
     sa, ab = bench.a, bench.ab
     worst = max(bench.buckets, key=lambda b: ab.bucket_deltas[b] / sa.medians[b])

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gates.disk import DiskShort
 from gates.summary import GateSummary
 
 from . import faults
@@ -59,6 +60,8 @@ class TickReport:
 def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:
     """Pure: (the reason the ledger records, whether the loop must stop). A full disk stops
     the loop: every later attempt would fail the same way and be lost for nothing."""
+    if isinstance(e, DiskShort):  # no room for a judgment, or a side ran out: says where
+        return str(e)[:600], True
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         where = f" writing {e.filename}" if e.filename else ""
         return (f"disk full while {doing}{where} (no space left on device): the operator must "

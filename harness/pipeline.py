@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
-from gates import decision, scope, stats
+from gates import decision, disk, scope, stats
+from gates.events import SideEnded
 from gates.results import AccuracyResult, BenchResult, report_of
 from gates.summary import GateSummary, summarize
 
@@ -170,11 +171,14 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     from gates.accuracy import AccuracyRequest, run_test
     from gates.scorer import BenchRequest, run_bench
 
+    room_for_judgment(ctx)
     faults.point("test")
     ctx.progress(P.GateStarted("accuracy", rev_sha, base_sha))
     test = AccuracyResult.of(run_test(AccuracyRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
                                                       ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
     ctx.progress(P.AccuracyVerdict(test.verdict))
+    for w in test.last_words:
+        ctx.progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
     if not test.passed:
         return test, None
     faults.point("bench")
@@ -193,7 +197,22 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
                                       rounds=ctx.cfg.bench.reverify_rounds),
                               progress=lambda e: ctx.progress(P.InScorer(e, again=True)))
         bench = bench.with_reverify(BenchResult.of(again))
+    for w in (bench.last_words, bench.reverify.last_words if bench.reverify else None):
+        if w is not None:
+            ctx.progress(SideEnded("scorer", w.side, w.kind, w.last, w.log))
     return test, bench
+
+
+def room_for_judgment(ctx: Context) -> None:
+    """Before any side of a judgment starts: what a killed earlier run left in runs/tap
+    deleted, then :class:`gates.disk.DiskShort` unless runs/ has room for what one judgment of
+    the configured workload writes (its tap, then its scorer's timed outputs)."""
+    from gates import sandbox
+
+    need = disk.judgment_bytes(ctx.settings, ctx.profile,
+                               copies=disk.copied(sandbox.settings_mode(ctx.settings)))
+    disk.sweep(ctx.runs / "tap")
+    disk.check({ctx.runs / "tap": need.tap, ctx.runs / "bench": need.scorer})
 
 
 def needs_reverify(bench, pct: float) -> bool:
@@ -231,6 +250,11 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
         out = with_slot(with_hidden(decide_outcome(sc, test, bench), hidden if test is not None else None), j)
+        if (out.reason or "").startswith(disk.REASON):
+            # the environment's, not the candidate's: the row keeps the side's last words, the
+            # caller re-queues it (the loop, which stops) or ends it (kern try)
+            led.update(number, gate=out.fields["gate"])
+            raise disk.DiskShort(out.reason)
         if out.state != "merged":
             # no commit: the tip is the base, whose note belongs to whoever made main
             return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
@@ -375,5 +399,9 @@ def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str
     ctx.ledger.transition(number, L.JUDGING, commit_sha=rev_sha)
     try:
         return number, judge_and_record(ctx, number, rev_sha, base_sha)
+    except disk.DiskShort as e:  # the row ends saying so; kern's main says it and exits 4
+        ctx.ledger.transition(number, L.CRASHED, reason=str(e)[:600])
+        ctx.progress(P.AttemptEnded(number, L.CRASHED, str(e)))
+        raise
     finally:  # a rebase (main moved) opened one
         repo.close_attempt(number, ctx.runs)

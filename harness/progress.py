@@ -13,8 +13,10 @@ loop, an attempt ends). ``str(event)`` is the line a person reads:
     kern test    A record     12s  <the side's last log line>
                  B replay      3s  …                       a pass of a side, its elapsed time
                  A noise       8s  …
+                 accuracy gate: B replay ended with <kind>: <its last log line> (log <path>)
     kern loop    accuracy gate: <rev> vs <base>, accuracy: <verdict>, scorer: <rev> vs <base>,
-                 "  <a scorer event>", attempt #n: <state>
+                 "  <a scorer event>", <gate>: <side> ended with <kind>: <last words> (log
+                 <path>), attempt #n: <state>
 
 Anything else a progress callback is given (a plain string: a note of the loop's, a farm
 lock's wait) moves no bar and no stage. The shells (harness/cli/judge.py, harness/cli/loop.py)
@@ -25,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Iterable, Sequence
 
-from gates.events import PASSES, JudgingTimedOutputs, PassTick, ScorerEvent, SideReady, VisitDone
+from gates.events import PASSES, JudgingTimedOutputs, PassTick, ScorerEvent, SideEnded, SideReady, VisitDone
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,9 @@ def stage_of(events: Iterable[tuple[float, object]]) -> Stage | None:
             cur = replace(cur, stage=e.verdict, stage_since=t)
         elif isinstance(e, InScorer):
             cur = replace(cur, stage=str(e.event), stage_since=t)
+        elif isinstance(e, SideEnded):  # its last words until the attempt's end is recorded
+            cur = replace(cur, stage=f"{e.side} ended with {e.kind}" + (f": {e.last}" if e.last else ""),
+                          stage_since=t)
     return cur
 
 

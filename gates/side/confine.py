@@ -416,7 +416,8 @@ def _exit_as(status: int) -> None:
     """Leave as the child did: its exit code, or its signal (so the caller classifies it)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two take no handler (EINVAL)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
         time.sleep(1)
         os._exit(128 + sig)

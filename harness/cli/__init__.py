@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gates.disk import DiskShort
 from gates.sandbox import SandboxUnavailable
 
 from . import doctor, judge, loop, report, show, tree
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxUnavailable as e:  # no side may start unconfined unless kern.yaml says so
         print(f"kern {args.verb}: {e}", file=sys.stderr)
         return 2
+    except DiskShort as e:  # environment: the disk under runs/ has no room; no side started,
+        print(f"kern {args.verb}: stopped: {e}", file=sys.stderr)  # or one ran out (recorded)
+        return 4
     except KeyboardInterrupt:
         print("kern: interrupted", file=sys.stderr)
         return 130

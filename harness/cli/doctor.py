@@ -165,22 +165,28 @@ def worktree_finding(g: dict, in_flight: set) -> Finding:
     return Finding("worktrees", WARN, "; ".join(parts), "operator: " + "; ".join(fixes))
 
 
-def disk_finding(d: dict, need_bytes: int) -> Finding:
-    """``d``: {path, free_bytes, error}; ``need_bytes``: one accuracy gate's recordings (A and B)
-    at the snapshot budget; a long run keeps one recording per base commit."""
+def disk_finding(d: dict, need) -> Finding:
+    """``d``: {path, free_bytes, error}; ``need``: what one judgment of this machine's profile
+    writes at most (``gates.disk.JudgmentBytes``; its recordings are deleted when its verdict
+    is made, so a long run holds one judgment's at a time). Every judgment checks the same
+    figure before its sides start and stops with ``environment: disk`` when short."""
+    from gates.disk import fmt_bytes
+
     if d.get("error"):
         return Finding("disk", FAIL, f"cannot read free space at {d.get('path')}: {d['error']}",
                        "operator: make runs/ a readable local folder")
     free = d["free_bytes"]
     text = f"{free / GIB:.1f} GiB free under {d['path']}"
-    if free < need_bytes:
-        return Finding("disk", FAIL, f"{text}; one accuracy gate may write {need_bytes / GIB:.0f} GiB",
-                       "operator: free space there (old runs/tap and runs/bench folders can go)")
-    if free < 3 * need_bytes:
-        return Finding("disk", WARN, f"{text}: room for fewer than 3 accuracy gates at the snapshot "
-                                     f"budget ({need_bytes / GIB:.0f} GiB each)",
-                       "operator: free space before a week-long run (old runs/tap folders can go)")
-    return Finding("disk", OK, text)
+    if free < need.need:
+        return Finding("disk", FAIL, f"{text}; one judgment writes up to {need.describe()}",
+                       "operator: free space there (old runs/bench and runs/tap folders can go), "
+                       "or lower test.snapshot_budget_mb in kern.yaml; until then every judgment "
+                       "stops with environment: disk")
+    if free < 2 * need.need:  # each judgment's documents and logs stay: little room to grow
+        return Finding("disk", WARN, f"{text}: less than twice what one judgment writes "
+                                     f"({fmt_bytes(need.need)} with the margin)",
+                       "operator: free space before a week-long run (old runs/bench folders can go)")
+    return Finding("disk", OK, f"{text}; one judgment writes up to {fmt_bytes(need.need)}")
 
 
 def ledger_finding(led: dict) -> Finding:
@@ -263,11 +269,15 @@ def diagnose(p: dict, settings: dict) -> list[Finding]:
     """Pure: every finding, in the order a person reads them."""
     gpu_prof = settings["profiles"]["gpu"]
     need = gpu_prof.get("memory_gib")
-    budget = int(settings["test"]["snapshot_budget_mb"]) << 20
+    from gates.disk import judgment_bytes
+
+    machine = settings["profiles"]["gpu" if p["gpu"].get("devices") else "cpu"]
+    judgment = judgment_bytes(settings, machine,
+                              copies=(p.get("sandbox") or {}).get("mechanism") in ("landlock", "user"))
     return [gpu_finding(p["gpu"], p["smi"]), clock_finding(p["gpu"], p["smi"]),
             memory_finding(p["gpu"], float(need) if isinstance(need, (int, float)) else None),
             git_finding(p["git"]), worktree_finding(p["git"], set(p["ledger"].get("in_flight", ()))),
-            disk_finding(p["disk"], 2 * budget), ledger_finding(p["ledger"]),
+            disk_finding(p["disk"], judgment), ledger_finding(p["ledger"]),
             agent_finding(settings["agent"]["backend"], p["agent"]), lock_finding(p["lock"]),
             sandbox_finding(p["sandbox"])]
 
@@ -506,7 +516,7 @@ def register(sub) -> None:
                     "ok / warn / fail with its fix (who acts, what to do): the GPU torch sees "
                     "(and which), its clocks and throttling (nvidia-smi), free GPU memory against "
                     "profiles.gpu.memory_gib, git (clean tree, on main, attempt worktrees left "
-                    "over), free disk under runs/ against the accuracy gate's snapshot budget, the "
+                    "over), free disk under runs/ against what one judgment writes, the "
                     "ledger (opens in WAL mode, takes the write lock), the agent backend (anthropic: "
                     "key present and the API answering; claude-code: the SDK importable; command: "
                     "the program on PATH; tuner and replay: nothing to reach), whether a loop "

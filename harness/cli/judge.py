@@ -23,7 +23,8 @@ def register(sub) -> None:
         description="Run REV (the candidate) against BASE (default main), each in its own "
                     "subprocess and worktree, over the seeded tap workload. Prints one fact per "
                     "line by section (diff, tap, local, logits, noise, reference); the last line "
-                    "starts with the verdict. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE.")
+                    "starts with the verdict. Exit 0 PASS, 1 FAIL, 2 INCONCLUSIVE; 4 when runs/ "
+                    "lacks the disk space it writes (environment: disk; no side started).")
     p.add_argument("rev", help="the candidate: a git revision, or WORKTREE for uncommitted edits")
     p.add_argument("--vs", default="main", dest="base", help="the base revision (default: main)")
     add_rank_flags(p, "each side", timed=False)

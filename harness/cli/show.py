@@ -5,10 +5,10 @@ What it was (title, backend, target, phase, tick), when (its events), the brief 
 agent's transcript (turns, tool calls, tokens, cost: :func:`transcript_summary` reads each
 backend's format), every gate's result of its deciding judgment (``judgment-<k>.json``: the
 accuracy verdict with its reasons, the scorer per bucket: both sides' medians, the change with
-its interval, % of the roofline floor, failed checks; the re-measurement), its hidden inputs
-and how it ended. The files are read here, the view is built by the pure :func:`attempt_view`
-and printed by the pure :func:`show_lines`; ``--json`` prints the view itself. Reading never
-creates a ledger.
+its interval, % of the roofline floor, failed checks; the re-measurement), the last words of
+a side that ended badly (its log's last lines and path), its hidden inputs and how it ended.
+The files are read here, the view is built by the pure :func:`attempt_view` and printed by the
+pure :func:`show_lines`; ``--json`` prints the view itself. Reading never creates a ledger.
 """
 from __future__ import annotations
 
@@ -172,6 +172,25 @@ def _accuracy(report: dict | None) -> dict | None:
             "sides": {k: ev.get(f"outcome_{k}") for k in ("a", "b", "noise") if ev.get(f"outcome_{k}")}}
 
 
+def _last_words(gate, judgment: dict) -> list[dict]:
+    """Pure: every side of the deciding judgment that ended badly, in its own words (the
+    judgment file's reports), else what the ledger row kept (``gate.last_words``)."""
+    from gates.results import AccuracyResult, BenchResult
+
+    words = []
+    try:
+        if judgment.get("test"):
+            words += AccuracyResult.of(judgment["test"]).last_words
+        if judgment.get("bench"):
+            b = BenchResult.of(judgment["bench"])
+            words += [w for w in (b.last_words, b.reverify.last_words if b.reverify else None) if w]
+    except (KeyError, TypeError, ValueError, AttributeError):  # a report edited or cut short
+        words = []
+    if not words and gate is not None and gate.last_words is not None:
+        words = [gate.last_words]
+    return [w.to_dict() for w in words]
+
+
 def attempt_view(attempt, events: list, files: dict) -> dict:
     """Pure: everything ``kern show`` says of one attempt. ``attempt``: its ledger row;
     ``events``: its ledger events; ``files``: what was read beside it: ``brief`` (text or None),
@@ -213,6 +232,7 @@ def attempt_view(attempt, events: list, files: dict) -> dict:
         "scope": gate.get("scope"), "conflict": gate.get("conflict"),
         "accuracy": _accuracy(last.get("test")) or gate.get("accuracy"),
         "bench": _scorer(last.get("bench")),
+        "last_words": _last_words(a.gate, last),
         "ledger": {"delta_ms": a.delta_ms, "interval": [a.ci_low, a.ci_high], "delta_pct": a.delta_pct,
                    "medians_a": a.medians_a, "medians_b": a.medians_b,
                    "gate": None if a.gate is None else gate},
@@ -351,6 +371,10 @@ def show_lines(v: dict) -> list[str]:
         for rows in sorted((led.get("medians_b") or {}), key=int):
             out.append(f"{'':<10} {int(rows):>5} rows  A {_ms((led.get('medians_a') or {}).get(rows))} ms"
                        f"  B {_ms(led['medians_b'][rows])} ms")
+    for w in v.get("last_words") or []:
+        out.append(f"{'last words':<10} {w['side']} ended with {w['kind']}"
+                   + (f" (log {w['log']})" if w.get("log") else ""))
+        out += [f"{'':<10}   {ln}" for ln in w.get("lines") or []]
     if v.get("judgments", 0) > 1:
         out.append(f"{'':<10} (the last of {v['judgments']} judgments: main moved and it was judged again)")
     h = v.get("hidden")

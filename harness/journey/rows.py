@@ -34,7 +34,9 @@ Where a result's numbers come from (the orchestrator writes them; ``gate`` is th
     abandoned: <reason>        any other reason; ``gate.detail`` (a short string), when
                                present, overrides the parenthesis for every reason
     crashed (illegal memory access at 256 rows) · timed out (scorer timeout)
-                               the recorded reason
+                               the recorded reason, then the last line of the side that
+                               ended (``gate.last_words``: ``B replay: <its line>``) when
+                               the row kept it
     not done: estimated −0.4   ``estimate_ms``
     waiting on #31             ``waiting_on``
     running · queued · judging
@@ -178,7 +180,9 @@ def _detail(a: Attempt, lang: str) -> str:
     if a.state == MERGED:
         return measured(a, lang=lang)
     if a.state in (CRASHED, TIMED_OUT):
-        return clip(a.reason) if a.reason else ""
+        words = gate.last_words  # the side's last line, when the row kept it
+        said = f"{words.side}: {clip(words.last, 80)}" if words is not None and words.last else ""
+        return " · ".join(x for x in (clip(a.reason) if a.reason else "", said) if x)
     if a.reason in (SLOWER, WITHIN_NOISE):
         return measured(a, (gate.scorer or ScorerSummary()).band_ms, lang)
     if a.reason == ACCURACY:

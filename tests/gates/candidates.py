@@ -71,12 +71,12 @@ def candidate(repo: Path, branch: str, edits: list[tuple[str, str, str]], messag
     return sha
 
 
-def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict, first: str | None = None) -> dict:
+def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict) -> dict:
     """{case: ``kern test`` report} for each of ``cases`` ({name: edits}) committed on its own
-    branch of one repository (``overrides`` on kern.yaml) and judged against main. ``first`` is
-    judged alone before the others, so the recording of main it makes is there for the cases
-    that touch the same ops; the rest run two at a time (the interpreter is CPU-bound; CI has
-    two cores)."""
+    branch of one repository (``overrides`` on kern.yaml) and judged against main, two at a
+    time (the interpreter is CPU-bound; CI has two cores). Each judgment records main itself:
+    a recording's tensors are deleted once no judgment holds it (gates/disk.py), so two cases
+    judged at once on the same touched ops share one, later ones record it again."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -93,8 +93,13 @@ def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict, first: str | None
     def judge(sha):
         return run_test(AccuracyRequest(repo, sha, "main", settings.data, prof, repo / "runs", cuda)).report
 
-    out = {first: judge(shas[first])} if first else {}
     with ThreadPoolExecutor(2) as pool:
-        futures = {n: pool.submit(judge, s) for n, s in shas.items() if n != first}
-        out.update({n: f.result() for n, f in futures.items()})
-    return out
+        futures = {n: pool.submit(judge, s) for n, s in shas.items()}
+        return {n: f.result() for n, f in futures.items()}
+
+
+def tensors_left(reports) -> list:
+    """The ``*.pt`` files under the runs/tap folder of ``kern test`` reports (none once every
+    judgment has ended)."""
+    taps = {Path(r["a_dir"]).parent for r in reports}
+    return sorted(p for t in taps for p in t.rglob("*.pt"))

@@ -3,14 +3,15 @@ config, Triton interpreter): bit-identical, re-associated, wrong, partly unwritt
 cased to the bucket sizes. Candidates whose side raises, crashes, runs out of memory or hangs
 are test_accuracy_gate_sides.py's (another module, so the two CI workers share them).
 
-One temporary repository; side A (main) is recorded once per touched-op set and reused; the
-candidates run two at a time. Each case asserts the verdict and the reason the gate gives.
+One temporary repository; the candidates run two at a time, each judgment recording main
+(two at once on the same touched ops share one recording). Each case asserts the verdict and
+the reason the gate gives; once all are judged no recording's tensors are left.
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.gates.candidates import accuracy_verdicts
+from tests.gates.candidates import accuracy_verdicts, tensors_left
 
 # slow: after the unit tests (.ci/run), on one of the two workers
 pytestmark = pytest.mark.slow
@@ -37,9 +38,7 @@ SETTINGS = {"profiles.cpu.test_rows": [1, 3, 8, 17], "profiles.cpu.test_steps": 
 
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory):
-    # 'identical' first: its recording of main (touches moe.combine) serves the other two
-    # candidates that touch only moe.combine
-    return accuracy_verdicts(tmp_path_factory.mktemp("gate"), SETTINGS, CASES, first="identical")
+    return accuracy_verdicts(tmp_path_factory.mktemp("gate"), SETTINGS, CASES)
 
 
 def _why(res) -> str:
@@ -89,3 +88,8 @@ def test_kernel_special_cased_to_bucket_sizes_fails_on_awkward_sizes(verdicts):
     assert r["verdict"] == "FAIL", _why(r)
     unwritten = r["evidence"]["tap"]["unwritten"]
     assert unwritten and all(" r8 " not in u for u in unwritten), unwritten
+
+
+def test_no_recording_outlives_its_verdicts(verdicts):
+    # PASS, FAIL with and without A's noise passes: main's recordings and the candidates' tensors
+    assert tensors_left(verdicts.values()) == []

@@ -3,15 +3,16 @@ interpreter): the kernel raises, crashes the process, allocates more than the si
 or never returns. Each is a FAIL naming how the candidate's side ended.
 
 What these prove does not depend on the tap's sizes, so the tap is the smallest (one test row,
-one bucket; test_accuracy_gate.py keeps the awkward sizes for what does). One repository, one
-recording of main (every case touches moe.situ), the candidates two at a time: the hang's side
-runs to test.timeout_s while the other three are judged beside it.
+one bucket; test_accuracy_gate.py keeps the awkward sizes for what does). One repository, the
+candidates two at a time (main recorded for each, or shared by two at once: every case touches
+moe.situ): the hang's side runs to test.timeout_s while the other three are judged beside it.
+Each side's last words name its log; none of the recordings' tensors outlive the verdicts.
 """
 from __future__ import annotations
 
 import pytest
 
-from tests.gates.candidates import accuracy_verdicts
+from tests.gates.candidates import accuracy_verdicts, tensors_left
 
 # slow: after the unit tests (.ci/run), on one of the two workers
 pytestmark = pytest.mark.slow
@@ -65,3 +66,10 @@ def test_kernel_that_allocates_more_than_the_side_may_hold_fails_naming_memory(v
 def test_kernel_that_never_returns_fails_by_timeout(verdicts):
     r = verdicts["hangs"]
     assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "timeout", _why(r)
+
+
+def test_no_recording_outlives_a_side_that_ended_badly(verdicts):
+    assert tensors_left(verdicts.values()) == []
+    words = {n: r["last_words"] for n, r in verdicts.items()}
+    assert all(len(w) == 1 and w[0]["side"] == "B replay" and w[0]["log"].endswith("result.log")
+               for w in words.values()), words

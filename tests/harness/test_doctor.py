@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gates.disk import JudgmentBytes
 from harness import cli
 from harness.cli import doctor as D
 from harness import ledger as L
@@ -81,12 +82,18 @@ def test_worktrees_left_by_finished_attempts():
     assert f.status == D.WARN and "git worktree prune" in f.fix
 
 
-def test_disk_free_against_one_accuracy_gate():
-    need = 32 * D.GIB
-    assert D.disk_finding({"path": "/r/runs", "free_bytes": 200 * D.GIB}, need).status == D.OK
-    assert D.disk_finding({"path": "/r/runs", "free_bytes": 70 * D.GIB}, need).status == D.WARN
+def test_disk_free_against_what_one_judgment_writes():
+    need = JudgmentBytes(logits=1 * D.GIB, kept=24 * D.GIB, tap=28 * D.GIB, scorer=4 * D.GIB)
+    assert need.need == int(28 * D.GIB * 1.1)  # the tap's peak and its margin
+    ok = D.disk_finding({"path": "/r/runs", "free_bytes": 200 * D.GIB}, need)
+    assert ok.status == D.OK and ok.text == "200.0 GiB free under /r/runs; one judgment writes up to 30.8 GiB"
+    assert D.disk_finding({"path": "/r/runs", "free_bytes": 62 * D.GIB}, need).status == D.OK
+    assert D.disk_finding({"path": "/r/runs", "free_bytes": 60 * D.GIB}, need).status == D.WARN
     f = D.disk_finding({"path": "/r/runs", "free_bytes": 10 * D.GIB}, need)
-    assert f.status == D.FAIL and f.text == "10.0 GiB free under /r/runs; one accuracy gate may write 32 GiB"
+    assert f.status == D.FAIL and f.text.startswith("10.0 GiB free under /r/runs; one judgment writes "
+                                                    "up to 30.8 GiB (tap 28.0 GiB: main's kept calls up "
+                                                    "to 24.0 GiB")
+    assert "environment: disk" in f.fix and f.fix.startswith("operator: ")
 
 
 @pytest.mark.parametrize("probe,status,words", [

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from gates.accuracy import _tagged  # what run_test's progress callback receives
-from gates.events import JudgingTimedOutputs, PassTick, SideReady, StoreReady, VisitDone
+from gates.events import JudgingTimedOutputs, PassTick, SideEnded, SideReady, StoreReady, VisitDone
 from gates.scorer import pattern
 from harness.cli import judge
 from harness import progress as P
@@ -141,6 +141,13 @@ def test_stage_of_the_loop_events():
     assert P.stage_of(lines + [(40.0, P.AttemptEnded(3, "merged"))]) is None
     assert P.stage_of(lines + [(40.0, P.Rebased(3, base))]) is None
     assert P.stage_of([(0.0, "profiling main 1234567890 at 16 rows")]) is None
+    # a side that ended badly: its last words are the stage until the attempt's end is recorded
+    died = lines[:2] + [(7.0, SideEnded("accuracy gate", "B replay", "crash (signal SIGKILL)",
+                                        "tap: rows 17, step 0", "/r/runs/tap/x/result.log"))]
+    assert P.stage_of(died) == P.Stage(rev, "accuracy", "B replay ended with crash (signal SIGKILL): "
+                                                        "tap: rows 17, step 0", 0.0, 7.0)
+    assert str(died[-1][1]) == ("accuracy gate: B replay ended with crash (signal SIGKILL): tap: rows 17, "
+                                "step 0 (log /r/runs/tap/x/result.log)")
 
 
 @pytest.mark.parametrize("s, text", [(None, ""), (0.4, "0s"), (42, "42s"), (185, "3m05s"),
