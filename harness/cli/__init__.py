@@ -2,7 +2,8 @@
 test, bench; report: report, status; show; loop: try, brief, loop; doctor). Each registers its
 own verbs (a ``register(sub)`` that adds its subparsers, their help and the function that runs
 each); this file only lists those modules, parses arguments and maps errors to exit codes with
-a sentence that says who acts. A new verb touches its module and, for a new module,
+a sentence that says who acts: it is the one place where what a user can cause (a bad path, a
+closed pipe, a ledger that cannot be read) becomes a message and exit 2 instead of a traceback. A new verb touches its module and, for a new module,
 :data:`VERB_MODULES`. ``python -m harness.cli`` runs :func:`main` (``__main__.py``)."""
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from pathlib import Path
 
 from gates.sandbox import SandboxUnavailable
 
-from . import doctor, judge, loop, report, show, tree
+from . import doctor, judge, loop, report, show, tree, usage
 from .shared import InputError
 from ..settings import SettingsError
 
 # the modules whose register(sub) adds verbs, in the order `kern --help` lists their verbs
-VERB_MODULES = (tree, judge, report, show, loop, doctor)
+VERB_MODULES = (tree, judge, report, show, loop, doctor, usage)
 
 EPILOG = """examples:
   kern doctor                           is this machine ready for a long run?
@@ -26,7 +27,7 @@ EPILOG = """examples:
   kern loop --set budgets.cost_usd=20   kern.yaml with one key changed, for this run only
   kern status                           budgets spent, attempts in flight, main's score, why it stopped
   kern show 12                          one attempt whole
-  kern VERB --help                      each verb's flags and examples
+  kern help VERB                        each verb's flags and examples (or kern VERB --help)
 
 CPU mode (no GPU): the small config runs through Triton's interpreter so the mechanics are
 testable; CPU times are never GPU scores."""
@@ -87,8 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from gates.checkout import RevisionError
 
+    from ..ledger import LedgerError
+
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that went away is found here, not at exit
+        return code
     except SettingsError as e:
         fix = f"edit {args.config}" + (" or correct --set" if args.set else "")
         print(f"kern: configuration error ({fix}):\n{e}", file=sys.stderr)
@@ -99,6 +104,30 @@ def main(argv: list[str] | None = None) -> int:
     except SandboxUnavailable as e:  # no side may start unconfined unless kern.yaml says so
         print(f"kern {args.verb}: {e}", file=sys.stderr)
         return 2
+    except LedgerError as e:  # the ledger cannot be read or written: the message says why
+        print(f"kern {args.verb}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `kern show 1 --json | head`: the reader has what it wanted
+        _quiet_stdout()
+        return 141  # as git's, killed by SIGPIPE, reads in a shell
     except KeyboardInterrupt:
         print("kern: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.filename is None:  # not a path the user named: a fault of its own, shown whole
+            raise
+        print(f"kern {args.verb}: {e.filename}: {e.strerror or e} (the user names a path this user "
+              f"can use, or fixes its permissions)", file=sys.stderr)
+        return 2
+
+
+def _quiet_stdout() -> None:
+    """Standard output to /dev/null: the interpreter's last flush at exit then has nowhere to
+    fail (Python's documented answer to a closed pipe)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

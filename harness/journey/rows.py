@@ -33,7 +33,8 @@ Where a result's numbers come from (the orchestrator writes them; ``gate`` is th
                                scorer's outcome (``gate.scorer.outcome``)
     abandoned: <reason>        any other reason; ``gate.detail`` (a short string), when
                                present, overrides the parenthesis for every reason
-    crashed (illegal memory access at 256 rows) · timed out (scorer timeout)
+    crashed (illegal memory access at 256 rows) · timed out (scorer timeout) ·
+    interrupted (SIGINT (Ctrl-C) to kern try while judging; …)
                                the recorded reason
     not done: estimated −0.4   ``estimate_ms``
     waiting on #31             ``waiting_on``
@@ -51,8 +52,8 @@ from typing import Iterable, Mapping
 
 from gates.summary import AccuracySummary, GateSummary, GuardSummary, ScorerSummary
 
-from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
-                      WAITING, WITHIN_NOISE, Attempt, Phase, mains)
+from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, INTERRUPTED, MERGED, NOT_DONE, SLOWER,
+                      TIMED_OUT, WAITING, WITHIN_NOISE, Attempt, Phase, mains)
 from .text import TEXT, check_lang
 
 SCORER_CHECK = "scorer check"  # gates.decision.decide's reason when a scorer check failed
@@ -177,7 +178,7 @@ def _detail(a: Attempt, lang: str) -> str:
         return gate.detail
     if a.state == MERGED:
         return measured(a, lang=lang)
-    if a.state in (CRASHED, TIMED_OUT):
+    if a.state in (CRASHED, TIMED_OUT, INTERRUPTED):
         return clip(a.reason) if a.reason else ""
     if a.reason in (SLOWER, WITHIN_NOISE):
         return measured(a, (gate.scorer or ScorerSummary()).band_ms, lang)
@@ -234,7 +235,7 @@ def result(a: Attempt, lang: str = "en") -> str:
             if a.estimate_ms is not None else "")
     if a.state == WAITING:
         return t["waiting_on"].format(n=a.waiting_on) if a.waiting_on is not None else state_word(a.state, lang)
-    if a.state in (MERGED, CRASHED, TIMED_OUT):
+    if a.state in (MERGED, CRASHED, TIMED_OUT, INTERRUPTED):
         d = _detail(a, lang)
         return state_word(a.state, lang) + (f" ({d})" if d else "")
     return state_word(a.state, lang)  # running, queued, judging

@@ -8,7 +8,8 @@ import pytest
 
 from harness import cli
 
-VERBS = {"ops", "test", "bench", "step", "report", "status", "show", "try", "loop", "profile", "doctor", "brief"}
+VERBS = {"ops", "test", "bench", "step", "report", "status", "show", "try", "loop", "profile", "doctor", "brief",
+         "cancel", "help"}
 
 
 def verbs_of(register) -> dict:
@@ -39,7 +40,8 @@ def test_help_lists_every_verb_with_its_help(capsys):
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_every_verb_parses_and_names_the_function_that_runs_it(verb):
-    positional = {"test": ["main"], "try": ["main"], "show": ["1"], "brief": ["moe.experts"]}.get(verb, [])
+    positional = {"test": ["main"], "try": ["main"], "show": ["1"], "brief": ["moe.experts"],
+                  "cancel": ["1"]}.get(verb, [])
     args = cli.parser().parse_args([verb, *positional])
     assert args.verb == verb and callable(args.func)
     assert args.func.__module__ in {m.__name__ for m in cli.VERB_MODULES}
