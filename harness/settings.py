@@ -166,6 +166,9 @@ class Profile:
     replays: int = key(ge=1)
     noise_pct: float | None = key(None, ge=0)  # overrides bench.noise_pct (see Bench.noise_pct)
     memory_gib: float | None = key(None, gt=0)
+    # one side's accuracy recording on this profile, measured (kern doctor's disk need: A and
+    # B, at most test.snapshot_budget_mb each); None: the budget itself
+    recording_mb: float | None = key(None, gt=0)
 
     def problems(self) -> list[str]:
         if len(self.buckets) != len(self.weights):
