@@ -16,6 +16,7 @@ WORK=$(mktemp -d /tmp/kern-bad-inputs.XXXXXX)
 chmod 755 "$WORK"
 CLONE=$WORK/clone
 git clone --quiet "$SRC" "$CLONE"
+git -C "$CLONE" switch -q -C main  # this checkout as the clone's main, whatever branch it is
 git -C "$CLONE" config user.name bad-inputs
 git -C "$CLONE" config user.email bad-inputs@kern
 export PYTHONPATH=$CLONE TRITON_INTERPRET=1
@@ -23,7 +24,7 @@ cd "$CLONE" || exit 1
 
 kern() { "$PYTHON" -m harness.cli "$@"; }
 as_user() {  # the command as an unprivileged user when this is root
-  if [ "$(id -u)" = 0 ]; then setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp "$@"
+  if [ "$(id -u)" = 0 ]; then HOME=/tmp setpriv --reuid=65534 --regid=65534 --clear-groups "$@"
   else "$@"; fi
 }
 n=0
