@@ -52,7 +52,8 @@ git switch -q main
 
 # ---- tracebacks that were
 run "an attempt number out of range" -- kern show 99999999999999999999999
-run "a closed pipe" -- 'set -o pipefail; kern show 1 --json | head -c 10; echo'
+run "a closed pipe (kern's own exit code after the output)" -- \
+  'kern show 1 --json | head -c 10; echo; echo "kern exited ${PIPESTATUS[0]}"'
 run "report --out a folder" -- kern report --out "$WORK"
 run "report --out /proc/version" -- kern report --out /proc/version
 run "--config a folder: doctor" -- kern --config "$WORK" doctor --offline
@@ -94,14 +95,14 @@ run "--every 1000000d" -- kern loop --every 1000000d --tick
 run "--plot x.jpg" -- kern report --plot "$WORK/x.jpg"
 run "--out /nonexistent/dir/f" -- kern report --out /nonexistent/dir/f
 run "duplicate keys in kern.yaml" -- \
-  "sed -i 's/^  every: 20m .*/&\n  every: 5m/' kern.yaml; kern loop --tick; git checkout -q kern.yaml"
+  "sed -i 's/^  every: 20m .*/&\n  every: 5m/' kern.yaml; kern loop --tick; rc=\$?; git checkout -q kern.yaml; exit \$rc"
 
 # ---- kern doctor
 run "doctor, claude-code backend, no key" -- \
-  "env -u ANTHROPIC_API_KEY -u ANTHROPIC_AUTH_TOKEN -u CLAUDE_CODE_OAUTH_TOKEN $PYTHON -m harness.cli doctor --offline --set agent.backend=claude-code | grep -A1 -E '^(ok|warn|fail) +(agent|disk)'"
+  "env -u ANTHROPIC_API_KEY -u ANTHROPIC_AUTH_TOKEN -u CLAUDE_CODE_OAUTH_TOKEN $PYTHON -m harness.cli doctor --offline --set agent.backend=claude-code | grep -A1 -E '^(ok|warn|fail) +(agent|disk)'; exit \${PIPESTATUS[0]}"
 mkdir -p "$WORK/plain" && cp kern.yaml "$WORK/plain/"
 run "doctor in a folder that is not a repository" -- \
-  "kern --repo $WORK/plain doctor --offline; ls -A $WORK/plain"
+  "kern --repo $WORK/plain doctor --offline; rc=\$?; echo \"the folder holds: \$(ls -A $WORK/plain)\"; exit \$rc"
 
 # ---- small frictions
 run "a bad revision answers before torch is imported" -- 'time kern try nosuchrev'

@@ -427,8 +427,9 @@ def _probe_git(repo: Path, runs: Path) -> dict:
         dirty = [x for x in _git(repo, "status", "--porcelain").splitlines()
                  if not x[3:].startswith("runs/")]
         listing = _git(repo, "worktree", "list", "--porcelain")
-    except (OSError, subprocess.SubprocessError) as e:
-        return {"error": str(e)[:300]}
+    except (OSError, subprocess.SubprocessError) as e:  # git's own words ("not a git repository")
+        said = (getattr(e, "stderr", None) or "").strip().splitlines()
+        return {"error": (said[0] if said else str(e))[:300]}
     worktrees, prunable, path = [], [], None
     for line in listing.splitlines():
         if line.startswith("worktree "):
