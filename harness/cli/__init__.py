@@ -59,6 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a kern.yaml key for this run only (repeatable; VALUE is YAML), "
                         "e.g. --set loop.every=1h --set budgets.cost_usd=20; the file is not edited")
+    p.set_defaults(top_parser=p)  # for kern help, which prints it
     sub = p.add_subparsers(dest="verb", metavar="VERB")
     for register in REGISTRATIONS:
         register(sub)

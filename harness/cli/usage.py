@@ -17,9 +17,7 @@ def register(sub) -> None:
 
 
 def cmd_help(args) -> int:
-    from . import parser
-
-    top = parser()
+    top = args.top_parser  # harness/cli/__init__.py's parser sets it: this module cannot import it
     if args.topic is None:
         top.print_help()
         return 0

@@ -104,3 +104,23 @@ def test_set_overrides_kern_yaml_for_one_run_before_or_after_the_verb(tmp_path, 
     assert cli.main(["--repo", str(repo), "loop", "--tick", "--set", "loop.every"]) == 2
     assert "--set loop.every: expected KEY=VALUE (e.g. --set loop.every=5m), found no '='" in \
         capsys.readouterr().err
+
+
+def test_kern_help_prints_the_help_of_kern_or_of_a_verb(capsys):
+    assert cli.main(["help"]) == 0
+    whole = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert whole == capsys.readouterr().out
+    assert cli.main(["help", "cancel"]) == 0
+    assert capsys.readouterr().out.startswith("usage: kern cancel [-h] [--reason REASON]")
+    assert cli.main(["help", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("kern help: no verb 'nope': expected one of bench, brief, cancel")
+
+
+def test_status_names_an_attempts_target_once():
+    from harness.cli.report import titled
+
+    assert titled("moe.combine", "moe.combine: one pass") == "moe.combine: one pass"
+    assert titled("moe.combine", "one pass") == "moe.combine: one pass"
+    assert titled("", "a manual try") == "-: a manual try"
