@@ -219,3 +219,14 @@ def test_ctrl_c_and_kern_cancel_end_a_real_kern_try_as_interrupted(tmp_path, cap
                                  f"{sha[:12]} --again` judges it again)\n")
     assert proc.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
     assert not sides_of(repo)
+
+
+def test_status_names_an_attempts_target_once(tmp_path, capsys):
+    repo = light_repo(tmp_path, {})
+    with L.Ledger(L.default_path(repo)) as led:
+        led.new_attempt(title="moe.combine: one pass over the experts", hypothesis="",
+                        target="moe.combine", backend="tuner", base_sha=None, phase_id=None)
+    code, out, _ = kern(capsys, "--repo", str(repo), "status")
+    line = next(ln for ln in out.splitlines() if ln.startswith("in flight"))
+    assert code == 0 and "#1 queued   moe.combine: one pass over the experts (since " in line
+    assert "moe.combine: moe.combine" not in out
