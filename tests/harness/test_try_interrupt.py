@@ -230,3 +230,19 @@ def test_status_names_an_attempts_target_once(tmp_path, capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("in flight"))
     assert code == 0 and "#1 queued   moe.combine: one pass over the experts (since " in line
     assert "moe.combine: moe.combine" not in out
+
+
+@pytest.mark.parametrize("argv,code", [(["try", "nosuchrev"], 2), (["try", "HEAD"], 2),
+                                       (["loop", "--tick"], 3)])
+def test_a_bad_revision_or_a_held_lock_answers_before_torch_is_imported(argv, code, tmp_path):
+    """torch takes seconds to import: a refusal must not wait for it."""
+    repo = light_repo(tmp_path, {})
+    lock = acquire_loop_lock(repo / "runs")  # held by this process: the loop must refuse
+    try:
+        r = subprocess.run([sys.executable, "-c", "import sys; from harness import cli; "
+                            f"rc = cli.main({['--repo', str(repo), *argv]!r}); "
+                            "print(rc, 'torch' in sys.modules)"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        lock.close()
+    assert r.stdout == f"{code} False\n", r.stderr
