@@ -53,7 +53,7 @@ class JudgmentBytes:
     scorer's timed outputs (``runs/bench``, deleted when its run ends)."""
 
     logits: int  # one tap pass's logits file, one rank
-    kept: int  # main's kept op calls, every rank (the snapshot budget: an upper bound)
+    kept: int  # main's kept op calls, every rank (:func:`kept_mb`)
     tap: int  # A's record and noise passes, B's replay and B's copies of main's recording
     scorer: int  # the larger of the scorer's run and its re-measurement
 
@@ -97,6 +97,16 @@ def _vocab(model: str, layout: str, world: int) -> int:
     return d.vocab if world > 1 else Shapes(d, Layout.named(layout)).vocab
 
 
+def kept_mb(settings: dict, profile: dict) -> float:
+    """Pure: what main's kept op calls take on one rank, in MiB: the machine profile's measured
+    ``recording_mb`` where kern.yaml gives one, never more than ``test.snapshot_budget_mb`` (the
+    tap's own cap). A recording larger than the measured figure still ends named: its side
+    runs out of disk and is classed ``disk full``."""
+    budget = float(settings["test"]["snapshot_budget_mb"])
+    measured = profile.get("recording_mb")
+    return float(measured) if isinstance(measured, (int, float)) and measured < budget else budget
+
+
 def judgment_bytes(settings: dict, profile: dict, *, world: int = 1, layout: str | None = None,
                    base_world: int | None = None, base_layout: str | None = None,
                    copies: bool = True) -> JudgmentBytes:
@@ -118,7 +128,7 @@ def judgment_bytes(settings: dict, profile: dict, *, world: int = 1, layout: str
     per_row = int(profile["test_steps"]) * F32
     logits_a = (sum(rows) + sum(extra)) * per_row * _vocab(profile["model"], a_layout, a_world)
     logits_b = (sum(rows) + sum(extra)) * per_row * _vocab(profile["model"], layout, world)
-    kept = int(float(test["snapshot_budget_mb"]) * MIB) * a_world
+    kept = int(kept_mb(settings, profile) * MIB) * a_world
     # A: logits_a, kept_a, then (B not identical) logits_a2 and logits_aref; B: logits_b and,
     # copied, every file of main's recording it reads
     tap = a_world * 3 * logits_a + kept + world * logits_b

@@ -257,6 +257,10 @@ def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
             result["error"] += (f"; {'the candidate' if side == 'B' else 'the base'} "
                                 f"{revs[side][:12]} (side {side}) is not deterministic across ranks: "
                                 f"its collectives or kernels must give every rank the same bytes")
+    except BaseException:  # Ctrl-C or SIGTERM: the sides end now, not after their request
+        for s in sides.values():
+            s.kill()
+        raise
     finally:
         for s in sides.values():
             s.close()

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable
 
 from gates.summary import GateSummary
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 LEDGER_RELPATH = "runs/ledger.sqlite"  # under the repository (``kern --repo``)
 
 QUEUED = "queued"
@@ -37,9 +37,13 @@ NOT_DONE = "not done"  # an idea analysed and declined, with its estimate
 WAITING = "waiting"  # depends on another attempt (``waiting_on``)
 CRASHED = "crashed"
 TIMED_OUT = "timed out"
-STATES = (QUEUED, RUNNING, JUDGING, WAITING, MERGED, ABANDONED, NOT_DONE, CRASHED, TIMED_OUT)
+# the user ended it before a verdict: Ctrl-C or SIGTERM to its ``kern try``, or ``kern cancel``
+# (its reason says which); final, so no loop judges it again unasked (``kern try --again`` does)
+INTERRUPTED = "interrupted"
+STATES = (QUEUED, RUNNING, JUDGING, WAITING, MERGED, ABANDONED, NOT_DONE, CRASHED, TIMED_OUT,
+          INTERRUPTED)
 IN_FLIGHT = (QUEUED, RUNNING, JUDGING)
-FINAL = (MERGED, ABANDONED, NOT_DONE, CRASHED, TIMED_OUT)
+FINAL = (MERGED, ABANDONED, NOT_DONE, CRASHED, TIMED_OUT, INTERRUPTED)
 
 # Reasons an attempt is abandoned (the merge rule: gates/decision.py). Not enforced — a new gate may
 # add its own — but the journey renders these with their numbers.
@@ -55,10 +59,12 @@ REASONS = (SLOWER, WITHIN_NOISE, ACCURACY, GUARD, SCOPE, CONFLICT)
 # its killed predecessor left in flight. Final states have no way out: a retry is a new attempt,
 # so the journey never rewrites what it already told.
 TRANSITIONS: dict[str, frozenset] = {
-    QUEUED: frozenset({RUNNING, JUDGING, WAITING, NOT_DONE, ABANDONED, CRASHED, TIMED_OUT}),
-    RUNNING: frozenset({QUEUED, JUDGING, WAITING, NOT_DONE, ABANDONED, CRASHED, TIMED_OUT}),
-    JUDGING: frozenset({QUEUED, WAITING, MERGED, ABANDONED, CRASHED, TIMED_OUT}),
-    WAITING: frozenset({QUEUED, RUNNING, JUDGING, NOT_DONE, ABANDONED}),
+    QUEUED: frozenset({RUNNING, JUDGING, WAITING, NOT_DONE, ABANDONED, CRASHED, TIMED_OUT,
+                       INTERRUPTED}),
+    RUNNING: frozenset({QUEUED, JUDGING, WAITING, NOT_DONE, ABANDONED, CRASHED, TIMED_OUT,
+                        INTERRUPTED}),
+    JUDGING: frozenset({QUEUED, WAITING, MERGED, ABANDONED, CRASHED, TIMED_OUT, INTERRUPTED}),
+    WAITING: frozenset({QUEUED, RUNNING, JUDGING, NOT_DONE, ABANDONED, INTERRUPTED}),
     **{s: frozenset() for s in FINAL},
 }
 
@@ -212,7 +218,7 @@ CREATE TABLE attempts (
   finished_at TEXT, merged_sha TEXT, hidden TEXT, host TEXT, slot TEXT,
   rerun_of INTEGER REFERENCES attempts(number), parts TEXT,
   CHECK (state IN ('queued','running','judging','waiting','merged','abandoned','not done',
-                   'crashed','timed out')));
+                   'crashed','timed out','interrupted')));
 CREATE INDEX attempts_state ON attempts(state);
 CREATE INDEX attempts_phase ON attempts(phase_id);
 -- nothing merges twice, whatever code path asks for it
@@ -243,6 +249,35 @@ _MIGRATIONS: dict[int, str] = {
     2: "ALTER TABLE attempts ADD COLUMN host TEXT;\nALTER TABLE attempts ADD COLUMN slot TEXT;\n"
        "ALTER TABLE attempts ADD COLUMN rerun_of INTEGER REFERENCES attempts(number);\n"
        "ALTER TABLE attempts ADD COLUMN parts TEXT;",
+    # 4: the state 'interrupted' (SQLite cannot change a CHECK in place: the table is rebuilt,
+    # every row copied, its indexes and triggers made again; foreign keys are off meanwhile)
+    3: """
+CREATE TABLE attempts_v4 (
+  number INTEGER PRIMARY KEY, title TEXT NOT NULL, hypothesis TEXT NOT NULL DEFAULT '',
+  target TEXT NOT NULL DEFAULT '', backend TEXT NOT NULL DEFAULT '',
+  phase_id INTEGER REFERENCES phases(id), tick_id INTEGER REFERENCES ticks(id),
+  base_sha TEXT, commit_sha TEXT, state TEXT NOT NULL, reason TEXT, decision TEXT,
+  gate TEXT, medians_a TEXT, medians_b TEXT, delta_ms REAL, ci_low REAL, ci_high REAL,
+  delta_pct REAL, estimate_ms REAL, waiting_on INTEGER REFERENCES attempts(number),
+  tokens INTEGER, cost_usd REAL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+  finished_at TEXT, merged_sha TEXT, hidden TEXT, host TEXT, slot TEXT,
+  rerun_of INTEGER REFERENCES attempts(number), parts TEXT,
+  CHECK (state IN ('queued','running','judging','waiting','merged','abandoned','not done',
+                   'crashed','timed out','interrupted')));
+INSERT INTO attempts_v4 SELECT number, title, hypothesis, target, backend, phase_id, tick_id,
+  base_sha, commit_sha, state, reason, decision, gate, medians_a, medians_b, delta_ms, ci_low,
+  ci_high, delta_pct, estimate_ms, waiting_on, tokens, cost_usd, created_at, updated_at,
+  finished_at, merged_sha, hidden, host, slot, rerun_of, parts FROM attempts ORDER BY number;
+DROP TABLE attempts;
+ALTER TABLE attempts_v4 RENAME TO attempts;
+CREATE INDEX attempts_state ON attempts(state);
+CREATE INDEX attempts_phase ON attempts(phase_id);
+CREATE UNIQUE INDEX attempts_merged_once ON attempts(commit_sha) WHERE state = 'merged';
+CREATE TRIGGER attempts_merged_final BEFORE UPDATE ON attempts WHEN OLD.state = 'merged'
+  BEGIN SELECT RAISE(ABORT, 'a merged attempt never changes'); END;
+CREATE TRIGGER attempts_no_delete BEFORE DELETE ON attempts
+  BEGIN SELECT RAISE(ABORT, 'attempts are never deleted'); END;
+""",
 }
 
 
@@ -297,16 +332,23 @@ class Ledger:
     """The ledger at ``path`` (created with its parent folder if missing).
 
     Thread-safe within a process (one connection behind a lock); one writer process at a
-    time by design, any number of reader processes.
+    time by design, any number of reader processes. ``readonly``: a reader that never writes
+    (SQLite's ``mode=ro``): it creates nothing, migrates nothing (an older ledger is read as it
+    is) and opens a ledger this user may only read.
     """
 
     def __init__(self, path: str | Path, *, clock: Callable[[], str] = utc_now,
-                 busy_timeout_ms: int = 30_000):
+                 busy_timeout_ms: int = 30_000, readonly: bool = False):
         self.path = Path(path)
         self.clock = clock
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.readonly = readonly
         self._lock = threading.RLock()
         try:
+            if readonly:
+                self._db = self._open_readonly(busy_timeout_ms)
+                self._check_readable()
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: we issue BEGIN/COMMIT ourselves, one per state change.
             self._db = sqlite3.connect(str(self.path), isolation_level=None,
                                        check_same_thread=False, timeout=busy_timeout_ms / 1000)
@@ -316,15 +358,55 @@ class Ledger:
                 raise LedgerError(f"ledger {self.path}: expected WAL journal mode, SQLite gave "
                                   f"{mode!r} (a network file system? keep runs/ on a local disk)")
             self._db.execute("PRAGMA synchronous = FULL")
+            self._migrate()  # foreign keys off meanwhile: a migration may rebuild a table
             self._db.execute("PRAGMA foreign_keys = ON")
-            self._migrate()
         except BaseException as e:
             if hasattr(self, "_db"):
                 self._db.close()
-            if not isinstance(e, sqlite3.DatabaseError):
+            if isinstance(e, sqlite3.Error):
+                raise LedgerError(explain(e, self.path, write=not readonly)) from None
+            if isinstance(e, OSError) and not readonly:  # runs/ could not be made
+                raise LedgerError(f"ledger {self.path}: cannot create its folder: {e.strerror} "
+                                  f"(expected a folder this user can write; the user or operator "
+                                  f"fixes its permissions)") from None
+            raise
+
+    def _open_readonly(self, busy_timeout_ms: int) -> sqlite3.Connection:
+        if not self.path.is_file():
+            raise LedgerError(f"ledger {self.path}: expected a file, found "
+                              f"{'a folder' if self.path.is_dir() else 'nothing'} there")
+        from urllib.parse import quote
+
+        uri = "file:" + quote(str(self.path.resolve()))
+        db = sqlite3.connect(uri + "?mode=ro", uri=True, isolation_level=None,
+                             check_same_thread=False, timeout=busy_timeout_ms / 1000)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError as e:
+            db.close()
+            # A WAL ledger in a folder this user cannot write: SQLite cannot make its shared-
+            # memory file. With no -wal file beside it no writer is at work (one would have
+            # made it), so the file holds everything and is read as immutable.
+            if Path(str(self.path) + "-wal").exists() or "readonly" not in str(e) and \
+                    "unable to open" not in str(e):
                 raise
-            raise LedgerError(f"ledger {self.path}: cannot open it as a kern-loop ledger: {e} "
-                              f"(move the file aside to start a fresh one)") from None
+        return sqlite3.connect(uri + "?immutable=1", uri=True, isolation_level=None,
+                               check_same_thread=False)
+
+    def _check_readable(self) -> None:
+        """A reader's check of what it opened: a kern-loop ledger no newer than this code."""
+        names = {r["name"] for r in self._q("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in names:
+            raise LedgerError(f"ledger {self.path}: "
+                              + ("the file is empty (no table): no loop wrote to it yet" if not names
+                                 else f"the file holds tables ({', '.join(sorted(names))}) but no "
+                                      f"'meta' table: it is not a kern-loop ledger"))
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            raise LedgerError(f"ledger {self.path}: schema version {version} was written by a "
+                              f"newer kern-loop; this one reads up to {SCHEMA_VERSION} (upgrade "
+                              f"kern-loop)")
 
     # ----------------------------------------------------------------- plumbing
     def close(self) -> None:
@@ -342,9 +424,12 @@ class Ledger:
 
     def _q(self, sql: str, args=()) -> list[dict]:
         with self._lock:
-            cur = self._db.execute(sql, args)
-            cols = [d[0] for d in cur.description]
-            return [dict(zip(cols, row)) for row in cur.fetchall()]
+            try:
+                cur = self._db.execute(sql, args)
+                cols = [d[0] for d in cur.description]
+                return [dict(zip(cols, row)) for row in cur.fetchall()]
+            except sqlite3.Error as e:  # a missing table, a damaged page: the file, not the caller
+                raise LedgerError(explain(e, self.path, write=False)) from None
 
     def _version(self) -> int | None:
         if not self._q("SELECT 1 FROM sqlite_master WHERE type='table' AND name='meta'"):
@@ -362,7 +447,8 @@ class Ledger:
                 others = db.execute("SELECT count(*) FROM sqlite_master WHERE type='table'").fetchone()[0]
                 if others:
                     raise LedgerError(f"ledger {self.path}: the file holds tables but no 'meta' "
-                                      f"table; it is not a kern-loop ledger (move it aside)")
+                                      f"table; it is not a kern-loop ledger, and kern-loop writes "
+                                      f"nothing into it (the user checks what wrote it there)")
                 db.executescript_in_tx(_SCHEMA)
                 db.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)",
                            (str(SCHEMA_VERSION),))
@@ -631,6 +717,12 @@ class Ledger:
                        + " ORDER BY id", (number,) if number is not None else ())
         return [Event(**{**r, "data": _loads(r["data"])}) for r in rows]
 
+    def of_commit(self, commit_sha: str) -> list[Attempt]:
+        """Every attempt that judged (or is judging) commit ``commit_sha``, oldest first."""
+        return [self._attempt(r) for r in self._q(
+            "SELECT * FROM attempts WHERE commit_sha=? OR merged_sha=? ORDER BY number",
+            (commit_sha, commit_sha))]
+
     def is_merged(self, commit_sha: str) -> bool:
         return bool(self._q("SELECT 1 FROM attempts WHERE state='merged' AND "
                             "(commit_sha=? OR merged_sha=?) LIMIT 1", (commit_sha, commit_sha)))
@@ -710,9 +802,63 @@ class _Tx:
                               f"rolled back and everything recorded before it stands. The "
                               f"operator must free space on that disk, then start the loop "
                               f"again (it resumes).") from None
+        if isinstance(exc, sqlite3.OperationalError):  # a read-only file, a table gone
+            raise LedgerError(explain(exc, self.ledger.path, write=True)) from None
         if typ is None and exc is not None:
             raise exc
         return False
+
+
+def _shown(path: Path) -> str:
+    """``path`` as a person types it here: relative to the working folder when under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _mode(path: Path) -> str:
+    try:
+        st = path.stat()
+    except OSError as e:
+        return f"{path.name}: {e.strerror}"
+    return f"{path.name or path} mode {st.st_mode & 0o777:04o} owner uid {st.st_uid}"
+
+
+def explain(e: sqlite3.Error, path: Path, write: bool) -> str:
+    """What a SQLite error on the ledger at ``path`` means, and who acts (pure over the error
+    and the file's permissions): a disk with no room, a file or folder this user may not read
+    or write, a table the file lacks, or a damaged file. A damaged ledger is never to be
+    deleted or replaced: weeks of history may be in it, and ``.recover`` gets back what can be
+    read. ``write``: the caller meant to write."""
+    import os
+
+    text = str(e)
+    name = getattr(e, "sqlite_errorname", "") or ""
+    shown = _shown(path)
+    if disk_full(e):
+        return (f"ledger {path}: the disk is full ({text}); nothing more was written and "
+                f"everything recorded before stands. The operator frees space on that disk.")
+    if "READONLY" in name or "CANTOPEN" in name or "PERM" in name or "AUTH" in name \
+            or "readonly" in text or "unable to open" in text:
+        folder = path.parent
+        need = "read and write" if write else "read"
+        return (f"ledger {path}: this user (uid {os.getuid()}) may not {need} it ({text}): "
+                f"expected the file {'and its folder ' if write else ''}{need}able by this user, "
+                f"got {_mode(path)}, {_mode(folder)}. The user (or whoever owns {folder}) fixes "
+                f"the permissions (chmod u+w, or run kern as the owner); the ledger itself is "
+                f"intact" + ("" if write else " as far as kern can tell"))
+    if "no such table" in text or "no such column" in text:
+        return (f"ledger {path}: {text}: the file lacks part of a kern-loop ledger (a table "
+                f"dropped or a file written by other software); nothing was changed. Keep it: "
+                f"`sqlite3 {shown} .tables` shows what it holds, `sqlite3 {shown} .recover | "
+                f"sqlite3 recovered.sqlite` copies every row it can read into a new file")
+    if "CORRUPT" in name or "NOTADB" in name or "malformed" in text or "not a database" in text:
+        return (f"ledger {path} is damaged: {text}. Nothing was changed; keep the file (it may "
+                f"hold weeks of history). `sqlite3 {shown} .recover | sqlite3 recovered.sqlite` "
+                f"copies every row SQLite can still read into a new file; `kern --repo DIR "
+                f"status` reads a repository whose runs/ledger.sqlite is that copy")
+    return f"ledger {path}: SQLite says {name or type(e).__name__}: {text}"
 
 
 def disk_full(e: sqlite3.Error) -> bool:

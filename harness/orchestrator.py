@@ -37,7 +37,8 @@ from . import planning, trials
 from .briefs import ceiling_text, make_brief
 from .agents.base import ProposalError, parse_proposal
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
-from .processes import agent_pid, agent_started, alive, end_agent, start_agent
+from .processes import (agent_pid, agent_started, alive, end_agent, judge_alive, judge_of,
+                        start_agent)
 from .ray_farm import NodeLost
 from .settings import Resolved
 
@@ -46,6 +47,7 @@ class Resumed:
     requeued: list = field(default_factory=list)  # judging -> queued: judged again
     stranded: list = field(default_factory=list)  # queued, agent never started -> crashed
     notes: list = field(default_factory=list)  # final attempts whose git note was restored
+    interrupted: list = field(default_factory=list)  # a dead kern try's, judging -> interrupted
 
 
 @dataclass
@@ -103,11 +105,23 @@ class Orchestrator:
     # ------------------------------------------------------------ resume
     def resume(self) -> Resumed:
         """What a killed loop left behind: attempts judging are re-queued (judged again; a
-        commit already on main is recorded, never merged twice), attempts queued whose agent
+        commit already on main is recorded, never merged twice), except a ``kern try``'s: left
+        alone while its process runs, else recorded as interrupted (the user asked for that
+        judgment; ``kern try --again`` repeats it, a loop does not), attempts queued whose agent
         never started are recorded as crashed, and final attempts whose git note was not yet
         written get it."""
         done = Resumed()
         for a in self.led.attempts(states=[L.JUDGING]):
+            d = attempt_dir(self.ctx.runs, a.number)
+            if judge_of(d) is not None or a.backend == "manual":  # a kern try's, not the loop's
+                if judge_alive(d) is not False:
+                    continue  # still judged by its kern try (or on another host): not ours
+                if a.decision != "merge":  # a recorded merge decision is finished, not judged again
+                    self.led.transition(a.number, L.INTERRUPTED, reason=(
+                        f"its kern try stopped while judging (found by a loop's resume); `kern try "
+                        f"{(a.commit_sha or '')[:12]} --again` judges it again"))
+                    done.interrupted.append(a.number)
+                    continue
             self.led.transition(a.number, L.QUEUED, reason="re-queued after a restart")
             done.requeued.append(a.number)
         for a in self.led.attempts(states=[L.QUEUED]):

@@ -20,7 +20,7 @@ from gates.events import SideEnded
 from gates.results import AccuracyResult, BenchResult, report_of
 from gates.summary import GateSummary, summarize
 
-from . import farm, faults
+from . import farm, faults, processes
 from . import ledger as L
 from . import progress as P
 from .settings import Resolved, resolve
@@ -263,11 +263,13 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         led.update(number, **out.fields)
         main = repo.main_sha()
         if main == base_sha:
-            faults.point("merge")
-            if repo.fast_forward_main(rev_sha):
-                faults.point("ledger")
-                _record_score(ctx, rev_sha, out.fields["medians_b"])
-                return _finish(ctx, number, out, rev_sha)
+            # a Ctrl-C waits: main moved and the ledger not told would be a merge nobody saw
+            with processes.signals_held():
+                faults.point("merge")
+                if repo.fast_forward_main(rev_sha):
+                    faults.point("ledger")
+                    _record_score(ctx, rev_sha, out.fields["medians_b"])
+                    return _finish(ctx, number, out, rev_sha)
         # main moved while judging: rebase and judge again against the new main
         ok, tip = repo.rebase(number, main, ctx.runs, tip=rev_sha)
         if not ok:
@@ -397,11 +399,57 @@ def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str
                                     target=target if target is not None else change_target(ctx, base_sha, rev_sha),
                                     backend=backend, base_sha=base_sha, phase_id=phase)
     ctx.ledger.transition(number, L.JUDGING, commit_sha=rev_sha)
+    folder = ctx.runs / "attempts" / str(number)
+    processes.mark_judge(folder)  # kern doctor and kern cancel find this process by it
     try:
         return number, judge_and_record(ctx, number, rev_sha, base_sha)
     except disk.DiskShort as e:  # the row ends saying so; kern's main says it and exits 4
         ctx.ledger.transition(number, L.CRASHED, reason=str(e)[:600])
         ctx.progress(P.AttemptEnded(number, L.CRASHED, str(e)))
         raise
+    except (KeyboardInterrupt, SystemExit) as e:
+        # Ctrl-C, a SIGTERM (harness/cli's handler exits 128 + its number) or kern cancel:
+        # the attempt ends here as interrupted, not judging for ever
+        with processes.signals_held():
+            _interrupted(ctx.ledger, number, interruption(e, _cancel_reason(folder)), rev_sha)
+        raise
     finally:  # a rebase (main moved) opened one
         repo.close_attempt(number, ctx.runs)
+
+
+CANCEL_FILE = "cancel.txt"  # in an attempt's folder: why kern cancel ended it
+
+
+def _cancel_reason(folder: Path) -> str | None:
+    try:
+        return (folder / CANCEL_FILE).read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def interruption(e: BaseException, cancelled: str | None) -> str:
+    """Pure: the reason an interrupted attempt records, from what stopped its ``kern try``
+    (``e``: KeyboardInterrupt for SIGINT, SystemExit(128 + n) from harness/cli's SIGTERM
+    handler) and the reason ``kern cancel`` left (None when it did not)."""
+    import signal
+
+    if cancelled is not None:
+        return f"cancelled: {cancelled}"
+    if isinstance(e, KeyboardInterrupt):
+        how = "SIGINT (Ctrl-C)"
+    else:
+        code = e.code if isinstance(e, SystemExit) and isinstance(e.code, int) else None
+        try:
+            how = signal.Signals(code - 128).name if code and code > 128 else f"exit {code}"
+        except ValueError:
+            how = f"exit {code}"
+    return f"{how} to kern try while judging"
+
+
+def _interrupted(led: L.Ledger, number: int, reason: str, rev_sha: str) -> None:
+    """Attempt ``number`` ends as interrupted, unless it already reached a final state (the
+    signal came after its verdict was recorded)."""
+    if led.attempt(number).state in L.FINAL:
+        return
+    led.transition(number, L.INTERRUPTED, reason=f"{reason}; `kern try {rev_sha[:12]} --again` "
+                                                 f"judges it again")

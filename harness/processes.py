@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import faults
@@ -98,3 +99,93 @@ def end_agent(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+JUDGE_FILE = "judge.pid"  # in an attempt's folder: the kern try process judging it
+
+
+def mark_judge(d: Path) -> None:
+    """This process (a ``kern try``) judges the attempt of folder ``d``: its pid and host go to
+    ``d/judge.pid``, so that ``kern doctor``, ``kern cancel`` and a loop's resume can tell an
+    attempt still being judged from one whose judge is gone."""
+    d.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    (d / JUDGE_FILE).write_text(f"{pid} {os.uname().nodename} {started_at(pid)}\n")
+
+
+def started_at(pid: int) -> str:
+    """Process ``pid``'s start time in clock ticks since boot (/proc's; '-' where unknown): a
+    pid with another start time is another process that reused the number."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return "-"
+
+
+def judge_of(d: Path) -> tuple[int, str, str] | None:
+    """(pid, host, start time) of the kern try that judges attempt folder ``d``; None when
+    none is recorded."""
+    try:
+        pid, host, start = ((d / JUDGE_FILE).read_text().split() + ["-"])[:3]
+        return int(pid), host, start
+    except (OSError, ValueError):
+        return None
+
+
+def judge_alive(d: Path) -> bool | None:
+    """Whether the kern try judging attempt folder ``d`` still runs: None when none is
+    recorded or it ran on another host (this one cannot tell)."""
+    who = judge_of(d)
+    if who is None or who[1] != os.uname().nodename:
+        return None
+    pid, _, start = who
+    return alive(pid) and (start == "-" or started_at(pid) in (start, "-"))
+
+
+def loop_holder(runs: Path) -> str | None:
+    """Who holds the loop lock of ``runs`` (``pid N on HOST``), or None when no loop runs.
+    Reads only: a lock file that is there but free is left as it is."""
+    path = runs / "loop.lock"
+    try:
+        f = open(path, "r")
+    except OSError:
+        return None
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f.read().strip() or "another process"
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
+
+
+def end_judge(d: Path, sig: int = signal.SIGTERM) -> bool:
+    """Ask the kern try judging attempt folder ``d`` to stop (it records the attempt as
+    interrupted); False when none runs on this host."""
+    who = judge_of(d)
+    if not judge_alive(d):
+        return False
+    try:
+        os.kill(who[0], sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@contextmanager
+def signals_held():
+    """SIGINT and SIGTERM wait for the end of the block (delivered then): a step that must not
+    stop half-done (main moved and the ledger not yet told) finishes first. Only the main
+    thread's signals; elsewhere the block runs as it is."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -105,6 +105,29 @@ def _duration(v: str) -> str | None:
     return None if parse_duration(v) is not None else f"a duration: {DURATION_FORMS}"
 
 
+# The longest time between two ticks: a loop idle for longer is a cron job (kern loop --tick).
+MAX_EVERY_S = 30 * 86400
+
+
+def _min_every(v: str) -> str | None:
+    s = parse_duration(v)
+    return None if s is not None and 1 <= s <= MAX_EVERY_S else \
+        f"a duration from 1s to 30d ({DURATION_FORMS})"
+
+
+def interval_problem(seconds: float, floor_s: float) -> str | None:
+    """Pure: why ``seconds`` cannot be the time between ticks (below kern.yaml's
+    ``loop.min_every``, ``floor_s``: a tick right after a tick is a busy loop; past 30 days),
+    or None."""
+    if seconds < floor_s:
+        return (f"expected at least loop.min_every ({_num(floor_s)}s, kern.yaml) between ticks, "
+                f"found {_num(seconds)}s: a shorter wait is a busy loop")
+    if seconds > MAX_EVERY_S:
+        return (f"expected at most 30d between ticks, found {_num(seconds / 86400)}d "
+                f"(for rarer ticks, run `kern loop --tick` from cron)")
+    return None
+
+
 def _trial_parts(v: int) -> str | None:
     return None if v == 0 or v >= 2 else "0 (no trial merges) or at least 2 parts"
 
@@ -143,6 +166,9 @@ class Profile:
     replays: int = key(ge=1)
     noise_pct: float | None = key(None, ge=0)  # overrides bench.noise_pct (see Bench.noise_pct)
     memory_gib: float | None = key(None, gt=0)
+    # one side's accuracy recording on this profile, measured (kern doctor's disk need: A and
+    # B, at most test.snapshot_budget_mb each); None: the budget itself
+    recording_mb: float | None = key(None, gt=0)
 
     def problems(self) -> list[str]:
         if len(self.buckets) != len(self.weights):
@@ -253,6 +279,8 @@ BACKENDS = get_args(get_type_hints(Agent)["backend"])
 class Loop:
     """``loop``: how often it ticks, how many agents at once, when it stops by itself."""
     every: str = key(expect=f"a duration: {DURATION_FORMS}", check=_duration)
+    # the shortest time between ticks kern loop --every and loop.every may ask for
+    min_every: str = key("1s", check=_min_every)
     concurrency: int = key(ge=0, le=256)  # 0: judge what is queued, start no agent
     stop_after_idle_ticks: int = key(ge=1)
     trial_merge_parts: int = key(0, ge=0, check=_trial_parts)
@@ -263,6 +291,16 @@ class Loop:
     @property
     def every_s(self) -> float:
         return parse_duration(self.every)
+
+    @property
+    def min_every_s(self) -> float:
+        return parse_duration(self.min_every)
+
+    def problems(self) -> list[str]:
+        if parse_duration(self.every) is None or parse_duration(self.min_every) is None:
+            return []  # each key's own check said why
+        bad = interval_problem(self.every_s, self.min_every_s)
+        return [f"every: {bad}"] if bad else []
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -617,6 +655,26 @@ def apply_overrides(data: dict, overrides) -> dict:
     return out
 
 
+def duplicate_keys(node, where: str = "") -> list[tuple[str, int, int]]:
+    """Pure over a composed YAML node: every key a mapping holds twice, as (dotted path, first
+    line, second line), in document order."""
+    out = []
+    if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
+        for k, v in node.value:
+            name = k.value if isinstance(k, yaml.ScalarNode) else str(k.value)
+            path = f"{where}.{name}" if where else name
+            if name in seen:
+                out.append((path, seen[name], k.start_mark.line + 1))
+            else:
+                seen[name] = k.start_mark.line + 1
+            out += duplicate_keys(v, path)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            out += duplicate_keys(v, f"{where}[{i}]")
+    return out
+
+
 def load(path: str | Path, overrides=()) -> Settings:
     """kern.yaml at ``path``, with ``kern --set`` ``overrides`` (``KEY=VALUE`` each) applied for
     this run only, validated; the digest covers the file and the overrides."""
@@ -624,11 +682,24 @@ def load(path: str | Path, overrides=()) -> Settings:
     if not path.exists():
         raise SettingsError(f"kern.yaml: expected a file at {path}, found none "
                             f"(run from the repository root or pass --config)")
-    raw = path.read_bytes()
+    if not path.is_file():
+        raise SettingsError(f"kern.yaml: expected a file at {path}, found a "
+                            f"{'folder' if path.is_dir() else 'special file'} "
+                            f"(--config names the settings file itself)")
     try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise SettingsError(f"kern.yaml: cannot read {path}: {e.strerror} (expected a file this "
+                            f"user can read)") from None
+    try:
+        twice = duplicate_keys(yaml.compose(raw, Loader=yaml.SafeLoader))
         data = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         raise SettingsError(f"{path}: not valid YAML: {e}") from None
+    if twice:
+        raise SettingsError(f"{path}: every key once, found " + "; ".join(
+            f"{k} on lines {a} and {b}" for k, a, b in twice)
+            + " (YAML would keep the last silently): delete the one you did not mean")
     data = apply_overrides(data, overrides)
     problems = validate(data)
     if problems:

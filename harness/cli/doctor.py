@@ -191,10 +191,13 @@ def disk_finding(d: dict, need) -> Finding:
 
 def ledger_finding(led: dict) -> Finding:
     """``led``: {path, exists, journal_mode, writable, locked, integrity, error}."""
+    if led.get("skipped"):
+        return Finding("ledger", WARN, f"{led['path']}: not checked: {led['skipped']}",
+                       "user: run kern doctor in a clone of the repository (or pass --repo)")
     if led.get("error"):
         return Finding("ledger", FAIL, f"{led['path']}: {led['error']}",
-                       "operator: keep runs/ on a local disk the user can write; move a foreign "
-                       "file aside")
+                       "operator: keep runs/ on a local disk the user can write; the message says "
+                       "what else to do (a damaged ledger: sqlite3 .recover, never deleted)")
     where = led["path"] if led.get("exists") else f"{led['path']} (not created yet; a test file was)"
     if led.get("journal_mode") != "wal":
         return Finding("ledger", FAIL, f"{where}: journal mode {led.get('journal_mode')!r}, not WAL",
@@ -204,32 +207,71 @@ def ledger_finding(led: dict) -> Finding:
                        "operator: a loop or kern try is writing; wait for it or stop it")
     if led.get("integrity", "ok") != "ok":
         return Finding("ledger", FAIL, f"{where}: integrity check says {led['integrity']}",
-                       "operator: move the file aside and keep it for inspection; a new loop "
-                       "starts a fresh ledger")
+                       f"operator: keep the file (its history); `sqlite3 {led['path']} .recover | "
+                       f"sqlite3 recovered.sqlite` copies every row SQLite can still read")
     return Finding("ledger", OK, f"{where}: WAL, writable")
+
+
+def judging_finding(led: dict, loop_running: bool) -> Finding:
+    """``led['judging']``: [{number, backend, since, judge}] the attempts the ledger says are
+    judging, ``judge`` whether the kern try judging it runs (None: none recorded, or another
+    host's); ``loop_running``: a kern loop holds the repository. An attempt nobody judges any
+    more is named with what to do: a kern try's is judged by no one until cancelled or tried
+    again; a loop's is judged again by the next kern loop."""
+    judging = led.get("judging") or []
+    gone = [j for j in judging if j.get("judge") is False
+            or (j.get("judge") is None and j.get("backend") == "manual")
+            or (j.get("judge") is None and j.get("backend") != "manual" and not loop_running)]
+    if not gone:
+        return Finding("judging", OK, f"{len(judging)} attempt(s) judging, each by a live process"
+                       if judging else "no attempt judging")
+    tried = [j for j in gone if j.get("judge") is not None or j.get("backend") == "manual"]
+    looped = [j for j in gone if j not in tried]
+    parts, fixes = [], []
+    if tried:
+        parts.append("left judging by a kern try that is gone: " + ", ".join(
+            f"#{j['number']} (since {j['since']})" for j in tried))
+        fixes.append(f"`kern cancel {tried[0]['number']}` records it as interrupted; `kern try REV "
+                     f"--again` judges the commit again")
+    if looped:
+        parts.append("left judging by a kern loop that stopped: " + ", ".join(
+            f"#{j['number']} (since {j['since']})" for j in looped))
+        fixes.append("the next `kern loop` judges them again; `kern cancel N` first if it should not")
+    return Finding("judging", WARN, "; ".join(parts), "user: " + "; ".join(fixes))
 
 
 def agent_finding(backend: str, a: dict) -> Finding:
     """``a`` by backend: anthropic {key, url, status, net_error, checked}; claude-code {sdk};
     command {command, program, found}; tuner and replay need nothing."""
-    if backend == "anthropic":
+    if backend in ("anthropic", "claude-code"):
+        head = f"{backend} backend"
+        if backend == "claude-code":
+            if not a.get("sdk"):
+                return Finding("agent", FAIL, "claude-code backend: claude_agent_sdk is not importable",
+                               "operator: pip install 'kern-loop[agents]'")
+            head = "claude-code backend: claude_agent_sdk importable"
         if not a.get("key"):
-            return Finding("agent", FAIL, "anthropic backend: no ANTHROPIC_API_KEY in the environment",
-                           "operator: export ANTHROPIC_API_KEY (only the agent process sees it)")
+            return Finding("agent", FAIL, f"{head}; no ANTHROPIC_API_KEY in the environment",
+                           "operator: export ANTHROPIC_API_KEY in the shell that starts kern loop "
+                           "(only the agent process sees it)")
         if not a.get("checked"):
-            return Finding("agent", OK, f"anthropic backend: key present; {a.get('url')} not "
-                                        f"contacted (--offline)")
+            return Finding("agent", OK, f"{head}; key present; {a.get('url')} not contacted "
+                                        f"({a.get('why_unchecked') or '--offline'})")
         if a.get("net_error"):
-            return Finding("agent", FAIL, f"anthropic backend: {a['url']} unreachable: {a['net_error']}",
+            return Finding("agent", FAIL, f"{head}; {a['url']} unreachable: {a['net_error']}",
                            "operator: check the network or proxy, or set agent.base_url / "
                            "ANTHROPIC_BASE_URL")
-        return Finding("agent", OK, f"anthropic backend: key present; {a['url']} answered HTTP "
-                                    f"{a.get('status')}")
-    if backend == "claude-code":
-        if not a.get("sdk"):
-            return Finding("agent", FAIL, "claude-code backend: claude_agent_sdk is not importable",
-                           "operator: pip install 'kern-loop[agents]'")
-        return Finding("agent", OK, "claude-code backend: claude_agent_sdk importable")
+        status = a.get("status")
+        said = f": {a['message']}" if a.get("message") else ""
+        if status in (401, 403):
+            return Finding("agent", FAIL, f"{head}; {a['url']} refused the key (HTTP {status}{said})",
+                           "operator: export a valid ANTHROPIC_API_KEY (console.anthropic.com)")
+        if not isinstance(status, int) or not 200 <= status < 300:
+            return Finding("agent", WARN, f"{head}; key present; {a['url']} answered HTTP "
+                                          f"{status}{said}",
+                           "operator: check agent.model and agent.base_url; the first attempt "
+                           "will say more")
+        return Finding("agent", OK, f"{head}; key present; {a['url']} accepted it (HTTP {status})")
     if backend == "command":
         if not a.get("program"):
             return Finding("agent", FAIL, "command backend: agent.command is empty",
@@ -278,6 +320,7 @@ def diagnose(p: dict, settings: dict) -> list[Finding]:
             memory_finding(p["gpu"], float(need) if isinstance(need, (int, float)) else None),
             git_finding(p["git"]), worktree_finding(p["git"], set(p["ledger"].get("in_flight", ()))),
             disk_finding(p["disk"], judgment), ledger_finding(p["ledger"]),
+            judging_finding(p["ledger"], bool(p["lock"].get("held"))),
             agent_finding(settings["agent"]["backend"], p["agent"]), lock_finding(p["lock"]),
             sandbox_finding(p["sandbox"])]
 
@@ -296,9 +339,16 @@ def lines(findings: list[Finding]) -> list[str]:
 
 # --------------------------------------------------------------------------- probes (shell)
 def probe(repo: Path, settings: dict, *, offline: bool) -> dict:
+    """Every probe; none writes outside a git repository (the ledger's write test is skipped
+    there), and inside one nothing is left behind."""
     runs = repo / "runs"
-    ledger = _probe_ledger(repo)
-    return {"gpu": _probe_gpu(), "smi": _probe_smi(), "git": _probe_git(repo, runs),
+    g = _probe_git(repo, runs)
+    if g.get("error"):
+        ledger = {"path": str(runs / "ledger.sqlite"), "skipped": "no git repository here, and "
+                  "kern doctor writes nothing outside one"}
+    else:
+        ledger = _probe_ledger(repo)
+    return {"gpu": _probe_gpu(), "smi": _probe_smi(), "git": g,
             "disk": _probe_disk(runs if runs.exists() else repo), "ledger": ledger,
             "agent": _probe_agent(settings["agent"], offline), "lock": _probe_lock(runs),
             "sandbox": _probe_sandbox(settings)}
@@ -368,8 +418,9 @@ def _probe_git(repo: Path, runs: Path) -> dict:
         dirty = [x for x in _git(repo, "status", "--porcelain").splitlines()
                  if not x[3:].startswith("runs/")]
         listing = _git(repo, "worktree", "list", "--porcelain")
-    except (OSError, subprocess.SubprocessError) as e:
-        return {"error": str(e)[:300]}
+    except (OSError, subprocess.SubprocessError) as e:  # git's own words ("not a git repository")
+        said = (getattr(e, "stderr", None) or "").strip().splitlines()
+        return {"error": (said[0] if said else str(e))[:300]}
     worktrees, prunable, path = [], [], None
     for line in listing.splitlines():
         if line.startswith("worktree "):
@@ -396,12 +447,13 @@ def _probe_ledger(repo: Path) -> dict:
     in WAL mode and take the write lock for a moment; never leaves a file behind."""
     import sqlite3
 
-    from ..ledger import IN_FLIGHT, Ledger, LedgerError, default_path
+    from ..ledger import IN_FLIGHT, JUDGING, Ledger, LedgerError, default_path
 
     path = default_path(repo)
     out = {"path": str(path), "exists": path.exists()}
     if not path.exists():
         scratch = path.with_name(f".doctor-{os.getpid()}.sqlite")
+        made = not path.parent.exists()  # taken away again below: doctor leaves nothing
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(str(scratch), isolation_level=None)
@@ -417,12 +469,20 @@ def _probe_ledger(repo: Path) -> dict:
         finally:
             for suffix in ("", "-wal", "-shm"):
                 Path(str(scratch) + suffix).unlink(missing_ok=True)
+            if made:
+                try:
+                    path.parent.rmdir()
+                except OSError:
+                    pass
         return out
     try:
         led = Ledger(path, busy_timeout_ms=500)  # a writer holding it longer is busy
     except LedgerError as e:
         out["error"] = str(e)
         return out
+    from ..processes import judge_alive
+
+    runs = path.parent
     try:
         out["journal_mode"] = led._db.execute("PRAGMA journal_mode").fetchone()[0].lower()
         try:
@@ -434,6 +494,11 @@ def _probe_ledger(repo: Path) -> dict:
                 out["error"] = f"cannot take the write lock: {e}"
         out["integrity"] = led._db.execute("PRAGMA quick_check").fetchone()[0]
         out["in_flight"] = [a.number for a in led.attempts(states=IN_FLIGHT)]
+        out["judging"] = [{"number": a.number, "backend": a.backend, "since": a.updated_at,
+                           "judge": judge_alive(runs / "attempts" / str(a.number))}
+                          for a in led.attempts(states=[JUDGING])]
+    except LedgerError as e:
+        out["error"] = str(e)
     finally:
         led.close()
     return out
@@ -441,17 +506,23 @@ def _probe_ledger(repo: Path) -> dict:
 
 def _probe_agent(agent: dict, offline: bool) -> dict:
     backend = agent.get("backend")
-    if backend == "anthropic":
-        url = agent.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API
-        out = {"key": bool(os.environ.get("ANTHROPIC_API_KEY") or os.environ.get("ANTHROPIC_AUTH_TOKEN")),
-               "url": url, "checked": not offline}
-        if out["key"] and not offline:
-            out.update(_head(url))
-        return out
-    if backend == "claude-code":
-        import importlib.util
+    if backend in ("anthropic", "claude-code"):
+        out = {}
+        if backend == "claude-code":  # Claude Code reads the key and ANTHROPIC_BASE_URL itself
+            import importlib.util
 
-        return {"sdk": importlib.util.find_spec("claude_agent_sdk") is not None}
+            out["sdk"] = importlib.util.find_spec("claude_agent_sdk") is not None
+            url = os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API
+        else:
+            url = agent.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API
+        key = os.environ.get("ANTHROPIC_API_KEY") or ""
+        token = os.environ.get("ANTHROPIC_AUTH_TOKEN") or os.environ.get("CLAUDE_CODE_OAUTH_TOKEN") or ""
+        out.update(key=bool(key or token), url=url, checked=not offline and bool(key))
+        if token and not key and not offline:
+            out["why_unchecked"] = "a bearer token, not an API key: doctor asks with API keys only"
+        if out["checked"]:
+            out.update(_ask(url, key, agent.get("model") or "claude-sonnet-4-5"))
+        return out
     if backend == "command":
         command = agent.get("command") or ""
         program = command_program(command)
@@ -476,17 +547,29 @@ def command_program(command: str) -> str | None:
     return None
 
 
-def _head(url: str, timeout_s: float = 5.0) -> dict:
+def _ask(url: str, key: str, model: str, timeout_s: float = 10.0) -> dict:
+    """One request the Messages API answers only for a valid key, at no cost: count the tokens
+    of a one-word message (``POST /v1/messages/count_tokens``). {status, message, seconds} or
+    {net_error}."""
     import urllib.error
     import urllib.request
 
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "ping"}]}).encode()
+    req = urllib.request.Request(url.rstrip("/") + "/v1/messages/count_tokens", data=body,
+                                 method="POST", headers={
+                                     "x-api-key": key, "anthropic-version": "2023-06-01",
+                                     "content-type": "application/json"})
     t0 = time.monotonic()
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return {"status": r.status, "seconds": time.monotonic() - t0}
-    except urllib.error.HTTPError as e:  # an answer, so the API is reachable
-        return {"status": e.code, "seconds": time.monotonic() - t0}
-    except (urllib.error.URLError, OSError) as e:
+    except urllib.error.HTTPError as e:  # an answer, so the API is reachable: what did it say?
+        try:
+            message = json.loads(e.read() or b"{}").get("error", {}).get("message")
+        except (ValueError, AttributeError, OSError):
+            message = None
+        return {"status": e.code, "message": (message or "")[:200], "seconds": time.monotonic() - t0}
+    except (urllib.error.URLError, OSError, ValueError) as e:
         return {"net_error": str(getattr(e, "reason", e))[:200]}
 
 
@@ -516,15 +599,17 @@ def register(sub) -> None:
                     "ok / warn / fail with its fix (who acts, what to do): the GPU torch sees "
                     "(and which), its clocks and throttling (nvidia-smi), free GPU memory against "
                     "profiles.gpu.memory_gib, git (clean tree, on main, attempt worktrees left "
-                    "over), free disk under runs/ against what one judgment writes, the "
-                    "ledger (opens in WAL mode, takes the write lock), the agent backend (anthropic: "
-                    "key present and the API answering; claude-code: the SDK importable; command: "
-                    "the program on PATH; tuner and replay: nothing to reach), whether a loop "
+                    "over), free disk under runs/ against what one judgment writes on this machine's "
+                    "profile (main's kept calls: its recording_mb, at most the snapshot budget), the "
+                    "ledger (opens in WAL mode, takes the write lock), attempts left judging by a "
+                    "process that is gone, the agent backend (anthropic: the key present and "
+                    "accepted by the API; claude-code: the SDK importable, the key present and "
+                    "accepted; command: the program on PATH; tuner and replay: nothing to reach), whether a loop "
                     "already holds the repository, and the sandbox candidate code runs in "
                     "(kern.yaml sandbox; fails when none is available). Exit 1 if any check fails.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--offline", action="store_true",
-                   help="do not contact the agent's API (no HEAD request)")
+                   help="do not contact the agent's API (no request that checks the key)")
     p.set_defaults(func=cmd_doctor)
 
 

@@ -8,7 +8,8 @@ import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
-from .shared import _context, add_rank_flags, examples, rank_args
+from .shared import (MAX_ATTEMPT, _context, add_mkdir_flag, add_rank_flags, examples, out_file,
+                     rank_args, repo_root, whole)
 
 
 def register(sub) -> None:
@@ -28,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("rev", help="the candidate: a git revision, or WORKTREE for uncommitted edits")
     p.add_argument("--vs", default="main", dest="base", help="the base revision (default: main)")
     add_rank_flags(p, "each side", timed=False)
-    p.add_argument("--base-gpus", type=int, default=None,
+    p.add_argument("--base-gpus", type=whole(1, 8, "a number of processes"), default=None,
                    help="run the base on this many processes with the model split over them "
                         "(1: the whole model in one), the candidate on --gpus: proves that the "
                         "split step computes the same model; op calls cannot be compared across "
@@ -38,6 +39,7 @@ def register(sub) -> None:
     add_replay_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     p.add_argument("--out", default=None, help="also write the full result JSON here")
+    add_mkdir_flag(p)
     p.set_defaults(func=cmd_test)
 
     p = sub.add_parser(
@@ -62,19 +64,22 @@ def register(sub) -> None:
     p.add_argument("--alternate", action="store_true", default=None,
                    help="run the two sides one process at a time, alternating (automatic on a GPU "
                         "when their protected model code differs, so they cannot share one model)")
-    p.add_argument("--rounds", type=int, default=None, help="A B B A rounds (default: kern.yaml)")
-    p.add_argument("--replays", type=int, default=None,
-                   help="timed replays per bucket per visit (default: kern.yaml)")
+    p.add_argument("--rounds", type=whole(1, what="a number of rounds"), default=None,
+                   help="A B B A rounds, 1 or more (default: kern.yaml)")
+    p.add_argument("--replays", type=whole(1, what="a number of replays"), default=None,
+                   help="timed replays per bucket per visit, 1 or more (default: kern.yaml)")
     add_rank_flags(p, "each side (its ranks alive together, the sides alternating)")
     add_replay_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     p.add_argument("--out", default=None, metavar="FILE", help="also write the full result JSON here")
+    add_mkdir_flag(p)
     p.set_defaults(func=cmd_bench)
 
 
 
 def add_replay_flag(p) -> None:
-    p.add_argument("--replay-attempt", type=int, default=None, metavar="N",
+    p.add_argument("--replay-attempt", type=whole(1, MAX_ATTEMPT, "an attempt number"), default=None,
+                   metavar="N",
                    help="run with attempt N's hidden inputs (input seed, extra batch sizes) as the "
                         "ledger recorded them, to replay that judgment exactly; without it each "
                         "run draws its own and prints them after the verdict")
@@ -236,6 +241,7 @@ def gate_inputs(args, verb: str) -> "GateInputs | int":
     served (the reason already printed, naming ``kern <verb>``)."""
     from rich.console import Console
 
+    out_file(args.out, repo_root(args), mkdir=args.mkdir)  # before minutes of work, not after
     v = _context(args)
     err = Console(stderr=True)
     sides = rank_args(args, v.cuda, verb, v.cfg.machine.model)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .shared import examples
+from .shared import MAX_ATTEMPT, add_mkdir_flag, examples, seconds, whole
 from ..ledger import IN_FLIGHT
 from ..progress import fmt_elapsed
 
@@ -20,12 +21,33 @@ def register(sub) -> None:
             'kern try my-branch --title "moe: block_m 32"  with the ledger row\'s title'),
         help="all gates on one commit, then a ledger row (and a merge if it wins)",
         description="Scope -> bit-identity/accuracy -> A/B scorer -> guard -> decision -> ledger "
-                    "row -> fast-forward main if accepted (rebased and judged again if main moved).")
+                    "row -> fast-forward main if accepted (rebased and judged again if main moved). "
+                    "REV must be a commit main does not hold yet (a change committed on a branch), "
+                    "and one no attempt judged before (unless --again). Ctrl-C or SIGTERM ends the "
+                    "attempt as interrupted. Exit 0 merged, 1 not merged, 2 refused before "
+                    "judging, 130 interrupted.")
     p.add_argument("rev", help="the commit to judge")
     p.add_argument("--title", default=None, help="the ledger row's title (default: the commit's subject)")
     p.add_argument("--target", default=None,
                    help="the profile row the commit works on (default: the op(s) its files belong to)")
+    p.add_argument("--again", action="store_true",
+                   help="judge a commit the ledger already holds a verdict for, as a new attempt")
     p.set_defaults(func=cmd_try)
+
+    p = sub.add_parser(
+        "cancel", **examples(
+            'kern cancel 12                        end attempt 12 (queued, waiting, running or judging)',
+            'kern cancel 12 --reason "wrong base"  with the reason the ledger keeps'),
+        help="end an attempt in flight: its ledger row becomes interrupted, with a reason",
+        description="End attempt N while it is queued, waiting, running (its agent is stopped) or "
+                    "judging (the kern try judging it is stopped and records it): its ledger row "
+                    "becomes 'interrupted' with 'cancelled: REASON', and no loop judges it again. "
+                    "An attempt a running kern loop holds is refused: stop that loop first. "
+                    "Exit 0 cancelled, 1 its kern try did not stop in time, 2 nothing to cancel.")
+    p.add_argument("number", type=whole(1, MAX_ATTEMPT, "an attempt number"), metavar="N",
+                   help="the attempt (kern status lists those in flight)")
+    p.add_argument("--reason", default="no reason given", help="why, kept in the ledger row")
+    p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser(
         "brief", **examples(
@@ -44,6 +66,7 @@ def register(sub) -> None:
                         "the one measured for main in runs/profile/")
     p.add_argument("--json", action="store_true", help="print the brief as one JSON object (text and fields)")
     p.add_argument("--out", default=None, help="also write the brief's text to this file")
+    add_mkdir_flag(p)
     p.set_defaults(func=cmd_brief)
 
     p = sub.add_parser(
@@ -63,11 +86,14 @@ def register(sub) -> None:
                     "written (a full disk: free space, then start it again); 2 when kern.yaml's farm "
                     "does not fit (a slot this machine lacks, Ray missing or farm.address unreachable).")
     p.add_argument("--every", default=None, type=duration, metavar="DURATION",
-                   help="time between ticks: 90s, 20m, 1h or 1d (default: kern.yaml loop.every)")
+                   help="time between ticks: 90s, 20m, 1h or 1d, from kern.yaml's loop.min_every "
+                        "(1s) to 30d (default: kern.yaml loop.every)")
     p.add_argument("--tick", action="store_true", help="run one tick and exit (for cron or an agent's /loop)")
-    p.add_argument("--ticks", type=int, default=None, help="stop after this many ticks")
-    p.add_argument("--wait-agents", type=float, default=0.0,
-                   help="seconds a tick waits for the agents it spawned (demos with fast agents)")
+    p.add_argument("--ticks", type=whole(1, what="a number of ticks"), default=None,
+                   help="stop after this many ticks (1 or more)")
+    p.add_argument("--wait-agents", type=seconds(0, 7 * 86400, "seconds to wait"), default=0.0,
+                   help="seconds a tick waits for the agents it spawned, 0 to 604800 (demos with "
+                        "fast agents)")
     p.add_argument("--no-live", action="store_true", help="plain lines instead of the live view")
     p.add_argument("--report", action="store_true", help="print the journey table when the loop ends")
     p.add_argument("--demo", action="store_true",
@@ -118,20 +144,68 @@ def _ctx(args, progress=None):
     return ctx, settings
 
 
-def cmd_try(args) -> int:
-    from ..pipeline import try_commit
+def judged_before(attempts, sha: str, again: bool) -> str | None:
+    """Pure: why ``kern try`` refuses commit ``sha`` given the ledger's attempts of it
+    (``attempts``, oldest first), or None: one is in flight (never two judgments of a commit at
+    once), or one reached a verdict and ``--again`` was not given."""
+    busy = [a for a in attempts if a.state in IN_FLIGHT]
+    if busy:
+        a = busy[-1]
+        return (f"commit {sha[:12]} is being judged now as attempt #{a.number} ({a.state} since "
+                f"{a.updated_at}): wait for it, or `kern cancel {a.number}` first")
+    if attempts and not again:
+        a = attempts[-1]
+        return (f"commit {sha[:12]} was judged already: attempt #{a.number}, {a.state}"
+                + (f" ({a.reason})" if a.reason else "")
+                + f". `kern show {a.number}` shows it; `kern try {sha[:12]} --again` judges it "
+                  f"again as a new attempt")
+    return None
 
-    from ..ledger import LedgerError
+
+def check_try(args):
+    """``kern try``'s refusals, before torch is imported or anything is written: (repository,
+    commit) or :class:`InputError` (WORKTREE, a commit main already holds, a commit the ledger
+    holds a verdict for, runs/ not writable)."""
+    import subprocess
 
     from gates.checkout import WORKTREE, resolve
 
-    from .shared import InputError, repo_root
-    from ..farm import FarmError
+    from .. import ledger as L
+    from .shared import InputError, repo_root, writable_runs
 
-    # the revision first: a name that is no commit leaves no ledger behind
-    if resolve(repo_root(args), args.rev) == WORKTREE:
+    repo = repo_root(args)
+    sha = resolve(repo, args.rev)  # a name that is no commit leaves no ledger behind
+    if sha == WORKTREE:
         raise InputError("WORKTREE: expected a commit (kern try judges and merges commits): commit "
                          "your edits, then kern try HEAD")
+    base = subprocess.run(["git", "merge-base", "main", sha], cwd=repo, capture_output=True,
+                          text=True)
+    if base.returncode != 0 and subprocess.run(["git", "rev-parse", "--verify", "--quiet",
+                                                "refs/heads/main"], cwd=repo).returncode != 0:
+        raise InputError(f"{repo} has no branch 'main': kern try judges a commit against main and "
+                         f"merges it there (create it, or try `kern loop --demo`)")
+    if base.stdout.strip() == sha:
+        raise InputError(f"{args.rev} ({sha[:12]}) is already on main: there is no change to judge "
+                         f"against it. Commit your change on a branch (git switch -c my-change; "
+                         f"git commit -a), then kern try my-change")
+    writable_runs(repo)
+    path = L.default_path(repo)
+    if path.exists():
+        with L.Ledger(path, readonly=True) as led:
+            why = judged_before(led.of_commit(sha), sha, args.again)
+        if why:
+            raise InputError(why)
+    return repo, sha
+
+
+def cmd_try(args) -> int:
+    from ..pipeline import try_commit
+
+    from ..ledger import INTERRUPTED, LedgerError
+
+    from ..farm import FarmError
+
+    _, sha = check_try(args)
     try:
         ctx, _ = _ctx(args)
     except FarmError as e:
@@ -142,6 +216,12 @@ def cmd_try(args) -> int:
     except LedgerError as e:  # a full disk: what was recorded stands; kern loop resumes the rest
         print(f"kern try: stopped: {e}", file=sys.stderr)
         return 4
+    except (KeyboardInterrupt, SystemExit):  # the pipeline recorded the attempt as interrupted
+        ended = [a for a in ctx.ledger.of_commit(sha) if a.state == INTERRUPTED]
+        if ended:
+            print(f"kern try: attempt #{ended[-1].number} interrupted: {ended[-1].reason}",
+                  file=sys.stderr, flush=True)
+        raise
     a = ctx.ledger.attempt(number)
     from ..journey import result
 
@@ -155,6 +235,84 @@ def cmd_try(args) -> int:
               f"{(a.commit_sha or '')[:12]} --vs {(a.base_sha or '')[:12]} --replay-attempt {number})")
     print(result(a))
     return 0 if out.state == "merged" else 1
+
+
+def cmd_cancel(args) -> int:
+    """``kern cancel N``: the shell around :func:`cancel_plan`."""
+    from .. import ledger as L
+    from ..pipeline import CANCEL_FILE
+    from ..processes import agent_pid, alive, end_agent, end_judge, judge_alive, loop_holder
+    from .report import _no_ledger
+    from .shared import InputError, repo_root, writable_runs
+
+    repo = repo_root(args)
+    path = L.default_path(repo)
+    if not path.exists():
+        raise InputError(_no_ledger(args, path))
+    runs = writable_runs(repo)
+    n = args.number
+    d = runs / "attempts" / str(n)
+    with L.Ledger(path) as led:
+        try:
+            a = led.attempt(n)
+        except L.LedgerError as e:
+            raise InputError(f"{e}: `kern status` lists the attempts in flight") from None
+        plan = cancel_plan(a, judge_alive(d), loop_holder(runs))
+        if plan.refuse:
+            raise InputError(plan.refuse)
+        reason = f"cancelled: {args.reason}"
+        if plan.signal_judge:
+            d.mkdir(parents=True, exist_ok=True)
+            (d / CANCEL_FILE).write_text(args.reason + "\n", encoding="utf-8")
+            end_judge(d)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and led.attempt(n).state not in L.FINAL:
+                time.sleep(0.2)
+            after = led.attempt(n)
+            if after.state not in L.FINAL:
+                print(f"kern cancel: attempt #{n}'s kern try was asked to stop (SIGTERM) and has "
+                      f"not recorded it within 60 s; `kern doctor` says whether it still runs",
+                      file=sys.stderr)
+                return 1
+            print(f"attempt #{n}: {after.state}" + (f" ({after.reason})" if after.reason else ""))
+            return 0
+        if a.state == L.RUNNING:
+            pid = agent_pid(d)
+            if pid is not None and alive(pid):
+                end_agent(pid)
+        led.transition(n, L.INTERRUPTED, reason=reason)
+    if a.state in (L.RUNNING, L.QUEUED, L.WAITING):
+        from ..worktrees import Repo
+
+        Repo(repo).close_attempt(n, runs)  # its worktree, if the loop made one
+    print(f"attempt #{n}: interrupted ({reason}; it was {a.state})")
+    return 0
+
+
+@dataclass(frozen=True)
+class CancelPlan:
+    refuse: str | None = None  # why not (nothing changes)
+    signal_judge: bool = False  # its kern try runs: ask it to stop; it records the attempt
+
+
+def cancel_plan(a, judge_running: bool | None, loop: str | None) -> CancelPlan:
+    """Pure: how ``kern cancel`` ends attempt ``a`` (its ledger row), given whether the kern try
+    judging it runs (``judge_running``: None when none is recorded) and who holds the loop lock
+    (``loop``: None when no loop runs). A final attempt has nothing to end; a kern try that
+    runs ends it itself (it holds the judgment; the ledger has one writer per attempt); an
+    attempt of a running loop is the loop's, which would judge or merge it regardless."""
+    from .. import ledger as L
+
+    if a.state in L.FINAL:
+        return CancelPlan(refuse=f"attempt #{a.number} is already {a.state}"
+                          + (f" ({a.reason})" if a.reason else "") + ": nothing to cancel")
+    if judge_running:
+        return CancelPlan(signal_judge=True)
+    if loop is not None and judge_running is None and a.backend != "manual":
+        return CancelPlan(refuse=f"attempt #{a.number} ({a.state}) belongs to the kern loop that "
+                                 f"runs on this repository ({loop}): stop that loop first (Ctrl-C; "
+                                 f"a later kern loop resumes), then kern cancel {a.number}")
+    return CancelPlan()
 
 
 def main_profile(runs: Path, sha: str) -> Path | None:
@@ -175,7 +333,10 @@ def cmd_brief(args) -> int:
     from .shared import repo_root, settings_of
     from ..worktrees import Repo
 
+    from .shared import out_file
+
     repo = repo_root(args)
+    out_file(args.out, repo, mkdir=args.mkdir)
     settings = settings_of(args, repo)
     sha = Repo(repo).main_sha()
     path = Path(args.profile) if args.profile else main_profile(repo / "runs", sha)
@@ -212,8 +373,6 @@ def cmd_brief(args) -> int:
 
 
 def cmd_loop(args) -> int:
-    from ..ledger import LedgerError
-    from ..orchestrator import Orchestrator
     from ..processes import LoopLocked, acquire_loop_lock
 
     started = time.monotonic()
@@ -235,7 +394,32 @@ def cmd_loop(args) -> int:
         say(f"demo repository: {args.repo} (its second commit is the deliberately slow start: "
             f"harness/demo.py)")
 
+    from ..settings import interval_problem
+    from .shared import InputError, repo_root, settings_of, writable_runs
+
+    # what needs no torch first: a bad --every or a held lock answers at once
+    repo = repo_root(args)
+    floor = settings_of(args, repo).resolve(False).loop.min_every_s  # kern.yaml checked here too
+    if args.every is not None:
+        bad = interval_problem(args.every, floor)
+        if bad:
+            raise InputError(f"--every: {bad}")
+    try:
+        lock = acquire_loop_lock(writable_runs(repo))
+    except LoopLocked as e:
+        say(str(e), err=True)
+        return 3
+    try:
+        return _loop(args, say, started)
+    finally:
+        lock.close()
+
+
+def _loop(args, say, started: float) -> int:
+    """``kern loop`` once its lock is held: the context, the sandbox, resume, the ticks."""
     from ..farm import FarmError
+    from ..ledger import LedgerError
+    from ..orchestrator import Orchestrator
 
     lines = []  # (wall time, line): the live view reads the gate and stage from them
     view = None
@@ -259,11 +443,6 @@ def cmd_loop(args) -> int:
         print(f"kern loop: refusing to start: {e}", file=sys.stderr)
         return 2
     progress(f"sandbox: {sandbox.facts().describe(confined) if confined != 'off' else 'off (kern.yaml)'}")
-    try:
-        lock = acquire_loop_lock(ctx.runs)
-    except LoopLocked as e:
-        say(str(e), err=True)
-        return 3
     orch = Orchestrator(ctx, settings.data)
     resumed = orch.resume()
     if resumed.requeued:
@@ -273,6 +452,9 @@ def cmd_loop(args) -> int:
             f"while starting them): recorded as crashed")
     if resumed.notes:
         say(f"resumed: restored the git notes of attempts {resumed.notes}")
+    if resumed.interrupted:
+        say(f"resumed: attempts {resumed.interrupted} were left judging by a kern try that is gone: "
+            f"recorded as interrupted, not judged again (kern try REV --again does)")
     every = args.every if args.every is not None else ctx.cfg.loop.every_s
     ticks = 1 if args.tick else args.ticks
     n = 0
@@ -319,7 +501,6 @@ def cmd_loop(args) -> int:
     finally:
         if live:
             live.stop()
-        lock.close()
     if args.report:
         from ..journey import markdown
 

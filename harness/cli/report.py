@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import journey
-from .shared import examples
+from .shared import add_mkdir_flag, examples, out_file
 from ..ledger import STATES, Ledger, LedgerError, default_path
 
 NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
@@ -48,8 +48,9 @@ def register(sub) -> None:
                         "the --plot PNG is English) (default: en)")
     p.add_argument("--out", default=None, help="write here instead of standard output")
     p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="write the journey's plot as a PNG (the page draws the same plot as SVG); "
-                        "the table is then written only with --out")
+                   help="write the journey's plot as a PNG or an SVG, by the file's suffix (.png, "
+                        ".svg); the table is then written only with --out")
+    add_mkdir_flag(p)
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
@@ -81,20 +82,23 @@ def cmd_report(args) -> int:
     if not path.exists():
         print(f"kern report: {_no_ledger(args, path)}", file=sys.stderr)
         return 1
+    repo = Path(args.repo).resolve()
+    # the files are checked before anything is read: a bad name costs nothing
+    plot = out_file(args.plot, repo, "--plot", args.mkdir, suffixes=(".png", ".svg"))
+    out = out_file(args.out, repo, "--out", args.mkdir)
     try:
-        with Ledger(path) as led:
+        with Ledger(path, readonly=True) as led:
             attempts, phases, scores = led.attempts(), led.phases(), led.scores()
     except LedgerError as e:
         print(f"kern report: {e}", file=sys.stderr)
         return 2
-    if args.plot:
-        png = journey.plot_png(attempts, phases, scores)
+    if plot is not None:
+        png = journey.plot_png(attempts, phases, scores, fmt=plot.suffix.lower()[1:])
         if png is None:
             print("kern report: nothing to plot: the ledger holds no attempt and no score yet "
                   "(run `kern try REV` or `kern loop` first)", file=sys.stderr)
             return 1
-        dest = Path(args.plot)
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest = plot
         dest.write_bytes(png)
         print(f"wrote      {dest}  ({len(attempts)} attempts, {len(phases)} phase(s))")
         if not args.out:
@@ -109,9 +113,7 @@ def cmd_report(args) -> int:
     else:
         text = journey.html(attempts, phases, scores, lang=args.lang,
                             files=attempt_files(Path(args.repo).resolve(), attempts))
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         out.write_text(text, encoding="utf-8")
         print(f"wrote      {out}  ({len(attempts)} attempts, {len(phases)} phase(s))")
     else:
@@ -261,7 +263,7 @@ def status_lines(d: dict) -> list[str]:
     if d["in_flight"]:
         for i, a in enumerate(d["in_flight"]):
             out.append(f"{'in flight' if i == 0 else '':<10} #{a['#']} {a['state']:<8} "
-                       f"{a['target'] or '-'}: {a['title']} (since {a['since']})")
+                       f"{titled(a['target'], a['title'])} (since {a['since']})")
     else:
         out.append(f"{'in flight':<10} none")
     m = d["main"]
@@ -269,6 +271,12 @@ def status_lines(d: dict) -> list[str]:
                                    f"{m['score_ms']:.3f} ms (phase {m['phase']}, {m['sha'][:12]}, "
                                    f"{m['at']})"))
     return out
+
+
+def titled(target: str | None, title: str) -> str:
+    """Pure: ``target: title``, the target once: the loop's titles already start with it."""
+    target = target or "-"
+    return title if title.startswith(target + ":") or title == target else f"{target}: {title}"
 
 
 def cmd_status(args) -> int:
@@ -290,7 +298,7 @@ def cmd_status(args) -> int:
     except SettingsError as e:
         budgets, config_problem = None, str(e).splitlines()[0]
     try:
-        with Ledger(path) as led:
+        with Ledger(path, readonly=True) as led:
             runs = led.runs()
             snap = dict(path=str(path), attempts=led.attempts(), phases=led.phases(),
                         current_phase_id=led.current_phase_id(), scores=led.scores(), runs=runs,

@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..ledger import Ledger, LedgerError
+from .shared import MAX_ATTEMPT, whole
 
 def register(sub) -> None:
     from .shared import examples
@@ -34,7 +35,7 @@ def register(sub) -> None:
                     "bucket (medians, change with its interval, % of the roofline floor, failed "
                     "checks) of the judgment that decided it; its hidden inputs. Reads the ledger "
                     "and runs/attempts/N/ only.")
-    p.add_argument("number", type=int, metavar="N", help="the attempt's number (kern status and "
+    p.add_argument("number", type=whole(1, MAX_ATTEMPT, "an attempt number"), metavar="N", help="the attempt's number (kern status and "
                                                           "kern report list them)")
     p.add_argument("--diff", action="store_true", help="also print the commit's diff against its base")
     p.add_argument("--json", action="store_true", help="print the whole view as one JSON object")
@@ -444,9 +445,12 @@ def cmd_show(args) -> int:
     if not path.exists():
         raise InputError(_no_ledger(args, path))
     try:
-        with Ledger(path) as led:
+        with Ledger(path, readonly=True) as led:
             attempt, events = led.attempt(args.number), led.events(args.number)
     except LedgerError as e:
+        if "is not in the ledger" not in str(e):  # the file, not the number: said as it is
+            print(f"kern show: {e}", file=sys.stderr)
+            return 2
         raise InputError(f"{e}: `kern status` and `kern report` list the attempts") from None
     repo = Path(args.repo).resolve()
     v = attempt_view(attempt, events, gather(repo, attempt, args.diff))

@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from .shared import _context, add_rank_flags, examples, rank_args
+from .shared import (_context, add_mkdir_flag, add_rank_flags, examples, out_file, rank_args,
+                     repo_root, rows_list, whole)
 
 
 def register(sub) -> None:
@@ -33,19 +34,22 @@ def register(sub) -> None:
                     "--ref-rows. On the CPU: the small config through the interpreter (times are "
                     "mechanics only, not GPU scores).")
     p.add_argument("rev", nargs="?", default="WORKTREE", help="revision (default: the work tree)")
-    p.add_argument("--rows", default=None, help="comma-separated batch sizes (default: the profile's buckets)")
-    p.add_argument("--context", type=int, default=None, help="tokens in context per request")
-    p.add_argument("--replays", type=int, default=20,
+    p.add_argument("--rows", type=rows_list, default=None,
+                   help="comma-separated batch sizes, each 1 or more (default: the profile's buckets)")
+    p.add_argument("--context", type=whole(1, what="tokens"), default=None,
+                   help="tokens in context per request")
+    p.add_argument("--replays", type=whole(1, what="a number of replays"), default=20,
                    help="timed graph replays per batch size; the median is reported (default: 20)")
-    p.add_argument("--profile-rows", type=int, default=0, metavar="ROWS",
+    p.add_argument("--profile-rows", type=whole(0, what="a batch size"), default=0, metavar="ROWS",
                    help="also time every op at this batch size (kern profile's table; 0: not)")
-    p.add_argument("--ref-rows", type=int, default=0, metavar="ROWS",
+    p.add_argument("--ref-rows", type=whole(0, what="a batch size"), default=0, metavar="ROWS",
                    help="also run the whole step on the reference ops at this batch size and report "
                         "the logits' error against it (0: not)")
     p.add_argument("--state-dtype", default="bf16", choices=("bf16", "f32"),
                    help="KDA's recurrent state dtype (default: bf16, as published)")
     add_rank_flags(p, "the step")
     p.add_argument("--out", default=None, help="write the result JSON here")
+    add_mkdir_flag(p)
     p.set_defaults(func=cmd_step)
 
     p = sub.add_parser(
@@ -59,12 +63,14 @@ def register(sub) -> None:
                     "that op), printed like the published 'what is left in a 128-row step' table.")
     p.add_argument("rev", nargs="?", default="WORKTREE",
                    help="revision to profile (default: WORKTREE, the work tree with its edits)")
-    p.add_argument("--rows", type=int, default=None, help="batch size (default 128 on a GPU)")
+    p.add_argument("--rows", type=whole(1, what="a batch size"), default=None,
+                   help="batch size, 1 or more (default 128 on a GPU)")
     p.add_argument("--no-free", action="store_true", help="skip the leave-one-out column")
     add_rank_flags(p, "the step (the table is rank 0's; each collective is a row of its own)")
     p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     p.add_argument("--out", default=None, metavar="FILE",
                    help="write the step's result JSON here (default: runs/profile/<sha>.json)")
+    add_mkdir_flag(p)
     p.set_defaults(func=cmd_profile)
 
 
@@ -79,6 +85,7 @@ def step_verb(args, verb: str, spec_for, out_for, limit_for):
 
     from ..step_launch import run_step
 
+    out_file(args.out, repo_root(args), mkdir=args.mkdir)  # before the step runs, not after
     v = _context(args)
     sides = rank_args(args, v.cuda, verb, v.cfg.machine.model)
     if sides is None:
@@ -142,7 +149,7 @@ def cmd_step(args) -> int:
 
     def spec_for(v, world, layout):
         m = v.cfg.machine
-        rows = [int(x) for x in args.rows.split(",")] if args.rows else list(m.buckets)
+        rows = list(args.rows) if args.rows else list(m.buckets)
         spec = side_spec(v.settings.data, v.profile, context=args.context or m.context, steps=1,
                          rows=rows, replays=args.replays, profile_rows=args.profile_rows,
                          ref_rows=args.ref_rows, state_dtype=args.state_dtype)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score, mains
+from ..ledger import (ABANDONED, CRASHED, INTERRUPTED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score,
+                      mains)
 from .rows import TEXT, phase_map, shown
 
 # What an attempt's marker says, in legend order: (kind, legend label, colour, marker). The
@@ -32,6 +33,7 @@ KINDS = (
     ("conflict", "conflict", "#0072B2", "P"),
     ("crashed", "crashed", "#000000", "x"),
     ("timed out", "timed out", "#8C6D31", "d"),
+    ("interrupted", "interrupted", "#999933", "p"),
     ("other", "abandoned: other reason", "#555555", "h"),
     ("not done", "not done (declined)", "#BBBBBB", "."),
     ("in flight", "in flight", "#44AA99", "*"),
@@ -46,9 +48,9 @@ def outcome_kind(a: Attempt) -> str:
         return "merged"
     if a.state == ABANDONED:
         r = a.reason or ""
-        return r if r in _KIND and r not in ("merged", "crashed", "timed out", "not done",
+        return r if r in _KIND and r not in ("merged", "crashed", "timed out", "interrupted", "not done",
                                               "in flight", "other") else "other"
-    if a.state in (CRASHED, TIMED_OUT, NOT_DONE):
+    if a.state in (CRASHED, TIMED_OUT, INTERRUPTED, NOT_DONE):
         return a.state
     return "in flight"  # queued, running, judging, waiting
 
@@ -263,6 +265,10 @@ def _shape(marker: str, r: float, colour: str) -> str:
         pts = " ".join(f"{_num(r * math.cos(math.pi / 3 * i + math.pi / 6))},{_num(r * math.sin(math.pi / 3 * i + math.pi / 6))}"
                        for i in range(6))
         return f'<polygon points="{pts}" {fill}/>'
+    if marker == "p":  # a pentagon
+        pts = " ".join(f"{_num(r * math.sin(2 * math.pi / 5 * i))},{_num(-r * math.cos(2 * math.pi / 5 * i))}"
+                       for i in range(5))
+        return f'<polygon points="{pts}" {fill}/>'
     # "*": a five-pointed star
     pts = " ".join(f"{_num((r if i % 2 == 0 else r * 0.45) * math.sin(math.pi / 5 * i))},"
                    f"{_num(-(r if i % 2 == 0 else r * 0.45) * math.cos(math.pi / 5 * i))}" for i in range(10))
@@ -382,7 +388,8 @@ def svg(pan: Panel, tips: Mapping[int, str] | None = None, lang: str = "en") -> 
 
 
 # --------------------------------------------------------------------------- PNG (--plot)
-def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = ()) -> bytes | None:
+def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (),
+             fmt: str = "png") -> bytes | None:
     """The journey's plot as a PNG (English): one panel per phase, each a score axis and below
     it the strip of attempts never measured; main's score a step line from the phase's start
     that drops at each merge; every measured attempt a marker coloured by its result at its B
@@ -390,6 +397,7 @@ def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (
 
     Uses matplotlib's object API on the Agg canvas, never pyplot, so it touches no global
     backend state of the calling process; the PNG carries no metadata, so it is reproducible.
+    ``fmt``: ``png``, or ``svg`` for the same figure as an SVG file (``kern report --plot x.svg``).
     """
     panels = plot_panels(attempts, phases, scores)
     if not panels:
@@ -481,6 +489,6 @@ def plot_png(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (
                               label=t["interval"]))
     fig.legend(handles=handles, loc="outside lower center", ncols=min(5, len(handles)),
                fontsize=7.5, frameon=False)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
+    buf = io.BytesIO()  # fmt "svg": the same figure as vector text, no date in it either
+    fig.savefig(buf, format=fmt, metadata={"Software": None} if fmt == "png" else {"Date": None})
     return buf.getvalue()

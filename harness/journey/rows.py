@@ -33,7 +33,8 @@ Where a result's numbers come from (the orchestrator writes them; ``gate`` is th
                                scorer's outcome (``gate.scorer.outcome``)
     abandoned: <reason>        any other reason; ``gate.detail`` (a short string), when
                                present, overrides the parenthesis for every reason
-    crashed (illegal memory access at 256 rows) · timed out (scorer timeout)
+    crashed (illegal memory access at 256 rows) · timed out (scorer timeout) ·
+    interrupted (SIGINT (Ctrl-C) to kern try while judging; …)
                                the recorded reason, then the last line of the side that
                                ended (``gate.last_words``: ``B replay: <its line>``) when
                                the row kept it
@@ -53,8 +54,8 @@ from typing import Iterable, Mapping
 
 from gates.summary import AccuracySummary, GateSummary, GuardSummary, ScorerSummary
 
-from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
-                      WAITING, WITHIN_NOISE, Attempt, Phase, mains)
+from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, INTERRUPTED, MERGED, NOT_DONE, SLOWER,
+                      TIMED_OUT, WAITING, WITHIN_NOISE, Attempt, Phase, mains)
 from .text import TEXT, check_lang
 
 SCORER_CHECK = "scorer check"  # gates.decision.decide's reason when a scorer check failed
@@ -179,7 +180,7 @@ def _detail(a: Attempt, lang: str) -> str:
         return gate.detail
     if a.state == MERGED:
         return measured(a, lang=lang)
-    if a.state in (CRASHED, TIMED_OUT):
+    if a.state in (CRASHED, TIMED_OUT, INTERRUPTED):
         words = gate.last_words  # the side's last line, when the row kept it
         said = f"{words.side}: {clip(words.last, 80)}" if words is not None and words.last else ""
         return " · ".join(x for x in (clip(a.reason) if a.reason else "", said) if x)
@@ -238,7 +239,7 @@ def result(a: Attempt, lang: str = "en") -> str:
             if a.estimate_ms is not None else "")
     if a.state == WAITING:
         return t["waiting_on"].format(n=a.waiting_on) if a.waiting_on is not None else state_word(a.state, lang)
-    if a.state in (MERGED, CRASHED, TIMED_OUT):
+    if a.state in (MERGED, CRASHED, TIMED_OUT, INTERRUPTED):
         d = _detail(a, lang)
         return state_word(a.state, lang) + (f" ({d})" if d else "")
     return state_word(a.state, lang)  # running, queued, judging

@@ -6,7 +6,8 @@ CLI's ``?beta=true``) answered as one JSON message, or as server-sent events whe
 says ``"stream": true`` (``message_start``, ``content_block_start`` / ``_delta`` / ``_stop``
 with ``text_delta`` and ``input_json_delta``, ``message_delta`` with the stop reason and the
 output tokens, ``message_stop``); ``POST /v1/messages/count_tokens``; ``HEAD /api/hello`` (the
-CLI's reachability probe). Anything else is a 404 in the API's error shape, recorded.
+CLI's reachability probe). Anything else is a 404 in the API's error shape, recorded. Given a
+``key``, a POST without it gets the API's 401 ``authentication_error``.
 
 The session is a list of turns. A request belongs to the session when its ``tools`` name every
 one of ``Script.tools``; its turn is the number of assistant messages already in its
@@ -111,8 +112,9 @@ def _result_text(block: dict) -> str:
 class MessagesAPI:
     """``with MessagesAPI(script) as api: ...``; ``api.url`` is the base URL."""
 
-    def __init__(self, script: Script, model: str = "claude-sonnet-4-5"):
-        self.script, self.model = script, model
+    def __init__(self, script: Script, model: str = "claude-sonnet-4-5", key: str | None = None):
+        # key: when given, a POST without it in x-api-key gets the API's 401 (as a wrong key does)
+        self.script, self.model, self.key = script, model, key
         self.requests: list[dict] = []  # every request: method, path, headers, body
         self.served: list[dict] = []  # the session's replies: turn, usage, content
         self.side: list[dict] = []  # replies to requests outside the session
@@ -188,6 +190,8 @@ class MessagesAPI:
             self.requests.append(rec)
         if method == "HEAD" or (method == "GET" and path == "/api/hello"):
             return self._send(h, 200, {})
+        if self.key is not None and method == "POST" and rec["headers"].get("x-api-key") != self.key:
+            return self._error(h, 401, "authentication_error", "invalid x-api-key")
         if method != "POST" or path not in ("/v1/messages", "/v1/messages/count_tokens"):
             return self._error(h, 404, "not_found_error", f"expected POST /v1/messages, found "
                                                           f"{method} {h.path}")

@@ -8,7 +8,8 @@ import pytest
 
 from harness import cli
 
-VERBS = {"ops", "test", "bench", "step", "report", "status", "show", "try", "loop", "profile", "doctor", "brief"}
+VERBS = {"ops", "test", "bench", "step", "report", "status", "show", "try", "loop", "profile", "doctor", "brief",
+         "cancel", "help"}
 
 
 def verbs_of(register) -> dict:
@@ -39,7 +40,8 @@ def test_help_lists_every_verb_with_its_help(capsys):
 
 @pytest.mark.parametrize("verb", sorted(VERBS))
 def test_every_verb_parses_and_names_the_function_that_runs_it(verb):
-    positional = {"test": ["main"], "try": ["main"], "show": ["1"], "brief": ["moe.experts"]}.get(verb, [])
+    positional = {"test": ["main"], "try": ["main"], "show": ["1"], "brief": ["moe.experts"],
+                  "cancel": ["1"]}.get(verb, [])
     args = cli.parser().parse_args([verb, *positional])
     assert args.verb == verb and callable(args.func)
     assert args.func.__module__ in {m.__name__ for m in cli.VERB_MODULES}
@@ -102,3 +104,23 @@ def test_set_overrides_kern_yaml_for_one_run_before_or_after_the_verb(tmp_path, 
     assert cli.main(["--repo", str(repo), "loop", "--tick", "--set", "loop.every"]) == 2
     assert "--set loop.every: expected KEY=VALUE (e.g. --set loop.every=5m), found no '='" in \
         capsys.readouterr().err
+
+
+def test_kern_help_prints_the_help_of_kern_or_of_a_verb(capsys):
+    assert cli.main(["help"]) == 0
+    whole = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert whole == capsys.readouterr().out
+    assert cli.main(["help", "cancel"]) == 0
+    assert capsys.readouterr().out.startswith("usage: kern cancel [-h] [--reason REASON]")
+    assert cli.main(["help", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("kern help: no verb 'nope': expected one of bench, brief, cancel")
+
+
+def test_status_names_an_attempts_target_once():
+    from harness.cli.report import titled
+
+    assert titled("moe.combine", "moe.combine: one pass") == "moe.combine: one pass"
+    assert titled("moe.combine", "one pass") == "moe.combine: one pass"
+    assert titled("", "a manual try") == "-: a manual try"

@@ -96,6 +96,23 @@ def test_disk_free_against_what_one_judgment_writes():
     assert "environment: disk" in f.fix and f.fix.startswith("operator: ")
 
 
+def test_the_disk_need_follows_the_configured_workload():
+    """kern.yaml's own profiles: the GPU's full model may fill the snapshot budget, the CPU
+    demo's small model keeps its measured recording_mb (8 MiB), so a CPU machine with a few
+    GiB free is fine for the demo; a measured figure never goes past the budget."""
+    from gates.disk import judgment_bytes
+
+    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
+    gpu = judgment_bytes(cfg, cfg["profiles"]["gpu"])
+    cpu = judgment_bytes(cfg, cfg["profiles"]["cpu"])
+    assert gpu.kept == cfg["test"]["snapshot_budget_mb"] << 20
+    assert cpu.kept == 8 << 20 and cpu.need < 1 * D.GIB
+    assert D.disk_finding({"path": "/r/runs", "free_bytes": 5 * D.GIB}, cpu).status == D.OK
+    assert D.disk_finding({"path": "/r/runs", "free_bytes": 5 * D.GIB}, gpu).status == D.FAIL
+    cfg["profiles"]["cpu"]["recording_mb"] = 10 ** 6
+    assert judgment_bytes(cfg, cfg["profiles"]["cpu"]).kept == gpu.kept
+
+
 @pytest.mark.parametrize("probe,status,words", [
     ({"exists": True, "journal_mode": "wal", "integrity": "ok"}, D.OK, "WAL, writable"),
     ({"exists": False, "journal_mode": "wal"}, D.OK, "not created yet"),
@@ -114,10 +131,16 @@ def test_ledger(probe, status, words):
     ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": False}, D.OK, "not contacted"),
     ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": True, "net_error": "timed out"},
      D.FAIL, "unreachable: timed out"),
-    ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": True, "status": 404}, D.OK,
+    ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": True, "status": 200}, D.OK,
+     "accepted it (HTTP 200)"),
+    ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": True, "status": 401,
+                   "message": "invalid x-api-key"}, D.FAIL, "refused the key (HTTP 401: invalid x-api-key)"),
+    ("anthropic", {"key": True, "url": D.DEFAULT_API, "checked": True, "status": 404}, D.WARN,
      "answered HTTP 404"),
     ("claude-code", {"sdk": False}, D.FAIL, "not importable"),
-    ("claude-code", {"sdk": True}, D.OK, "importable"),
+    ("claude-code", {"sdk": True, "key": False}, D.FAIL, "importable; no ANTHROPIC_API_KEY"),
+    ("claude-code", {"sdk": True, "key": True, "url": D.DEFAULT_API, "checked": True, "status": 200},
+     D.OK, "importable; key present; https://api.anthropic.com accepted it"),
     ("command", {"command": "", "program": None}, D.FAIL, "agent.command is empty"),
     ("command", {"command": "aider --yes", "program": "aider", "found": None}, D.FAIL,
      "'aider' (of 'aider --yes') is not an executable on PATH"),
@@ -170,7 +193,7 @@ def test_doctor_on_a_repository_reports_and_exits_by_the_worst(tmp_path, capsys)
     got = {f["check"]: f for f in out["findings"]}
     assert out["ok"] is False
     assert list(got) == ["gpu", "clocks", "gpu memory", "git", "worktrees", "disk", "ledger",
-                         "agent", "loop lock", "sandbox"]
+                         "judging", "agent", "loop lock", "sandbox"]
     # CI machines allow the namespace sandbox (kern.yaml: sandbox auto)
     assert got["sandbox"]["status"] == D.OK and got["sandbox"]["text"].startswith("namespaces")
     assert got["agent"]["status"] == D.FAIL and "'no-such-agent-kern'" in got["agent"]["text"]
@@ -233,3 +256,84 @@ def test_doctor_help_says_what_it_checks(capsys):
     words = " ".join(capsys.readouterr().out.split())
     for w in ("ok / warn / fail", "who acts", "WAL", "memory_gib", "--offline", "sandbox", "Exit 1"):
         assert w in words, w
+
+
+# ---- issue 38: keys, a folder that is no repository, attempts nobody judges -------------------
+from .messages_api import MessagesAPI, Script  # noqa: E402
+
+
+@pytest.mark.parametrize("backend", ["anthropic", "claude-code"])
+def test_doctor_checks_the_key_of_both_api_backends_against_the_api(backend, tmp_path, capsys,
+                                                                    monkeypatch):
+    """Present, then accepted by the (local) Messages API: a missing key and a refused one fail;
+    --offline checks presence only. claude-code needs its SDK first (installed in the venv)."""
+    pytest.importorskip("claude_agent_sdk") if backend == "claude-code" else None
+    repo = _repo(tmp_path, {"backend": backend})
+    with MessagesAPI(Script(turns=[]), key="sk-test-right") as api:
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+            monkeypatch.delenv(var, raising=False)
+
+        def agent(*flags):
+            cli.main(["--repo", str(repo), "doctor", "--json", *flags])
+            return {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}["agent"]
+
+        f = agent()
+        assert f["status"] == D.FAIL and "no ANTHROPIC_API_KEY" in f["text"]
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-wrong")
+        f = agent()
+        assert f["status"] == D.FAIL and "refused the key (HTTP 401: invalid x-api-key)" in f["text"]
+        assert "export a valid ANTHROPIC_API_KEY" in f["fix"]
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-right")
+        f = agent()
+        assert f["status"] == D.OK and f"{api.url} accepted it (HTTP 200)" in f["text"]
+        asked = [r for r in api.requests if r["path"] == "/v1/messages/count_tokens"]
+        assert len(asked) == 2 and asked[-1]["headers"]["x-api-key"] == "sk-test-right"
+        f = agent("--offline")
+        assert f["status"] == D.OK and "not contacted (--offline)" in f["text"]
+        assert len([r for r in api.requests if r["path"] == "/v1/messages/count_tokens"]) == 2
+    with MessagesAPI(Script(turns=[])) as gone:
+        url = gone.url
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", url)  # nobody listens there any more
+    f = agent()
+    assert f["status"] == D.FAIL and "unreachable" in f["text"]
+
+
+def test_doctor_writes_nothing_in_a_folder_that_is_no_repository(tmp_path, capsys):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "kern.yaml").write_text((ROOT / "kern.yaml").read_text())
+    assert cli.main(["--repo", str(plain), "doctor", "--offline", "--json"]) == 1
+    got = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert got["git"]["status"] == D.FAIL
+    assert got["ledger"]["status"] == D.WARN and "writes nothing outside one" in got["ledger"]["text"]
+    assert sorted(p.name for p in plain.iterdir()) == ["kern.yaml"]  # no runs/
+
+
+def test_doctor_names_attempts_left_judging_by_a_process_that_is_gone(tmp_path, capsys):
+    """A kern try's attempt whose process died (its judge.pid names a pid that no longer runs),
+    and a loop's attempt with no loop running: each named with what to do. One whose kern try
+    still runs is fine."""
+    import os
+    import sys
+
+    repo = _repo(tmp_path, {"backend": "tuner"})
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with L.Ledger(L.default_path(repo)) as led:
+        for n, backend in ((1, "manual"), (2, "tuner"), (3, "manual")):
+            led.new_attempt(title=f"#{n}", hypothesis="", target="", backend=backend,
+                            base_sha=None, phase_id=None)
+            led.transition(n, L.JUDGING, commit_sha=f"{n}" * 40)
+    host = os.uname().nodename
+    for n, pid in ((1, dead.pid), (3, os.getpid())):
+        d = repo / "runs" / "attempts" / str(n)
+        d.mkdir(parents=True)
+        from harness.processes import started_at
+        (d / "judge.pid").write_text(f"{pid} {host} {started_at(pid)}\n")
+    cli.main(["--repo", str(repo), "doctor", "--offline", "--json"])
+    f = {f["check"]: f for f in json.loads(capsys.readouterr().out)["findings"]}["judging"]
+    assert f["status"] == D.WARN
+    assert "left judging by a kern try that is gone: #1 (since " in f["text"]
+    assert "left judging by a kern loop that stopped: #2 (since " in f["text"]
+    assert "#3" not in f["text"] and "kern cancel 1" in f["fix"]

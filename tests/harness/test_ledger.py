@@ -23,11 +23,14 @@ from .sample import FixedClock
 
 # The spec of legal moves, written out independently of the module's table on purpose.
 SPEC = {
-    "queued": {"running", "judging", "waiting", "not done", "abandoned", "crashed", "timed out"},
-    "running": {"queued", "judging", "waiting", "not done", "abandoned", "crashed", "timed out"},
-    "judging": {"queued", "waiting", "merged", "abandoned", "crashed", "timed out"},
-    "waiting": {"queued", "running", "judging", "not done", "abandoned"},
+    "queued": {"running", "judging", "waiting", "not done", "abandoned", "crashed", "timed out",
+               "interrupted"},
+    "running": {"queued", "judging", "waiting", "not done", "abandoned", "crashed", "timed out",
+                "interrupted"},
+    "judging": {"queued", "waiting", "merged", "abandoned", "crashed", "timed out", "interrupted"},
+    "waiting": {"queued", "running", "judging", "not done", "abandoned", "interrupted"},
     "merged": set(), "abandoned": set(), "not done": set(), "crashed": set(), "timed out": set(),
+    "interrupted": set(),
 }
 
 
@@ -44,7 +47,7 @@ def test_states_and_table_match_the_spec():
     assert set(L.STATES) == set(SPEC)
     assert {s: set(v) for s, v in L.TRANSITIONS.items()} == SPEC
     assert L.STATES == (L.QUEUED, L.RUNNING, L.JUDGING, L.WAITING, L.MERGED, L.ABANDONED,
-                        L.NOT_DONE, L.CRASHED, L.TIMED_OUT)
+                        L.NOT_DONE, L.CRASHED, L.TIMED_OUT, L.INTERRUPTED)
 
 
 def test_attempt_roundtrip_json_and_events(tmp_path):
@@ -198,7 +201,7 @@ def test_a_version_1_ledger_gains_the_hidden_inputs_column_and_keeps_its_rows(tm
     con.commit()
     con.close()
     led = Ledger(path)
-    assert led.schema_version() == 3 == L.SCHEMA_VERSION
+    assert led.schema_version() == 4 == L.SCHEMA_VERSION
     old = led.attempt(1)
     assert (old.title, old.state, old.hidden, old.slot) == ("old", "merged", None, None)
     with pytest.raises(sqlite3.IntegrityError, match="merged attempt never changes"):
@@ -228,7 +231,7 @@ def test_a_version_2_ledger_gains_host_and_slot_and_keeps_its_rows(tmp_path):
     con.commit()
     con.close()
     led = Ledger(path)
-    assert led.schema_version() == 3 == L.SCHEMA_VERSION
+    assert led.schema_version() == 4 == L.SCHEMA_VERSION
     old = led.attempt(1)
     assert (old.state, old.hidden["input_seed"], old.host, old.slot) == ("merged", 3, None, None)
     with pytest.raises(sqlite3.IntegrityError, match="merged attempt never changes"):
@@ -245,6 +248,66 @@ def test_a_version_2_ledger_gains_host_and_slot_and_keeps_its_rows(tmp_path):
     assert (again.attempt(n).host, again.attempt(n).slot) == ("node-a", "gpu2-3")
     assert again.attempt(m).rerun_of == n and again.attempt(1).rerun_of is None
     assert again.attempt(m).parts == [1, n] and again.attempt(1).parts is None
+
+
+HISTORY = Path(__file__).resolve().parents[2] / "bench" / "journey" / "ledger.sqlite"
+
+
+def test_the_real_history_a_version_3_ledger_gains_interrupted_and_keeps_every_row(tmp_path):
+    """bench/journey/ledger.sqlite (the H200 journey, schema 3) opens read-only as it is, and
+    opened to write is rebuilt with the state 'interrupted': every row, event and score the
+    same, the merge triggers and the unique merge index back, foreign keys intact."""
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(HISTORY.read_bytes())
+    with Ledger(path, readonly=True) as r:
+        assert r.schema_version() == 3  # a reader migrates nothing
+        before = (r.attempts(), r.events(), r.scores(), r.phases(), r.runs())
+    led = Ledger(path)
+    assert led.schema_version() == 4
+    assert (led.attempts(), led.events(), led.scores(), led.phases(), led.runs()) == before
+    assert led.integrity() == "ok" and led._db.execute("PRAGMA foreign_key_check").fetchall() == []
+    merged = next(a for a in before[0] if a.state == "merged")
+    with pytest.raises(sqlite3.IntegrityError, match="merged attempt never changes"):
+        led._db.execute("UPDATE attempts SET title='x' WHERE number=?", (merged.number,))
+    with pytest.raises(sqlite3.IntegrityError, match="never deleted"):
+        led._db.execute("DELETE FROM attempts WHERE number=?", (merged.number,))
+    n = new(led, led.phases()[-1].id)
+    led.transition(n, "judging", commit_sha=merged.commit_sha)
+    led.transition(n, "interrupted", reason="SIGINT (Ctrl-C) to kern try while judging")
+    with pytest.raises(IllegalTransition, match="final"):
+        led.transition(n, "queued")
+    assert [a.number for a in led.of_commit(merged.commit_sha)] == [merged.number, n]
+    led.close()
+
+
+def test_a_reader_opens_a_ledger_it_may_not_write_and_names_what_is_wrong_otherwise(tmp_path):
+    """``readonly``: SQLite's mode=ro, nothing created; a missing table and a damaged file are
+    told apart, and neither advice deletes anything (``.recover`` copies what can be read)."""
+    with pytest.raises(LedgerError, match="found nothing there"):
+        Ledger(tmp_path / "none.sqlite", readonly=True)
+    assert not (tmp_path / "none.sqlite").exists()
+    led = fresh(tmp_path)
+    n = new(led, led.phase({"buckets": [4]}))
+    led.close()
+    path = tmp_path / "runs" / "ledger.sqlite"
+    with Ledger(path, readonly=True) as r:
+        assert r.attempt(n).title == "t"
+        with pytest.raises(LedgerError, match="readonly|read-only|may not"):
+            r.new_attempt(title="x", hypothesis="", target="", backend="", base_sha=None, phase_id=None)
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE events")
+    con.commit()
+    con.close()
+    with Ledger(path, readonly=True) as r:
+        with pytest.raises(LedgerError, match="no such table: events.*lacks part of a kern-loop "
+                                              "ledger.*\\.recover"):
+            r.events(n)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not a database at all" * 200)
+    for readonly in (True, False):
+        with pytest.raises(LedgerError, match="is damaged.*\\.recover") as e:
+            Ledger(junk, readonly=readonly).attempts()
+        assert "aside" not in str(e.value) and "delete" not in str(e.value)
 
 
 def test_reader_sees_writer_commits(tmp_path):
