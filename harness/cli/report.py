@@ -19,6 +19,7 @@ from ..ledger import STATES, Ledger, LedgerError, default_path
 
 NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
              "(run `kern try REV` or `kern loop` first)")
+DEMO_LEDGER = "; the newest demo's ledger is in {demo}: kern --repo {demo} {verb}"
 
 
 def register(sub) -> None:
@@ -68,12 +69,31 @@ def _ledger_path(args) -> Path:
 
 
 def _no_ledger(args, path: Path) -> str:
-    """Why there is no ledger to read: none was made yet, or ``--repo`` is no repository
-    (:class:`InputError`: a loop could never have written one there)."""
+    """Why there is no ledger to read: none was made yet (and where the newest demo's is, when
+    ``kern loop --demo`` made one here), or ``--repo`` is no repository (:class:`InputError`: a
+    loop could never have written one there)."""
     from .shared import repo_root
 
-    repo_root(args)
-    return NO_LEDGER.format(path=path)
+    repo = repo_root(args)
+    demos = repo / "runs" / "demo"
+    names = [d.name for d in demos.iterdir() if d.is_dir()] if demos.is_dir() else []
+    demo = newest_demo(names, {n for n in names if default_path(demos / n).is_file()})
+    text = NO_LEDGER.format(path=path)
+    if demo is None:
+        return text
+    where = demos / demo
+    try:
+        where = where.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return text + DEMO_LEDGER.format(demo=where, verb=getattr(args, "verb", None) or "status")
+
+
+def newest_demo(names: list[str], with_ledger: set[str]) -> str | None:
+    """Pure: the newest of ``kern loop --demo``'s repositories (``runs/demo/<stamp>``, stamps
+    that sort by time) holding a ledger, else the newest of all; None when there is none."""
+    ok = sorted(n for n in names if n in with_ledger)
+    return ok[-1] if ok else (sorted(names)[-1] if names else None)
 
 
 def cmd_report(args) -> int:
@@ -197,14 +217,18 @@ def _hours_between(start: str, now: datetime) -> float | None:
 
 def status_data(*, path: str, attempts: list, phases: list, current_phase_id: int | None,
                 scores: list, runs: list, run_usage: dict | None, budgets: dict | None,
-                now: datetime, stops: dict | None = None) -> dict:
-    """Everything ``kern status`` says, as one object (pure: the caller passes ``now``)."""
+                now: datetime, stops: dict | None = None, loop_holder: str | None = None) -> dict:
+    """Everything ``kern status`` says, as one object (pure: the caller passes ``now``).
+    ``stops``: run id -> :class:`~harness.ledger.RunEnd`; ``loop_holder``: who holds the
+    repository's loop lock now (None: no loop runs), which tells a live run from one killed
+    outright when its end is not recorded."""
     by_state = {s: 0 for s in STATES}
     for a in attempts:
         by_state[a.state] = by_state.get(a.state, 0) + 1
     phase = next((p for p in phases if p.id == current_phase_id), None)
     main = next((s for s in reversed(scores) if s.phase_id == current_phase_id), None)
     run = runs[-1] if runs else None
+    end = (stops or {}).get(run.id) if run is not None else None
     budgets = budgets or {}
     return {
         "ledger": path,
@@ -219,16 +243,27 @@ def status_data(*, path: str, attempts: list, phases: list, current_phase_id: in
             "tokens": {"used": sum(a.tokens or 0 for a in attempts), "limit": budgets.get("tokens")},
             "cost_usd": {"used": round(sum(a.cost_usd or 0.0 for a in attempts), 6),
                          "limit": budgets.get("cost_usd")},
-            "wall_hours": {"used": None if run is None else _hours_between(run.started_at, now),
+            "wall_hours": {"used": None if run is None else _hours_between(
+                run.started_at, _parse(end.at) or now if end is not None else now),
                            "limit": budgets.get("wall_hours")},
         },
-        "run": None if run is None else {"id": run.id, "started_at": run.started_at,
-                                          "host": run.host, "usage": run_usage,
-                                          "stopped": (stops or {}).get(run.id)},
+        "run": None if run is None else {
+            "id": run.id, "started_at": run.started_at, "host": run.host, "usage": run_usage,
+            "stopped": None if end is None else {"at": end.at, "how": end.how, "reason": end.reason},
+            # no end recorded: the loop that holds the lock runs it, or it was killed outright
+            "running": loop_holder if end is None else None},
         "in_flight": [{"#": a.number, "state": a.state, "target": a.target, "title": a.title,
                        "backend": a.backend, "since": a.updated_at}
                       for a in attempts if a.state in ("queued", "running", "judging")],
     }
+
+
+def _parse(stamp: str) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    return t if t.tzinfo is not None else None
 
 
 def _used(u: dict, fmt: str = "{}") -> str:
@@ -254,10 +289,19 @@ def status_lines(d: dict) -> list[str]:
     if d["run"]:
         r = d["run"]
         u = r["usage"] or {}
-        out.append(f"{'run':<10} #{r['id']} on {r['host']} since {r['started_at']}: "
+        end = r.get("stopped")
+        span = f"from {r['started_at']} to {end['at']}" if end else f"since {r['started_at']}"
+        out.append(f"{'run':<10} #{r['id']} on {r['host']} {span}: "
                    f"{u.get('attempts', 0)} attempts, {u.get('tokens', 0)} tokens")
-        if r.get("stopped"):
-            out.append(f"{'stopped':<10} {r['stopped']}")
+        if end:
+            out.append(f"{'stopped':<10} {end['at']} · " + (f"{end['how']}: " if end["how"] else "")
+                       + end["reason"])
+        elif r.get("running"):
+            out.append(f"{'running':<10} the loop of {r['running']} (it holds runs/loop.lock)")
+        else:
+            out.append(f"{'stopped':<10} no end recorded and no loop holds runs/loop.lock: the "
+                       f"loop was killed outright (SIGKILL, a crash, a power cut); `kern loop` "
+                       f"resumes where it stopped")
     if d["in_flight"]:
         for i, a in enumerate(d["in_flight"]):
             out.append(f"{'in flight' if i == 0 else '':<10} #{a['#']} {a['state']:<8} "
@@ -298,6 +342,9 @@ def cmd_status(args) -> int:
     except LedgerError as e:
         print(f"kern status: {e}", file=sys.stderr)
         return 2
+    from ..processes import loop_holder
+
+    snap["loop_holder"] = loop_holder(path.parent)  # runs/: the ledger's folder
     d = status_data(**snap, budgets=budgets, now=datetime.now(timezone.utc))
     d["config_problem"] = config_problem
     if args.json:
