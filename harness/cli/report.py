@@ -124,8 +124,9 @@ def cmd_report(args) -> int:
     elif args.format == "csv":
         text = journey.csv_text(attempts, phases, lang=args.lang)
     elif args.format == "json":
-        text = json.dumps(journey.json_obj(attempts, phases, scores), indent=1,
-                          ensure_ascii=False) + "\n"
+        text = json.dumps(journey.json_obj(attempts, phases, scores,
+                                           files=attempt_files(Path(args.repo).resolve(), attempts)),
+                          indent=1, ensure_ascii=False) + "\n"
     else:
         text = journey.html(attempts, phases, scores, lang=args.lang,
                             files=attempt_files(Path(args.repo).resolve(), attempts))
