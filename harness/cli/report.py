@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import journey
 from .shared import examples
-from ..ledger import STATES, Ledger, LedgerError, default_path
+from ..ledger import IN_FLIGHT, STATES, Ledger, LedgerError, default_path
 
 NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
              "(run `kern try REV` or `kern loop` first)")
@@ -255,7 +255,7 @@ def status_data(*, path: str, attempts: list, phases: list, current_phase_id: in
             "running": loop_holder if end is None else None},
         "in_flight": [{"#": a.number, "state": a.state, "target": a.target, "title": a.title,
                        "backend": a.backend, "since": a.updated_at}
-                      for a in attempts if a.state in ("queued", "running", "judging")],
+                      for a in attempts if a.state in IN_FLIGHT],
     }
 
 

@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Sequence
 
 from gates.summary import GateSummary
 
-from ..ledger import ABANDONED, CRASHED, MERGED, TIMED_OUT, Attempt, Score
+from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
 from .plot import KINDS, legend_swatch, outcome_kind, plot_panels, svg
 from .rows import (MINUS, describe, not_shown_line, phase_map, remeasured, sections, shown, signed,
                    summary)
@@ -371,7 +371,7 @@ def reasons(a: Attempt, judgment: dict | None, lang: str = "en") -> list:
     t = TEXT[lang]
     g = a.gate or GateSummary()
     out: list = []
-    if a.reason and a.state in (CRASHED, TIMED_OUT, ABANDONED) and a.reason not in t["reasons"]:
+    if a.reason and a.state not in (MERGED, NOT_DONE) and a.reason not in t["reasons"]:
         out.append(t["reason_line"].format(text=a.reason))
     if g.detail:
         out.append(g.detail)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score, mains
+from ..ledger import (ABANDONED, CRASHED, IN_FLIGHT, MERGED, NOT_DONE, TIMED_OUT, WAITING, Attempt,
+                      Score, mains)
 from .rows import TEXT, phase_map, shown
 
 # What an attempt's marker says, in legend order: (kind, legend label, colour, marker). The
@@ -34,6 +35,7 @@ KINDS = (
     ("timed out", "timed out", "#8C6D31", "d"),
     ("other", "abandoned: other reason", "#555555", "h"),
     ("not done", "not done (declined)", "#BBBBBB", "."),
+    ("ended", "ended otherwise (interrupted, cancelled)", "#777777", "+"),
     ("in flight", "in flight", "#44AA99", "*"),
 )
 _KIND = {k[0]: k for k in KINDS}
@@ -47,10 +49,12 @@ def outcome_kind(a: Attempt) -> str:
     if a.state == ABANDONED:
         r = a.reason or ""
         return r if r in _KIND and r not in ("merged", "crashed", "timed out", "not done",
-                                              "in flight", "other") else "other"
+                                              "in flight", "other", "ended") else "other"
     if a.state in (CRASHED, TIMED_OUT, NOT_DONE):
         return a.state
-    return "in flight"  # queued, running, judging, waiting
+    if a.state in (*IN_FLIGHT, WAITING):
+        return "in flight"
+    return "ended"  # a state of its own that ends an attempt (interrupted, cancelled)
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,8 @@ def _shape(marker: str, r: float, colour: str) -> str:
         k = r * 0.8
         w = 2.6 if marker == "X" else 1.4
         return f'<path d="M{_num(-k)} {_num(-k)} L{_num(k)} {_num(k)} M{_num(-k)} {_num(k)} L{_num(k)} {_num(-k)}" {line} stroke-width="{w}"/>'
+    if marker == "+":
+        return f'<path d="M{_num(-r)} 0 L{_num(r)} 0 M0 {_num(-r)} L0 {_num(r)}" {line} stroke-width="1.4"/>'
     if marker == "P":
         return f'<path d="M{_num(-r)} 0 L{_num(r)} 0 M0 {_num(-r)} L0 {_num(r)}" {line} stroke-width="2.6"/>'
     if marker == "h":

@@ -60,8 +60,8 @@ from typing import Iterable, Mapping
 
 from gates.summary import AccuracySummary, GateSummary, GuardSummary, ReverifySummary, ScorerSummary
 
-from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, MERGED, NOT_DONE, SLOWER, TIMED_OUT,
-                      WAITING, WITHIN_NOISE, Attempt, Phase, mains)
+from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, IN_FLIGHT, MERGED, NOT_DONE, SLOWER,
+                      TIMED_OUT, WAITING, WITHIN_NOISE, Attempt, Phase, mains)
 from .text import TEXT, check_lang
 
 SCORER_CHECK = "scorer check"  # gates.decision.decide's reason when a scorer check failed
@@ -280,7 +280,10 @@ def result(a: Attempt, lang: str = "en") -> str:
     if a.state in (MERGED, CRASHED, TIMED_OUT):
         d = _detail(a, lang)
         return state_word(a.state, lang) + (f" ({d})" if d else "")
-    return state_word(a.state, lang)  # running, queued, judging
+    if a.state in (*IN_FLIGHT, WAITING):
+        return state_word(a.state, lang)  # running, queued, judging
+    # a state that ends an attempt otherwise (interrupted, cancelled): why, as recorded
+    return state_word(a.state, lang) + (f" ({clip(a.reason)})" if a.reason else "")
 
 
 def change(a: Attempt) -> str:

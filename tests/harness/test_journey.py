@@ -97,6 +97,8 @@ G = GateSummary.from_dict  # a gate as the ledger's column holds it (JSON)
     (Attempt(12, "a", state="running"), "", "running"),
     (Attempt(13, "a", state="queued"), "", "queued"),
     (Attempt(14, "a", state="judging"), "", "judging"),
+    (Attempt(14, "a", state="cancelled", reason="wrong target"), "", "cancelled (wrong target)"),
+    (Attempt(14, "a", state="interrupted"), "", "interrupted"),
     (Attempt(15, "a", state="merged", delta_ms=-0.004), "-0.004", f"merged ({M}0.004)"),
 ])
 def test_result_strings(attempt, change, result):
@@ -414,6 +416,7 @@ def test_plot_orders_scores_without_times_by_record():
     ("not done", Attempt(1, state="not done")),
     ("in flight", Attempt(1, state="judging")),
     ("in flight", Attempt(1, state="waiting")),
+    ("ended", Attempt(1, state="interrupted")),  # a state that ends an attempt otherwise
 ])
 def test_outcome_kinds(kind, attempt):
     assert journey.outcome_kind(attempt) == kind
