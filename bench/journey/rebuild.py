@@ -41,6 +41,7 @@ from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent  # the repository whose files (patches, recipes, ledger) are read
 MANIFEST = HERE / "commits.json"
 LEDGER = HERE / "ledger.sqlite"
 ATTEMPTS = HERE / "attempts"
@@ -174,9 +175,9 @@ class Scratch:
     def am(self, recipe: Recipe) -> bytes:
         """The commit object ``git am`` makes of the recipe (written in the scratch clone;
         its branch ``rebuilt/<n>`` points at it)."""
-        patch = self.repo / recipe.patch
+        patch = ROOT / recipe.patch
         if not patch.is_file():
-            raise RebuildError(f"attempt {recipe.attempt}: patch {recipe.patch} is not in {self.repo}")
+            raise RebuildError(f"attempt {recipe.attempt}: patch {recipe.patch} is not in {ROOT}")
         if not has_commit(self.repo, recipe.base):
             raise RebuildError(f"attempt {recipe.attempt}: base {recipe.base[:12]} is not in {self.repo} "
                                f"(fetch main's history: a shallow clone lacks it)")
@@ -218,8 +219,8 @@ def ledger_rows(path: Path) -> dict[int, dict]:
         db.close()
 
 
-def recipe_of(repo: Path, n: int, row: dict, attempt_dir: Path) -> tuple[str, str]:
-    """(patch path relative to ``repo``, base) of replay attempt ``n``: the patch its
+def recipe_of(n: int, row: dict, attempt_dir: Path) -> tuple[str, str]:
+    """(patch path relative to :data:`ROOT`, base) of replay attempt ``n``: the patch its
     settings.json's replay index names in its replay_dir."""
     if row.get("backend") != "replay":
         raise RebuildError(f"attempt {n}: backend {row.get('backend')!r}: only the replay backend's "
@@ -230,13 +231,13 @@ def recipe_of(repo: Path, n: int, row: dict, attempt_dir: Path) -> tuple[str, st
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise RebuildError(f"attempt {n}: {attempt_dir / 'settings.json'}: expected the replay index "
                            f"and replay_dir the loop wrote, found {type(e).__name__}: {e}") from None
-    sys.path.insert(0, str(repo))
+    sys.path.insert(0, str(ROOT))
     from harness.agents.replay import patch_files  # the backend's own order of the patches
 
-    files = patch_files(repo / folder)
+    files = patch_files(ROOT / folder)
     if not 0 <= index < len(files):
         raise RebuildError(f"attempt {n}: replay index {index}, but {folder} holds {len(files)} patches")
-    return str(files[index].relative_to(repo)), row["base_sha"]
+    return str(files[index].relative_to(ROOT)), row["base_sha"]
 
 
 def cmd_check(repo: Path, recipes: dict[int, Recipe], numbers: list[int], apply: bool) -> int:
@@ -292,7 +293,7 @@ def cmd_record(repo: Path, recipes: dict[int, Recipe], numbers: list[int], searc
                 bad += 1
                 continue
             try:
-                patch, base = recipe_of(repo, n, row, ATTEMPTS / str(n))
+                patch, base = recipe_of(n, row, ATTEMPTS / str(n))
                 sha = row["commit_sha"]
                 if has_commit(repo, sha):
                     who, when = committer_of(git(repo, "cat-file", "commit", sha))
@@ -330,8 +331,9 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("verb", choices=("check", "apply", "record"))
     p.add_argument("numbers", nargs="*", type=int, help="attempts (default: every recipe)")
-    p.add_argument("--repo", default=str(HERE.parent.parent),
-                   help="the repository to rebuild in (default: this one)")
+    p.add_argument("--repo", default=str(ROOT),
+                   help="the repository whose objects hold the bases and that gets the commits "
+                        "(default: this one; the patches and recipes are always this one's)")
     p.add_argument("--search", action="store_true",
                    help="record: find the committer's second of a commit that is not here")
     args = p.parse_intermixed_args(argv)
