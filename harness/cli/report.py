@@ -30,17 +30,22 @@ def register(sub) -> None:
             'kern report --format csv --lang zh --out journey.csv',
             'kern report --plot journey.png        the plot alone'),
         help="the journey table (Markdown, CSV, JSON, HTML)",
-        description="The journey from the ledger (runs/ledger.sqlite under --repo): one table per phase "
-                    "(# | attempt | score change (ms) | result), a note that scores of different phases "
-                    "are not comparable, and a summary of merges and gain. An attempt that tried "
+        description="The journey from the ledger (runs/ledger.sqlite under --repo): how a score change "
+                    "is estimated (B − A per bucket: A's median x (B/A − 1), B/A the paired median "
+                    "ratio), "
+                    "one table per phase (# | attempt | score change (ms) | result; the re-measured "
+                    "change where a large gain was measured again), a note that scores of different "
+                    "phases are not comparable, and a summary of merges, gain and main's scores. An "
+                    "attempt that tried "
                     "nothing (declined with no estimated gain) is no row; the phase names it. HTML is "
                     "one self-contained page (no server, nothing fetched): per phase a plot (x the "
                     "attempt's position in its phase, main's score as a line from the phase's start "
                     "through every merge, every measured attempt at its B score with its interval, the "
                     "never-measured in a strip below the axis) and a table whose columns sort and whose "
-                    "rows filter by result and fold out the brief, the change per bucket with its "
-                    "interval and % of floor, and the commit's diff (read from runs/attempts/<n>/ and "
-                    "git).")
+                    "rows filter by result and fold out the commands (kern show N, the replay), every "
+                    "reason whole, the change per bucket with its interval and % of floor, and the "
+                    "commit's diff (read from runs/attempts/<n>/ and git). JSON carries every field "
+                    "of the CSV and the page.")
     p.add_argument("--format", default="md", choices=("md", "csv", "json", "html"),
                    help="output format (default: md)")
     p.add_argument("--lang", default="en", choices=tuple(journey.TEXT),
@@ -57,9 +62,11 @@ def register(sub) -> None:
         "status", **examples(
             "kern status                           budgets, attempts in flight, main's score, why it stopped",
             'kern status --json | jq .budget       the same as JSON'),
-        help="main's score, phase, attempts by state, budget used",
+        help="main's score, phase, attempts by state, budget used, how the loop stopped",
         description="Main's score and phase, attempts by state, budget used against kern.yaml's "
-                    "budgets, and the attempts in flight. Reads the ledger only.")
+                    "budgets, the attempts in flight, and how and when the last run stopped (ticks "
+                    "reached, budget spent, idle, interrupted, halted), or that a loop still runs "
+                    "it. Reads the ledger only; with no ledger, names the newest demo's.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_status)
 
