@@ -22,8 +22,8 @@ from gates.summary import GateSummary
 
 from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
 from .plot import KINDS, legend_swatch, outcome_kind, plot_panels, svg
-from .rows import (MINUS, describe, not_shown_line, phase_map, remeasured, sections, shown, signed,
-                   summary)
+from .rows import (MINUS, describe, not_shown_line, phase_map, remeasured, result, sections, shown,
+                   signed, summary)
 from .text import TEXT, check_lang
 
 DIFF_LINES = 4000  # lines of one diff the page shows; the rest is named, not shown
@@ -424,13 +424,13 @@ def code_spans(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def _detail(a: Attempt, files: AttemptFiles, result_text: str, lang: str, n_cols: int) -> str:
+def _detail(a: Attempt, files: AttemptFiles, lang: str, n_cols: int) -> str:
     t, e = TEXT[lang], _html.escape
     body = [f"<h3>{e(t['detail_title'].format(n=a.number))} · {e(a.title)}</h3>",
-            f"<p class=meta>{e(result_text)}</p>"]
+            f"<p class=meta>{e(result(a, lang, whole=True))}</p>"]
     meta = []
     if a.created_at or a.finished_at:
-        meta.append(t["times"].format(created=a.created_at or "?", finished=a.finished_at or "…"))
+        meta.append(t["times"].format(created=a.created_at or "?", finished=a.finished_at or "—"))
     if a.host or a.slot:
         meta.append(t["where"].format(host=a.host or "", slot=a.slot or ""))
     if a.parts:
@@ -573,7 +573,7 @@ def html(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (), l
             for r in sec.rows:
                 a = by_number[r.number]
                 body.append(_row(a, r, lang))
-                body.append(_detail(a, files.get(a.number) or AttemptFiles(), r.result, lang, len(COLUMNS)))
+                body.append(_detail(a, files.get(a.number) or AttemptFiles(), lang, len(COLUMNS)))
             body.append("</tbody></table>")
         if sec is not None and sec.not_shown:
             body.append(f"<p class=note>{e(not_shown_line(sec, lang))}</p>")

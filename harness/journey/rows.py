@@ -162,11 +162,11 @@ def measured(a: Attempt, band_ms=None, lang: str = "en") -> str:
     return text
 
 
-def clip(text: str, limit: int = 100) -> str:
-    """``text`` on one line, at most ``limit`` characters: cut at a word when one ends late
-    enough, the cut marked with an ellipsis."""
+def clip(text: str, limit: int | None = 100) -> str:
+    """``text`` on one line, at most ``limit`` characters (None: all of it): cut at a word when
+    one ends late enough, the cut marked with an ellipsis."""
     text = " ".join(str(text).split())
-    if len(text) <= limit:
+    if limit is None or len(text) <= limit:
         return text
     cut = text[:limit - 1]
     space = cut.rfind(" ")
@@ -209,7 +209,8 @@ def interval_text(delta: float, ci) -> str:
     return text
 
 
-def _detail(a: Attempt, lang: str) -> str:
+def _detail(a: Attempt, lang: str, whole: bool = False) -> str:
+    limit = None if whole else 100
     t = TEXT[lang]
     gate = a.gate or GateSummary()
     if gate.detail:
@@ -221,7 +222,7 @@ def _detail(a: Attempt, lang: str) -> str:
                                                  first=measured(a, lang=lang))
         return measured(a, lang=lang)
     if a.state in (CRASHED, TIMED_OUT):
-        return clip(a.reason) if a.reason else ""
+        return clip(a.reason, limit) if a.reason else ""
     if a.reason in (SLOWER, WITHIN_NOISE):
         return measured(a, (gate.scorer or ScorerSummary()).band_ms, lang)
     if a.reason == ACCURACY:
@@ -229,6 +230,8 @@ def _detail(a: Attempt, lang: str) -> str:
         verdict = acc.verdict or ""
         reasons = [r for r in acc.reasons or () if r.strip()]
         if reasons:
+            if whole:  # every reason, as recorded
+                return (f"{verdict}: " if verdict else "") + "; ".join(clip(r, None) for r in reasons)
             return (f"{verdict}: " if verdict else "") + clip(reasons[0]) + _more(len(reasons) - 1, lang)
         tag = acc.tag or ""
         if tag in verdict.split():  # the verdict already names it
@@ -245,13 +248,15 @@ def _detail(a: Attempt, lang: str) -> str:
         b = gate.scorer or ScorerSummary()
         checks = b.checks or ()
         if checks:
-            c = checks[0]
-            name, why = str(c.get("check") or "check"), c.get("why")
-            return clip(f"{name}: {why}" if why else name) + _more(len(checks) - 1, lang)
+            texts = [f"{c.get('check') or 'check'}: {c.get('why')}" if c.get("why")
+                     else str(c.get("check") or "check") for c in checks]
+            if whole:
+                return "; ".join(clip(x, None) for x in texts)
+            return clip(texts[0]) + _more(len(checks) - 1, lang)
         if b.graph_matches_eager is False:
             return t["graph_differs"]
         if b.outcome:
-            return clip(f"{b.outcome}" + (f": {b.error}" if b.error else ""))
+            return clip(f"{b.outcome}" + (f": {b.error}" if b.error else ""), limit)
     return ""
 
 
@@ -265,11 +270,12 @@ def reason_word(reason: str | None, lang: str = "en") -> str:
     return TEXT[lang]["reasons"].get(reason, reason)
 
 
-def result(a: Attempt, lang: str = "en") -> str:
-    """The result column for one attempt (see the module docstring for every form)."""
+def result(a: Attempt, lang: str = "en", whole: bool = False) -> str:
+    """The result column for one attempt (see the module docstring for every form); ``whole``:
+    nothing clipped or counted as "+N more" (the opened row)."""
     t = TEXT[lang]
     if a.state == ABANDONED:
-        d = _detail(a, lang)
+        d = _detail(a, lang, whole)
         return state_word(a.state, lang) + t["sep"] + reason_word(a.reason, lang) + (f" ({d})" if d else "")
     if a.state == NOT_DONE:
         return state_word(a.state, lang) + (
@@ -278,12 +284,12 @@ def result(a: Attempt, lang: str = "en") -> str:
     if a.state == WAITING:
         return t["waiting_on"].format(n=a.waiting_on) if a.waiting_on is not None else state_word(a.state, lang)
     if a.state in (MERGED, CRASHED, TIMED_OUT):
-        d = _detail(a, lang)
+        d = _detail(a, lang, whole)
         return state_word(a.state, lang) + (f" ({d})" if d else "")
     if a.state in (*IN_FLIGHT, WAITING):
         return state_word(a.state, lang)  # running, queued, judging
     # a state that ends an attempt otherwise (interrupted, cancelled): why, as recorded
-    return state_word(a.state, lang) + (f" ({clip(a.reason)})" if a.reason else "")
+    return state_word(a.state, lang) + (f" ({clip(a.reason, None if whole else 100)})" if a.reason else "")
 
 
 def change(a: Attempt) -> str:

@@ -114,10 +114,9 @@ def check_page(page: str, attempts, phases, scores) -> dict:
             assert f"<code>kern show {n}</code>" in detail
             if a.hidden:
                 assert f"--replay-attempt {n}</code>" in detail
-            why = re.search(r"<ul class=why>(.*?)</ul>\s*<h4>", detail, re.S)
-            if why:
-                text = _html.unescape(why.group(1))
-                assert "…" not in text and not re.search(r"\(\+\d+ more\)", text), text
+            # nothing clipped or counted in the opened row (the diff and brief are recorded text)
+            text = _html.unescape(re.sub(r"<details.*?</details>", "", detail, flags=re.S))
+            assert "…" not in text and not re.search(r"\+\d+ more", text), text
             g = a.gate or GateSummary()
             for r in (g.accuracy.reasons if g.accuracy and g.accuracy.reasons else ()):
                 assert _html.escape(r) in detail
