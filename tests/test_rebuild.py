@@ -47,7 +47,7 @@ def test_the_manifest_round_trips(entries):
 
 
 def test_every_replay_attempt_of_the_ledger_has_a_recipe_that_gives_its_sha(capsys):
-    db = sqlite3.connect(f"file:{rebuild.LEDGER}?mode=ro", uri=True)
+    db = sqlite3.connect(f"file:{rebuild.LEDGER}?mode=ro&immutable=1", uri=True)
     ledger = dict(db.execute("SELECT number, commit_sha FROM attempts WHERE backend='replay' "
                              "AND commit_sha IS NOT NULL"))
     db.close()

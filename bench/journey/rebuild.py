@@ -203,7 +203,8 @@ class Scratch:
 
 def ledger_rows(path: Path) -> dict[int, dict]:
     """The ledger's attempts (read-only: this never writes the ledger)."""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    # immutable: a read-only open of a WAL file would still leave -shm/-wal files beside it
+    db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
     try:
         db.row_factory = sqlite3.Row
         rows = {r["number"]: dict(r) for r in db.execute("SELECT * FROM attempts")}

@@ -15,6 +15,7 @@ import html as _html
 import io
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -221,10 +222,12 @@ def test_the_demo_pages_figures_agree(tmp_path):
     assert "| 1 | moe.experts.passes 3 -> 1 | -2244.64 |" in md and "gain 2244.64 ms" in md
 
 
-def test_the_h200_journeys_figures_agree():
+def test_the_h200_journeys_figures_agree(tmp_path):
     """bench/journey as committed: #8's 128-row B − A (−1.66) is 84.857 × (B/A − 1), and the
     headline counts #4's re-measurement."""
-    with Ledger(JOURNEY / "ledger.sqlite") as led:
+    for f in JOURNEY.glob("ledger.sqlite*"):  # a copy: opening the committed file rewrites its -wal
+        shutil.copy(f, tmp_path / f.name)
+    with Ledger(tmp_path / "ledger.sqlite") as led:
         attempts, phases, scores = led.attempts(), led.phases(), led.scores()
     files = {}
     for a in attempts:
