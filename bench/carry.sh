@@ -2,8 +2,9 @@
 # Build .carry/ (git-ignored) for a device call of bench/gpu_evidence.sh, on this machine:
 #   .carry/.whl/        the wheels the H200 image lacks (Python 3.12, x86-64; the image has torch,
 #                       triton, numpy, matplotlib but not these; 2026-12-04: 15 wheels, 4.6 MB)
-#   .carry/repo.bundle  main, the journey's attempt tags (journey/attempt-N: a restarted loop
-#                       re-judges an attempt left judging from its commit) and any BRANCH named
+#   .carry/repo.bundle  main and any BRANCH named (the journey's attempt commits travel as main's
+#                       files: gpu_evidence.sh rebuilds them on the device with
+#                       bench/journey/rebuild.py, so no tag or side branch is carried)
 # Usage: bash bench/carry.sh [BRANCH...]; then run(..., carry=[".carry"]) with the phase.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ if [ -z "$(ls .carry/.whl/*.whl 2>/dev/null)" ]; then
     -d .carry/.whl gitpython gitdb smmap rich markdown-it-py mdurl pygments pyyaml pytest pluggy \
     iniconfig packaging hypothesis sortedcontainers attrs
 fi
-git bundle create -q .carry/repo.bundle main $(git tag -l 'journey/*') "$@"
-echo "carry: $(ls .carry/.whl | wc -l) wheels, bundle of main $(git rev-parse --short main)" \
-     "with $(git tag -l 'journey/*' | wc -l) journey tags${*:+ and $*}"
+python3 bench/journey/rebuild.py check >/dev/null || {
+  echo "carry: bench/journey/rebuild.py check failed: main's files do not rebuild every attempt's commit" >&2; exit 1; }
+git bundle create -q .carry/repo.bundle main "$@"
+echo "carry: $(ls .carry/.whl | wc -l) wheels, bundle of main $(git rev-parse --short main)${*:+ and $*}"

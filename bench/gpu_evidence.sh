@@ -51,6 +51,9 @@ elif command -v git >/dev/null; then
     [ "$b" = main ] || [ "$b" = HEAD ] || git branch -q "$b" "origin/$b"
   done
   git config user.email kern@loop; git config user.name kern-loop
+  # the journey's attempt commits (branches attempt/<n>) from main's files: a restarted loop
+  # re-judges an attempt left judging from its commit, and the page shows each one's diff
+  python3 bench/journey/rebuild.py apply | tail -1
 else
   echo "no git on the device: running from the main snapshot only"; mkdir -p /tmp/r && tar -xf "$ROOT/.carry/main.tar" -C /tmp/r && cd /tmp/r
 fi

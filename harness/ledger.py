@@ -55,6 +55,15 @@ SCOPE = "scope"
 CONFLICT = "conflict"
 REASONS = (SLOWER, WITHIN_NOISE, ACCURACY, GUARD, SCOPE, CONFLICT)
 
+# How a run of ``kern loop`` ended (the ``stop`` event's ``how``; ``kern status`` says it with the
+# event's time). A run with no such event is still going, or its process was killed outright.
+RUN_TICKS = "ticks reached"  # --ticks N (or --tick) ticks were run
+RUN_BUDGET = "budget spent"  # kern.yaml's budgets (attempts, tokens, cost, wall hours)
+RUN_IDLE = "idle"  # agents reported nothing left for loop.stop_after_idle_ticks ticks
+RUN_INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM
+RUN_HALTED = "halted"  # nothing more could be recorded (a full disk)
+RUN_ENDS = (RUN_TICKS, RUN_BUDGET, RUN_IDLE, RUN_INTERRUPTED, RUN_HALTED)
+
 # Legal moves. Back to ``queued`` from running/judging is how a restarted loop re-queues work
 # its killed predecessor left in flight. Final states have no way out: a retry is a new attempt,
 # so the journey never rewrites what it already told.
@@ -170,6 +179,16 @@ class Run:
     config_digest: str
     host: str
     note: str
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How and when a run ended: ``how`` one of :data:`RUN_ENDS` (None in events written
+    before it was recorded), ``reason`` in words."""
+    run: int
+    at: str
+    how: str | None
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -501,16 +520,26 @@ class Ledger:
                                                "note": note})
         return tid
 
-    def stop_run(self, run_id: int, reason: str, *, at: str | None = None) -> None:
-        """Why run ``run_id`` stopped by itself (a budget spent, nothing left to do)."""
+    def stop_run(self, run_id: int, reason: str, *, how: str, at: str | None = None) -> None:
+        """Run ``run_id`` ended: ``how`` (one of :data:`RUN_ENDS`) and why in words. A run ends
+        once; a second end is ignored (the first is what happened)."""
+        if how not in RUN_ENDS:
+            raise LedgerError(f"stop_run: unknown end {how!r}; expected one of "
+                              f"{', '.join(repr(h) for h in RUN_ENDS)}")
         at = self._at(at)
         with self._tx() as db:
-            self._event(db, None, at, "stop", {"run": run_id, "reason": reason})
+            ended = any(json.loads(d).get("run") == run_id for (d,) in db.execute(
+                "SELECT data FROM events WHERE kind='stop' AND attempt IS NULL"))
+            if not ended:
+                self._event(db, None, at, "stop", {"run": run_id, "reason": reason, "how": how})
 
-    def stops(self) -> dict[int, str]:
-        """Run id -> why it stopped by itself (the last word; runs killed or interrupted have none)."""
-        return {e["run"]: e["reason"] for e in (json.loads(r["data"]) for r in self._q(
-            "SELECT data FROM events WHERE kind='stop' AND attempt IS NULL ORDER BY id"))}
+    def stops(self) -> dict[int, RunEnd]:
+        """Run id -> how and when it ended (runs killed outright, or still going, have none)."""
+        out = {}
+        for r in self._q("SELECT at, data FROM events WHERE kind='stop' AND attempt IS NULL ORDER BY id"):
+            d = json.loads(r["data"])
+            out.setdefault(d["run"], RunEnd(d["run"], r["at"], d.get("how"), d.get("reason") or ""))
+        return out
 
     def runs(self) -> list[Run]:
         return [Run(**r) for r in self._q("SELECT * FROM runs ORDER BY id")]

@@ -475,12 +475,12 @@ class Orchestrator:
             report.draining = spent  # attempts in flight finish (later ticks judge them); none starts
             return report
         if self.halt or spent:
-            return self._stop(report, self.halt or spent)
+            return self._stop(report, self.halt or spent, L.RUN_HALTED if self.halt else L.RUN_BUDGET)
         if spawn:
             self.trial_merge(tick_id, report)
             self.plan_and_spawn(tick_id, report)
         if self.halt:
-            return self._stop(report, self.halt)
+            return self._stop(report, self.halt, L.RUN_HALTED)
         if wait_for_agents > 0 and report.spawned:
             self.wait_agents([n for n, _ in report.spawned], wait_for_agents)
         # agents still working (or commits waiting to be judged) are not "nothing left"
@@ -488,18 +488,27 @@ class Orchestrator:
             or not spawn or bool(self.led.attempts(states=L.IN_FLIGHT))
         self.idle_ticks = 0 if useful else self.idle_ticks + 1
         if self.idle_ticks >= self.cfg.loop.stop_after_idle_ticks:
-            return self._stop(report, f"agents reported nothing left for {self.idle_ticks} ticks")
+            return self._stop(report, f"agents reported nothing left for {self.idle_ticks} ticks", L.RUN_IDLE)
         return report
 
-    def _stop(self, report: TickReport, reason: str) -> TickReport:
-        """The loop stops: why, in the report and in the ledger (``kern status`` shows it)."""
+    def _stop(self, report: TickReport, reason: str, how: str) -> TickReport:
+        """The loop stops by itself: why, in the report and in the ledger (``kern status``
+        shows it)."""
         report.stop = reason
-        try:
-            self.led.stop_run(self.run_id, reason)
-        except L.LedgerError:  # a full disk (the halt's cause): the reason is still printed
-            if not self.halt:
-                raise
+        self.end(how, reason)
         return report
+
+    def end(self, how: str, reason: str) -> None:
+        """Record how this loop's run ended (:data:`harness.ledger.RUN_ENDS`), once; nothing
+        when no tick started a run. The caller says how when the loop ends from outside the
+        ticks: its ticks done, or interrupted."""
+        if self.run_id is None:
+            return
+        try:
+            self.led.stop_run(self.run_id, reason, how=how)
+        except L.LedgerError:  # a full disk (the halt's cause): the reason is still printed
+            if not self.halt and how != L.RUN_INTERRUPTED:
+                raise
 
     def wait_agents(self, numbers: list[int], timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -42,6 +42,25 @@ def acquire_loop_lock(runs: Path):
     return f
 
 
+def loop_holder(runs: Path) -> str | None:
+    """Who holds ``runs``' loop lock (``pid N on HOST``), or None when no loop runs. Reads
+    only: a missing lock file is not created, and the lock is never held past the probe."""
+    path = runs / "loop.lock"
+    try:
+        f = open(path)
+    except OSError:
+        return None
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f.read().strip() or "another process"
+        except OSError:
+            return None
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return None
+
+
 def start_agent(d: Path, worktree: Path) -> int:
     """Start the agent of attempt folder ``d`` (its brief.json, settings.json there; its
     proposal.json and agent.log written there) on ``worktree``, in a session of its own so that

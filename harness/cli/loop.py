@@ -2,7 +2,9 @@
 gate, the brief an attempt would get, the orchestrator), their arguments and the live view."""
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -10,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from .shared import MAX_ATTEMPT, add_mkdir_flag, examples, seconds, whole
-from ..ledger import IN_FLIGHT
+from ..ledger import IN_FLIGHT, RUN_HALTED, RUN_INTERRUPTED, RUN_TICKS
 from ..progress import fmt_elapsed
 
 
@@ -486,6 +488,7 @@ def _loop(args, say, started: float) -> int:
             say(f"tick {n}: {len(rep.collected)} collected, {len(rep.spawned)} started, {in_flight} in "
                 f"flight" + (f"; next tick in {fmt_elapsed(every)}" if more else ""))
             if not more:
+                orch.end(RUN_TICKS, "one tick (--tick)" if args.tick else f"{n} of --ticks {ticks}")
                 break
             deadline = time.monotonic() + every
             if view is not None:
@@ -497,7 +500,12 @@ def _loop(args, say, started: float) -> int:
     except LedgerError as e:
         # nothing more can be recorded (a full disk, a broken file); what was recorded stands
         say(f"kern loop: stopped: {e}", err=True)
+        with contextlib.suppress(LedgerError):
+            orch.end(RUN_HALTED, f"the ledger refused a write: {e}")
         return 4
+    except (KeyboardInterrupt, SystemExit) as e:  # Ctrl-C, or SIGTERM (harness/cli/__init__.py)
+        orch.end(RUN_INTERRUPTED, interruption(e))
+        raise
     finally:
         if live:
             live.stop()
@@ -514,6 +522,16 @@ def _loop(args, say, started: float) -> int:
         say(f"journey    {page}  (kern --repo {args.repo} report --format html --out FILE writes it again)")
         say(f"demo took {time.monotonic() - started:.0f} s")
     return 4 if orch.halt else 0
+
+
+def interruption(e: BaseException) -> str:
+    """Pure: what ended a loop from outside, in words (the run's end in the ledger)."""
+    code = getattr(e, "code", None)
+    if isinstance(e, KeyboardInterrupt):
+        return "Ctrl-C (SIGINT)"
+    if isinstance(code, int) and code > 128 and code - 128 in signal.valid_signals():
+        return f"{signal.Signals(code - 128).name} (exit {code})"
+    return f"the process exited ({code})"
 
 
 def stamped(line: str, now: datetime) -> str:

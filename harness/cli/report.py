@@ -15,10 +15,11 @@ from pathlib import Path
 
 from .. import journey
 from .shared import add_mkdir_flag, examples, out_file
-from ..ledger import STATES, Ledger, LedgerError, default_path
+from ..ledger import IN_FLIGHT, STATES, Ledger, LedgerError, default_path
 
 NO_LEDGER = ("no ledger at {path}: nothing has been tried in this repository yet "
              "(run `kern try REV` or `kern loop` first)")
+DEMO_LEDGER = "; the newest demo's ledger is in {demo}: kern --repo {demo} {verb}"
 
 
 def register(sub) -> None:
@@ -29,17 +30,22 @@ def register(sub) -> None:
             'kern report --format csv --lang zh --out journey.csv',
             'kern report --plot journey.png        the plot alone'),
         help="the journey table (Markdown, CSV, JSON, HTML)",
-        description="The journey from the ledger (runs/ledger.sqlite under --repo): one table per phase "
-                    "(# | attempt | score change (ms) | result), a note that scores of different phases "
-                    "are not comparable, and a summary of merges and gain. An attempt that tried "
+        description="The journey from the ledger (runs/ledger.sqlite under --repo): how a score change "
+                    "is estimated (B − A per bucket: A's median x (B/A − 1), B/A the paired median "
+                    "ratio), "
+                    "one table per phase (# | attempt | score change (ms) | result; the re-measured "
+                    "change where a large gain was measured again), a note that scores of different "
+                    "phases are not comparable, and a summary of merges, gain and main's scores. An "
+                    "attempt that tried "
                     "nothing (declined with no estimated gain) is no row; the phase names it. HTML is "
                     "one self-contained page (no server, nothing fetched): per phase a plot (x the "
                     "attempt's position in its phase, main's score as a line from the phase's start "
                     "through every merge, every measured attempt at its B score with its interval, the "
                     "never-measured in a strip below the axis) and a table whose columns sort and whose "
-                    "rows filter by result and fold out the brief, the change per bucket with its "
-                    "interval and % of floor, and the commit's diff (read from runs/attempts/<n>/ and "
-                    "git).")
+                    "rows filter by result and fold out the commands (kern show N, the replay), every "
+                    "reason whole, the change per bucket with its interval and % of floor, and the "
+                    "commit's diff (read from runs/attempts/<n>/ and git). JSON carries every field "
+                    "of the CSV and the page.")
     p.add_argument("--format", default="md", choices=("md", "csv", "json", "html"),
                    help="output format (default: md)")
     p.add_argument("--lang", default="en", choices=tuple(journey.TEXT),
@@ -57,9 +63,11 @@ def register(sub) -> None:
         "status", **examples(
             "kern status                           budgets, attempts in flight, main's score, why it stopped",
             'kern status --json | jq .budget       the same as JSON'),
-        help="main's score, phase, attempts by state, budget used",
+        help="main's score, phase, attempts by state, budget used, how the loop stopped",
         description="Main's score and phase, attempts by state, budget used against kern.yaml's "
-                    "budgets, and the attempts in flight. Reads the ledger only.")
+                    "budgets, the attempts in flight, and how and when the last run stopped (ticks "
+                    "reached, budget spent, idle, interrupted, halted), or that a loop still runs "
+                    "it. Reads the ledger only; with no ledger, names the newest demo's.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_status)
 
@@ -69,12 +77,31 @@ def _ledger_path(args) -> Path:
 
 
 def _no_ledger(args, path: Path) -> str:
-    """Why there is no ledger to read: none was made yet, or ``--repo`` is no repository
-    (:class:`InputError`: a loop could never have written one there)."""
+    """Why there is no ledger to read: none was made yet (and where the newest demo's is, when
+    ``kern loop --demo`` made one here), or ``--repo`` is no repository (:class:`InputError`: a
+    loop could never have written one there)."""
     from .shared import repo_root
 
-    repo_root(args)
-    return NO_LEDGER.format(path=path)
+    repo = repo_root(args)
+    demos = repo / "runs" / "demo"
+    names = [d.name for d in demos.iterdir() if d.is_dir()] if demos.is_dir() else []
+    demo = newest_demo(names, {n for n in names if default_path(demos / n).is_file()})
+    text = NO_LEDGER.format(path=path)
+    if demo is None:
+        return text
+    where = demos / demo
+    try:
+        where = where.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    return text + DEMO_LEDGER.format(demo=where, verb=getattr(args, "verb", None) or "status")
+
+
+def newest_demo(names: list[str], with_ledger: set[str]) -> str | None:
+    """Pure: the newest of ``kern loop --demo``'s repositories (``runs/demo/<stamp>``, stamps
+    that sort by time) holding a ledger, else the newest of all; None when there is none."""
+    ok = sorted(n for n in names if n in with_ledger)
+    return ok[-1] if ok else (sorted(names)[-1] if names else None)
 
 
 def cmd_report(args) -> int:
@@ -108,8 +135,9 @@ def cmd_report(args) -> int:
     elif args.format == "csv":
         text = journey.csv_text(attempts, phases, lang=args.lang)
     elif args.format == "json":
-        text = json.dumps(journey.json_obj(attempts, phases, scores), indent=1,
-                          ensure_ascii=False) + "\n"
+        text = json.dumps(journey.json_obj(attempts, phases, scores,
+                                           files=attempt_files(Path(args.repo).resolve(), attempts)),
+                          indent=1, ensure_ascii=False) + "\n"
     else:
         text = journey.html(attempts, phases, scores, lang=args.lang,
                             files=attempt_files(Path(args.repo).resolve(), attempts))
@@ -199,14 +227,18 @@ def _hours_between(start: str, now: datetime) -> float | None:
 
 def status_data(*, path: str, attempts: list, phases: list, current_phase_id: int | None,
                 scores: list, runs: list, run_usage: dict | None, budgets: dict | None,
-                now: datetime, stops: dict | None = None) -> dict:
-    """Everything ``kern status`` says, as one object (pure: the caller passes ``now``)."""
+                now: datetime, stops: dict | None = None, loop_holder: str | None = None) -> dict:
+    """Everything ``kern status`` says, as one object (pure: the caller passes ``now``).
+    ``stops``: run id -> :class:`~harness.ledger.RunEnd`; ``loop_holder``: who holds the
+    repository's loop lock now (None: no loop runs), which tells a live run from one killed
+    outright when its end is not recorded."""
     by_state = {s: 0 for s in STATES}
     for a in attempts:
         by_state[a.state] = by_state.get(a.state, 0) + 1
     phase = next((p for p in phases if p.id == current_phase_id), None)
     main = next((s for s in reversed(scores) if s.phase_id == current_phase_id), None)
     run = runs[-1] if runs else None
+    end = (stops or {}).get(run.id) if run is not None else None
     budgets = budgets or {}
     return {
         "ledger": path,
@@ -221,16 +253,27 @@ def status_data(*, path: str, attempts: list, phases: list, current_phase_id: in
             "tokens": {"used": sum(a.tokens or 0 for a in attempts), "limit": budgets.get("tokens")},
             "cost_usd": {"used": round(sum(a.cost_usd or 0.0 for a in attempts), 6),
                          "limit": budgets.get("cost_usd")},
-            "wall_hours": {"used": None if run is None else _hours_between(run.started_at, now),
+            "wall_hours": {"used": None if run is None else _hours_between(
+                run.started_at, _parse(end.at) or now if end is not None else now),
                            "limit": budgets.get("wall_hours")},
         },
-        "run": None if run is None else {"id": run.id, "started_at": run.started_at,
-                                          "host": run.host, "usage": run_usage,
-                                          "stopped": (stops or {}).get(run.id)},
+        "run": None if run is None else {
+            "id": run.id, "started_at": run.started_at, "host": run.host, "usage": run_usage,
+            "stopped": None if end is None else {"at": end.at, "how": end.how, "reason": end.reason},
+            # no end recorded: the loop that holds the lock runs it, or it was killed outright
+            "running": loop_holder if end is None else None},
         "in_flight": [{"#": a.number, "state": a.state, "target": a.target, "title": a.title,
                        "backend": a.backend, "since": a.updated_at}
-                      for a in attempts if a.state in ("queued", "running", "judging")],
+                      for a in attempts if a.state in IN_FLIGHT],
     }
+
+
+def _parse(stamp: str) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return None
+    return t if t.tzinfo is not None else None
 
 
 def _used(u: dict, fmt: str = "{}") -> str:
@@ -256,10 +299,19 @@ def status_lines(d: dict) -> list[str]:
     if d["run"]:
         r = d["run"]
         u = r["usage"] or {}
-        out.append(f"{'run':<10} #{r['id']} on {r['host']} since {r['started_at']}: "
+        end = r.get("stopped")
+        span = f"from {r['started_at']} to {end['at']}" if end else f"since {r['started_at']}"
+        out.append(f"{'run':<10} #{r['id']} on {r['host']} {span}: "
                    f"{u.get('attempts', 0)} attempts, {u.get('tokens', 0)} tokens")
-        if r.get("stopped"):
-            out.append(f"{'stopped':<10} {r['stopped']}")
+        if end:
+            out.append(f"{'stopped':<10} {end['at']} · " + (f"{end['how']}: " if end["how"] else "")
+                       + end["reason"])
+        elif r.get("running"):
+            out.append(f"{'running':<10} the loop of {r['running']} (it holds runs/loop.lock)")
+        else:
+            out.append(f"{'stopped':<10} no end recorded and no loop holds runs/loop.lock: the "
+                       f"loop was killed outright (SIGKILL, a crash, a power cut); `kern loop` "
+                       f"resumes where it stopped")
     if d["in_flight"]:
         for i, a in enumerate(d["in_flight"]):
             out.append(f"{'in flight' if i == 0 else '':<10} #{a['#']} {a['state']:<8} "
@@ -306,6 +358,9 @@ def cmd_status(args) -> int:
     except LedgerError as e:
         print(f"kern status: {e}", file=sys.stderr)
         return 2
+    from ..processes import loop_holder
+
+    snap["loop_holder"] = loop_holder(path.parent)  # runs/: the ledger's folder
     d = status_data(**snap, budgets=budgets, now=datetime.now(timezone.utc))
     d["config_problem"] = config_problem
     if args.json:

@@ -13,13 +13,17 @@ gathered by the shell (harness/cli/report.py ``attempt_files``).
 from __future__ import annotations
 
 import html as _html
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from ..ledger import Attempt, Score
+from gates.summary import GateSummary
+
+from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
 from .plot import KINDS, legend_swatch, outcome_kind, plot_panels, svg
-from .rows import (describe, not_shown_line, phase_map, sections, shown, signed, summary)
+from .rows import (MINUS, describe, not_shown_line, phase_map, remeasured, result, sections, shown,
+                   signed, summary)
 from .text import TEXT, check_lang
 
 DIFF_LINES = 4000  # lines of one diff the page shows; the rest is named, not shown
@@ -38,10 +42,14 @@ class AttemptFiles:
 
 @dataclass(frozen=True)
 class BucketChange:
-    """One bucket of one A/B: medians, B − A with its 95 % interval, the roofline floor."""
+    """One bucket of one A/B: its weight in the score, the medians, B/A (the paired median
+    ratio the scorer estimates; None when unpaired or unknown), B − A with its 95 % interval,
+    the roofline floor."""
     rows: int
+    weight: float | None
     a_ms: float | None
     b_ms: float | None
+    ratio: float | None
     delta_ms: float | None
     low: float | None
     high: float | None
@@ -52,6 +60,24 @@ class BucketChange:
         if self.floor_ms is None or not ms:
             return None
         return self.floor_ms / ms * 100
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One A/B as the page shows it: its buckets, then the score row (A's and B's score, the
+    weights' mean of the medians; B − A, the weights' mean of the buckets' B − A, with its
+    interval and its share of A's score). ``paired``: B − A is the paired estimate (else B's
+    median − A's median); ``from_judgment``: every number from the judgment's file (else
+    the ledger's medians alone)."""
+    buckets: tuple
+    paired: bool
+    from_judgment: bool
+    score_a: float | None = None
+    score_b: float | None = None
+    delta_ms: float | None = None
+    low: float | None = None
+    high: float | None = None
+    delta_pct: float | None = None
 
 
 def _get(d, *keys):
@@ -66,32 +92,60 @@ def _float(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def bucket_changes(a: Attempt, judgment: dict | None = None) -> tuple[list[BucketChange], bool]:
-    """The change per bucket of ``a``'s A/B (pure). From its judgment's file when given (every
-    number: medians, interval, floor at the bandwidth measured in the run), else from the
-    ledger's per-bucket medians (no interval, no floor). Returns (rows, from the judgment)."""
-    bench = _get(judgment, "bench") if judgment else None
+def measurement(bench: dict | None) -> Measurement | None:
+    """The A/B of a scorer's report (a judgment's ``bench``, or its ``reverify``), every
+    number as the scorer computed it (pure); None when the report holds no A/B."""
     ab = _get(bench, "analysis", "ab")
-    if isinstance(ab, dict) and isinstance(_get(bench, "buckets"), list):
-        bw = _float(_get(bench, "bandwidth", "Bps"))
-        out = []
-        for b in bench["buckets"]:
-            d = _get(ab, "delta", "buckets", b) or {}
-            nbytes = _float(_get(bench, "cost", b, "bytes"))
-            out.append(BucketChange(
-                int(b), _float(_get(bench, "analysis", "sides", "A", "buckets", b, "median")),
-                _float(_get(bench, "analysis", "sides", "B", "buckets", b, "median")),
-                _float(d.get("delta")), _float(d.get("low")), _float(d.get("high")),
-                nbytes / bw * 1e3 if nbytes is not None and bw else None))
-        return out, True
+    buckets = _get(bench, "buckets")
+    if not isinstance(ab, dict) or not isinstance(buckets, list):
+        return None
+    bw = _float(_get(bench, "bandwidth", "Bps"))
+    weights = _get(bench, "weights")
+    weights = weights if isinstance(weights, list) and len(weights) == len(buckets) else [None] * len(buckets)
+    paired = bool(_get(ab, "paired") or _get(ab, "delta", "paired"))
+    out = []
+    for b, w in zip(buckets, weights):
+        d = _get(ab, "delta", "buckets", b) or {}
+        nbytes = _float(_get(bench, "cost", b, "bytes"))
+        a_ms = _float(_get(bench, "analysis", "sides", "A", "buckets", b, "median"))
+        delta = _float(d.get("delta"))
+        # the paired estimate is A's median x (m - 1): m is what was estimated (stats.paired_delta)
+        ratio = 1 + delta / a_ms if paired and delta is not None and a_ms else None
+        out.append(BucketChange(
+            int(b), _float(w), a_ms, _float(_get(bench, "analysis", "sides", "B", "buckets", b, "median")),
+            ratio, delta, _float(d.get("low")), _float(d.get("high")),
+            nbytes / bw * 1e3 if nbytes is not None and bw else None))
+    return Measurement(tuple(out), paired, True, _float(_get(bench, "analysis", "sides", "A", "score")),
+                       _float(_get(bench, "analysis", "sides", "B", "score")),
+                       _float(_get(ab, "delta", "delta")), _float(_get(ab, "delta", "low")),
+                       _float(_get(ab, "delta", "high")), _float(ab.get("delta_pct")))
+
+
+def ledger_measurement(a: Attempt) -> Measurement:
+    """What the ledger row alone says of ``a``'s A/B (pure): the per-bucket medians, and the
+    score's B − A with its interval. No per-bucket B − A: the row holds no replay pairs, and
+    B's median − A's median is not what the scorer estimated."""
     ma, mb = a.medians_a or {}, a.medians_b or {}
     keys = sorted({*ma, *mb}, key=lambda k: int(k) if str(k).isdigit() else 0)
-    out = []
-    for k in keys:
-        va, vb = _float(ma.get(k)), _float(mb.get(k))
-        out.append(BucketChange(int(k), va, vb, vb - va if va is not None and vb is not None else None,
-                                None, None, None))
-    return out, False
+    out = tuple(BucketChange(int(k), None, _float(ma.get(k)), _float(mb.get(k)), None, None, None,
+                             None, None) for k in keys)
+    return Measurement(out, True, False, None, None, a.delta_ms, a.ci_low, a.ci_high, a.delta_pct)
+
+
+def measurements(a: Attempt, judgment: dict | None) -> tuple[Measurement, Measurement | None]:
+    """``a``'s A/B (from its judgment's file, else its ledger row) and the re-measurement's
+    (from the file; None without one)."""
+    first = measurement(_get(judgment, "bench")) or ledger_measurement(a)
+    return first, measurement(_get(judgment, "bench", "reverify"))
+
+
+def bucket_changes(a: Attempt, judgment: dict | None = None) -> tuple[list[BucketChange], bool]:
+    """The change per bucket of ``a``'s A/B (pure): from its judgment's file when given (every
+    number: medians, B/A, interval, floor at the bandwidth measured in the run), else the
+    ledger's per-bucket medians. Returns (rows, from the judgment)."""
+    m = measurement(_get(judgment, "bench")) if judgment else None
+    m = m or ledger_measurement(a)
+    return list(m.buckets), m.from_judgment
 
 
 def diff_stats(diff: str) -> tuple[int, int, int]:
@@ -158,6 +212,7 @@ pre{background:#f7fafc;border:1px solid #e2e8f0;padding:.6rem;overflow:auto;max-
 pre.brief{white-space:pre-wrap}details{margin:.4rem 0}summary{cursor:pointer;font-size:.86rem}
 .add{color:#22543d;background:#f0fff4}.del{color:#742a2a;background:#fff5f5}.hunk{color:#6b46c1}.file{font-weight:700}
 .meta{font-size:.84rem;color:#4a5568;margin:.2rem 0}
+.estimator{font-size:.86rem;color:#2d3748;max-width:60rem}ul.why{font-size:.84rem;margin:.2rem 0}
 """
 
 # Sorting (a click on a heading; empty cells last either way), the filter by result, the detail
@@ -223,10 +278,15 @@ def _diff_html(diff: str) -> str:
     return "\n".join(out)
 
 
-def _bucket_table(a: Attempt, files: AttemptFiles, lang: str, n_cols: int) -> list[str]:
+def _pct(v: float | None, decimals: int = 2) -> str:
+    return "" if v is None else f"{v:+.{decimals}f} %".replace("-", MINUS)
+
+
+def _bucket_table(m: Measurement, n: int, lang: str) -> list[str]:
+    """The table of one A/B: a row per bucket, then the score row, each figure recomputable
+    from its neighbours (B − A = A × (B/A − 1) per bucket; the score row the weights' mean)."""
     t, e = TEXT[lang], _html.escape
-    bs, full = bucket_changes(a, files.judgment)
-    if not bs:
+    if not m.buckets and m.delta_ms is None:
         return [f"<p class=note>{e(t['no_buckets'])}</p>"]
 
     def ms(v):
@@ -235,47 +295,142 @@ def _bucket_table(a: Attempt, files: AttemptFiles, lang: str, n_cols: int) -> li
     def pct(v):
         return "" if v is None else f"{v:.0f} %"
 
+    def ci(lo, hi):
+        return f"[{signed(lo)}, {signed(hi)}]" if lo is not None and hi is not None else ""
+
+    bs = m.buckets
     floors = any(b.floor_ms is not None for b in bs)  # the CPU's scorer measures no bandwidth
-    head = [t["rows"], t["a_ms"], t["b_ms"], t["d_ms"], t["ci"], t["pct"]]
+    weights = any(b.weight is not None for b in bs)
+    head = [t["rows"]] + ([t["weight"]] if weights else []) + [t["a_ms"], t["b_ms"]]
+    head += [t["ratio"], t["d_ms"]] if m.paired else [t["d_ms_medians"]]
+    head += [t["ci"], t["pct"]]
     if floors:
         head += [t["floor_ms"], t["a_floor"], t["b_floor"]]
     out = ["<table class=buckets><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in head)
            + "</tr></thead><tbody>"]
     for b in bs:
-        ci = f"[{signed(b.low)}, {signed(b.high)}]" if b.low is not None and b.high is not None else ""
         rel = (b.delta_ms / b.a_ms * 100) if b.delta_ms is not None and b.a_ms else None
-        cells = [str(b.rows), ms(b.a_ms), ms(b.b_ms), "" if b.delta_ms is None else signed(b.delta_ms),
-                 ci, "" if rel is None else f"{rel:+.1f} %".replace("-", "\u2212")]
+        cells = [str(b.rows)] + ([_weight(b.weight)] if weights else []) + [ms(b.a_ms), ms(b.b_ms)]
+        cells += ["" if b.ratio is None else f"{b.ratio:.5f}"] if m.paired else []
+        cells += ["" if b.delta_ms is None else signed(b.delta_ms), ci(b.low, b.high), _pct(rel)]
         if floors:
             cells += [ms(b.floor_ms), pct(b.pct_of_floor(b.a_ms)), pct(b.pct_of_floor(b.b_ms))]
         out.append("<tr>" + "".join(f"<td class=num>{e(c)}</td>" for c in cells) + "</tr>")
-    if a.delta_ms is not None:
-        sa = _get(files.judgment, "bench", "analysis", "sides", "A", "score") if full else None
-        sb = _get(files.judgment, "bench", "analysis", "sides", "B", "score") if full else None
-        ci = (f"[{signed(a.ci_low)}, {signed(a.ci_high)}]"
-              if a.ci_low is not None and a.ci_high is not None else "")
-        cells = [t["score_row"], ms(_float(sa)), ms(_float(sb)), signed(a.delta_ms), ci,
-                 "" if a.delta_pct is None else f"{a.delta_pct:+.1f} %".replace("-", "\u2212")]
+    if m.delta_ms is not None:
+        total = sum(b.weight for b in bs) if weights and all(b.weight is not None for b in bs) else None
+        cells = [t["score_row"]] + ([_weight(total)] if weights else []) + [ms(m.score_a), ms(m.score_b)]
+        cells += [""] if m.paired else []
+        cells += [signed(m.delta_ms), ci(m.low, m.high), _pct(m.delta_pct)]
         if floors:
             cells += ["", "", ""]
         out.append("<tr class=total>" + "".join(f"<td class=num>{e(c)}</td>" for c in cells) + "</tr>")
     out.append("</tbody></table>")
-    if not full:
-        out.append(f"<p class=note>{e(t['buckets_from_ledger'].format(n=a.number))}</p>")
-    elif floors:
-        out.append(f"<p class=note>{e(t['floor_note'])}</p>")
-    else:
-        out.append(f"<p class=note>{e(t['no_floor'])}</p>")
+    notes = []
+    if not m.from_judgment:
+        notes.append(t["buckets_from_ledger"].format(n=n))
+    elif not m.paired:
+        notes.append(t["unpaired"])
+    if m.from_judgment:
+        notes.append(t["floor_note"] if floors else t["no_floor"])
+    out += [f"<p class=note>{e(x)}</p>" for x in notes]
     return out
 
 
-def _detail(a: Attempt, files: AttemptFiles, result_text: str, lang: str, n_cols: int) -> str:
+def _weight(w: float | None) -> str:
+    return "" if w is None else f"{w:g}"
+
+
+def hidden_text(hidden, lang: str = "en") -> str:
+    """A judgment's hidden inputs (``Hidden.to_dict()``) in words; a record that is not one
+    (edited by hand) as it is."""
+    from gates.protocol import Hidden, HiddenError
+
+    t = TEXT[lang]
+    try:
+        h = Hidden.from_dict(hidden)
+    except HiddenError:
+        return json.dumps(hidden, sort_keys=True)
+    return t["hidden_text"].format(seed=h.input_seed,
+                                   rows=", ".join(map(str, h.extra_rows)) or t["none"])
+
+
+def commands(a: Attempt) -> dict:
+    """The commands a row names: ``kern show N``, and when the judgment's hidden inputs are
+    recorded the ``kern test`` and ``kern bench`` that run its gates again on them."""
+    replay = []
+    if a.hidden and a.commit_sha and a.base_sha:
+        rev = f"{a.commit_sha[:12]} --vs {a.base_sha[:12]} --replay-attempt {a.number}"
+        replay = [f"kern test {rev}", f"kern bench {rev}"]
+    return {"show": f"kern show {a.number}", "replay": replay}
+
+
+def reasons(a: Attempt, judgment: dict | None, lang: str = "en") -> list:
+    """Every reason the row's gates recorded, whole (the result column clips them): lines,
+    and (heading, items) for lists. The judgment's file, when here, gives the accuracy gate's
+    whole list (the ledger keeps its first six)."""
+    t = TEXT[lang]
+    g = a.gate or GateSummary()
+    out: list = []
+    if a.reason and a.state not in (MERGED, NOT_DONE) and a.reason not in t["reasons"]:
+        out.append(t["reason_line"].format(text=a.reason))
+    if g.detail:
+        out.append(g.detail)
+    for problem in g.scope_problems or ():
+        out.append(t["scope_line"].format(text=problem))
+    acc = g.accuracy
+    if acc is not None and (acc.verdict or acc.reasons):
+        full = _get(judgment, "test", "reasons")
+        items = [str(r) for r in (full if isinstance(full, list) and len(full) > len(acc.reasons or ())
+                                  else acc.reasons or ())]
+        out.append((t["accuracy_line"].format(text=acc.verdict or acc.tag or ""), items))
+    sc = g.scorer
+    if sc is not None:
+        if sc.checks:
+            out.append((t["checks_line"], [f"{c.get('check')}: {c.get('why')}" if c.get("why")
+                                           else str(c.get("check")) for c in sc.checks]))
+        if sc.graph_matches_eager is False:
+            out.append(t["scorer_line"].format(text=t["graph_differs"]))
+        if sc.outcome and sc.outcome != "ok":
+            out.append(t["scorer_line"].format(text=sc.outcome + (f": {sc.error}" if sc.error else "")))
+        if sc.classification:
+            band = f", {t['band'].format(v=f'{abs(sc.band_ms):.2f}')}" if sc.band_ms is not None else ""
+            out.append(t["scorer_line"].format(text=sc.classification + band))
+    if g.guard is not None and g.guard.text:
+        out.append(t["guard_line"].format(text=g.guard.text))
+    again = g.reverify
+    if again is not None and again.outcome not in (None, "ok"):
+        out.append(t["scorer_line"].format(text=f"{again.outcome}" + (f": {again.error}" if again.error else "")))
+    if g.conflict:
+        out.append(t["conflict_line"].format(text=g.conflict))
+    return out
+
+
+def _reasons_html(items: list) -> str:
+    e = _html.escape
+    lis = []
+    for x in items:
+        if isinstance(x, tuple):
+            head, sub = x
+            lis.append(f"<li>{e(head)}" + ("<ul>" + "".join(f"<li>{e(s)}</li>" for s in sub) + "</ul>"
+                                           if sub else "") + "</li>")
+        else:
+            lis.append(f"<li>{e(x)}</li>")
+    return "<ul class=why>" + "".join(lis) + "</ul>"
+
+
+def code_spans(text: str) -> str:
+    """``text`` escaped for HTML, its `backquoted` names as <code> (the estimator's)."""
+    parts = _html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def _detail(a: Attempt, files: AttemptFiles, lang: str, n_cols: int) -> str:
     t, e = TEXT[lang], _html.escape
     body = [f"<h3>{e(t['detail_title'].format(n=a.number))} · {e(a.title)}</h3>",
-            f"<p class=meta>{e(result_text)}</p>"]
+            f"<p class=meta>{e(result(a, lang, whole=True))}</p>"]
     meta = []
     if a.created_at or a.finished_at:
-        meta.append(t["times"].format(created=a.created_at or "?", finished=a.finished_at or "…"))
+        meta.append(t["times"].format(created=a.created_at or "?", finished=a.finished_at or "—"))
     if a.host or a.slot:
         meta.append(t["where"].format(host=a.host or "", slot=a.slot or ""))
     if a.parts:
@@ -283,15 +438,28 @@ def _detail(a: Attempt, files: AttemptFiles, result_text: str, lang: str, n_cols
     if a.rerun_of is not None:
         meta.append(t["rerun_of"].format(n=a.rerun_of))
     if isinstance(a.hidden, dict) and a.hidden:
-        meta.append(t["hidden"].format(text=", ".join(f"{k} {v}" for k, v in sorted(a.hidden.items()))))
+        meta.append(t["hidden"].format(text=hidden_text(a.hidden, lang)))
     if meta:
         body.append("<p class=meta>" + " · ".join(e(m) for m in meta) + "</p>")
+    cmd = commands(a)
+    lines = [f"<code>{e(cmd['show'])}</code> {e(t['show_cmd'])}"]
+    lines += [f"<code>{e(c)}</code> {e(what)}" for c, what in zip(cmd["replay"], t["replay_cmds"])]
+    if not cmd["replay"] and a.state in (MERGED, ABANDONED, CRASHED, TIMED_OUT):
+        lines.append(e(t["no_replay"]))
+    body.append(f"<h4>{e(t['commands'])}</h4><p class=meta>" + "<br>".join(lines) + "</p>")
+    why = reasons(a, files.judgment, lang)
+    if why:
+        body.append(f"<h4>{e(t['why'])}</h4>" + _reasons_html(why))
     body.append(f"<h4>{e(t['per_bucket'])}</h4>")
-    body += _bucket_table(a, files, lang, n_cols)
-    again = a.gate.reverify if a.gate is not None else None
-    if again is not None and _float(again.delta_ms) is not None:
-        ci = again.ci or (None, None)
-        lo, hi = (_float(ci[0]), _float(ci[1])) if len(ci) == 2 else (None, None)
+    first, again_file = measurements(a, files.judgment)
+    body += _bucket_table(first, a.number, lang)
+    again = remeasured(a)
+    if again_file is not None:
+        body.append(f"<h4>{e(t['remeasured_title'])}</h4>")
+        body += _bucket_table(again_file, a.number, lang)
+    elif again is not None:
+        ci = tuple(again.ci or ()) + (None, None)
+        lo, hi = _float(ci[0]), _float(ci[1])
         body.append("<p class=meta>" + e(t["remeasured"].format(
             delta=signed(again.delta_ms), low="" if lo is None else signed(lo),
             high="" if hi is None else signed(hi))) + "</p>")
@@ -314,11 +482,18 @@ def _detail(a: Attempt, files: AttemptFiles, result_text: str, lang: str, n_cols
                     + (f"<p class=note>{e(t['diff_cut'].format(n=DIFF_LINES))}</p>" if cut else "")
                     + "</details>")
     else:
-        why = files.diff_missing or (t["no_commit"] if not a.commit_sha else
-                                     t["not_in_repo"].format(sha=a.commit_sha[:10]))
-        body.append(f"<p class=note>{e(t['no_diff'].format(why=why))}</p>")
+        body.append(f"<p class=note>{e(t['no_diff'].format(why=diff_missing(a, files, lang)))}</p>")
     return (f'<tr class="detail" id="d-{a.number}" hidden><td colspan="{n_cols}">'
             + "\n".join(body) + "</td></tr>")
+
+
+def diff_missing(a: Attempt, files: AttemptFiles, lang: str = "en") -> str:
+    """Why the page shows no diff of ``a`` ('' when it has one)."""
+    if files.diff:
+        return ""
+    t = TEXT[lang]
+    return files.diff_missing or (t["no_commit"] if not a.commit_sha else
+                                  t["not_in_repo"].format(sha=a.commit_sha[:10]))
 
 
 def _row(a: Attempt, r, lang: str) -> str:
@@ -356,6 +531,8 @@ def html(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (), l
     head = title or t["title"]
     body = [f"<h1>{e(head)}</h1>"]
     secs = sections(attempts, phases, scores, lang)
+    if secs:
+        body.append(f"<p class=estimator>{code_spans(t['estimator'])}</p>")
     panels = {p.phase_id: p for p in plot_panels(attempts, phases, scores, lang)}
     if not secs and not panels:
         body += [f"<p>{e(t['empty'])}</p>", f"<p class=note>{e(t['no_scores'])}</p>"]
@@ -396,7 +573,7 @@ def html(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (), l
             for r in sec.rows:
                 a = by_number[r.number]
                 body.append(_row(a, r, lang))
-                body.append(_detail(a, files.get(a.number) or AttemptFiles(), r.result, lang, len(COLUMNS)))
+                body.append(_detail(a, files.get(a.number) or AttemptFiles(), lang, len(COLUMNS)))
             body.append("</tbody></table>")
         if sec is not None and sec.not_shown:
             body.append(f"<p class=note>{e(not_shown_line(sec, lang))}</p>")

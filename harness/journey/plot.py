@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from ..ledger import (ABANDONED, CRASHED, INTERRUPTED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score,
-                      mains)
+from ..ledger import (ABANDONED, CRASHED, IN_FLIGHT, INTERRUPTED, MERGED, NOT_DONE, TIMED_OUT,
+                      WAITING, Attempt, Score, mains)
 from .rows import TEXT, phase_map, shown
 
 # What an attempt's marker says, in legend order: (kind, legend label, colour, marker). The
@@ -52,7 +52,9 @@ def outcome_kind(a: Attempt) -> str:
                                               "in flight", "other") else "other"
     if a.state in (CRASHED, TIMED_OUT, INTERRUPTED, NOT_DONE):
         return a.state
-    return "in flight"  # queued, running, judging, waiting
+    if a.state in (*IN_FLIGHT, WAITING):
+        return "in flight"
+    return "other"  # the ledger's states are all above; a later one reads as ended
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,9 @@ def _main_steps(atts: list, ss: list, definition: dict | None) -> list:
         else:
             at = _parse_time(s.at)
             if at is not None and ordered:
-                x = 0.5 + sum(1 for t in done if t <= at)
+                # a baseline is recorded while an attempt is judged, before that attempt
+                # finishes: a tie of the seconds puts it before the attempt
+                x = 0.5 + sum(1 for t in done if t < at)
             else:
                 x = last_x  # times that do not order: keep the records' own order
         x = max(x, last_x)
@@ -140,6 +144,16 @@ def _main_steps(atts: list, ss: list, definition: dict | None) -> list:
     return out
 
 
+def _b_score(a: Attempt, definition: dict | None, at_sha: dict) -> float | None:
+    """B's own score in ``a``'s A/B (the weights' mean of its medians), which is main's score
+    after a merge (harness/pipeline.py records it so): a merged marker sits on main's line.
+    A merged attempt without recorded medians takes main's score at its commit."""
+    y = _weighted(a.medians_b, definition)
+    if y is None and a.state == MERGED:
+        y = next((at_sha[s] for s in (a.merged_sha, a.commit_sha) if s in at_sha), None)
+    return y
+
+
 def _main_at(steps: list, x: float) -> float | None:
     v = None
     for sx, sy in steps:
@@ -151,9 +165,11 @@ def _main_at(steps: list, x: float) -> float | None:
 def plot_panels(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] = (),
                 lang: str = "en") -> list[Panel]:
     """What the plot draws, one panel per phase (pure). Each journey row sits at its position
-    in its phase; a measured one at its B score, placed as A's score of its own A/B (from its
-    recorded medians and the phase's weights, else main's score at the time) plus its change,
-    the interval placed the same way; attempts never measured have y None."""
+    in its phase; a measured one at its B score (its A/B's B medians under the phase's
+    weights; a merge without them at main's score of its commit; else A's score, or main's at
+    the time, plus its change), the interval of B − A placed around it; attempts never
+    measured have y None. B − A is the scorer's paired estimate, so B's score need not be A's
+    plus it: the marker is where B measured, and a merge sits on main's line."""
     t = TEXT[lang]
     pm = phase_map(phases)
     scores = list(scores or ())
@@ -169,18 +185,21 @@ def plot_panels(attempts: Iterable[Attempt], phases=(), scores: Sequence[Score] 
         definition = pm[pid].definition if pid in pm else None
         steps = _main_steps(atts, ss, definition)
         has_scale = bool(steps) or any(_weighted(a.medians_a, definition) is not None for a in atts)
+        at_sha = {s.sha: s.score_ms for s in ss}
         pts = []
         for i, a in enumerate(atts, 1):
             kind = outcome_kind(a)
             y = lo = hi = None
             if a.delta_ms is not None and a.state in (MERGED, ABANDONED):
-                ref = _weighted(a.medians_a, definition) if has_scale else 0.0
-                if ref is None:
-                    ref = _main_at(steps, i - 0.5)
-                if ref is not None:
-                    y = ref + a.delta_ms
-                    if a.ci_low is not None and a.ci_high is not None:
-                        lo, hi = ref + a.ci_low, ref + a.ci_high
+                y = _b_score(a, definition, at_sha) if has_scale else a.delta_ms
+                if y is None:
+                    ref = _weighted(a.medians_a, definition)
+                    if ref is None:
+                        ref = _main_at(steps, i - 0.5)
+                    y = None if ref is None else ref + a.delta_ms
+                if y is not None and a.ci_low is not None and a.ci_high is not None:
+                    shift = y - a.delta_ms  # where B − A's zero sits; 0 in a panel of changes
+                    lo, hi = a.ci_low + shift, a.ci_high + shift
             pts.append(PlotPoint(i, a.number, kind, y, lo, hi))
         merged = sum(1 for a in atts if a.state == MERGED)
         phase = t["unknown_phase"] if pid is None else f"{t['phase']} {pid}"
@@ -259,6 +278,8 @@ def _shape(marker: str, r: float, colour: str) -> str:
         k = r * 0.8
         w = 2.6 if marker == "X" else 1.4
         return f'<path d="M{_num(-k)} {_num(-k)} L{_num(k)} {_num(k)} M{_num(-k)} {_num(k)} L{_num(k)} {_num(-k)}" {line} stroke-width="{w}"/>'
+    if marker == "+":
+        return f'<path d="M{_num(-r)} 0 L{_num(r)} 0 M0 {_num(-r)} L0 {_num(r)}" {line} stroke-width="1.4"/>'
     if marker == "P":
         return f'<path d="M{_num(-r)} 0 L{_num(r)} 0 M0 {_num(-r)} L0 {_num(r)}" {line} stroke-width="2.6"/>'
     if marker == "h":

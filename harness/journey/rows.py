@@ -10,12 +10,21 @@ commit and analysed no idea worth telling. The ledger keeps it (the planner read
 target is exhausted); the journey leaves it out and says how many it left out, with their
 numbers, under the phase's table.
 
+**The estimator** (said once on every rendering, :data:`.text.TEXT` ``estimator``): a score
+change B − A is the scorer's paired estimate (gates/stats.py ``paired_delta``): per bucket A's
+median × (m − 1), m the median over replay pairs of B's time over A's, the score's B − A the
+buckets' weighted as the score weights them. It is not B's median − A's median. A large gain is
+measured again before it merges; the row's score change (:func:`headline_ms`), and so a phase's
+gain, is the re-measured one where there is one.
+
 Where a result's numbers come from (the orchestrator writes them; ``gate`` is the row's
 :class:`~gates.summary.GateSummary`); the result column says what decided each attempt:
 
     merged (−0.35 [−0.41, −0.29])
                                state merged: ``delta_ms`` (B − A, ms) and its interval
                                (``ci_low``, ``ci_high``)
+    merged (re-measured −0.33 [−0.40, −0.27]; first −0.35 [−0.41, −0.29])
+                               the same, re-measured (``gate.reverify``)
     abandoned: within noise (−417.69 [−900.10, +60.30], band ±120.00)
     abandoned: slower (+0.21 [+0.15, +0.27])
                                reason "within noise" / "slower": the same, and the noise band
@@ -52,9 +61,10 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from gates.summary import AccuracySummary, GateSummary, GuardSummary, ScorerSummary
+from gates.summary import AccuracySummary, GateSummary, GuardSummary, ReverifySummary, ScorerSummary
 
-from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, INTERRUPTED, MERGED, NOT_DONE, SLOWER,
+from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, IN_FLIGHT, INTERRUPTED, MERGED, NOT_DONE,
+                      SLOWER,
                       TIMED_OUT, WAITING, WITHIN_NOISE, Attempt, Phase, mains)
 from .text import TEXT, check_lang
 
@@ -71,7 +81,7 @@ class JourneyRow:
     result: str
     state: str
     phase_id: int | None
-    delta_ms: float | None
+    delta_ms: float | None  # the change column's number (:func:`headline_ms`), unrounded
 
 
 def tried_nothing(a: Attempt) -> bool:
@@ -156,11 +166,11 @@ def measured(a: Attempt, band_ms=None, lang: str = "en") -> str:
     return text
 
 
-def clip(text: str, limit: int = 100) -> str:
-    """``text`` on one line, at most ``limit`` characters: cut at a word when one ends late
-    enough, the cut marked with an ellipsis."""
+def clip(text: str, limit: int | None = 100) -> str:
+    """``text`` on one line, at most ``limit`` characters (None: all of it): cut at a word when
+    one ends late enough, the cut marked with an ellipsis."""
     text = " ".join(str(text).split())
-    if len(text) <= limit:
+    if limit is None or len(text) <= limit:
         return text
     cut = text[:limit - 1]
     space = cut.rfind(" ")
@@ -173,17 +183,52 @@ def _more(n: int, lang: str) -> str:
     return f" ({TEXT[lang]['more'].format(n=n)})" if n > 0 else ""
 
 
-def _detail(a: Attempt, lang: str) -> str:
+def remeasured(a: Attempt) -> ReverifySummary | None:
+    """The re-measurement of ``a``'s gain when it measured a change (None otherwise)."""
+    again = a.gate.reverify if a.gate is not None else None
+    if again is None or again.outcome not in (None, "ok") or not _is_number(again.delta_ms):
+        return None
+    return again
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def headline_ms(a: Attempt) -> float | None:
+    """The score change a row counts (its change column, a phase's gain): the re-measured
+    B − A where the gain was measured again, else the judgment's; None unless judged."""
+    if a.state not in (MERGED, ABANDONED):
+        return None
+    again = remeasured(a)
+    return float(again.delta_ms) if again is not None else a.delta_ms
+
+
+def interval_text(delta: float, ci) -> str:
+    """``−0.35 [−0.41, −0.29]`` (the interval left out when not both ends are numbers)."""
+    text = signed(delta)
+    lo, hi = (tuple(ci) + (None, None))[:2] if ci else (None, None)
+    if _is_number(lo) and _is_number(hi):
+        text += f" [{signed(lo)}, {signed(hi)}]"
+    return text
+
+
+def _detail(a: Attempt, lang: str, whole: bool = False) -> str:
+    limit = None if whole else 100
     t = TEXT[lang]
     gate = a.gate or GateSummary()
     if gate.detail:
         return gate.detail
     if a.state == MERGED:
+        again = remeasured(a)
+        if again is not None and a.delta_ms is not None:
+            return t["result_remeasured"].format(again=interval_text(again.delta_ms, again.ci),
+                                                 first=measured(a, lang=lang))
         return measured(a, lang=lang)
     if a.state in (CRASHED, TIMED_OUT, INTERRUPTED):
         words = gate.last_words  # the side's last line, when the row kept it
-        said = f"{words.side}: {clip(words.last, 80)}" if words is not None and words.last else ""
-        return " · ".join(x for x in (clip(a.reason) if a.reason else "", said) if x)
+        said = f"{words.side}: {clip(words.last, 80 if limit else None)}" if words is not None and words.last else ""
+        return " · ".join(x for x in (clip(a.reason, limit) if a.reason else "", said) if x)
     if a.reason in (SLOWER, WITHIN_NOISE):
         return measured(a, (gate.scorer or ScorerSummary()).band_ms, lang)
     if a.reason == ACCURACY:
@@ -191,6 +236,8 @@ def _detail(a: Attempt, lang: str) -> str:
         verdict = acc.verdict or ""
         reasons = [r for r in acc.reasons or () if r.strip()]
         if reasons:
+            if whole:  # every reason, as recorded
+                return (f"{verdict}: " if verdict else "") + "; ".join(clip(r, None) for r in reasons)
             return (f"{verdict}: " if verdict else "") + clip(reasons[0]) + _more(len(reasons) - 1, lang)
         tag = acc.tag or ""
         if tag in verdict.split():  # the verdict already names it
@@ -207,13 +254,15 @@ def _detail(a: Attempt, lang: str) -> str:
         b = gate.scorer or ScorerSummary()
         checks = b.checks or ()
         if checks:
-            c = checks[0]
-            name, why = str(c.get("check") or "check"), c.get("why")
-            return clip(f"{name}: {why}" if why else name) + _more(len(checks) - 1, lang)
+            texts = [f"{c.get('check') or 'check'}: {c.get('why')}" if c.get("why")
+                     else str(c.get("check") or "check") for c in checks]
+            if whole:
+                return "; ".join(clip(x, None) for x in texts)
+            return clip(texts[0]) + _more(len(checks) - 1, lang)
         if b.graph_matches_eager is False:
             return t["graph_differs"]
         if b.outcome:
-            return clip(f"{b.outcome}" + (f": {b.error}" if b.error else ""))
+            return clip(f"{b.outcome}" + (f": {b.error}" if b.error else ""), limit)
     return ""
 
 
@@ -227,11 +276,12 @@ def reason_word(reason: str | None, lang: str = "en") -> str:
     return TEXT[lang]["reasons"].get(reason, reason)
 
 
-def result(a: Attempt, lang: str = "en") -> str:
-    """The result column for one attempt (see the module docstring for every form)."""
+def result(a: Attempt, lang: str = "en", whole: bool = False) -> str:
+    """The result column for one attempt (see the module docstring for every form); ``whole``:
+    nothing clipped or counted as "+N more" (the opened row)."""
     t = TEXT[lang]
     if a.state == ABANDONED:
-        d = _detail(a, lang)
+        d = _detail(a, lang, whole)
         return state_word(a.state, lang) + t["sep"] + reason_word(a.reason, lang) + (f" ({d})" if d else "")
     if a.state == NOT_DONE:
         return state_word(a.state, lang) + (
@@ -240,22 +290,24 @@ def result(a: Attempt, lang: str = "en") -> str:
     if a.state == WAITING:
         return t["waiting_on"].format(n=a.waiting_on) if a.waiting_on is not None else state_word(a.state, lang)
     if a.state in (MERGED, CRASHED, TIMED_OUT, INTERRUPTED):
-        d = _detail(a, lang)
+        d = _detail(a, lang, whole)
         return state_word(a.state, lang) + (f" ({d})" if d else "")
-    return state_word(a.state, lang)  # running, queued, judging
+    if a.state in (*IN_FLIGHT, WAITING):
+        return state_word(a.state, lang)  # running, queued, judging
+    # a state that ends an attempt otherwise (interrupted, cancelled): why, as recorded
+    return state_word(a.state, lang) + (f" ({clip(a.reason, None if whole else 100)})" if a.reason else "")
 
 
 def change(a: Attempt) -> str:
     # Only judged attempts have a measured change; an estimate is not a measurement.
-    if a.delta_ms is None or a.state not in (MERGED, ABANDONED):
-        return ""
-    return fmt_delta(a.delta_ms)
+    ms = headline_ms(a)
+    return "" if ms is None else fmt_delta(ms)
 
 
 def rows(attempts: Iterable[Attempt], lang: str = "en") -> list[JourneyRow]:
     """The journey's rows (attempts that tried nothing left out), in number order."""
-    return [JourneyRow(a.number, a.title, change(a), result(a, lang), a.state, a.phase_id, a.delta_ms)
-            for a in shown(attempts)]
+    return [JourneyRow(a.number, a.title, change(a), result(a, lang), a.state, a.phase_id,
+                       headline_ms(a)) for a in shown(attempts)]
 
 
 # --------------------------------------------------------------------------- grouping
@@ -317,7 +369,8 @@ def sections(attempts, phases, scores, lang: str) -> list[Section]:
         else:
             heading = f"{t['phase']} {pid}"
         merged = [r for r in rs if r.state == MERGED]
-        gain = -sum(r.delta_ms for r in merged if r.delta_ms is not None)
+        # the printed changes summed, so the gain is the sum of the figures above it
+        gain = -sum(float(r.change) for r in merged if r.change)
         ss = mains(s for s in scores or () if s.phase_id == pid)
         out.append(Section(pid, heading, rs, len(merged), gain,
                            ss[0].score_ms if ss else None, ss[-1].score_ms if ss else None,
@@ -326,10 +379,15 @@ def sections(attempts, phases, scores, lang: str) -> list[Section]:
 
 
 def summary(sec: Section, lang: str) -> str:
+    """A phase's summary line: merges of rows, the gain (the merged rows' score changes
+    summed, as the change column prints them) and main's first and last score with their
+    difference; each number recomputable from the rows and the plot beside it."""
     t = TEXT[lang]
     s = t["summary"].format(merged=sec.merged, total=len(sec.rows), gain=fmt_gain(sec.gain_ms))
     if sec.first_score is not None:
-        s += " · " + t["main"].format(first=f"{sec.first_score:.3f}", last=f"{sec.last_score:.3f}")
+        first, last = round(sec.first_score, 3), round(sec.last_score, 3)
+        s += " · " + t["main"].format(first=f"{first:.3f}", last=f"{last:.3f}",
+                                      change=f"{last - first:+.3f}".replace("-", MINUS))
     return s
 
 
@@ -342,6 +400,7 @@ def not_shown_line(sec: Section, lang: str) -> str:
 
 
 __all__ = ["JourneyRow", "MINUS", "SCORER_CHECK", "Section", "accuracy_tag", "change", "check_lang",
-           "clip", "describe", "fmt_delta", "fmt_estimate", "fmt_gain", "measured", "not_shown_line",
-           "phase_map", "reason_word", "result", "rows", "sections", "shown", "signed",
-           "state_word", "summary", "tried_nothing"]
+           "clip", "describe", "fmt_delta", "fmt_estimate", "fmt_gain", "headline_ms",
+           "interval_text", "measured", "not_shown_line", "phase_map", "reason_word", "remeasured",
+           "result", "rows", "sections", "shown", "signed", "state_word", "summary",
+           "tried_nothing"]

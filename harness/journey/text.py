@@ -18,8 +18,19 @@ TEXT = {
         "cols": ("#", "attempt", "score change (ms)", "result"),
         "phase_col": "phase",
         "empty": "No attempts yet.",
-        "summary": "{merged} merged of {total} attempts · total gain {gain} ms",
-        "main": "main {first} → {last} ms",
+        "summary": "{merged} merged of {total} attempts · gain {gain} ms (the merged rows' score "
+                   "changes, summed)",
+        "main": "main {first} → {last} ms ({change} ms, main's own scores)",
+        "estimator": "How a score change is measured: per bucket, B − A is A's median × (B/A − 1), "
+                     "where B/A is the median over the replays both sides ran on the same inputs "
+                     "of B's time over A's (the paired median of log ratios, `gates/stats.py "
+                     "paired_delta`), so it is not B's median − A's median; the score's B − A is "
+                     "the buckets' weighted as the score weights them, and its 95 % interval "
+                     "bootstraps the pairs. A gain larger than `bench.reverify_pct` is measured "
+                     "again in fresh processes before it merges, and its row counts the "
+                     "re-measured change. A phase's gain sums the merged rows' changes; main's "
+                     "scores (first → last, the line of the plot) are the weighted medians each "
+                     "judgment measured, so the two need not agree.",
         "no_scores": "No attempt or score recorded yet.",
         "not_shown": "Not shown: {n} attempt(s) that tried nothing (declined with no estimated "
                      "gain): {numbers}.",
@@ -36,6 +47,7 @@ TEXT = {
         "estimated": "estimated {v}",
         "waiting_on": "waiting on #{n}",
         "band": "band ±{v}",
+        "result_remeasured": "re-measured {again}; first {first}",
         "more": "+{n} more",
         "at_rows": "at {rows} rows",
         "graph_differs": "the CUDA graph's outputs differ from eager",
@@ -47,7 +59,7 @@ TEXT = {
                   "other": "abandoned: other reason", "not done": "not done (declined)",
                   "in flight": "in flight"},
         "main_line": "main's score",
-        "interval": "95 % interval of B − A",
+        "interval": "95 % interval of B − A, placed around B's score",
         "not_measured": "not measured",
         "x_label": "attempt in this phase",
         "y_score": "score (ms)",
@@ -76,18 +88,26 @@ TEXT = {
         "diff_cut": "(diff cut at {n} lines)",
         "per_bucket": "Change per bucket",
         "rows": "rows",
+        "weight": "weight",
         "a_ms": "A (ms)",
         "b_ms": "B (ms)",
-        "d_ms": "B − A (ms)",
+        "ratio": "B/A (paired median)",
+        "d_ms": "B − A (ms) = A × (B/A − 1)",
+        "d_ms_medians": "B − A (ms) = B − A medians",
         "ci": "95 % interval",
-        "pct": "change",
+        "pct": "change (of A)",
         "floor_ms": "floor (ms)",
         "a_floor": "A % of floor",
         "b_floor": "B % of floor",
-        "score_row": "score",
+        "score_row": "score (weighted mean)",
         "buckets_from_ledger": "Per-bucket medians from the ledger; the judgment's file "
                                "(runs/attempts/{n}/judgment-*.json) is not here, so no "
-                               "per-bucket interval or floor.",
+                               "per-bucket B − A, interval or floor.",
+        "unpaired": "An unpaired judgment: B − A is B's median − A's median (judgments before "
+                    "replays were paired).",
+        "first_measured": "Measured",
+        "remeasured_title": "Re-measured (fresh processes, the sides alternating, an input seed "
+                            "of its own)",
         "floor_note": "% of floor: the bucket's roofline floor (bytes it must move at the read "
                       "bandwidth measured in the same run) over its median time; 100 % is the floor.",
         "no_floor": "No roofline floor: the run measured no read bandwidth (a CPU's scorer does not).",
@@ -96,6 +116,22 @@ TEXT = {
         "times": "created {created} · finished {finished}",
         "where": "judged on {host} {slot}",
         "hidden": "hidden inputs: {text}",
+        "hidden_text": "input seed {seed}, extra batch sizes {rows}",
+        "none": "none",
+        "why": "What decided it",
+        "reason_line": "reason: {text}",
+        "accuracy_line": "accuracy gate: {text}",
+        "checks_line": "scorer checks that failed:",
+        "scorer_line": "scorer: {text}",
+        "guard_line": "guard: {text}",
+        "scope_line": "scope: {text}",
+        "conflict_line": "conflict: {text}",
+        "commands": "Commands",
+        "show_cmd": "the whole attempt",
+        "replay_cmds": ("the accuracy gate again, on the judgment's hidden inputs",
+                        "the scorer again, on the judgment's hidden inputs"),
+        "no_replay": "no replay: no hidden inputs recorded (no gate ran on it, or it was judged "
+                     "before they were recorded)",
         "parts": "trial merge of {parts}",
         "rerun_of": "a re-run of #{n}",
         "units": {"s": "s", "min": "min", "h": "h"},
@@ -108,8 +144,15 @@ TEXT = {
         "cols": ("#", "尝试", "分数变化 (ms)", "结果"),
         "phase_col": "阶段",
         "empty": "尚无尝试。",
-        "summary": "已合并 {merged} / 共 {total} 次尝试 · 总收益 {gain} ms",
-        "main": "主分支 {first} → {last} ms",
+        "summary": "已合并 {merged} / 共 {total} 次尝试 · 收益 {gain} ms（已合并各行分数变化之和）",
+        "main": "主分支 {first} → {last} ms（{change} ms，主分支自身的分数）",
+        "estimator": "分数变化的测法：每个桶的 B − A 为 A 的中位数 ×（B/A − 1），其中 B/A 是两侧在相同"
+                     "输入上运行的各次重放中 B 的时间与 A 的时间之比的中位数（对数比的配对中位数，"
+                     "`gates/stats.py paired_delta`），因此它不等于 B 的中位数 − A 的中位数；分数的 B − A "
+                     "是各桶按分数权重的加权平均，其 95 % 区间对配对样本做自助抽样。超过 "
+                     "`bench.reverify_pct` 的收益在合并前会用新进程再测一次，该行计入复测的变化。"
+                     "阶段收益是已合并各行变化之和；主分支的分数（首 → 末，以及图中的线）是每次评审"
+                     "测得的加权中位数，因此两者不必相等。",
         "no_scores": "尚无尝试或分数记录。",
         "not_shown": "未列出：{n} 次什么也没尝试的尝试（放弃且估计收益为零）：{numbers}。",
         "states": {"merged": "已合并", "abandoned": "已放弃", "crashed": "崩溃",
@@ -123,6 +166,7 @@ TEXT = {
         "estimated": "估计 {v}",
         "waiting_on": "等待 #{n}",
         "band": "噪声带 ±{v}",
+        "result_remeasured": "复测 {again}；首次 {first}",
         "more": "另有 {n} 条",
         "at_rows": "于 {rows} 行",
         "graph_differs": "CUDA 图的输出与即时执行不同",
@@ -132,7 +176,7 @@ TEXT = {
                   "interrupted": "已中断", "other": "放弃：其他原因", "not done": "未做（已放弃的想法）",
                   "in flight": "进行中"},
         "main_line": "主分支的分数",
-        "interval": "B − A 的 95 % 区间",
+        "interval": "B − A 的 95 % 区间，置于 B 的分数周围",
         "not_measured": "未测量",
         "x_label": "本阶段内的尝试",
         "y_score": "分数 (ms)",
@@ -160,17 +204,23 @@ TEXT = {
         "diff_cut": "（差异截断于 {n} 行）",
         "per_bucket": "各桶的变化",
         "rows": "行数",
+        "weight": "权重",
         "a_ms": "A (ms)",
         "b_ms": "B (ms)",
-        "d_ms": "B − A (ms)",
+        "ratio": "B/A（配对中位数）",
+        "d_ms": "B − A (ms) = A ×（B/A − 1）",
+        "d_ms_medians": "B − A (ms) = 中位数之差",
         "ci": "95 % 区间",
-        "pct": "变化",
+        "pct": "变化（相对 A）",
         "floor_ms": "下限 (ms)",
         "a_floor": "A 达到下限的 %",
         "b_floor": "B 达到下限的 %",
-        "score_row": "分数",
+        "score_row": "分数（加权平均）",
         "buckets_from_ledger": "各桶中位数取自账本；评审文件（runs/attempts/{n}/judgment-*.json）"
-                               "不在此处，因此没有各桶的区间和下限。",
+                               "不在此处，因此没有各桶的 B − A、区间和下限。",
+        "unpaired": "未配对的评审：B − A 为 B 的中位数 − A 的中位数（重放配对之前的评审）。",
+        "first_measured": "测量",
+        "remeasured_title": "复测（新进程，两侧交替，独立的输入种子）",
         "floor_note": "达到下限的 %：该桶的屋顶线下限（按同一次运行测得的读带宽搬运必需字节的时间）"
                       "除以其中位时间；100 % 即下限。",
         "no_floor": "没有屋顶线下限：本次运行没有测量读带宽（CPU 上的计分器不测量）。",
@@ -179,6 +229,20 @@ TEXT = {
         "times": "创建于 {created} · 结束于 {finished}",
         "where": "评审于 {host} {slot}",
         "hidden": "隐藏输入：{text}",
+        "hidden_text": "输入种子 {seed}，额外批大小 {rows}",
+        "none": "无",
+        "why": "决定结果的依据",
+        "reason_line": "原因：{text}",
+        "accuracy_line": "精度门：{text}",
+        "checks_line": "未通过的计分检查：",
+        "scorer_line": "计分器：{text}",
+        "guard_line": "单桶护栏：{text}",
+        "scope_line": "范围：{text}",
+        "conflict_line": "冲突：{text}",
+        "commands": "命令",
+        "show_cmd": "查看整个尝试",
+        "replay_cmds": ("以该次评审的隐藏输入再跑一遍精度门", "以该次评审的隐藏输入再跑一遍计分器"),
+        "no_replay": "无法重放：没有记录隐藏输入（没有门运行过，或评审早于记录隐藏输入）",
         "parts": "试合并 {parts}",
         "rerun_of": "#{n} 的重跑",
         "units": {"s": "秒", "min": "分", "h": "小时"},

@@ -22,9 +22,20 @@ MIB = disk.MIB
 
 
 def _cpu(**test) -> tuple[dict, dict]:
+    """kern.yaml's cpu profile without its measured recording_mb: main's kept calls are then
+    charged the whole snapshot budget (its cap)."""
     s = copy.deepcopy(SETTINGS)
     s["test"].update(test)
-    return s, dict(s["profiles"]["cpu"])
+    prof = dict(s["profiles"]["cpu"])
+    prof.pop("recording_mb", None)
+    return s, prof
+
+
+@given(budget=st.integers(1, 1 << 16), measured=st.floats(0.5, 1 << 17))
+def test_a_measured_recording_is_charged_below_the_budget_never_above(budget, measured):
+    s, prof = _cpu(snapshot_budget_mb=budget)
+    assert disk.kept_mb(s, prof) == budget
+    assert disk.kept_mb(s, {**prof, "recording_mb": measured}) == min(measured, budget)
 
 
 # --------------------------------------------------------------------------- the estimate

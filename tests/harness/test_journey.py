@@ -97,6 +97,8 @@ G = GateSummary.from_dict  # a gate as the ledger's column holds it (JSON)
     (Attempt(12, "a", state="running"), "", "running"),
     (Attempt(13, "a", state="queued"), "", "queued"),
     (Attempt(14, "a", state="judging"), "", "judging"),
+    (Attempt(14, "a", state="cancelled", reason="wrong target"), "", "cancelled (wrong target)"),
+    (Attempt(14, "a", state="interrupted"), "", "interrupted"),
     (Attempt(15, "a", state="merged", delta_ms=-0.004), "-0.004", f"merged ({M}0.004)"),
 ])
 def test_result_strings(attempt, change, result):
@@ -127,12 +129,14 @@ def test_markdown_structure_and_zh(records):
     en = journey.markdown(attempts, phases, scores=scores)
     assert en.count("| # | attempt | score change (ms) | result |") == 2
     assert en.count("not comparable with other phases") == 2
-    assert "2 merged of 11 attempts · total gain 0.84 ms · main 41.200 → 40.360 ms" in en
+    assert ("2 merged of 11 attempts · gain 0.84 ms (the merged rows' score changes, summed) · "
+            "main 41.200 → 40.360 ms (−0.840 ms, main's own scores)") in en
+    assert en.count("How a score change is measured: per bucket, B − A is A's median × (B/A − 1)") == 1
     zh = journey.markdown(attempts, phases, lang="zh", scores=scores)
     assert zh.startswith("# 优化历程\n")
     assert zh.count("| # | 尝试 | 分数变化 (ms) | 结果 |") == 2
     assert "## 阶段 1 · " in zh and "本阶段的分数与其他阶段不可比" in zh
-    assert "已合并 2 / 共 11 次尝试 · 总收益 0.84 ms" in zh
+    assert "已合并 2 / 共 11 次尝试 · 收益 0.84 ms" in zh
     with pytest.raises(ValueError, match="expected one of en, zh"):
         journey.markdown(attempts, phases, lang="fr")
 
@@ -162,11 +166,17 @@ def test_csv_and_json(records):
     assert [p["phase"] for p in obj["phases"]] == [1, 2]
     p1 = obj["phases"][0]
     assert p1["merged"] == 2 and p1["gain_ms"] == 0.84 and p1["comparable_across_phases"] is False
-    assert p1["rows"][0] == {"#": 1, "attempt": "MoE experts: split-K over 2 CTAs",
-                             "score_change_ms": -0.35, "result": "merged (−0.35 [−0.41, −0.29])",
-                             "state": "merged",
-                             "reason": None, "ci_ms": [-0.41, -0.29], "estimate_ms": None,
-                             "waiting_on": None, "commit_sha": "c000000000001"}
+    row = p1["rows"][0]
+    assert {k: row[k] for k in ("#", "attempt", "score_change_ms", "result", "state", "reason",
+                                "ci_ms", "estimate_ms", "waiting_on", "commit_sha", "target",
+                                "backend", "tokens", "cost_usd", "commands")} == {
+        "#": 1, "attempt": "MoE experts: split-K over 2 CTAs", "score_change_ms": -0.35,
+        "result": "merged (−0.35 [−0.41, −0.29])", "state": "merged", "reason": None,
+        "ci_ms": [-0.41, -0.29], "estimate_ms": None, "waiting_on": None,
+        "commit_sha": "c000000000001", "target": "moe.experts", "backend": "tuner",
+        "tokens": 1000, "cost_usd": 0.01, "commands": {"show": "kern show 1", "replay": []}}
+    assert (row["created_at"], row["finished_at"], row["wall_s"]) == ("2026-01-10T08:05:00+00:00", "2026-01-10T08:09:00+00:00", 240.0)
+    assert obj["estimator"].startswith("How a score change is measured")
     assert len(obj["scores"]) == 5
 
 
@@ -230,14 +240,16 @@ def test_zh_covers_every_string_of_page_and_table():
              2: journey.AttemptFiles(diff_missing="数据")}
     page = journey.html(atts, phases, scores, lang="zh", files=files)
     # recorded text: the diff and brief (in <pre>), commits (hex), paths of files on disk
-    visible = re.sub(r"<style>.*?</style>|<script>.*?</script>|<pre.*?</pre>", "", page, flags=re.S)
+    # code (commands, the estimator's names of files and keys) is not the journey's words
+    visible = re.sub(r"<style>.*?</style>|<script>.*?</script>|<pre.*?</pre>|<code>.*?</code>", "",
+                     page, flags=re.S)
     visible = re.sub(r"runs/attempts/\d+/[\w.*-]+|\b[0-9a-f]{10,40}\b", "", visible)
     visible = re.sub(r'<[^>]*?(?:title|aria-label)="([^"]*)"[^>]*>', r" \1 ", visible)
     visible = re.sub(r"<[^>]+>", " ", visible)
     words = set(re.findall(r"[A-Za-z]{3,}", visible))
     assert words <= {"USD", "CUDA"}, sorted(words)
     md = journey.markdown(atts, phases, lang="zh", scores=scores)
-    assert set(re.findall(r"[A-Za-z]{3,}", md)) <= {"CUDA"}, md
+    assert set(re.findall(r"[A-Za-z]{3,}", re.sub(r"`[^`]*`", "", md))) <= {"CUDA"}, md
     assert "已放弃：精度" in md and "未做：估计 −0.4" in md and "等待 #12" in md
 
 
@@ -278,10 +290,12 @@ def test_page_detail_of_a_judged_attempt():
     bs, full = journey.bucket_changes(a, judgment)
     assert full and [(b.rows, b.a_ms, b.b_ms, b.delta_ms, b.low, b.high) for b in bs] == \
         [(16, 20.0, 16.0, -4.0, -4.5, -3.5), (32, 40.0, 34.0, -6.0, -6.2, -5.8)]
+    assert bs[0].ratio is None  # an unpaired judgment: B − A is the medians' difference
     assert bs[0].floor_ms == pytest.approx(10.0) and bs[0].pct_of_floor(16.0) == pytest.approx(62.5)
-    # without the file: the ledger's medians, no interval, no floor
+    # without the file: the ledger's medians, and no per-bucket B − A (the row has no pairs)
     led = Attempt(4, state="merged", medians_a={"16": 20.0}, medians_b={"16": 17.0})
-    assert journey.bucket_changes(led, None) == ([journey.BucketChange(16, 20.0, 17.0, -3.0, None, None, None)], False)
+    assert journey.bucket_changes(led, None) == (
+        [journey.BucketChange(16, None, 20.0, 17.0, None, None, None, None, None)], False)
     diff = "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n+y = 3\n"
     assert journey.diff_stats(diff) == (1, 2, 1)
     page = journey.html([a], [Phase(1, {"buckets": [16, 32], "weights": [1, 1]}, "", "")],
@@ -402,6 +416,7 @@ def test_plot_orders_scores_without_times_by_record():
     ("not done", Attempt(1, state="not done")),
     ("in flight", Attempt(1, state="judging")),
     ("in flight", Attempt(1, state="waiting")),
+    ("interrupted", Attempt(1, state="interrupted")),  # Ctrl-C, SIGTERM or kern cancel
 ])
 def test_outcome_kinds(kind, attempt):
     assert journey.outcome_kind(attempt) == kind

@@ -94,15 +94,18 @@ def test_a_spent_cost_budget_lets_the_attempts_in_flight_finish_then_stops_and_s
     second = orch.tick()
     assert second.collected == [(n, L.NOT_DONE, "no idea left")] and second.spawned == []
     assert second.stop == "cost budget spent ($1.50 of budgets.cost_usd $1.00)"
-    assert orch.led.stops() == {orch.run_id: second.stop}
+    (end,) = orch.led.stops().values()
+    assert (end.run, end.how, end.reason) == (orch.run_id, L.RUN_BUDGET, second.stop)
     orch.led.close()
     assert cli.main(["--repo", str(repo), "status"]) == 0
     out = capsys.readouterr().out
     assert "cost $1.50 / $1.00" in out
-    assert "stopped    cost budget spent ($1.50 of budgets.cost_usd $1.00)" in out
+    assert f"stopped    {end.at} · budget spent: cost budget spent ($1.50 of budgets.cost_usd $1.00)" in out
+    assert f"to {end.at}: " in out  # the run's span ends where it stopped
     assert cli.main(["--repo", str(repo), "status", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["run"]["stopped"] == second.stop and d["budget"]["cost_usd"] == {"used": 1.5, "limit": 1.0}
+    assert d["run"]["stopped"] == {"at": end.at, "how": "budget spent", "reason": second.stop}
+    assert d["run"]["running"] is None and d["budget"]["cost_usd"] == {"used": 1.5, "limit": 1.0}
 
 
 def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path):

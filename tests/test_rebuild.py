@@ -1,0 +1,88 @@
+"""bench/journey/rebuild.py: every replay attempt of the journey's ledger has a recipe in main's
+files, each recipe gives back the very commit the ledger names, and a clone that lacks those
+commits gets them as the loop's branches."""
+from __future__ import annotations
+
+import importlib.util
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "bench" / "journey" / "rebuild.py"
+spec = importlib.util.spec_from_file_location("journey_rebuild", SCRIPT)
+rebuild = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = rebuild  # dataclasses look their module up
+spec.loader.exec_module(rebuild)
+
+
+def _git(cwd, *args, data=None) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, input=data, capture_output=True, check=True).stdout.decode()
+
+
+def test_object_sha_and_committer_edits_are_gits():
+    raw = _git(ROOT, "cat-file", "commit", "0f870c4747007f5bdb7f3181cfe526082e075b82").encode()
+    assert rebuild.object_sha(raw) == "0f870c4747007f5bdb7f3181cfe526082e075b82"
+    who, when = rebuild.committer_of(raw)
+    assert rebuild.with_committer_date(raw, when) == raw
+    moved = rebuild.with_committer_date(raw, "1796394097 +0000")
+    assert rebuild.committer_of(moved) == (who, "1796394097 +0000")
+    assert rebuild.object_sha(moved) == _git(ROOT, "hash-object", "-t", "commit", "--stdin", data=moved).strip()
+    assert rebuild.raw_date("2026-12-04T14:21:37+00:00") == "1796394097 +0000"
+    assert rebuild.raw_date("2026-12-04T15:21:37+01:00") == "1796394097 +0100"
+    assert rebuild.seconds_between("10 +0000", "12 +0000") == ["10 +0000", "11 +0000", "12 +0000"]
+
+
+@given(st.dictionaries(st.integers(1, 10_000), st.tuples(
+    st.text(min_size=1), st.from_regex(r"[0-9a-f]{40}", fullmatch=True),
+    st.from_regex(r"[0-9a-f]{40}", fullmatch=True), st.integers(0, 2**33))))
+def test_the_manifest_round_trips(entries):
+    recipes = {n: rebuild.Recipe(n, p, b, c, "kern-loop replay <kern-loop@localhost>", f"{t} +0000")
+               for n, (p, b, c, t) in entries.items()}
+    assert rebuild.load_manifest(rebuild.dump_manifest(recipes)) == recipes
+
+
+def test_every_replay_attempt_of_the_ledger_has_a_recipe_that_gives_its_sha(capsys):
+    db = sqlite3.connect(f"file:{rebuild.LEDGER}?mode=ro&immutable=1", uri=True)
+    ledger = dict(db.execute("SELECT number, commit_sha FROM attempts WHERE backend='replay' "
+                             "AND commit_sha IS NOT NULL"))
+    db.close()
+    recipes = rebuild.load_manifest(rebuild.MANIFEST.read_text())
+    assert ledger and {n: r.commit for n, r in recipes.items()} == ledger
+    assert rebuild.main(["check"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"attempt {n}: {sha} rebuilt" in out for n, sha in ledger.items())
+
+
+def test_apply_gives_a_clone_without_them_the_loops_branches(tmp_path):
+    """A clone of this branch alone (no tag, no attempt branch) gets attempts 9-11's commits,
+    the ones the device made before its branches came back."""
+    clone = tmp_path / "clone"
+    _git(ROOT, "clone", "-q", "--no-local", "--single-branch", str(ROOT), str(clone))
+    recipes = rebuild.load_manifest(rebuild.MANIFEST.read_text())
+    missing = [n for n, r in recipes.items() if not rebuild.has_commit(clone, r.commit)]
+    assert {9, 10, 11} <= set(missing)
+    r = subprocess.run([sys.executable, str(SCRIPT), "apply", "--repo", str(clone)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for n in missing:
+        assert _git(clone, "rev-parse", f"attempt/{n}").strip() == recipes[n].commit
+    assert not _git(clone, "tag", "-l").strip()
+    again = subprocess.run([sys.executable, str(SCRIPT), "apply", "--repo", str(clone)],
+                           capture_output=True, text=True)
+    assert again.returncode == 0 and f"0 rebuilt, {len(recipes)} already here" in again.stdout
+
+
+def test_a_wrong_recipe_is_named_with_expected_and_found(tmp_path, monkeypatch, capsys):
+    recipes = rebuild.load_manifest(rebuild.MANIFEST.read_text())
+    bad = {11: rebuild.Recipe(**{**recipes[11].__dict__, "committer_date": "1796394099 +0000"})}
+    manifest = tmp_path / "commits.json"
+    manifest.write_text(rebuild.dump_manifest({**recipes, **bad}))
+    monkeypatch.setattr(rebuild, "MANIFEST", manifest)
+    assert rebuild.main(["check", "11"]) == 1
+    assert f"attempt 11: expected {recipes[11].commit}, rebuilt " in capsys.readouterr().out
+    assert rebuild.main(["check", "99"]) == 2
