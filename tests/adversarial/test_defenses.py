@@ -294,6 +294,119 @@ def test_tree_frame_is_the_innermost_frame_of_the_trees_own_code():
     assert tamper.tree_frame(["/lib/gc.py", kernel, gate], tree) == "kernels/k31/moe/situ.py"
 
 
+def test_frame_events_are_the_ways_to_a_frame():
+    """Every way Python code gets a frame raises one of these events (CPython 3.10-3.13);
+    ``f_back`` and ``f_locals`` raise none but need a frame first."""
+    tb = SimpleNamespace()
+    assert tamper.frame_event("sys._getframe", (None,)) == "sys._getframe"
+    assert tamper.frame_event("sys._current_frames", ()) == "sys._current_frames"
+    assert tamper.frame_event("sys.settrace", ()) == "sys.settrace"
+    for name in ("tb_frame", "gi_frame", "cr_frame", "ag_frame"):
+        assert tamper.frame_event("object.__getattr__", (tb, name)) == name
+    assert tamper.frame_event("object.__getattr__", (tb, "__code__")) is None  # triton reads it
+    assert tamper.frame_event("object.__getattr__", (tb, "f_code")) is None
+    assert tamper.frame_event("ctypes.dlsym", (None, "PyEval_GetFrame")) == "ctypes PyEval_GetFrame"
+    assert tamper.frame_event("ctypes.dlsym", (None, "_PyThreadState_GetFrame")) is not None
+    assert tamper.frame_event("ctypes.dlsym", (None, "cuMemAlloc")) is None
+    assert tamper.frame_event("sys._getframemodulename", (1,)) is None  # a module's name only
+    assert tamper.frame_event("open", ("/x", "r", 0)) is None
+
+
+def test_frame_asker_is_the_trees_code_below_the_gates_unless_a_bookkeeping_library_asked():
+    tree = Path("/runs/worktrees/abc")
+    gates = "/work/kern/gates/"
+    kernel = "/runs/worktrees/abc/kernels/k31/moe/situ.py"
+    step = "/runs/worktrees/abc/kernels/k31/step.py"
+    hook = "/work/kern/gates/side/tap.py"
+    typing_py = "/usr/lib/python3.11/typing.py"
+    readers = frozenset({typing_py})
+    inspect_py = "/usr/lib/python3.11/inspect.py"
+    # the kernel itself, or through inspect / traceback, during the pinned pass
+    assert tamper.frame_asker([kernel, hook, step, hook], tree, gates, readers) == "kernels/k31/moe/situ.py"
+    assert tamper.frame_asker([inspect_py, kernel, hook], tree, gates, readers) == "kernels/k31/moe/situ.py"
+    # a library the kernel called, that is no bookkeeping reader (torch.compile's dynamo)
+    assert tamper.frame_asker(["/site/torch/_dynamo/x.py", kernel, hook], tree, gates, readers) \
+        == "kernels/k31/moe/situ.py"
+    # the gates' own hook asking, with the tree's step further out: not the tree
+    assert tamper.frame_asker([inspect_py, hook, step, hook], tree, gates, readers) is None
+    # typing naming the module of a TypeVar the tree defines at import
+    assert tamper.frame_asker([typing_py, kernel, "/lib/importlib/_bootstrap.py", hook], tree, gates,
+                              readers) is None
+    # a tree file that merely has a reader's name is no reader
+    assert tamper.frame_asker(["/runs/worktrees/abc/kernels/k31/typing.py", hook], tree, gates,
+                              readers) == "kernels/k31/typing.py"
+    assert tamper.frame_asker([hook, "/work/kern/gates/side/driver.py"], tree, gates, readers) is None
+    assert tamper.frame_asker([], tree, gates, readers) is None
+
+
+def test_the_frame_readers_resolve_to_installed_files():
+    files = tamper.reader_files()
+    import typing
+
+    assert str(Path(typing.__file__).resolve()) in {str(Path(f).resolve()) for f in files}
+    assert all(Path(f).is_file() for f in files)
+
+
+# Each spelling a kernel module might use to reach the frame that called it; the last two need
+# no sys at all. Every one must be refused while the tree's code asks, and none while the
+# gates' own code does.
+FRAME_WALKS = {
+    "sys._getframe": "import sys\ndef walk():\n    return sys._getframe(1)\n",
+    "getattr(sys, computed)": "import sys\ndef walk():\n    return getattr(sys, '_get' + 'frame')(1)\n",
+    "inspect.currentframe": "import inspect\ndef walk():\n    return inspect.currentframe().f_back\n",
+    "traceback's tb_frame": ("def walk():\n    try:\n        raise ValueError\n    except ValueError as e:\n"
+                             "        return e.__traceback__.tb_frame.f_back\n"),
+    "a generator's gi_frame": ("def walk():\n    def here():\n        me = yield\n"
+                               "        yield getattr(me, 'gi_' + 'frame').f_back\n"
+                               "    g = here()\n    next(g)\n    return g.send(g)\n"),
+    "sys._current_frames": "import sys\ndef walk():\n    return list(sys._current_frames().values())[0]\n",
+    "a profiler": ("import sys\ndef walk():\n    seen = []\n    sys.setprofile(lambda f, e, a: seen.append(f))\n"
+                   "    sys.setprofile(None)\n    return seen\n"),
+    "ctypes PyEval_GetFrame": ("import ctypes\ndef walk():\n    f = ctypes.pythonapi.PyEval_GetFrame\n"
+                               "    f.restype = ctypes.py_object\n    return f()\n"),
+}
+
+
+def test_frame_walks_from_tree_code_are_refused_by_any_spelling(tmp_path):
+    """Issue 35 item 3, in a subprocess (an audit hook cannot be removed): a kernel module that
+    reaches for the frame that called it is refused at run time whatever it calls; the gates'
+    own frame access (a traceback printed, sys._getframe) and typing's at the tree's import
+    are not."""
+    (tmp_path / "kernels/k31/moe").mkdir(parents=True)
+    for d in ("kernels", "kernels/k31", "kernels/k31/moe"):
+        (tmp_path / d / "__init__.py").touch()
+    for i, src in enumerate(FRAME_WALKS.values()):
+        (tmp_path / f"kernels/k31/moe/walk{i}.py").write_text(
+            "import typing\nT = typing.TypeVar('T')  # typing names this module through a frame\n" + src)
+    script = f"""
+import importlib, sys, traceback
+sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(tmp_path)!r})
+from gates.side.tamper import WorkloadAudit, verdict
+audit = WorkloadAudit({str(tmp_path)!r}).install()
+assert sys._getframe(0) is not None  # the gates may
+try:
+    raise KeyError
+except KeyError:
+    traceback.format_exc()
+for i in range({len(FRAME_WALKS)}):
+    m = importlib.import_module(f"kernels.k31.moe.walk{{i}}")
+    try:
+        got = m.walk()
+        print(i, "walked:", type(got).__name__)
+    except PermissionError as e:
+        print(i, "refused:", e)
+print("verdicts:", len(verdict(None, audit)))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line[:1].isdigit())
+    for i, (name, _) in enumerate(FRAME_WALKS.items()):
+        assert lines[str(i)].startswith(f"refused: tamper: kernels/k31/moe/walk{i}.py reached for "
+                                        f"Python's frames ("), (name, lines[str(i)])
+        assert "kernel code may not walk the stack" in lines[str(i)], name
+    assert f"verdicts: {len(FRAME_WALKS)}" in out.stdout
+
+
 def test_gc_searches_from_tree_code_are_refused_and_remembered(tmp_path):
     """Case 19, in a subprocess (an audit hook cannot be removed): a kernel that searches the
     process's objects (main's recorded outputs in the tap's pinned pass) is refused, however
