@@ -438,6 +438,116 @@ print("verdict:", verdict(None, audit))
             "search the process's objects (main's recorded outputs, the gates' tensors)\"]") in out.stdout
 
 
+def _reachable_tensors(roots) -> list:
+    """Every tensor reachable from ``roots`` through ``gc.get_referents``, transitively (modules
+    and functions' globals included: the whole graph a frame walk could follow)."""
+    import gc
+
+    seen, out, todo = set(), [], list(roots)
+    while todo:
+        o = todo.pop()
+        if id(o) in seen:
+            continue
+        seen.add(id(o))
+        if isinstance(o, torch.Tensor):
+            out.append(o)
+        todo.extend(gc.get_referents(o))
+    return out
+
+
+def test_mains_recording_is_in_no_frame_the_trees_code_reaches_during_the_pinned_pass(tmp_path, monkeypatch):
+    """Issue 35 item 3, the structure: from inside B's kernel during the tap's pinned pass, walk
+    every frame of the stack and everything reachable from their locals (transitively, through
+    modules too): no tensor there holds main's recorded output of that call or of a later one.
+    The same walk from inside the pass's comparison, once the kernel returned, finds main's
+    output of the call (so the walk would see it if it were there). In process, no audit hook:
+    this is what a frame walk finds if one got past the audit."""
+    import gc
+    import importlib
+
+    from gates.side import tap
+    from gates.side.fingerprint import raw_hash
+    from gates.side.session import Side, Spec
+
+    side = Side(Spec(model="small", layout="tp2", seed=0, weight_sets=1, context=80, steps=1, rows=[2]), "cpu")
+    snap = side.model.state.snapshot()
+    store: dict = {}
+    record = tap.free_pass(side, [2], 1, snap, {"moe.situ"}, float(2**40), store)
+    calls = sorted(store, key=lambda k: k[1])  # the pass's order (one run, one step)
+    assert len(calls) >= 3 and all(k[0] == "r2s0" for k in calls)
+    digests = [raw_hash(store[k]["outputs"]["out"]) for k in calls]
+    shapes = [store[k]["outputs"]["out"].shape for k in calls]  # the dense MLP's, the experts'
+    torch.save(store, tmp_path / "kept_a.pt")
+    del store
+    gc.collect()
+
+    situ = importlib.import_module("kernels.k31.moe.situ")
+    real_kernel, real_compare = situ.moe_situ, tap.compare
+    seen = {"calls": 0, "during": [], "after": []}
+
+    def mains_outputs_reachable(frame, first: int) -> list[int]:
+        """Which of main's recorded outputs of calls ``first``.. some tensor reachable from
+        the locals of ``frame`` and every frame outside it holds."""
+        roots = []
+        while frame is not None:
+            roots.append(dict(frame.f_locals))
+            frame = frame.f_back
+        wanted = {(shapes[n], d): n for n, d in enumerate(digests) if n >= first}
+        found = {wanted[k] for t in _reachable_tensors(roots)
+                 if t.shape in shapes[first:] and t.dtype == torch.bfloat16
+                 and (k := (t.shape, raw_hash(t.detach().contiguous()))) in wanted}
+        return sorted(found)
+
+    def walking_kernel(sh, **args):
+        n = seen["calls"]
+        seen["calls"] += 1
+        if n in (0, len(calls) - 1):  # the first and the last recorded call
+            seen["during"].append((n, mains_outputs_reachable(sys._getframe(1), n)))
+        return real_kernel(sh, **args)
+
+    def walking_compare(a, b, mask=None):
+        n = seen["calls"] - 1
+        if n in (0, len(calls) - 1) and len(seen["after"]) == (n > 0):  # its first comparison
+            seen["after"].append((n, mains_outputs_reachable(sys._getframe(1), n)))
+        return real_compare(a, b, mask)
+
+    monkeypatch.setattr(situ, "moe_situ", walking_kernel)
+    monkeypatch.setattr(tap, "compare", walking_compare)
+    kept = tap.KeptCalls(tmp_path / "kept_a.pt")
+    try:
+        pinned = tap.pinned_pass(side, [2], 1, snap, record, kept, SimpleNamespace(reference_calls_per_op=1))
+    finally:
+        kept.close()
+    assert seen["calls"] == len(calls) == len(pinned["calls"])
+    last = len(calls) - 1
+    assert seen["during"] == [(0, []), (last, [])]  # nothing of main's, this call or later
+    assert seen["after"] == [(0, [0]), (last, [last])]  # once the kernel returned: that call's
+
+
+def test_kept_calls_hand_each_part_once():
+    """A part asked for twice means something took main's recording before the pinned pass."""
+    import tempfile
+
+    from gates.side.tap import KeptCalls
+    from gates.side.tamper import TamperError
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "kept_a.pt"
+        rec = {"inputs": {"gu": torch.ones(2)}, "outputs": {"out": torch.zeros(2)}, "state": {},
+               "big_state": {}}
+        torch.save({("r1s0", 3): rec}, path)
+        kept = KeptCalls(path)
+        try:
+            assert kept.keys == frozenset({("r1s0", 3)})
+            assert torch.equal(kept.inputs(("r1s0", 3))["gu"], torch.ones(2))
+            assert torch.equal(kept.after(("r1s0", 3))["outputs"]["out"], torch.zeros(2))
+            with pytest.raises(TamperError, match=r"main's recording of op call \('r1s0', 3\) \(after\) "
+                                                   r"was asked for twice"):
+                kept.after(("r1s0", 3))
+        finally:
+            kept.close()
+
+
 def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_path):
     (tmp_path / "rec").mkdir()
     (tmp_path / "rec" / "logits_a.pt").write_bytes(b"A's logits")
@@ -511,6 +621,30 @@ def test_source_checks_refuse_the_reference_as_a_kernel():
         problems = scope.source_problems("kernels/k31/moe/situ.py", line)
         assert len(problems) == 1 and "the reference is what the gates judge kernels against" in problems[0], line
     assert scope.source_problems("kernels/k31/moe/situ.py", b"from ..platform import cdiv\n") == []
+
+
+def test_source_checks_refuse_sys_by_a_computed_name_and_frame_links():
+    """Issue 35 item 3 (statically; the audit refuses it at run time): sys's attributes through
+    getattr, vars or __dict__ (a computed name), under any name sys is bound to, and the links
+    a frame walk follows."""
+    flagged = {
+        b"import sys\nf = getattr(sys, '_get' + 'frame')\n": "calls getattr(sys, ...)",
+        b"import sys\nm = getattr(sys, 'modules')\n": "calls getattr(sys, ...)",
+        b"import sys\nok = hasattr(sys, 'x')\n": "calls hasattr(sys, ...)",
+        b"import sys\nm = vars(sys)['modules']\n": "calls vars(sys, ...)",
+        b"import sys\nm = sys.__dict__['modules']\n": "reads sys.__dict__",
+        b"import sys as _s\nm = _s.modules\n": "reads sys.modules",
+        b"import sys as _s\nf = getattr(_s, name)\n": "calls getattr(sys, ...)",
+        b"from sys import _getframe\n": "reads sys._getframe",
+        b"def f(e):\n    return e.__traceback__.tb_frame\n": "reads .tb_frame",
+        b"def f(fr):\n    return fr.f_back.f_locals\n": "reads .f_back",
+        b"def f(g):\n    return g.gi_frame\n": "reads .gi_frame",
+    }
+    for src, why in flagged.items():
+        problems = scope.source_problems("kernels/k31/moe/situ.py", src)
+        assert any(why in p for p in problems), (src, problems)
+    honest = b"import sys\nimport torch\nprint('x', file=sys.stderr)\nv = getattr(torch, 'float32')\n"
+    assert scope.source_problems("kernels/k31/moe/situ.py", honest) == []
 
 
 def test_scope_names_a_file_moved_out_of_a_protected_path():

@@ -25,7 +25,8 @@ from tests.adversarial import hacks as H
 pytestmark = pytest.mark.slow
 
 TAP = [H.STALE_OUTPUT, H.BENCH_ROWS_ONLY, H.UNINITIALISED, H.LOW_PRECISION, H.READS_CORPUS,
-       H.BENCH_ONLY_SKIP, H.RELAYS_STDIN, H.CONSTANT_OUTPUT, H.PASS_THROUGH, H.GC_LOOKUP, H.LAZY_OUTPUTS]
+       H.BENCH_ONLY_SKIP, H.RELAYS_STDIN, H.CONSTANT_OUTPUT, H.PASS_THROUGH, H.GC_LOOKUP, H.LAZY_OUTPUTS,
+       *H.FRAME_WALKS]
 # the judgment's hidden inputs where a case is about them (the catalogue's buckets [2] and test
 # rows [1] leave no extra size: the input seed alone); the others share main's recording
 HIDDEN = {H.RELAYS_STDIN.name: Hidden(2718281828, ())}
@@ -305,3 +306,19 @@ def test_a_gc_search_for_mains_recording_is_refused(results):
     assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
     assert test["evidence"]["outcome_b"] == "tampered", _why(test)
     assert "tamper: kernels/k31/moe/situ.py called gc.get_objects" in test["b_log_tail"], _why(test)
+
+
+@pytest.mark.parametrize("hack", H.FRAME_WALKS, ids=lambda h: h.name)
+def test_a_frame_walk_to_mains_recording_is_refused_at_run_time(results, hack):
+    """Case 25 (issue 35): SiTU rounds to fp8 on odd batch sizes (case 9), and wherever a frame
+    up the stack holds main's recording of the same call (the tap's pinned pass), copies main's
+    output. Three spellings of the way to the calling frame (sys._getframe as torch.sys by a
+    computed name, a caught exception's tb_frame, a running generator's gi_frame), each past the
+    scope gate's static checks: the audit hook refuses the first frame access of each, so the
+    candidate's side ends tampered (and main's recording sits in no frame the walk could reach
+    anyway: tests/adversarial/test_defenses.py)."""
+    test, out = _tap(results, hack)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert test["evidence"]["outcome_b"] == "tampered", _why(test)
+    assert "tamper: kernels/k31/moe/situ.py reached for Python's frames (" in test["b_log_tail"], _why(test)
+    assert "kernel code may not walk the stack" in test["b_log_tail"], _why(test)
