@@ -180,11 +180,15 @@ class CapturedSteps:
                 with spans.span("reset"):
                     sets.append(self._next_inputs(b))
 
+        # the series' bounds in the side's log, so what the tree's code printed while it ran
+        # can be told from what it printed in prepare or verify
+        log(f"bench: timing input sets {self.cursor[b]}..{self.cursor[b] + n - 1} at {b} rows")
         held = clear_persisting_l2(self.dev)  # nothing set aside while timed (tamper.py)
         times = timer.measure(n, between)
         with RAW_READS():
             after(n - 1)
             st = stats.cpu()
+        log(f"bench: timed {n} replays at {b} rows")
         checks = {"replays": n, "unwritten_or_invalid": int(st[:, 0].sum()),
                   "nonfinite": int((~torch.isfinite(st[:, 1])).sum()),
                   "repeated_outputs": int(st[:, 2].sum()),

@@ -11,6 +11,7 @@ passed (it does for these hacks: they change no value under the tap); the bench-
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,14 +31,19 @@ TAP = [H.STALE_OUTPUT, H.BENCH_ROWS_ONLY, H.UNINITIALISED, H.LOW_PRECISION, H.RE
 # the judgment's hidden inputs where a case is about them (the catalogue's buckets [2] and test
 # rows [1] leave no extra size: the input seed alone); the others share main's recording
 HIDDEN = {H.RELAYS_STDIN.name: Hidden(2718281828, ())}
+# the per-row cache's replays per visit: enough sets that the protocol before issue 35 would
+# have repeated some row's token (A B B A: 2 visits a side)
+ROW_MEMO_REPLAYS = 12
 # hack -> (with main as side A?, timed replays); the lightest that shows each check
 BENCH = {H.POINTER_MEMO.name: (False, 2), H.LAZY_THREAD.name: (False, 1),
          H.SLOW_CLOCK.name: (True, 1), H.BENCH_ONLY_SKIP.name: (False, 1),
          H.SHAPE_MEMO.name: (False, 2), H.BATCH_AND_SKIP.name: (False, 2),
-         H.UNTIMED_EVENTS.name: (False, 1), H.LAZY_OUTPUTS.name: (False, 1)}
+         H.UNTIMED_EVENTS.name: (False, 1), H.LAZY_OUTPUTS.name: (False, 1),
+         H.ROW_MEMO.name: (True, ROW_MEMO_REPLAYS)}
 CUDA = torch.cuda.is_available()
 if CUDA:  # a replay runs no Python there; the GPU analog is test_gpu_hacks.py's side stream
     del BENCH[H.LAZY_THREAD.name]
+    del BENCH[H.ROW_MEMO.name]  # a Python cache: its host reads cannot be captured
     del BENCH[H.UNTIMED_EVENTS.name]  # on a GPU: test_gpu_hacks.py
 # what the pipeline holds when kern test has passed (the premise of the bench-only cases)
 TAP_PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_b": "ok"}}
@@ -322,3 +328,42 @@ def test_a_frame_walk_to_mains_recording_is_refused_at_run_time(results, hack):
     assert test["evidence"]["outcome_b"] == "tampered", _why(test)
     assert "tamper: kernels/k31/moe/situ.py reached for Python's frames (" in test["b_log_tail"], _why(test)
     assert "kernel code may not walk the stack" in test["b_log_tail"], _why(test)
+
+
+@pytest.mark.skipif(CUDA, reason="CPU only: a Python cache is not consulted in a CUDA graph replay")
+def test_a_cache_of_one_rows_outputs_keyed_on_its_inputs_never_hits_in_the_timed_replays(results):
+    """Case 1, its per-row form (issue 35): the lm_head answers a row from a cache keyed on the
+    row's hidden state and counts, in the side's log, the rows it answered so. Across the A/B's
+    timed series (both of B's visits) no row comes from the cache: no row's inputs repeat
+    within a judgment (tokens a row never decodes twice, positions moving on, the state
+    scaled per set), as in real decode. The cache does work: the scorer's verify step runs one
+    set twice (graph, then eager against the reference), and there every row hits. Under the
+    protocol before (the workload's plain stream, every replay from one state at one position)
+    the same sets repeat some row's token, which the cache would have answered with exactly
+    main's values. Its timed work is then main's own: nothing to reward."""
+    from gates.scorer import FIRST_SET
+    from kernels.k31.config import Dims
+    from kernels.k31.workload import Workload
+
+    bench, out = _bench(results, H.ROW_MEMO)
+    assert bench["analysis"]["sides"]["B"]["failed_checks"] == [], report_lines(bench)
+    assert out.state != "merged", report_lines(bench)
+    log = (Path(bench["work_dir"]) / "sideB.log").read_text()
+    timed, untimed, inside = [], [], False
+    for line in log.splitlines():
+        if "bench: timing input sets" in line:
+            inside = True
+        elif "bench: timed " in line:
+            inside = False
+        elif line.startswith("kern-memo: "):
+            hits, rows = (int(v) for v in line.split()[1:4:2])
+            (timed if inside else untimed).append((hits, rows))
+    visits = 2  # A B B A
+    assert len(timed) == visits * ROW_MEMO_REPLAYS  # one lm_head call a replay
+    assert sum(h for h, _ in timed) == 0 and all(r == 2 for _, r in timed), timed
+    assert any(h == r == 2 for h, r in untimed), untimed  # verify's eager rerun of its set
+    # the same sets under the plain stream: some row's token repeats (same state, same position)
+    w = bench["workload"]
+    plain = Workload(Dims.small().vocab, w["rows"], w["context"], w["steps"], w["seed"])
+    sets = [plain.step_tokens(i) for i in range(FIRST_SET, FIRST_SET + visits * ROW_MEMO_REPLAYS)]
+    assert any(sets[s][r] in {sets[k][r] for k in range(s)} for r in range(2) for s in range(len(sets)))
