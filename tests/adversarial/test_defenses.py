@@ -153,12 +153,12 @@ def test_stray_threads_are_those_running_tree_code():
 
 
 def test_whole_input_sets_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
-    """Case 1, keyed on the inputs: the bench gives every timed replay (and verify) a fresh
-    input set, always at the workload's step-1 positions (every timed replay starts from the
-    same state, gates/side/timed.py), so no whole token set repeats. One row's token does: at the
-    gpu profile's bench (256 rows, 104 sets, the full vocabulary) 8329 of 26112 (row, token)
-    pairs of sets 2.. had come before in the same row (measured), so a cache of one row's
-    outputs keyed on that row's inputs is not ruled out by this (see the catalogue)."""
+    """Case 1, keyed on the inputs: no whole token set of the workload's plain stream repeats
+    (the tap's steps). One row's token does: at the gpu profile's bench (256 rows, 104 sets, the
+    full vocabulary) 8329 of 26112 (row, token) pairs of sets 2.. had come before in the same
+    row (measured), so the scorer's timed sets use ``Workload.timed_inputs`` instead, where no
+    row's token, position or state repeats (tests/gates/test_timed.py; the per-row cache of the
+    catalogue finds no hit: test_runtime_hacks.py)."""
     from kernels.k31.config import Dims
     from kernels.k31.workload import Workload
 
