@@ -442,16 +442,19 @@ def _reachable_tensors(roots) -> list:
     """Every tensor reachable from ``roots`` through ``gc.get_referents``, transitively (modules
     and functions' globals included: the whole graph a frame walk could follow)."""
     import gc
+    import warnings
 
     seen, out, todo = set(), [], list(roots)
-    while todo:
-        o = todo.pop()
-        if id(o) in seen:
-            continue
-        seen.add(id(o))
-        if isinstance(o, torch.Tensor):
-            out.append(o)
-        todo.extend(gc.get_referents(o))
+    with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
+        warnings.simplefilter("ignore")
+        while todo:
+            o = todo.pop()
+            if id(o) in seen:
+                continue
+            seen.add(id(o))
+            if isinstance(o, torch.Tensor):
+                out.append(o)
+            todo.extend(gc.get_referents(o))
     return out
 
 
