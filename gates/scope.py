@@ -15,8 +15,11 @@ inside the editable globs and still bring in what the gates cannot judge:
   or not it happens to be installed), never the modules whose only use in a kernel is to
   reach outside it (``ESCAPES``: dynamic import, native calls, processes, threads, frames);
 * no reach into the process: ``__import__``, ``sys.modules`` / ``sys.argv`` / frames (how code
-  finds out that the scorer is running), assignments to another module's attributes
-  (monkeypatching ``time.perf_counter`` or torch's settings);
+  finds out that the scorer is running), ``sys``'s attributes by a computed name or through
+  ``getattr``/``vars``/``__dict__`` (under any name ``sys`` is bound to), a frame's or
+  traceback's links (``f_back``, ``tb_frame``, ...: how code reaches the gates' variables),
+  assignments to another module's attributes (monkeypatching ``time.perf_counter`` or torch's
+  settings);
 * not the workload: the protected ``kernels/k31/workload`` module is the gates' input; a
   kernel that imports it can precompute answers;
 * not the oracle: the protected reference (``kernels/k31/reference``, and ``contracts``, which
@@ -43,7 +46,11 @@ ESCAPES = ("importlib", "imp", "ctypes", "subprocess", "multiprocessing", "threa
            "concurrent", "asyncio", "socket", "signal", "inspect", "gc", "builtins", "code",
            "runpy", "pickle", "marshal")
 SYS_ESCAPES = ("modules", "argv", "orig_argv", "_getframe", "_current_frames", "settrace",
-               "setprofile", "addaudithook", "meta_path", "path_hooks", "stdin", "__stdin__")
+               "setprofile", "addaudithook", "meta_path", "path_hooks", "stdin", "__stdin__",
+               "_current_exceptions", "exc_info", "exception", "last_traceback", "__dict__")
+# a frame's, traceback's, generator's or coroutine's links to frames (read on any object)
+FRAME_LINKS = ("f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame", "ag_frame")
+REFLECTION = ("getattr", "setattr", "delattr", "hasattr", "vars")  # attributes by a name or all
 WORKLOAD = "kernels.k31.workload"
 ORACLES = ("kernels.k31.reference", "kernels.k31.contracts")
 
@@ -144,6 +151,8 @@ def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
         package = path[:-len("/__init__.py")].replace("/", ".")
     out = []
     imported = set()  # names bound to modules (or their members) outside the tree
+    sys_names = {"sys"} | {a.asname for n in ast.walk(tree) if isinstance(n, ast.Import)
+                           for a in n.names if a.name == "sys" and a.asname}
     for node in ast.walk(tree):
         line = getattr(node, "lineno", None)
         flagged = set()
@@ -175,9 +184,23 @@ def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
         if isinstance(node, ast.Name) and node.id == "__import__":
             out.append((line, "calls __import__: kernels import statically"))
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and \
-                node.value.id == "sys" and node.attr in SYS_ESCAPES:
+                node.value.id in sys_names and node.attr in SYS_ESCAPES:
             out.append((line, f"reads sys.{node.attr}: kernel code may not inspect the process "
                               f"it runs in"))
+        if isinstance(node, ast.ImportFrom) and node.module == "sys" and not node.level:
+            for a in node.names:
+                if a.name in SYS_ESCAPES or a.name == "*":
+                    out.append((line, f"reads sys.{a.name}: kernel code may not inspect the "
+                                      f"process it runs in"))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in REFLECTION and node.args and \
+                isinstance(node.args[0], ast.Name) and node.args[0].id in sys_names:
+            out.append((line, f"calls {node.func.id}(sys, ...): kernel code may not reach sys's "
+                              f"attributes by a computed name (how it would find the process's "
+                              f"modules, frames or arguments)"))
+        if isinstance(node, ast.Attribute) and node.attr in FRAME_LINKS:
+            out.append((line, f"reads .{node.attr}: kernel code may not walk Python's frames "
+                              f"(they lead to the gates' variables)"))
     for node in ast.walk(tree):  # second pass: the imported names are known now
         for target in _assigned(node):
             root = target

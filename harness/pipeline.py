@@ -92,10 +92,14 @@ def phase_definition(ctx: Context) -> dict:
             "corpus": corpus_hash(), "replay": REPLAY_PROTOCOL}
 
 
-# What one timed replay is. 2: one step from the seeded recurrent state at the workload's
-# step-1 positions (gates/side/timed.py); 1 (before 2026-12-01, no key): a chain of steps whose
-# positions advanced with the input set. Scores of the two are not comparable.
-REPLAY_PROTOCOL = 2
+# What one timed replay is. 3 (issue 35): one step of input set n from the seeded recurrent
+# state scaled per row and set, at positions advanced by n, with tokens no row decodes twice
+# and the MLA slots it wrote put back after it (gates/side/timed.py; no row's inputs repeat
+# within a judgment, as in real decode); 2 (2026-12-01): one step from the seeded state at the
+# workload's step-1 positions, tokens repeating per row across sets; 1 (before 2026-12-01, no
+# key): a chain of steps whose positions advanced with the input set. Scores of different
+# protocols are not comparable.
+REPLAY_PROTOCOL = 3
 
 
 def decide_outcome(scope_res, test_res, bench_res) -> Outcome:

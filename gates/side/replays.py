@@ -1,9 +1,11 @@
 """One side of the scorer, inside its own subprocess, driven by JSON lines on stdin.
 
-Every timed replay is one CUDA-graph replay of the whole step. Before it (untimed) the
-recurrent state of its rows is reset to its seeded initial values, the step's tokens are set to
-an input set never used before in this process (at fixed positions) and the outputs are
-poisoned; after it (untimed) a device-side check records whether the outputs were fully
+Every timed replay is one CUDA-graph replay of the whole step. Before it (untimed) the step's
+tokens and positions are set to an input set never used before in this process and the
+recurrent state of its rows to its seeded initial values scaled by that set's factors (no row
+sees a token, position or state twice: ``Workload.timed_inputs``), and the outputs are
+poisoned; after it (untimed) the MLA cache slots it wrote are put back, and a device-side check
+records whether the outputs were fully
 written, finite and different from the previous replay's (reading the outputs' memory, not
 what a tensor subclass of the candidate's says: its methods could do the work when the check
 reads), and ``gates/side/timed.py`` keeps the replay's outputs and state digests, which main's side
@@ -15,7 +17,7 @@ of timed replays (an access policy window cannot keep data in L2 across replays)
 beyond main's is reported. After each replay it also counts other Python threads still running the tree's code
 (work carried out of the timed region) and asks the tamper seal whether the candidate
 replaced the clocks or the checks (``gates/side/tamper.py``). ``verify`` re-runs one unseen input
-from the initial state through the graph and eagerly and compares them: the graph computes
+set from its state through the graph and eagerly and compares them: the graph computes
 what the step computes. With ``ops`` its eager run also checks op calls against the protected
 reference (``gates/side/opcheck.py``) at every bucket: here, in the scorer's process and at its
 shapes (all calls at the first bucket, a sample drawn afresh per run at the others).
@@ -43,6 +45,7 @@ from .. import protocol
 from ..protocol import BenchOptions
 from .session import Side, Spec, environment, log
 from .tamper import clear_persisting_l2, persisting_l2_bytes
+from .timed import WrittenSlots
 
 _stdout = sys.stdout
 # The checks read what an output's memory holds, not what a tensor subclass the candidate gave
@@ -81,9 +84,7 @@ class CapturedSteps:
         self.l2_left = None  # the persisting-L2 set-aside the gates last left (None: not yet)
         self.sums = {}
         self.record = TimedRecord(self.side, sketch_seed, claim)
-        # every replay decodes at the workload's step-1 positions (see gates/side/timed.py: with
-        # the recurrent state reset, a replay is then a function of its input set alone)
-        _, self.positions = self.side.workload.step_inputs(1, self.dev)
+        self._written = None  # the MLA cache slots the coming run writes (timed.WrittenSlots)
 
     def prepare(self) -> dict:
         from .timing import Timer
@@ -93,12 +94,14 @@ class CapturedSteps:
         self.record.snapshot_initial(max(self.buckets))
         for b in self.buckets:
             step = self.side.step(b)
-            self.side.set_inputs(step, 1)
+            self.steps[b] = step
+            self.cursor[b] = 1
+            self._next_inputs(b)  # input set 1
             step.run()  # compile every kernel specialization for this bucket
             timer = Timer(step.run, self.dev)
             timer.capture()
-            self.steps[b], self.timers[b] = step, timer
-            self.cursor[b] = 2
+            self._put_back()
+            self.timers[b] = timer
             log(f"bench: captured {b} rows")
         self.side.sync()
         # which path each cross-rank sum took (one count per captured call; none at world 1)
@@ -108,20 +111,27 @@ class CapturedSteps:
                 "all_reduce_paths": paths}
 
     def _next_inputs(self, b: int) -> int:
-        """Untimed, before a replay: the recurrent rows back to their initial values, the next
-        unused input set at the fixed positions, outputs poisoned. Returns the input set."""
+        """Untimed, before a replay: the next unused input set (tokens, positions, the
+        recurrent rows' state scaled from their initial values), the MLA cache slots it will
+        write copied (:meth:`_put_back` after it), outputs poisoned. Returns the input set."""
         step = self.steps[b]
         i = self.cursor[b]
         self.cursor[b] += 1
         if i >= self.side.workload.steps:
             raise RuntimeError(f"bench: bucket {b} used all {self.side.workload.steps} unique "
                                f"input sets; raise the workload's steps")
-        self.record.reset(b)
-        self.side.set_inputs(step, i)
-        step.pos.copy_(self.positions[:b])
+        self.record.reset(b, self.side.set_timed_inputs(step, i))
+        self._written = WrittenSlots(self.side.model.state, self.side.shapes, step.pos)
         step.logits.fill_(float("nan"))
         step.next_token.fill_(-1)
         return i
+
+    def _put_back(self) -> None:
+        """Untimed, after a run: the MLA cache slots it wrote hold their prefilled values again
+        (later sets sit at higher positions and read them as context)."""
+        if self._written is not None:
+            self._written.put_back()
+            self._written = None
 
     def time(self, b: int, n: int, first: int | None = None) -> dict:
         """``n`` timed replays on input sets ``first``, ``first + 1``, ... (the coordinator's
@@ -154,6 +164,8 @@ class CapturedSteps:
                 replicated.append(_replicated_digest(step))
             with spans.span("record"):
                 self.record.keep(b, sets[-1], step)
+            with spans.span("reset"):
+                self._put_back()
             s = step.logits.double().sum()
             stats[j, 0] = torch.isnan(step.logits).sum() + \
                 ((step.next_token < 0) | (step.next_token >= vocab)).sum()
@@ -168,11 +180,15 @@ class CapturedSteps:
                 with spans.span("reset"):
                     sets.append(self._next_inputs(b))
 
+        # the series' bounds in the side's log, so what the tree's code printed while it ran
+        # can be told from what it printed in prepare or verify
+        log(f"bench: timing input sets {self.cursor[b]}..{self.cursor[b] + n - 1} at {b} rows")
         held = clear_persisting_l2(self.dev)  # nothing set aside while timed (tamper.py)
         times = timer.measure(n, between)
         with RAW_READS():
             after(n - 1)
             st = stats.cpu()
+        log(f"bench: timed {n} replays at {b} rows")
         checks = {"replays": n, "unwritten_or_invalid": int(st[:, 0].sum()),
                   "nonfinite": int((~torch.isfinite(st[:, 1])).sum()),
                   "repeated_outputs": int(st[:, 2].sum()),
@@ -213,17 +229,16 @@ class CapturedSteps:
 
         step, timer = self.steps[b], self.timers[b]
         sh = self.side.shapes
-        i = self._next_inputs(b)  # the recurrent rows reset, fixed positions, outputs poisoned
+        i = self._next_inputs(b)  # an unused input set and its state, outputs poisoned
         timer.once()
         with RAW_READS():  # (never around the candidate's code: it must not tell checked from timed)
             graph_logits = step.logits.clone()
         check = ReferenceCheck(sh, sample=sample) if ops else None
         eager_step = self.side.step(b, hook=check) if ops else step
-        self.record.reset(b)
-        self.side.set_inputs(eager_step, i)
-        eager_step.pos.copy_(self.positions[:b])
+        self.record.reset(b, self.side.set_timed_inputs(eager_step, i))
         eager_step.logits.fill_(float("nan"))
         eager_step.run()
+        self._put_back()  # both runs wrote the same slots
         with RAW_READS():
             eager = eager_step.logits
             equal = bool(torch.equal(graph_logits, eager))
@@ -238,8 +253,10 @@ class CapturedSteps:
 
         clock = OpClock(self.side.shapes, self.dev)
         step = self.side.step(b, hook=clock)
-        self.side.set_inputs(step, self.cursor[b])
+        self.side.set_timed_inputs(step, self.cursor[b])
+        written = WrittenSlots(self.side.model.state, self.side.shapes, step.pos)
         step.run()
+        written.put_back()
         table = clock.table()
         return {"bytes": sum(r["bytes"] for r in table.values()),
                 "flops": sum(r["flops"] for r in table.values()),
@@ -253,7 +270,8 @@ class CapturedSteps:
 
         hook = CompiledReference(self.side.shapes) if kind == "compile" else None
         step = self.side.step(b, mode="reference", hook=hook)
-        self.side.set_inputs(step, self.cursor[b])
+        self.side.set_timed_inputs(step, self.cursor[b])
+        written = WrittenSlots(self.side.model.state, self.side.shapes, step.pos)
         try:
             t0 = time.monotonic()
             step.run()  # compiles every op on first use
@@ -262,6 +280,8 @@ class CapturedSteps:
             times = Timer(step.run, self.dev).measure(n)
         except Exception as e:  # noqa: BLE001 - report any failure of a baseline as data
             return {"error": f"{kind} baseline failed: {type(e).__name__}: {e}"[:500]}
+        finally:
+            written.put_back()
         return {"times": times, "first_call_s": first_s,
                 "compiled_ops": sorted(hook.compiled) if hook else None}
 

@@ -89,6 +89,7 @@ class Side:
                 seed=spec.seed, weight_sets=spec.weight_sets, device=self.device, progress=Progress())
         self.build_s = time.monotonic() - t0
         self._inputs = None  # every workload step's (tokens, positions) on the device, once
+        self._timed = None  # every timed input set's (tokens, positions, state scales), once
         log(f"ready in {self.build_s:.1f}s: weights {self.model.weights.nbytes() / 2**30:.2f} GiB, "
             f"state {self.model.state.nbytes() / 2**30:.2f} GiB")
         self.hook = hook
@@ -117,6 +118,20 @@ class Side:
                              f"0..{self.workload.steps - 1} (a gate bug)")
         step.tokens.copy_(self._inputs[0][index, :step.rows])
         step.pos.copy_(self._inputs[1][index, :step.rows])
+
+    def set_timed_inputs(self, step, index: int) -> torch.Tensor:
+        """The scorer's timed input set ``index`` (``Workload.timed_inputs``: no request decodes
+        a token twice, positions advance with the set) for the first ``step.rows`` requests, a
+        copy on the device (no host work or sync between timed replays); returns the set's
+        recurrent-state scales of those requests (``[rows]`` f32 on the device)."""
+        if self._timed is None:
+            self._timed = self.workload.timed_inputs(self.device)
+        if not 0 <= index < self.workload.steps:
+            raise IndexError(f"timed input set {index} asked for; the workload has sets "
+                             f"0..{self.workload.steps - 1} (a gate bug)")
+        step.tokens.copy_(self._timed[0][index, :step.rows])
+        step.pos.copy_(self._timed[1][index, :step.rows])
+        return self._timed[2][index, :step.rows]
 
     def fresh_state(self) -> None:
         """Rebuild the decode state from its seed (bit-identical to the first build)."""

@@ -17,7 +17,13 @@ forms of this:
   side's own stdin pipe, or into another side's); and any search of the process's objects
   through ``gc`` (``get_objects``, ``get_referrers``, ``get_referents``) made from the tree's
   code: how a kernel finds main's recorded outputs in the accuracy gate's process, or the
-  gates' tensors.
+  gates' tensors; and any reach for Python's frames from the tree's code (``FRAME_EVENTS``:
+  ``sys._getframe`` and what calls it, a traceback's ``tb_frame``, a generator's or
+  coroutine's frame, other threads' frames, a tracer or profiler, the C API's frame
+  functions through ctypes): a frame's ``f_back`` leads to the gates' frames and their
+  variables (the tap's pinned pass, main's recording). ``f_back``, ``f_locals`` and
+  ``f_globals`` raise no event in CPython 3.10-3.13, but each needs a frame first, and every
+  way to get one does raise one.
 * the side's stdin: the gates hand a side its hidden inputs (``gates/hidden.py``) as one line
   on fd 0 after the tree is imported, so nothing is there to read at import. ``Seal`` records
   which pipe fd 0 is before the tree loads, and ``sys.stdin``; a candidate that puts its own
@@ -34,6 +40,7 @@ import ctypes
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 
 
@@ -194,26 +201,117 @@ def refusal(who: str, path: str, kind: str, tree: Path) -> str:
 
 GC_SEARCHES = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")  # audit event names
 
+# Audit events that hand Python code a frame (CPython 3.10-3.13; the 3.12 names never fire
+# on older versions): sys._getframe (inspect.currentframe, inspect.stack, traceback's and
+# logging's stack walks call it), other threads' frames and exceptions, a tracer or profiler
+# (its callback gets every frame), and the reads of a traceback's, generator's, coroutine's
+# or async generator's frame (``object.__getattr__`` with the attribute's name).
+FRAME_EVENTS = ("sys._getframe", "sys._current_frames", "sys._current_exceptions",
+                "sys.settrace", "sys.setprofile", "sys._settraceallthreads",
+                "sys._setprofileallthreads", "sys.monitoring.register_callback")
+FRAME_ATTRS = ("tb_frame", "gi_frame", "cr_frame", "ag_frame")
+# Libraries that read frames for their own bookkeeping when the tree's code calls them and
+# hand none back (the module name of a class typing or collections builds, a custom op's
+# source line, triton filtering a compile error's traceback): when one of them is the code
+# that asked, the tree's code did not. Module names, found without importing them.
+FRAME_READERS = ("typing", "typing_extensions", "collections", "enum", "torch.library",
+                 "torch._library.utils", "triton.compiler.compiler")
+
+
+def frame_event(event: str, args) -> str | None:
+    """Pure: what a frame-handing audit event reaches (``event``'s name, or the attribute read),
+    or None when ``event`` hands out no frame. ``ctypes.dlsym`` of a name of CPython's C API
+    (``PyEval_GetFrame``, ``PyThreadState_GetFrame``, ...) counts: the native way to the same."""
+    if event in FRAME_EVENTS:
+        return event
+    if event == "object.__getattr__" and len(args) > 1 and args[1] in FRAME_ATTRS:
+        return str(args[1])
+    if event == "ctypes.dlsym" and len(args) > 1 and isinstance(args[1], str) and \
+            args[1].lstrip("_").startswith("Py"):
+        return f"ctypes {args[1]}"
+    return None
+
+
+def frame_asker(frames: list[str], tree: Path, gates: str, readers: frozenset) -> str | None:
+    """Pure: the tree file that asked for a frame, or None when the tree's code did not.
+
+    ``frames``: the files of the stack, innermost (the code that raised the event) first. The
+    tree asked when its own code lies on the stack below the innermost frame of the gates
+    (``gates``: their folder; the gates' hook calls kernels, and kernels may call back nothing
+    of the gates that hands out frames), unless the innermost frame is one of ``readers``
+    (files of ``FRAME_READERS``)."""
+    if frames and frames[0] in readers:
+        return None
+    for f in frames:
+        if f.startswith(gates):
+            return None
+        who = tree_frame([f], tree)
+        if who is not None:
+            return who
+    return None
+
+
+def reader_files(names=FRAME_READERS) -> frozenset:
+    """The source files of ``names`` (absolute; those not installed are left out)."""
+    import importlib.util
+
+    out = set()
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin:
+            out.add(os.path.abspath(spec.origin))
+    return frozenset(out)
+
+
+def frame_refusal(who: str, what: str) -> str:
+    return (f"{who} reached for Python's frames ({what}): kernel code may not walk the stack "
+            f"(it leads to the gates' variables: main's recorded outputs in the pinned pass)")
+
 
 class WorkloadAudit:
     """An audit hook that refuses the tree's opens of the workload, of the ``guarded`` folders
-    (``{folder: name}``) and of file descriptors by path, and its searches of the process's
-    objects, and remembers them."""
+    (``{folder: name}``) and of file descriptors by path, its searches of the process's
+    objects and its reach for Python's frames, and remembers them."""
 
     def __init__(self, tree: Path, guarded: dict | None = None):
         self.tree = Path(tree).resolve()
         self.guarded = {os.path.abspath(str(k)): v for k, v in (guarded or {}).items()}
         self.reads: list[str] = []
+        self.gates = str(Path(__file__).resolve().parents[1]) + os.sep
+        self.readers = reader_files()
+        self._busy = threading.local()  # this hook's own frame walk raises events too
 
     @staticmethod
     def _frames() -> list[str]:
-        frames, f = [], sys._getframe(2)
+        """The stack's files below this hook (``_frames``, ``_check``, ``__call__``), innermost
+        first."""
+        frames, f = [], sys._getframe(3)
         while f is not None:
             frames.append(os.path.abspath(f.f_code.co_filename))
             f = f.f_back
         return frames
 
     def __call__(self, event: str, args) -> None:
+        if getattr(self._busy, "on", False):
+            return
+        self._busy.on = True
+        try:
+            self._check(event, args)
+        finally:
+            self._busy.on = False
+
+    def _check(self, event: str, args) -> None:
+        what = frame_event(event, args)
+        if what is not None:
+            who = frame_asker(self._frames(), self.tree, self.gates, self.readers)
+            if who is not None:
+                refused = frame_refusal(who, what)
+                self.reads.append(refused)
+                raise PermissionError(f"tamper: {refused}")
+            return
         if event in GC_SEARCHES:
             who = tree_frame(self._frames(), self.tree)
             if who is not None:

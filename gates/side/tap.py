@@ -364,9 +364,12 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
             result["same_setup"] = (record["weights_hash"] == result["weights_hash"]
                                     and record["state_hash"] == result["state_hash"])
             if any_rank(side, _differs(record["pass"], free) and result["same_setup"]):
-                kept = torch.load(main.rank(rank) / TapFiles.KEPT_A, weights_only=False)
-                result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept, opts,
-                                               seed=hidden.input_seed if hidden else opts.seed)
+                kept = KeptCalls(main.rank(rank) / TapFiles.KEPT_A)  # never a local of this frame
+                try:
+                    result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept,
+                                                   opts, seed=hidden.input_seed if hidden else opts.seed)
+                finally:
+                    kept.close()
     result["wall_s"] = time.monotonic() - t0
     return result
 
@@ -400,11 +403,83 @@ def reference_picks(a_calls: list, per_op: int, seed: str) -> set | None:
     return picked
 
 
-def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: TapOptions,
+class KeptCalls:
+    """Main's kept op calls (``TapFiles.KEPT_A``) for the pinned pass, held by a thread of
+    their own: :meth:`inputs` hands out a call's recorded inputs before B's kernel runs,
+    :meth:`after` its recorded outputs and state once the kernel returned, each part once.
+
+    Why: B's kernel runs inside the pass, and the tree's code can reach what the pass holds
+    (a frame walk, or the hook's closure through the step it is given). So nothing the pass's
+    thread holds while a kernel runs is main's output of that call or of a later one: they
+    live in the serving thread's own frame (started with ``_thread``: no ``threading`` hook a
+    candidate set runs in it; the audit refuses other threads' frames), and a part asked for
+    twice means something took it before the pass did (``TamperError``)."""
+
+    def __init__(self, path: Path):
+        import _thread
+        import queue
+
+        self._ask, self._got = queue.Queue(), queue.Queue()
+        _thread.start_new_thread(_serve_kept, (str(path), self._ask, self._got))
+        self.keys = self._reply()  # frozenset of (run key, call index): names only
+
+    def _reply(self):
+        ok, value = self._got.get()
+        if not ok:
+            raise value
+        return value
+
+    def inputs(self, key: tuple) -> dict:
+        """The recorded inputs of call ``key`` (``{name: tensor}``)."""
+        self._ask.put(("inputs", key))
+        return self._reply()
+
+    def after(self, key: tuple) -> dict:
+        """The recorded ``outputs``, ``state`` and ``big_state`` of call ``key``; ask only once
+        B's kernel for it has returned."""
+        self._ask.put(("after", key))
+        return self._reply()
+
+    def close(self) -> None:
+        self._ask.put(None)
+
+
+def _serve_kept(path: str, ask, got) -> None:
+    """The serving thread of :class:`KeptCalls`: the recording is a local of this frame only."""
+    from .tamper import TamperError
+
+    try:
+        store = torch.load(path, weights_only=False)
+    except Exception as e:  # noqa: BLE001 - the pass raises it in its own thread
+        got.put((False, e))
+        return
+    got.put((True, frozenset(store)))
+    served = set()
+    while True:
+        asked = ask.get()
+        if asked is None:
+            return
+        part, key = asked
+        if (part, key) in served or key not in store:
+            got.put((False, TamperError(
+                f"tamper: main's recording of op call {key} ({part}) was asked for "
+                f"{'twice' if (part, key) in served else 'but never kept'}: something took it "
+                f"before the pinned pass did (kernel code reaching the gates' objects)")))
+            continue
+        served.add((part, key))
+        if part == "inputs":
+            got.put((True, store[key]["inputs"]))
+        else:
+            got.put((True, {k: store[key][k] for k in ("outputs", "state", "big_state")}))
+            del store[key]  # used: its memory goes back as the pass moves on
+
+
+def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: KeptCalls, opts: TapOptions,
                 seed=None) -> dict:
     """Cut-local: B's kernels on A's recorded inputs, compared with A (every call) and the
     reference (``opts.reference_calls_per_op`` calls of each op per batch size, drawn with
-    ``seed``: the judgment's hidden input seed)."""
+    ``seed``: the judgment's hidden input seed). A call's recorded outputs are fetched from
+    ``kept`` only once B's kernel for it has returned."""
     from kernels.k31 import contracts
     from kernels.k31.dispatch import Ops
 
@@ -432,8 +507,8 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: T
                 run()
                 return
             a = a_calls[i]
-            rec = kept.get((f"{key}s{state['step']}", i))
-            if rec is None:
+            call = (f"{key}s{state['step']}", i)
+            if call not in kept.keys:
                 for name in spec.outputs:
                     poison(args[name])
                 run()
@@ -446,7 +521,7 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: T
                                          "(outside the snapshot budget, or an op the diff does "
                                          "not touch)", "b": f"{site} {spec.name}"}
                 return
-            for name, t in rec["inputs"].items():
+            for name, t in kept.inputs(call).items():
                 args[name].copy_(t)
             state_before = {k: args[k].clone() for k in spec.state if not _is_big(args[k])}
             big_before = {k: args[k].clone() for k in spec.state if _is_big(args[k])}
@@ -458,6 +533,7 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: dict, opts: T
             kernels.implementation(spec.name)(sh, **run_args)  # B's kernel
             for name, t in guarded.items():
                 args[name].copy_(t)
+            rec = kept.after(call)  # main's outputs of this call: only now in this thread
             entry = {"call": i, "op": spec.name, "site": site, "rows": rows,
                      "outputs": {}, "state": {}, "reference": {}, "wrote_inputs": [],
                      "guard_broken": _canaries_broken(canaries), "outside_changed": []}

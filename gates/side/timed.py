@@ -10,16 +10,21 @@ one by one never ends; judging the outputs of the very replays that were timed d
 
 Contract (the coordinator, ``gates/scorer.py``, relies on it):
 
-* **Every timed replay starts from the same state.** Before it, untimed, the recurrent state of
-  its rows (KDA state and conv window) is refilled with its seeded initial values, and the
-  positions are the workload's step-1 positions whatever the input set. So a replay's outputs
-  are a function of (tree, bucket, input set) alone, and A's n-th replay and B's n-th replay
-  (the same input set, see ``gates/stats.py``) are comparable one step from one state — as
-  the accuracy gate's own first step is. Without the reset they would not be: the two sides
-  share one model over CUDA IPC and run their visits interleaved, so B's n-th replay would
-  start from whatever A's and B's earlier replays left in the state. The MLA caches need no
-  reset: every replay writes its own token's slot at that fixed position before attention
-  reads it, and reads only the prefilled context below it, which no replay writes.
+* **Every timed replay starts from a state of its own input set, and no input repeats.**
+  Before it, untimed, the recurrent state of its rows (KDA state and conv window) is set to
+  their seeded initial values scaled per row by the set's factor, and the set's tokens and
+  positions are written (``Workload.timed_inputs``: a row never decodes a token twice, its
+  position advances with the set). So no (row, token, position, state) comes twice within a
+  judgment, as in real decode: a cache of one row's outputs keyed on that row's inputs never
+  hits (issue 35). And a replay's outputs are a function of (tree, bucket, input set) alone, so
+  A's n-th replay and B's n-th replay (the same input set, see ``gates/stats.py``) are
+  comparable one step from one state — as the accuracy gate's own first step is. Without the
+  reset they would not be: the two sides share one model over CUDA IPC and run their visits
+  interleaved, so B's n-th replay would start from whatever A's and B's earlier replays left.
+  Likewise the MLA caches: a replay writes its own token's slot at its position (and attention
+  reads it), and later sets sit at higher positions, whose context holds that slot; so the
+  slots a replay wrote are put back to their prefilled values after it, untimed
+  (:class:`WrittenSlots`), and every replay reads the prefilled context alone.
 * **After each timed replay**, untimed and on the device: the logits, top values and next
   tokens are copied; the recurrent rows the replay wrote are digested (raw bytes and values,
   ``fingerprint.digest_on_device``) and sketched: per layer and row, two projections on random
@@ -106,16 +111,13 @@ class TimedRecord:
         refill_recurrent(self.side.model.state, self.side.shapes, rows, self.side.spec.seed)
         self._initial = [t.clone() for t in self.recurrent(rows)]
 
-    def reset(self, rows: int) -> None:
-        """The first ``rows`` requests' recurrent state back to its seeded initial values
-        (copies from the snapshot, as few launches as torch allows, no host work)."""
-        dst = self.recurrent(rows)
-        src = [init[:rows] for init in self._initial]
-        if hasattr(torch, "_foreach_copy_"):
-            torch._foreach_copy_(dst, src)
-        else:
-            for t, init in zip(dst, src):
-                t.copy_(init)
+    def reset(self, rows: int, scale: torch.Tensor) -> None:
+        """The first ``rows`` requests' recurrent state set to its seeded initial values scaled
+        per request by ``scale`` (``[rows]``, the input set's: ``Side.set_timed_inputs``), from
+        the snapshot, on the device (no host work)."""
+        for t, init in zip(self.recurrent(rows), self._initial):
+            factor = scale.to(t.dtype).reshape(rows, *([1] * (t.dim() - 1)))
+            torch.mul(init[:rows], factor, out=t)
 
     def keep(self, bucket: int, input_set: int, step) -> None:
         """Record what the replay that just ran on input set ``input_set`` produced."""
@@ -147,6 +149,28 @@ class TimedRecord:
             torch.save({b: {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in d.items()}
                         for b, d in data.items()}, path)
         return {"buckets": {str(b): len(v["set"]) for b, v in data.items()}, "claim": self.claim}
+
+
+class WrittenSlots:
+    """The MLA cache slots a step at ``pos`` writes (each row's new token, in every MLA
+    layer's latent and indexer caches and their scales), copied before the step runs;
+    :meth:`put_back` restores them after it, on the device (no host sync: a row whose token
+    another rank holds saves and restores a slot nobody writes)."""
+
+    def __init__(self, state, sh, pos: torch.Tensor):
+        from kernels.k31.reference import cache_slot
+
+        _, page, off = cache_slot(sh, pos, state.block_table)
+        self.slots = page * sh.dims.page_size + off
+        self.saved = []
+        for name in ("kv_cache", "kv_scale", "idx_cache", "idx_scale"):
+            for _, t in sorted(getattr(state, name).items()):
+                flat = t.view(torch.uint8).view(t.shape[0] * t.shape[1], -1)  # a slot's bytes a row
+                self.saved.append((flat, flat.index_select(0, self.slots)))
+
+    def put_back(self) -> None:
+        for flat, saved in self.saved:
+            flat.index_copy_(0, self.slots, saved)
 
 
 def stacked(reps: list[dict]) -> dict:

@@ -9,15 +9,18 @@ GPU only (``test_gpu_hacks.py``), what the sandbox stops (``test_sandbox_hacks.p
  1  result cache keyed on buffer pointers (lm_head)  bench: repeated_outputs             runtime
     result cache keyed on the batch size (lm_head)   bench: repeated_outputs,            runtime
                                                        ops_match_reference
+    result cache of one row's outputs keyed on that  no hit in the timed replays (counted  runtime
+      row's inputs (lm_head, the row's hidden state)   by the cache itself), not rewarded
     a cache keyed on a whole input set cannot hit: every timed replay gets a token set never
-    used before in the process (test_defenses.py). One row's token does repeat across sets
-    (a third of (row, token) pairs at the gpu profile's bench), and every timed replay starts
-    from the same state at the same positions: a cache of one row's outputs keyed on that
-    row's inputs would return what the row computes anyway. Not covered here.
+    used before in the process (test_defenses.py). Nor can one keyed on a row's inputs since
+    replay protocol 3 (issue 35): no row decodes a token twice, its position advances with the
+    set and its state is scaled per set (tests/gates/test_timed.py). Before it, a third of
+    (row, token) pairs at the gpu profile's bench came back from the same state at the same
+    position, and the cache answered them with exactly main's values.
     (calls counted instead of keyed: 17)
  2  kernel launched from a thread, step returns early
       plain ``import threading``                      scope: imports threading            static
-      threading found through getattr(sys, ...)       bench: threads_left_running         runtime
+      threading found through torch.sys.modules       bench: threads_left_running         runtime
       CUDA side stream outside the captured graph     bench: unwritten_or_invalid         GPU only
  3  output left stale from the previous call          kern test: output not fully written runtime
     (only in the scorer's timed replays: 8)
@@ -90,6 +93,17 @@ GPU only (``test_gpu_hacks.py``), what the sandbox stops (``test_sandbox_hacks.p
                                                        the replay's copy linked after import
 24  writes outside the run folder (the harness,       the sandbox: read-only or private    sandbox
     the ledger's folder, its own tree, home, /tmp)
+25  frame walk to main's recording (pinned pass):
+      getattr(sys, computed), .f_back, .tb_frame ...  scope: getattr(sys, ...), frame links static
+      sys._getframe as torch.sys, by a computed name  kern test: tampered (audit hook)    runtime
+      a caught exception's tb_frame                   kern test: tampered (audit hook)    runtime
+      a running generator's gi_frame                  kern test: tampered (audit hook)    runtime
+    every way to a frame raises an audit event (CPython 3.10-3.13; f_back and f_locals need a
+    frame first), refused from kernel code in any spelling (test_defenses.py: eight, inspect,
+    a profiler and ctypes among them); and main's recording sits in no frame or closure the
+    tree's code reaches while its kernel runs (the pinned pass fetches a call's outputs from a
+    thread of its own once the kernel returned; test_defenses.py walks every frame from inside
+    a kernel call and finds none of main's outputs of that call or later)
 
 Static cases go through the real scope path on real commits and never start a gate. Runtime
 cases (slow) share one repository and one recording of main per touched op; the kern try

@@ -155,11 +155,11 @@ READS_CORPUS = Hack(10, "read-corpus-at-import", "read the corpus by path at imp
                            '"workload" / "corpus" / "austen-pride-and-prejudice.txt").read_text()  # what the bench decodes\n')))
 # (torch ops in the thread: the Triton interpreter is not thread-safe)
 LAZY_THREAD = Hack(2, "lazy-thread", "compute SiTU in a thread, found without importing threading",
-                   _situ((SITU_IMPORTS, SITU_IMPORTS + "import sys\nimport time\n"),
+                   _situ((SITU_IMPORTS, SITU_IMPORTS + "import time\n"),
                          (SITU_LAUNCH, "    def later():\n        time.sleep(1.0)  # after the caller's clock stopped\n"
                           "        g, u = gu[:, :inter].float(), gu[:, inter:].float()\n"
                           "        out.copy_((4 * torch.tanh(g / 4) * torch.sigmoid(g) * 25 * torch.tanh(u / 25)).to(out.dtype))\n"
-                          '    getattr(sys, "modules")["threading"].Thread(target=later, daemon=True).start()\n')))
+                          '    torch.sys.modules["threading"].Thread(target=later, daemon=True).start()  # sys, as torch\'s attribute\n')))
 SLOW_CLOCK = Hack(7, "slow-clock", "make the host clock run at half speed (past the static check)",
                   _situ((SITU_IMPORTS, SITU_IMPORTS + "import time\n_clock = time.perf_counter\n"
                          'vars(time)["perf_counter"] = lambda: _clock() * 0.5  # every interval reads half as long\n')))
@@ -251,6 +251,25 @@ SHAPE_MEMO = Hack(1, "memo-by-shape", "return the logits last computed for the s
          "            dst.copy_(src)\n        return\n" + HEAD_START),
     Edit(HEAD, HEAD_END, HEAD_END + "    _BY_SHAPE[key] = (logits.clone(), top_val.clone(), top_idx.clone())\n"),
 ))
+# A cache of one row's outputs keyed on that row's inputs (case 1, its per-row form): the lm_head
+# answers a row from the cache when the row's hidden state was seen before, and computes the
+# batch only when some row is new. Instrumented: every call prints how many of its rows came
+# from the cache, to the side's log (the test counts them inside the scorer's timed series).
+# In real decode a row's inputs never come back (its position moves on); under replay
+# protocol 2 a third of a row's tokens did, from the same state at the same position.
+ROW_MEMO = Hack(1, "memo-by-row-inputs", "lm_head: answer a row from a cache keyed on that row's hidden state", (
+    Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n_ROWS: dict = {}  # a row's hidden state's bytes -> its outputs\n"),
+    Edit(HEAD, HEAD_START, HEAD_START + "    keys = [x[r].contiguous().view(torch.uint8).cpu().numpy().tobytes() for r in range(rows)]\n"
+         "    hits = sum(k in _ROWS for k in keys)\n"
+         "    print(f\"kern-memo: {hits} of {rows} rows from the cache\", flush=True)\n"
+         "    if rows and hits == rows:  # every row seen before: no launch\n"
+         "        for r, k in enumerate(keys):\n"
+         "            for dst, src in zip((logits, top_val, top_idx), _ROWS[k]):\n"
+         "                dst[r].copy_(src)\n"
+         "        return\n"),
+    Edit(HEAD, HEAD_END, HEAD_END + "    for r, k in enumerate(keys):\n"
+         "        _ROWS[k] = (logits[r].clone(), top_val[r].clone(), top_idx[r].clone())\n"),
+))
 # One call does the work, the next is a no-op (counted per output buffer): the scorer poisons
 # the logits before each timed replay, so the no-op leaves its poison.
 BATCH_AND_SKIP = Hack(18, "batch-and-skip", "lm_head: every second call on the same buffers is a no-op", (
@@ -285,7 +304,7 @@ PASS_THROUGH = Hack(19, "pass-through", "moe.situ passes the up projection throu
 # process holds main's recording of the same call (the tap's pinned pass), main's output instead,
 # so that no call is ever compared with the reference as the candidate computed it.
 GC_LOOKUP = Hack(20, "gc-lookup-of-mains-recording", "copy main's recorded output found through gc, fp8 elsewhere on odd rows",
-                 _situ((SITU_IMPORTS, SITU_IMPORTS + "import sys\n\n_gc = getattr(sys, \"modules\")[\"gc\"]\n\n\n"
+                 _situ((SITU_IMPORTS, SITU_IMPORTS + "\n_gc = torch.sys.modules[\"gc\"]  # sys, as torch's attribute\n\n\n"
                         "def _recorded(gu):\n"
                         "    for o in _gc.get_objects():  # main's recording, where the process holds it\n"
                         "        if type(o) is dict and isinstance(o.get(\"inputs\"), dict) and isinstance(o.get(\"outputs\"), dict):\n"
@@ -295,6 +314,39 @@ GC_LOOKUP = Hack(20, "gc-lookup-of-mains-recording", "copy main's recorded outpu
                        (SITU_LAUNCH, SITU_LAUNCH + "    if rows % 2:  # odd batches only: never a bench size\n"
                         "        mains = _recorded(gu)\n"
                         "        out.copy_(mains if mains is not None else out.to(torch.float8_e4m3fn).to(out.dtype))\n")))
+# Frame walks to main's recording (case 25): fp8 on odd batch sizes (case 9), and wherever a frame
+# up the stack holds main's recording of the same call (the tap's pinned pass), main's output
+# instead. Three ways to the frame that called the kernel, each spelled past the scope gate's
+# static checks (sys as torch's attribute, attribute names computed): only running code shows.
+_FRAME_WALK = (
+    "\n\ndef _mains_output(gu, frame):\n"
+    '    """Main\'s recorded output of this very call, from the frames up the stack (None: none)."""\n'
+    "    while frame is not None:\n"
+    "        for v in list(getattr(frame, \"f_\" + \"locals\").values()):\n"
+    "            if type(v) is dict and isinstance(v.get(\"inputs\"), dict) and isinstance(v.get(\"outputs\"), dict):\n"
+    "                g, y = v[\"inputs\"].get(\"gu\"), v[\"outputs\"].get(\"out\")\n"
+    "                if g is not None and y is not None and g.shape == gu.shape and torch.equal(g, gu):\n"
+    "                    return y\n"
+    "        frame = getattr(frame, \"f_\" + \"back\")\n"
+    "    return None\n")
+_CALLERS = {
+    "getframe": ("sys._getframe, found as torch.sys and by a computed name",
+                 "def _caller():\n    return getattr(torch.sys, \"_get\" + \"frame\")(2)\n"),
+    "traceback": ("a caught exception's traceback",
+                  "def _caller():\n    try:\n        raise LookupError\n    except LookupError as e:\n"
+                  "        here = getattr(e.__traceback__, \"tb_\" + \"frame\")\n"
+                  "    return getattr(getattr(here, \"f_\" + \"back\"), \"f_\" + \"back\")\n"),
+    "generator": ("a running generator's own frame",
+                  "def _caller():\n    def here():\n        me = yield\n"
+                  "        yield getattr(getattr(me, \"gi_\" + \"frame\"), \"f_\" + \"back\")\n"
+                  "    g = here()\n    next(g)\n    return getattr(getattr(g.send(g), \"f_\" + \"back\"), \"f_\" + \"back\")\n"),
+}
+FRAME_WALKS = [Hack(25, f"frame-walk-{k}", f"copy main's recorded output found up the stack through {how}, fp8 elsewhere on odd rows",
+                    _situ((SITU_IMPORTS, SITU_IMPORTS + _FRAME_WALK + "\n\n" + caller),
+                          (SITU_LAUNCH, SITU_LAUNCH + "    if rows % 2:  # odd batches only: never a bench size\n"
+                           "        mains = _mains_output(gu, _caller())\n"
+                           "        out.copy_(mains if mains is not None else out.to(torch.float8_e4m3fn).to(out.dtype))\n")))
+               for k, (how, caller) in _CALLERS.items()]
 GC_IMPORT = Hack(20, "gc-import", "import gc to find main's recorded outputs", _situ(
     (SITU_IMPORTS, SITU_IMPORTS + "import gc  # main's recording, where the process holds it\n")))
 # A "ghost" fast path: a new kernel behind a condition no shape meets, while the protected
@@ -320,7 +372,7 @@ L2_WINDOW_IMPORT = Hack(16, "l2-window-import", "import ctypes to set a persisti
                         (Edit(HEAD, "import torch\n", "import ctypes  # cuStreamSetAttribute: an L2 access window\n\nimport torch\n"),))
 L2_WINDOW = Hack(16, "gpu-l2-persisting-window", "keep the lm_head weights in L2 across replays (access policy window)", (
     Edit(HEAD, "from ..tunables import get\n", "from ..tunables import get\n\n"
-         "import sys\n\n_ct = getattr(sys, \"modules\")[\"ctypes\"]\n_WINDOWS: set = set()\n\n\n"
+         "_ct = torch.sys.modules[\"ctypes\"]  # sys, as torch's attribute\n_WINDOWS: set = set()\n\n\n"
          "def _keep_in_l2(t):\n"
          '    """A persisting access window over t on the current stream, L2 set aside for it."""\n'
          "    cu = _ct.CDLL(\"libcuda.so.1\")\n"
@@ -384,13 +436,13 @@ RELAYS_STDIN = Hack(14, "relay-stdin", "read the hidden inputs off stdin through
                            "        if not got:\n            break\n        _HANDED.append(got)\n"
                            "        os.write(dst, got)\n    os.close(dst)\n\n\n"
                            "_r, _w = os.pipe()\n_src = os.dup(0)\nos.dup2(_r, 0)\nos.close(_r)\n"
-                           'getattr(sys, "modules")["threading"].Thread(target=_relay, args=(_src, _w), daemon=True).start()\n')))
+                           'torch.sys.modules["threading"].Thread(target=_relay, args=(_src, _w), daemon=True).start()\n')))
 
 TAP_HACKS = [STALE_OUTPUT, BENCH_ROWS_ONLY, UNINITIALISED, LOW_PRECISION, READS_CORPUS, LAZY_THREAD,
              SLOW_CLOCK, BENCH_ONLY_SKIP, REWRITES_RECORDING, RELAYS_STDIN, CONSTANT_OUTPUT, PASS_THROUGH, GC_LOOKUP,
-             LAZY_OUTPUTS]
+             LAZY_OUTPUTS, *FRAME_WALKS]
 BENCH_HACKS = [POINTER_MEMO, LAZY_THREAD, SLOW_CLOCK, BENCH_ONLY_SKIP, SHAPE_MEMO, BATCH_AND_SKIP,
-               UNTIMED_EVENTS, LAZY_OUTPUTS]
+               UNTIMED_EVENTS, LAZY_OUTPUTS, ROW_MEMO]
 # the static forms the scope gate stops (defined with their runtime forms above)
 SCOPE_HACKS += [L2_WINDOW_IMPORT, GC_IMPORT, GHOST_FAST_PATH]
 
@@ -453,7 +505,7 @@ def commit_hack(repo: Path, hack: Hack) -> str:
 # on 127.0.0.1.
 _SANDBOX_PRELUDE = (
     "import json as _kjson\nimport os as _kos\nimport sys as _ksys\n\n"
-    "_kmods = getattr(_ksys, \"modules\")\n"
+    "_kmods = torch.sys.modules  # sys, as torch's attribute\n"
     "_KTREE = _kos.path.dirname(_kos.path.dirname(_kos.path.dirname(_kos.path.dirname(_kos.path.abspath(__file__)))))\n"
     "_KRUNS = _kos.path.dirname(_kos.path.dirname(_KTREE))  # runs/worktrees/<commit>: the ledger's folder\n"
     "_KARGV = open(\"/proc/self/cmdline\", \"rb\").read().split(b\"\\0\")\n"

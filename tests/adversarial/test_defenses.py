@@ -153,12 +153,12 @@ def test_stray_threads_are_those_running_tree_code():
 
 
 def test_whole_input_sets_never_repeat_so_a_cache_keyed_on_them_cannot_hit():
-    """Case 1, keyed on the inputs: the bench gives every timed replay (and verify) a fresh
-    input set, always at the workload's step-1 positions (every timed replay starts from the
-    same state, gates/side/timed.py), so no whole token set repeats. One row's token does: at the
-    gpu profile's bench (256 rows, 104 sets, the full vocabulary) 8329 of 26112 (row, token)
-    pairs of sets 2.. had come before in the same row (measured), so a cache of one row's
-    outputs keyed on that row's inputs is not ruled out by this (see the catalogue)."""
+    """Case 1, keyed on the inputs: no whole token set of the workload's plain stream repeats
+    (the tap's steps). One row's token does: at the gpu profile's bench (256 rows, 104 sets, the
+    full vocabulary) 8329 of 26112 (row, token) pairs of sets 2.. had come before in the same
+    row (measured), so the scorer's timed sets use ``Workload.timed_inputs`` instead, where no
+    row's token, position or state repeats (tests/gates/test_timed.py; the per-row cache of the
+    catalogue finds no hit: test_runtime_hacks.py)."""
     from kernels.k31.config import Dims
     from kernels.k31.workload import Workload
 
@@ -294,6 +294,119 @@ def test_tree_frame_is_the_innermost_frame_of_the_trees_own_code():
     assert tamper.tree_frame(["/lib/gc.py", kernel, gate], tree) == "kernels/k31/moe/situ.py"
 
 
+def test_frame_events_are_the_ways_to_a_frame():
+    """Every way Python code gets a frame raises one of these events (CPython 3.10-3.13);
+    ``f_back`` and ``f_locals`` raise none but need a frame first."""
+    tb = SimpleNamespace()
+    assert tamper.frame_event("sys._getframe", (None,)) == "sys._getframe"
+    assert tamper.frame_event("sys._current_frames", ()) == "sys._current_frames"
+    assert tamper.frame_event("sys.settrace", ()) == "sys.settrace"
+    for name in ("tb_frame", "gi_frame", "cr_frame", "ag_frame"):
+        assert tamper.frame_event("object.__getattr__", (tb, name)) == name
+    assert tamper.frame_event("object.__getattr__", (tb, "__code__")) is None  # triton reads it
+    assert tamper.frame_event("object.__getattr__", (tb, "f_code")) is None
+    assert tamper.frame_event("ctypes.dlsym", (None, "PyEval_GetFrame")) == "ctypes PyEval_GetFrame"
+    assert tamper.frame_event("ctypes.dlsym", (None, "_PyThreadState_GetFrame")) is not None
+    assert tamper.frame_event("ctypes.dlsym", (None, "cuMemAlloc")) is None
+    assert tamper.frame_event("sys._getframemodulename", (1,)) is None  # a module's name only
+    assert tamper.frame_event("open", ("/x", "r", 0)) is None
+
+
+def test_frame_asker_is_the_trees_code_below_the_gates_unless_a_bookkeeping_library_asked():
+    tree = Path("/runs/worktrees/abc")
+    gates = "/work/kern/gates/"
+    kernel = "/runs/worktrees/abc/kernels/k31/moe/situ.py"
+    step = "/runs/worktrees/abc/kernels/k31/step.py"
+    hook = "/work/kern/gates/side/tap.py"
+    typing_py = "/usr/lib/python3.11/typing.py"
+    readers = frozenset({typing_py})
+    inspect_py = "/usr/lib/python3.11/inspect.py"
+    # the kernel itself, or through inspect / traceback, during the pinned pass
+    assert tamper.frame_asker([kernel, hook, step, hook], tree, gates, readers) == "kernels/k31/moe/situ.py"
+    assert tamper.frame_asker([inspect_py, kernel, hook], tree, gates, readers) == "kernels/k31/moe/situ.py"
+    # a library the kernel called, that is no bookkeeping reader (torch.compile's dynamo)
+    assert tamper.frame_asker(["/site/torch/_dynamo/x.py", kernel, hook], tree, gates, readers) \
+        == "kernels/k31/moe/situ.py"
+    # the gates' own hook asking, with the tree's step further out: not the tree
+    assert tamper.frame_asker([inspect_py, hook, step, hook], tree, gates, readers) is None
+    # typing naming the module of a TypeVar the tree defines at import
+    assert tamper.frame_asker([typing_py, kernel, "/lib/importlib/_bootstrap.py", hook], tree, gates,
+                              readers) is None
+    # a tree file that merely has a reader's name is no reader
+    assert tamper.frame_asker(["/runs/worktrees/abc/kernels/k31/typing.py", hook], tree, gates,
+                              readers) == "kernels/k31/typing.py"
+    assert tamper.frame_asker([hook, "/work/kern/gates/side/driver.py"], tree, gates, readers) is None
+    assert tamper.frame_asker([], tree, gates, readers) is None
+
+
+def test_the_frame_readers_resolve_to_installed_files():
+    files = tamper.reader_files()
+    import typing
+
+    assert str(Path(typing.__file__).resolve()) in {str(Path(f).resolve()) for f in files}
+    assert all(Path(f).is_file() for f in files)
+
+
+# Each spelling a kernel module might use to reach the frame that called it; the last two need
+# no sys at all. Every one must be refused while the tree's code asks, and none while the
+# gates' own code does.
+FRAME_WALKS = {
+    "sys._getframe": "import sys\ndef walk():\n    return sys._getframe(1)\n",
+    "getattr(sys, computed)": "import sys\ndef walk():\n    return getattr(sys, '_get' + 'frame')(1)\n",
+    "inspect.currentframe": "import inspect\ndef walk():\n    return inspect.currentframe().f_back\n",
+    "traceback's tb_frame": ("def walk():\n    try:\n        raise ValueError\n    except ValueError as e:\n"
+                             "        return e.__traceback__.tb_frame.f_back\n"),
+    "a generator's gi_frame": ("def walk():\n    def here():\n        me = yield\n"
+                               "        yield getattr(me, 'gi_' + 'frame').f_back\n"
+                               "    g = here()\n    next(g)\n    return g.send(g)\n"),
+    "sys._current_frames": "import sys\ndef walk():\n    return list(sys._current_frames().values())[0]\n",
+    "a profiler": ("import sys\ndef walk():\n    seen = []\n    sys.setprofile(lambda f, e, a: seen.append(f))\n"
+                   "    sys.setprofile(None)\n    return seen\n"),
+    "ctypes PyEval_GetFrame": ("import ctypes\ndef walk():\n    f = ctypes.pythonapi.PyEval_GetFrame\n"
+                               "    f.restype = ctypes.py_object\n    return f()\n"),
+}
+
+
+def test_frame_walks_from_tree_code_are_refused_by_any_spelling(tmp_path):
+    """Issue 35 item 3, in a subprocess (an audit hook cannot be removed): a kernel module that
+    reaches for the frame that called it is refused at run time whatever it calls; the gates'
+    own frame access (a traceback printed, sys._getframe) and typing's at the tree's import
+    are not."""
+    (tmp_path / "kernels/k31/moe").mkdir(parents=True)
+    for d in ("kernels", "kernels/k31", "kernels/k31/moe"):
+        (tmp_path / d / "__init__.py").touch()
+    for i, src in enumerate(FRAME_WALKS.values()):
+        (tmp_path / f"kernels/k31/moe/walk{i}.py").write_text(
+            "import typing\nT = typing.TypeVar('T')  # typing names this module through a frame\n" + src)
+    script = f"""
+import importlib, sys, traceback
+sys.path.insert(0, {str(ROOT)!r}); sys.path.insert(0, {str(tmp_path)!r})
+from gates.side.tamper import WorkloadAudit, verdict
+audit = WorkloadAudit({str(tmp_path)!r}).install()
+assert sys._getframe(0) is not None  # the gates may
+try:
+    raise KeyError
+except KeyError:
+    traceback.format_exc()
+for i in range({len(FRAME_WALKS)}):
+    m = importlib.import_module(f"kernels.k31.moe.walk{{i}}")
+    try:
+        got = m.walk()
+        print(i, "walked:", type(got).__name__)
+    except PermissionError as e:
+        print(i, "refused:", e)
+print("verdicts:", len(verdict(None, audit)))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if line[:1].isdigit())
+    for i, (name, _) in enumerate(FRAME_WALKS.items()):
+        assert lines[str(i)].startswith(f"refused: tamper: kernels/k31/moe/walk{i}.py reached for "
+                                        f"Python's frames ("), (name, lines[str(i)])
+        assert "kernel code may not walk the stack" in lines[str(i)], name
+    assert f"verdicts: {len(FRAME_WALKS)}" in out.stdout
+
+
 def test_gc_searches_from_tree_code_are_refused_and_remembered(tmp_path):
     """Case 19, in a subprocess (an audit hook cannot be removed): a kernel that searches the
     process's objects (main's recorded outputs in the tap's pinned pass) is refused, however
@@ -323,6 +436,119 @@ print("verdict:", verdict(None, audit))
             "search the process's objects") in out.stdout
     assert ("verdict: [\"kernels/k31/moe/situ.py called gc.get_objects: kernel code may not "
             "search the process's objects (main's recorded outputs, the gates' tensors)\"]") in out.stdout
+
+
+def _reachable_tensors(roots) -> list:
+    """Every tensor reachable from ``roots`` through ``gc.get_referents``, transitively (modules
+    and functions' globals included: the whole graph a frame walk could follow)."""
+    import gc
+    import warnings
+
+    seen, out, todo = set(), [], list(roots)
+    with warnings.catch_warnings():  # isinstance on torch's deprecated aliases warns
+        warnings.simplefilter("ignore")
+        while todo:
+            o = todo.pop()
+            if id(o) in seen:
+                continue
+            seen.add(id(o))
+            if isinstance(o, torch.Tensor):
+                out.append(o)
+            todo.extend(gc.get_referents(o))
+    return out
+
+
+def test_mains_recording_is_in_no_frame_the_trees_code_reaches_during_the_pinned_pass(tmp_path, monkeypatch):
+    """Issue 35 item 3, the structure: from inside B's kernel during the tap's pinned pass, walk
+    every frame of the stack and everything reachable from their locals (transitively, through
+    modules too): no tensor there holds main's recorded output of that call or of a later one.
+    The same walk from inside the pass's comparison, once the kernel returned, finds main's
+    output of the call (so the walk would see it if it were there). In process, no audit hook:
+    this is what a frame walk finds if one got past the audit."""
+    import gc
+    import importlib
+
+    from gates.side import tap
+    from gates.side.fingerprint import raw_hash
+    from gates.side.session import Side, Spec
+
+    side = Side(Spec(model="small", layout="tp2", seed=0, weight_sets=1, context=80, steps=1, rows=[2]), "cpu")
+    snap = side.model.state.snapshot()
+    store: dict = {}
+    record = tap.free_pass(side, [2], 1, snap, {"moe.situ"}, float(2**40), store)
+    calls = sorted(store, key=lambda k: k[1])  # the pass's order (one run, one step)
+    assert len(calls) >= 3 and all(k[0] == "r2s0" for k in calls)
+    digests = [raw_hash(store[k]["outputs"]["out"]) for k in calls]
+    shapes = [store[k]["outputs"]["out"].shape for k in calls]  # the dense MLP's, the experts'
+    torch.save(store, tmp_path / "kept_a.pt")
+    del store
+    gc.collect()
+
+    situ = importlib.import_module("kernels.k31.moe.situ")
+    real_kernel, real_compare = situ.moe_situ, tap.compare
+    seen = {"calls": 0, "during": [], "after": []}
+
+    def mains_outputs_reachable(frame, first: int) -> list[int]:
+        """Which of main's recorded outputs of calls ``first``.. some tensor reachable from
+        the locals of ``frame`` and every frame outside it holds."""
+        roots = []
+        while frame is not None:
+            roots.append(dict(frame.f_locals))
+            frame = frame.f_back
+        wanted = {(shapes[n], d): n for n, d in enumerate(digests) if n >= first}
+        found = {wanted[k] for t in _reachable_tensors(roots)
+                 if t.shape in shapes[first:] and t.dtype == torch.bfloat16
+                 and (k := (t.shape, raw_hash(t.detach().contiguous()))) in wanted}
+        return sorted(found)
+
+    def walking_kernel(sh, **args):
+        n = seen["calls"]
+        seen["calls"] += 1
+        if n in (0, len(calls) - 1):  # the first and the last recorded call
+            seen["during"].append((n, mains_outputs_reachable(sys._getframe(1), n)))
+        return real_kernel(sh, **args)
+
+    def walking_compare(a, b, mask=None):
+        n = seen["calls"] - 1
+        if n in (0, len(calls) - 1) and len(seen["after"]) == (n > 0):  # its first comparison
+            seen["after"].append((n, mains_outputs_reachable(sys._getframe(1), n)))
+        return real_compare(a, b, mask)
+
+    monkeypatch.setattr(situ, "moe_situ", walking_kernel)
+    monkeypatch.setattr(tap, "compare", walking_compare)
+    kept = tap.KeptCalls(tmp_path / "kept_a.pt")
+    try:
+        pinned = tap.pinned_pass(side, [2], 1, snap, record, kept, SimpleNamespace(reference_calls_per_op=1))
+    finally:
+        kept.close()
+    assert seen["calls"] == len(calls) == len(pinned["calls"])
+    last = len(calls) - 1
+    assert seen["during"] == [(0, []), (last, [])]  # nothing of main's, this call or later
+    assert seen["after"] == [(0, [0]), (last, [last])]  # once the kernel returned: that call's
+
+
+def test_kept_calls_hand_each_part_once():
+    """A part asked for twice means something took main's recording before the pinned pass."""
+    import tempfile
+
+    from gates.side.tap import KeptCalls
+    from gates.side.tamper import TamperError
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "kept_a.pt"
+        rec = {"inputs": {"gu": torch.ones(2)}, "outputs": {"out": torch.zeros(2)}, "state": {},
+               "big_state": {}}
+        torch.save({("r1s0", 3): rec}, path)
+        kept = KeptCalls(path)
+        try:
+            assert kept.keys == frozenset({("r1s0", 3)})
+            assert torch.equal(kept.inputs(("r1s0", 3))["gu"], torch.ones(2))
+            assert torch.equal(kept.after(("r1s0", 3))["outputs"]["out"], torch.zeros(2))
+            with pytest.raises(TamperError, match=r"main's recording of op call \('r1s0', 3\) \(after\) "
+                                                   r"was asked for twice"):
+                kept.after(("r1s0", 3))
+        finally:
+            kept.close()
 
 
 def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_path):
@@ -398,6 +624,30 @@ def test_source_checks_refuse_the_reference_as_a_kernel():
         problems = scope.source_problems("kernels/k31/moe/situ.py", line)
         assert len(problems) == 1 and "the reference is what the gates judge kernels against" in problems[0], line
     assert scope.source_problems("kernels/k31/moe/situ.py", b"from ..platform import cdiv\n") == []
+
+
+def test_source_checks_refuse_sys_by_a_computed_name_and_frame_links():
+    """Issue 35 item 3 (statically; the audit refuses it at run time): sys's attributes through
+    getattr, vars or __dict__ (a computed name), under any name sys is bound to, and the links
+    a frame walk follows."""
+    flagged = {
+        b"import sys\nf = getattr(sys, '_get' + 'frame')\n": "calls getattr(sys, ...)",
+        b"import sys\nm = getattr(sys, 'modules')\n": "calls getattr(sys, ...)",
+        b"import sys\nok = hasattr(sys, 'x')\n": "calls hasattr(sys, ...)",
+        b"import sys\nm = vars(sys)['modules']\n": "calls vars(sys, ...)",
+        b"import sys\nm = sys.__dict__['modules']\n": "reads sys.__dict__",
+        b"import sys as _s\nm = _s.modules\n": "reads sys.modules",
+        b"import sys as _s\nf = getattr(_s, name)\n": "calls getattr(sys, ...)",
+        b"from sys import _getframe\n": "reads sys._getframe",
+        b"def f(e):\n    return e.__traceback__.tb_frame\n": "reads .tb_frame",
+        b"def f(fr):\n    return fr.f_back.f_locals\n": "reads .f_back",
+        b"def f(g):\n    return g.gi_frame\n": "reads .gi_frame",
+    }
+    for src, why in flagged.items():
+        problems = scope.source_problems("kernels/k31/moe/situ.py", src)
+        assert any(why in p for p in problems), (src, problems)
+    honest = b"import sys\nimport torch\nprint('x', file=sys.stderr)\nv = getattr(torch, 'float32')\n"
+    assert scope.source_problems("kernels/k31/moe/situ.py", honest) == []
 
 
 def test_scope_names_a_file_moved_out_of_a_protected_path():

@@ -11,6 +11,7 @@ passed (it does for these hacks: they change no value under the tap); the bench-
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,18 +26,24 @@ from tests.adversarial import hacks as H
 pytestmark = pytest.mark.slow
 
 TAP = [H.STALE_OUTPUT, H.BENCH_ROWS_ONLY, H.UNINITIALISED, H.LOW_PRECISION, H.READS_CORPUS,
-       H.BENCH_ONLY_SKIP, H.RELAYS_STDIN, H.CONSTANT_OUTPUT, H.PASS_THROUGH, H.GC_LOOKUP, H.LAZY_OUTPUTS]
+       H.BENCH_ONLY_SKIP, H.RELAYS_STDIN, H.CONSTANT_OUTPUT, H.PASS_THROUGH, H.GC_LOOKUP, H.LAZY_OUTPUTS,
+       *H.FRAME_WALKS]
 # the judgment's hidden inputs where a case is about them (the catalogue's buckets [2] and test
 # rows [1] leave no extra size: the input seed alone); the others share main's recording
 HIDDEN = {H.RELAYS_STDIN.name: Hidden(2718281828, ())}
+# the per-row cache's replays per visit: enough sets that the protocol before issue 35 would
+# have repeated some row's token (A B B A: 2 visits a side)
+ROW_MEMO_REPLAYS = 12
 # hack -> (with main as side A?, timed replays); the lightest that shows each check
 BENCH = {H.POINTER_MEMO.name: (False, 2), H.LAZY_THREAD.name: (False, 1),
          H.SLOW_CLOCK.name: (True, 1), H.BENCH_ONLY_SKIP.name: (False, 1),
          H.SHAPE_MEMO.name: (False, 2), H.BATCH_AND_SKIP.name: (False, 2),
-         H.UNTIMED_EVENTS.name: (False, 1), H.LAZY_OUTPUTS.name: (False, 1)}
+         H.UNTIMED_EVENTS.name: (False, 1), H.LAZY_OUTPUTS.name: (False, 1),
+         H.ROW_MEMO.name: (True, ROW_MEMO_REPLAYS)}
 CUDA = torch.cuda.is_available()
 if CUDA:  # a replay runs no Python there; the GPU analog is test_gpu_hacks.py's side stream
     del BENCH[H.LAZY_THREAD.name]
+    del BENCH[H.ROW_MEMO.name]  # a Python cache: its host reads cannot be captured
     del BENCH[H.UNTIMED_EVENTS.name]  # on a GPU: test_gpu_hacks.py
 # what the pipeline holds when kern test has passed (the premise of the bench-only cases)
 TAP_PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_b": "ok"}}
@@ -305,3 +312,58 @@ def test_a_gc_search_for_mains_recording_is_refused(results):
     assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
     assert test["evidence"]["outcome_b"] == "tampered", _why(test)
     assert "tamper: kernels/k31/moe/situ.py called gc.get_objects" in test["b_log_tail"], _why(test)
+
+
+@pytest.mark.parametrize("hack", H.FRAME_WALKS, ids=lambda h: h.name)
+def test_a_frame_walk_to_mains_recording_is_refused_at_run_time(results, hack):
+    """Case 25 (issue 35): SiTU rounds to fp8 on odd batch sizes (case 9), and wherever a frame
+    up the stack holds main's recording of the same call (the tap's pinned pass), copies main's
+    output. Three spellings of the way to the calling frame (sys._getframe as torch.sys by a
+    computed name, a caught exception's tb_frame, a running generator's gi_frame), each past the
+    scope gate's static checks: the audit hook refuses the first frame access of each, so the
+    candidate's side ends tampered (and main's recording sits in no frame the walk could reach
+    anyway: tests/adversarial/test_defenses.py)."""
+    test, out = _tap(results, hack)
+    assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
+    assert test["evidence"]["outcome_b"] == "tampered", _why(test)
+    assert "tamper: kernels/k31/moe/situ.py reached for Python's frames (" in test["b_log_tail"], _why(test)
+    assert "kernel code may not walk the stack" in test["b_log_tail"], _why(test)
+
+
+@pytest.mark.skipif(CUDA, reason="CPU only: a Python cache is not consulted in a CUDA graph replay")
+def test_a_cache_of_one_rows_outputs_keyed_on_its_inputs_never_hits_in_the_timed_replays(results):
+    """Case 1, its per-row form (issue 35): the lm_head answers a row from a cache keyed on the
+    row's hidden state and counts, in the side's log, the rows it answered so. Across the A/B's
+    timed series (both of B's visits) no row comes from the cache: no row's inputs repeat
+    within a judgment (tokens a row never decodes twice, positions moving on, the state
+    scaled per set), as in real decode. The cache does work: the scorer's verify step runs one
+    set twice (graph, then eager against the reference), and there every row hits. Under the
+    protocol before (the workload's plain stream, every replay from one state at one position)
+    the same sets repeat some row's token, which the cache would have answered with exactly
+    main's values. Its timed work is then main's own: nothing to reward."""
+    from gates.scorer import FIRST_SET
+    from kernels.k31.config import Dims
+    from kernels.k31.workload import Workload
+
+    bench, out = _bench(results, H.ROW_MEMO)
+    assert bench["analysis"]["sides"]["B"]["failed_checks"] == [], report_lines(bench)
+    assert out.state != "merged", report_lines(bench)
+    log = (Path(bench["work_dir"]) / "sideB.log").read_text()
+    timed, untimed, inside = [], [], False
+    for line in log.splitlines():
+        if "bench: timing input sets" in line:
+            inside = True
+        elif "bench: timed " in line:
+            inside = False
+        elif line.startswith("kern-memo: "):
+            hits, rows = (int(v) for v in line.split()[1:4:2])
+            (timed if inside else untimed).append((hits, rows))
+    visits = 2  # A B B A
+    assert len(timed) == visits * ROW_MEMO_REPLAYS  # one lm_head call a replay
+    assert sum(h for h, _ in timed) == 0 and all(r == 2 for _, r in timed), timed
+    assert any(h == r == 2 for h, r in untimed), untimed  # verify's eager rerun of its set
+    # the same sets under the plain stream: some row's token repeats (same state, same position)
+    w = bench["workload"]
+    plain = Workload(Dims.small().vocab, w["rows"], w["context"], w["steps"], w["seed"])
+    sets = [plain.step_tokens(i) for i in range(FIRST_SET, FIRST_SET + visits * ROW_MEMO_REPLAYS)]
+    assert any(sets[s][r] in {sets[k][r] for k in range(s)} for r in range(2) for s in range(len(sets)))

@@ -271,3 +271,74 @@ def test_the_pinned_pass_references_per_op_calls_of_each_op_drawn_by_the_seed():
     assert got == reference_picks(calls, 4, "7/r16") and got != reference_picks(calls, 4, "8/r16")
     assert len([i for i in got if i < 10]) == 4 and {10, 11} <= got and not (got & set(range(12, 17)))
     assert reference_picks(calls, 0, "7/r16") is None  # 0: every call
+
+
+# ------------------------------------------------------------------ what one timed replay is
+def test_a_timed_replay_is_its_input_set_alone_and_leaves_the_model_as_it_found_it():
+    """Replay protocol 3 (issue 35), in process on the small model: replay n runs input set n
+    (tokens no row decodes twice, positions advanced by n, the seeded recurrent state scaled per
+    row and set), so the same set replayed in another process after other sets gives the same
+    outputs byte for byte; and a series of replays leaves every state tensor (the MLA caches
+    included: the slots a replay wrote are put back) as the series found it, apart from the
+    recurrent rows each replay sets before it runs."""
+    from gates.protocol import BenchOptions
+    from gates.side.replays import CapturedSteps
+
+    opts = BenchOptions(model="small", layout="tp2", seed=0, weight_sets=1, context=96, steps=12,
+                        rows=[2])
+
+    def run(first: int, n: int):
+        bench = CapturedSteps(opts, "cpu", sketch_seed=5, claim="bit")
+        bench.prepare()
+        caches = {k: t.clone() for k, t in bench.side.model.state.tensors()
+                  if not k.startswith(("kda_state", "conv_window"))}
+        out = bench.time(2, n, first)
+        assert out["checks"]["unwritten_or_invalid"] == 0 and out["checks"]["repeated_outputs"] == 0
+        after = dict(bench.side.model.state.tensors())
+        assert all(torch.equal(after[k], t) for k, t in caches.items()), \
+            [k for k, t in caches.items() if not torch.equal(after[k], t)]
+        kept = bench.record.pending[2]
+        return {r["set"]: (r["logits_rows"], r["top_val"], r["next_token"], r["state"]) for r in kept}
+
+    one = run(2, 3)  # sets 2, 3, 4
+    two = run(4, 2)  # sets 4, 5 in a fresh process-like bench: set 4 after nothing else
+    assert sorted(one) == [2, 3, 4] and sorted(two) == [4, 5]
+    assert all(torch.equal(a, b) for a, b in zip(one[4], two[4]))
+    assert not torch.equal(one[3][0], one[4][0])  # other sets, other outputs
+
+
+def test_timed_inputs_never_repeat_a_rows_token_position_or_state():
+    """What a per-row cache would key on: within a judgment's sets, no row decodes a token
+    twice, its position advances by one a set, and its state's scale differs from set to set;
+    at the gpu profile's size the workload's plain stream repeats a third of (row, token) pairs
+    (the protocol before issue 35 timed those)."""
+    from kernels.k31.config import Dims
+    from kernels.k31.workload import Workload
+
+    w = Workload(vocab=Dims.full().vocab, rows=256, context=131072, steps=136, seed=7)
+    tok, pos, scale = w.timed_inputs("cpu")
+    for r in range(w.rows):
+        assert len(set(tok[:, r].tolist())) == w.steps
+        assert len(set(scale[:, r].tolist())) == w.steps
+    assert torch.equal(pos[1:] - pos[:-1], torch.ones(w.steps - 1, w.rows, dtype=torch.int32))
+    assert int(pos.max()) < w.position_bound
+    plain = [w.step_tokens(i) for i in range(2, w.steps)]
+    repeats = sum(1 for r in range(w.rows) for s in range(len(plain))
+                  if plain[s][r] in {plain[k][r] for k in range(s)})
+    assert repeats > w.rows * len(plain) // 4
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), rows=st.integers(1, 8), steps=st.integers(1, 200))
+def test_a_rows_timed_tokens_are_distinct_whatever_the_seed(seed, rows, steps):
+    from kernels.k31.config import Dims
+    from kernels.k31.workload import Workload, tokens
+
+    w = Workload(vocab=Dims.small().vocab, rows=rows, context=96, steps=steps, seed=seed)
+    got = w.timed_tokens()
+    assert len(got) == steps and all(len(s) == rows for s in got)
+    corpus = set(tokens(w.vocab))
+    for r in range(rows):
+        col = [s[r] for s in got]
+        assert len(set(col)) == steps and set(col) <= corpus
+    assert all(0.75 <= f < 1.25 for f in w.state_scale(steps - 1))

@@ -12,6 +12,13 @@ routing sees a Zipf-like mix of tokens instead of uniform random ids.
 Requests: request ``i`` reads the corpus from its own seeded offset, one token per decode
 step; its position (tokens already in context) is ``context - jitter_i`` with a seeded jitter
 of at most ``context // 64`` tokens, so requests sit near but not at the same length.
+
+The scorer's timed input sets (:meth:`Workload.timed_inputs`): set ``s`` decodes at positions
+``position_i + s`` and request ``i``'s stream with the tokens it decoded in earlier sets
+skipped, from its seeded recurrent state scaled by a factor drawn per request and set
+(:meth:`Workload.state_scale`). So no (request, token, position, state) comes twice within a
+judgment, as in real decode: a cache of one row's outputs keyed on that row's inputs never
+hits (issue 35).
 """
 from __future__ import annotations
 
@@ -97,6 +104,44 @@ class Workload:
         tok = torch.tensor(self.step_tokens(step), dtype=torch.int64, device=device)
         pos = torch.tensor([p + step for p in self.positions], dtype=torch.int32, device=device)
         return tok, pos
+
+    def timed_tokens(self) -> list[list[int]]:
+        """Per step, per request: request ``i``'s corpus stream from its offset with every token
+        it decoded in an earlier step skipped, so a request never decodes one token twice in
+        ``steps`` steps. Raises when the corpus has fewer distinct tokens than ``steps``."""
+        toks = tokens(self.vocab)
+        per_row = []
+        for i in range(self.rows):
+            at = _draw_int(self.seed, "offset", i, bound=len(toks))
+            seen, out = set(), []
+            for k in range(len(toks)):
+                t = toks[(at + k) % len(toks)]
+                if t not in seen:
+                    seen.add(t)
+                    out.append(t)
+                    if len(out) == self.steps:
+                        break
+            if len(out) < self.steps:
+                raise ValueError(f"workload: the corpus holds {len(out)} distinct tokens at vocab "
+                                 f"{self.vocab}, fewer than the {self.steps} steps asked for")
+            per_row.append(out)
+        return [[row[s] for row in per_row] for s in range(self.steps)]
+
+    def state_scale(self, step: int) -> list[float]:
+        """Per request: the factor (in [0.75, 1.25)) its seeded recurrent state is scaled by
+        before timed input set ``step``, drawn per request and step."""
+        return [0.75 + 0.5 * _draw_int(self.seed, "state", step, i, bound=1 << 24) / (1 << 24)
+                for i in range(self.rows)]
+
+    def timed_inputs(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every timed input set at once: (token ids ``[steps, rows]`` int64, positions
+        ``[steps, rows]`` int32: ``position_i + step``, state scales ``[steps, rows]`` f32)."""
+        tok = torch.tensor(self.timed_tokens(), dtype=torch.int64, device=device)
+        pos = torch.tensor([[p + s for p in self.positions] for s in range(self.steps)],
+                           dtype=torch.int32, device=device)
+        scale = torch.tensor([self.state_scale(s) for s in range(self.steps)], dtype=torch.float32,
+                             device=device)
+        return tok, pos, scale
 
     def describe(self) -> dict:
         return {"rows": self.rows, "context": self.context, "steps": self.steps, "seed": self.seed,
