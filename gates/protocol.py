@@ -340,6 +340,18 @@ class JudgeOutputs(BenchCommand):
 
 
 @dataclass(frozen=True, kw_only=True)
+class TimedBand(BenchCommand):
+    """Main's side, after ``judge_outputs`` with a sample: the sampled timed replays again
+    with ``reference_ops`` on the protected reference, and per request the statistics of main
+    and the candidate against that reference (``gates/side/timed.py`` ``band_totals``). -> band"""
+    CMD: ClassVar[str] = "timed_band"
+
+    reference_ops: list | None  # the ops the candidate touched (None: every op of main's tree)
+    near_tie_factor: float
+    kl_pass: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Verify(BenchCommand):
     """Graph against eager on an unseen input at ``bucket`` rows; with ``ops`` the eager
     run's op calls against the reference too (all, or for an op in ``sample`` the calls it
@@ -388,7 +400,7 @@ class Quit(BenchCommand):
     CMD: ClassVar[str] = "quit"
 
 
-COMMANDS = {c.CMD: c for c in (Prepare, Time, SaveRecord, JudgeOutputs, Verify, Bandwidth, Peers,
+COMMANDS = {c.CMD: c for c in (Prepare, Time, SaveRecord, JudgeOutputs, TimedBand, Verify, Bandwidth, Peers,
                                RooflineCost, Baseline, Quit)}
 
 

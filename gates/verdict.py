@@ -320,7 +320,121 @@ IDENTICAL_CLAIMS = {"PASS bit-identical": "first_raw_difference",
 CLAIM_KIND = {"PASS bit-identical": "bit", "PASS value-identical": "value"}  # what the scorer keeps
 
 
-def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: float) -> dict | None:
+@dataclass(frozen=True)
+class ClusterTotals:
+    """One pair of logits (X against Y) over the scorer's sampled timed rows, per cluster (a
+    request: its rows share a context, so they are not independent): rows, sum of KL(X||Y),
+    rows with KL(X||Y) > kl_pass, confident argmax flips; and the largest KL (reported only:
+    the max alone decides nothing). ``logits.cluster_totals`` measures it."""
+
+    rows: tuple[float, ...]
+    kl_sum: tuple[float, ...]
+    above: tuple[float, ...]
+    flips: tuple[float, ...]
+    kl_max: float
+
+    @classmethod
+    def of(cls, d: dict) -> "ClusterTotals":
+        parts = {k: tuple(float(x) for x in d[k]) for k in ("rows", "kl_sum", "above", "flips")}
+        if len({len(v) for v in parts.values()}) != 1:
+            raise ValueError(f"cluster totals: rows, kl_sum, above and flips must list the same "
+                             f"clusters, got {[len(v) for v in parts.values()]} (a bench bug)")
+        return cls(**parts, kl_max=float(d["kl_max"]))
+
+    def share(self, what: str) -> float:
+        """Over all rows: mean KL (``kl_sum``), share above kl_pass (``above``), of flips."""
+        n = sum(self.rows)
+        return sum(getattr(self, what)) / n if n else 0.0
+
+
+@dataclass(frozen=True)
+class TimedBand:
+    """Main's band at the scorer's context (``gates/side/timed.py`` ``band_totals``), on the
+    sampled timed rows: main and the candidate each against main with the touched ops on the
+    protected reference (R), and the candidate against main."""
+
+    main: ClusterTotals  # KL(R||A)
+    candidate: ClusterTotals  # KL(R||B)
+    candidate_vs_main: ClusterTotals  # KL(A||B)
+    ops: tuple[str, ...]
+
+    @classmethod
+    def of(cls, d: "TimedBand | dict") -> "TimedBand":
+        if isinstance(d, TimedBand):
+            return d
+        return cls(main=ClusterTotals.of(d["main"]), candidate=ClusterTotals.of(d["candidate"]),
+                   candidate_vs_main=ClusterTotals.of(d["candidate_vs_main"]),
+                   ops=tuple(d.get("ops") or ()))
+
+
+@dataclass(frozen=True)
+class BandCheck:
+    """One statistic of the candidate's distance to the reference against main's."""
+
+    statistic: str  # "mean KL", "rows above kl_pass", "confident flips"
+    main: float  # main's, against the reference (a mean, or a share of the rows)
+    candidate: float
+    bound: float  # the lower confidence bound of candidate - main
+    floor: float  # what the bound may reach
+
+    @property
+    def ok(self) -> bool:
+        return self.bound <= self.floor
+
+
+# statistic -> (ClusterTotals field, floor as a function of kl_pass): a mean KL at or below
+# kl_pass is what the fixed rule passes in every row; a share of rows above kl_pass or of
+# confident flips has no floor (where main has none, the candidate may have none either)
+BAND_STATISTICS = {"mean KL": ("kl_sum", lambda kl_pass: kl_pass),
+                   "rows above kl_pass": ("above", lambda kl_pass: 0.0),
+                   "confident flips": ("flips", lambda kl_pass: 0.0)}
+
+
+def judge_band(band: TimedBand, alpha: float, kl_pass: float, iters: int,
+               seed: int = 0) -> list[BandCheck]:
+    """Pure (seeded): is the candidate shown to be further from the reference than main at
+    the scorer's context? For each statistic T of :data:`BAND_STATISTICS`, the lower bound
+    at one-sided level ``1 - alpha / 3`` of ``T(candidate) - T(main)``, over a bootstrap that
+    resamples clusters (requests) with replacement, both sides' rows of a request together
+    (paired), must not exceed T's floor. So a candidate exactly as close as main is refused
+    with probability at most ``alpha`` over the three (asymptotically in the number of
+    requests; the rows of one request may depend on each other in any way); how often one
+    further than main passes depends on how much further and on how many of the sampled rows
+    main's own rounding moves (docs/gates.md states it for #9's sample)."""
+    import numpy as np
+
+    keep = [i for i, n in enumerate(band.main.rows) if n > 0]
+    rows = np.array([band.main.rows[i] for i in keep])
+    rng = np.random.default_rng(seed)
+    n = len(keep)
+    weights = rng.multinomial(n, [1.0 / n] * n, size=iters).astype(float) if n else np.zeros((iters, 0))
+    total = weights @ rows
+    level = alpha / len(BAND_STATISTICS)
+    checks = []
+    for name, (field_name, floor) in BAND_STATISTICS.items():
+        a = np.array([getattr(band.main, field_name)[i] for i in keep])
+        b = np.array([getattr(band.candidate, field_name)[i] for i in keep])
+        boot = np.divide(weights @ (b - a), total, out=np.zeros(iters), where=total > 0)
+        checks.append(BandCheck(name, band.main.share(field_name), band.candidate.share(field_name),
+                                float(np.quantile(boot, level)) if n else 0.0, floor(kl_pass)))
+    return checks
+
+
+def band_summary(band: TimedBand, checks: list[BandCheck]) -> dict:
+    """The band rule's outcome as the report keeps it (JSON)."""
+    return {"ok": all(c.ok for c in checks), "ops": list(band.ops),
+            "rows": sum(band.main.rows), "clusters": sum(1 for n in band.main.rows if n > 0),
+            "checks": [{"statistic": c.statistic, "main": c.main, "candidate": c.candidate,
+                        "bound": c.bound, "floor": c.floor, "ok": c.ok} for c in checks],
+            "kl_max": {"main": band.main.kl_max, "candidate": band.candidate.kl_max,
+                       "candidate_vs_main": band.candidate_vs_main.kl_max},
+            "candidate_vs_main": {"mean KL": band.candidate_vs_main.share("kl_sum"),
+                                  "rows above kl_pass": band.candidate_vs_main.share("above"),
+                                  "confident flips": band.candidate_vs_main.share("flips")}}
+
+
+def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: float,
+                band: dict | None = None, alpha: float | None = None, iters: int = 2000) -> dict | None:
     """The outputs of the scorer's timed replays against main's on the same inputs
     (``gates/side/timed.py``): None when they pass, else the failed check ``{check, why}``.
 
@@ -328,9 +442,12 @@ def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: floa
     (``verdict``, and ``band``, ``noise``, ``noise_tap`` from ``kern test``'s evidence), or
     None when the scorer runs alone (no band: the rule's fixed limits apply).
     An identical claim (bit or value) must hold for every timed replay exactly. Otherwise
-    B's timed logits are judged by the accuracy gate's own rule (:func:`judge` on the same
-    thresholds, near-tie rule and band) and its recurrent state must stay within
-    ``sketch_limit`` of main's (relative distance of the random projections)."""
+    B's recurrent state must stay within ``sketch_limit`` of main's (relative distance of the
+    random projections) and B's timed logits pass the accuracy gate's own rule (:func:`judge`
+    on the same thresholds, near-tie rule and band), or, with ``band`` (main's band at the
+    scorer's context, :class:`TimedBand`), the band rule (:func:`judge_band` at ``alpha`` with
+    ``iters`` bootstrap resamples): not shown to be further from the reference than main in
+    mean KL, rows above kl_pass or confident flips. NaN/Inf or missing rows never pass."""
     claim = (accuracy or {}).get("verdict")
     if not timed:
         return None
@@ -373,9 +490,28 @@ def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: floa
     v = judge(ev, th)
     if v.name.startswith("PASS"):
         return None
+    sampled = f" (on {lg['rows']} timed rows drawn at random, as many as the gate judged)" \
+        if key == "logits_sample" else ""
+    if band is not None and not lg["nonfinite_rows"] and not lg["missing"]:
+        tb = TimedBand.of(band)
+        checks = judge_band(tb, alpha, th["kl_pass"], iters)
+        if all(c.ok for c in checks):
+            return None
+        return {"check": "timed_outputs_accuracy", "rule": "band",
+                "why": f"timed outputs are further from the reference than main's at the scorer's "
+                       f"context (the accuracy gate's rule: {v.name}): "
+                       + "; ".join(_band_reason(c, alpha) for c in checks if not c.ok)
+                       + f" (on {sum(tb.main.rows):.0f} sampled timed rows of "
+                         f"{sum(1 for n in tb.main.rows if n > 0)} requests, {', '.join(tb.ops) or 'no op'}"
+                         f" on the reference)"}
     worst = lg["worst"][0]["at"].replace(" step ", " timed replay ") if lg["worst"] and key == "logits" else ""
     return {"check": "timed_outputs_accuracy",
             "why": f"timed outputs fail the accuracy gate's rule ({v.name}): "
-                   f"{'; '.join(v.reasons[:2])}" + (f"; worst at {worst}" if worst else "")
-                   + (f" (on {lg['rows']} timed rows drawn at random, as many as the gate judged)"
-                      if key == "logits_sample" else "")}
+                   f"{'; '.join(v.reasons[:2])}" + (f"; worst at {worst}" if worst else "") + sampled}
+
+
+def _band_reason(c: BandCheck, alpha: float) -> str:
+    what = "" if c.statistic == "mean KL" else " (share of rows)"
+    return (f"{c.statistic}{what} against the reference {fmt(c.candidate)}, main's {fmt(c.main)}: "
+            f"the candidate's excess is at least {fmt(c.bound)} (one-sided "
+            f"{1 - alpha / len(BAND_STATISTICS):.1%}), more than {fmt(c.floor)}")

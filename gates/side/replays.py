@@ -80,6 +80,7 @@ class CapturedSteps:
         self.cursor = {}  # next unused input set per bucket
         self.l2_left = None  # the persisting-L2 set-aside the gates last left (None: not yet)
         self.sums = {}
+        self.sampled: dict = {}  # the timed rows judge_outputs drew (gates/side/timed.py)
         self.record = TimedRecord(self.side, sketch_seed, claim)
         # every replay decodes at the workload's step-1 positions (see gates/side/timed.py: with
         # the recurrent state reset, a replay is then a function of its input set alone)
@@ -116,12 +117,34 @@ class CapturedSteps:
         if i >= self.side.workload.steps:
             raise RuntimeError(f"bench: bucket {b} used all {self.side.workload.steps} unique "
                                f"input sets; raise the workload's steps")
-        self.record.reset(b)
-        self.side.set_inputs(step, i)
-        step.pos.copy_(self.positions[:b])
+        self.replay_inputs(step, b, i)
         step.logits.fill_(float("nan"))
         step.next_token.fill_(-1)
         return i
+
+    def replay_inputs(self, step, b: int, i: int) -> None:
+        """What the timed replay of input set ``i`` at ``b`` rows starts from, on ``step`` (the
+        captured one, or an eager one: verify, the band pass): the recurrent rows at their
+        initial values, set ``i``'s tokens at the fixed positions."""
+        self.record.reset(b)
+        self.side.set_inputs(step, i)
+        step.pos.copy_(self.positions[:b])
+
+    def reference_replays(self, b: int, sets: list[int], ops: set) -> torch.Tensor:
+        """Untimed, after every timed round: the timed replays of input sets ``sets`` at ``b``
+        rows again, eagerly, with the ops ``ops`` on the protected reference (main's band at the
+        scorer's context, ``gates/side/timed.py`` ``band_totals``). -> [sets, b, vocab] logits."""
+        from .tap import ReferenceOps
+
+        step = self.side.step(b, hook=ReferenceOps(ops, self.side.shapes))
+        out = []
+        for i in sets:
+            self.replay_inputs(step, b, i)
+            step.logits.fill_(float("nan"))
+            step.run()
+            with RAW_READS():
+                out.append(step.logits.clone())
+        return torch.stack(out) if out else torch.empty(0, b, 0, device=self.dev)
 
     def time(self, b: int, n: int, first: int | None = None) -> dict:
         """``n`` timed replays on input sets ``first``, ``first + 1``, ... (the coordinator's
@@ -219,9 +242,7 @@ class CapturedSteps:
             graph_logits = step.logits.clone()
         check = ReferenceCheck(sh, sample=sample) if ops else None
         eager_step = self.side.step(b, hook=check) if ops else step
-        self.record.reset(b)
-        self.side.set_inputs(eager_step, i)
-        eager_step.pos.copy_(self.positions[:b])
+        self.replay_inputs(eager_step, b, i)
         eager_step.logits.fill_(float("nan"))
         eager_step.run()
         with RAW_READS():
@@ -351,8 +372,22 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
                         return bench.record.kept
                     return [f"{p}.rank{rank}" for p in ps] if bench.spec.world > 1 else ps
 
+                bench.sampled = {}  # the drawn rows, for a TimedBand that may follow
                 reply({"ok": True, "timed": compare(ranked(c.mine), ranked(c.theirs),
-                                                    float(c.near_tie_factor), bench.dev, c.sample)})
+                                                    float(c.near_tie_factor), bench.dev, c.sample,
+                                                    keep=bench.sampled)})
+            elif isinstance(c, protocol.TimedBand):
+                from .timed import band_totals
+
+                if c.reference_ops is None:  # the gate could not tell: every op (as its band)
+                    from kernels.k31 import contracts
+
+                    ops = set(contracts.OPS)
+                else:
+                    ops = set(c.reference_ops)
+                ref = {b: bench.reference_replays(b, k["sets"], ops) for b, k in bench.sampled.items()}
+                reply({"ok": True, "band": {**band_totals(bench.sampled, ref, float(c.near_tie_factor),
+                                                          float(c.kl_pass)), "ops": sorted(ops)}})
             elif isinstance(c, protocol.Bandwidth):
                 from .ceiling import read_ceiling
 

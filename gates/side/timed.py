@@ -37,9 +37,13 @@ Contract (the coordinator, ``gates/scorer.py``, relies on it):
   first replay whose bytes or values differ, the worst state sketch distance, and
   ``logits.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|)
   over every row and over a sample of rows as large as the accuracy gate's own evidence, drawn
-  per run (the gate's rule and band were measured on that many rows; over 30x more rows the
-  maxima of an honest change grow: H200, 2026-12-01). Main's side runs it: the candidate's
-  process never sees main's outputs.
+  per run from a few replays per bucket (the gate's rule and band were measured on that many
+  rows; over 30x more rows the maxima of an honest change grow: H200, 2026-12-01). Main's side
+  runs it: the candidate's process never sees main's outputs.
+* **Main's band at the scorer's context** (``band_totals``; only without an identical claim):
+  main's side runs the sampled replays again, eagerly, with the touched ops on the protected
+  reference, and measures main and the candidate against that, per request
+  (``verdict.judge_band`` decides). The candidate's process never sees the reference's outputs.
 """
 from __future__ import annotations
 
@@ -204,7 +208,60 @@ def sample_quota(rows_per_bucket: dict, total: int) -> dict:
     return {b: min(r, max(1, round(total * r / n))) for b, r in rows_per_bucket.items()}
 
 
-def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) -> dict:
+def sample_picks(replays: int, rows: int, quota: int, seed: int) -> tuple[list[int], torch.Tensor]:
+    """Pure given ``seed``: ``quota`` of a bucket's ``replays x rows`` timed rows, drawn from as
+    few replays as hold them (``ceil(quota / rows)`` replays drawn, then the rows among
+    theirs), so that main's band pass re-runs those replays only. Returns the replays (sorted)
+    and the rows' flat indices ``replay * rows + row`` (sorted)."""
+    g = torch.Generator().manual_seed(seed)
+    k = min(replays, -(-quota // rows)) if rows else 0
+    chosen = torch.randperm(replays, generator=g)[:k].sort().values
+    within = torch.randperm(k * rows, generator=g)[:quota]
+    flat = (chosen[within // rows] * rows + within % rows).sort().values if k else within
+    return chosen.tolist(), flat
+
+
+def band_totals(kept: dict, reference: dict, near_tie_factor: float, kl_pass: float) -> dict:
+    """Main's band at the scorer's context, on the sampled timed rows (``compare``'s ``keep``):
+    ``reference[bucket]`` holds main's logits with the touched ops on the protected reference
+    for each sampled replay (``[replays, rows, vocab]``, in ``kept``'s order). Per cluster (a
+    request: row ``r`` of every bucket and replay is request ``r``, the same context, so its
+    rows are not independent) ``logits.cluster_totals`` of three pairs: ``main`` KL(R||A),
+    ``candidate`` KL(R||B) (main's side measures both: the candidate's process never sees R),
+    ``candidate_vs_main`` KL(A||B). The decision is ``verdict.judge_band``."""
+    from ..logits import cluster_totals
+
+    if not kept:
+        raise RuntimeError("timed band: no sampled rows were kept (judge_outputs with a sample "
+                           "must come first; a bench bug)")
+    parts = {"a": [], "b": [], "r": [], "cluster": []}
+    for bucket in sorted(kept):
+        k = kept[bucket]
+        rows, pick = k["rows"], k["pick"]
+        ref = reference[bucket]
+        if ref.shape[0] != len(k["replays"]) or ref.shape[1] != rows:
+            raise RuntimeError(f"timed band at {bucket} rows: the reference pass gave "
+                               f"{tuple(ref.shape[:2])} logits, expected ({len(k['replays'])}, {rows})")
+        slot = {j: i for i, j in enumerate(k["replays"])}
+        local = torch.tensor([slot[int(f) // rows] * rows + int(f) % rows for f in pick],
+                             dtype=torch.int64)
+        dev = k["a"].device
+        parts["r"].append(ref.reshape(-1, ref.shape[-1])[local.to(ref.device)].to(dev))
+        parts["a"].append(k["a"])
+        parts["b"].append(k["b"].to(dev))
+        parts["cluster"].append((pick % rows).to(dev))
+    a, b, r = (torch.cat(parts[x]) for x in ("a", "b", "r"))
+    cluster = torch.cat(parts["cluster"])
+    n = max(kept)
+    return {"clusters": n, "rows": int(a.shape[0]),
+            "replays": {str(bk): kept[bk]["replays"] for bk in sorted(kept)},
+            "main": cluster_totals(r, a, cluster, n, near_tie_factor, kl_pass),
+            "candidate": cluster_totals(r, b, cluster, n, near_tie_factor, kl_pass),
+            "candidate_vs_main": cluster_totals(a, b, cluster, n, near_tie_factor, kl_pass)}
+
+
+def compare(a, b, near_tie_factor: float, device, sample: dict | None = None,
+            keep: dict | None = None) -> dict:
     """Main's replays (A) against the candidate's (B): each a list of files or of visits
     already in memory (:func:`joined`), replay by replay, bucket by bucket.
 
@@ -214,7 +271,9 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
     (over replays and layers, ``|sketch_B - sketch_A| / |sketch_A|``) and where; ``logits``:
     ``logits.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
     (``{"rows": N, "seed": S}``) ``logits_sample``: the same over N rows of all buckets drawn
-    with S. With an identical claim only digests are kept: no logits statistics."""
+    with S (``sample_picks``: from a few replays) and ``sample_replays``, the replays drawn;
+    ``keep`` (a dict), when given, receives the drawn rows of both sides for ``band_totals``.
+    With an identical claim only digests are kept: no logits statistics."""
     from ..logits import logit_stats
 
     # both sides on one device, whichever way each arrived (H200, 2026-12-01: main's in-memory
@@ -270,13 +329,16 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
             lb = {f"{bucket}:{i}": y["logits"][i].to(device) for i in range(n)}
             entry["logits"] = logit_stats(la, lb, near_tie_factor)
             if quota is not None:
-                g = torch.Generator().manual_seed(int(sample["seed"]) * 7919 + bucket)
                 rows = x["logits"].shape[1]
-                pick = torch.randperm(n * rows, generator=g)[:quota[bucket]].sort().values
+                replays, pick = sample_picks(n, rows, quota[bucket], int(sample["seed"]) * 7919 + bucket)
                 flat_a = x["logits"].reshape(n * rows, -1)[pick.to(x["logits"].device)].to(device)
                 flat_b = y["logits"].reshape(n * rows, -1)[pick.to(y["logits"].device)].to(device)
                 entry["logits_sample"] = logit_stats({f"{bucket}:0": flat_a}, {f"{bucket}:0": flat_b},
                                                      near_tie_factor)
+                entry["sample_replays"] = replays
+                if keep is not None:  # for the band pass (band_totals), in this process only
+                    keep[bucket] = {"replays": replays, "sets": [x["set"][j] for j in replays],
+                                    "pick": pick, "rows": rows, "a": flat_a, "b": flat_b}
         out[str(bucket)] = entry
     return out
 
