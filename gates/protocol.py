@@ -330,25 +330,17 @@ class SaveRecord(BenchCommand):
 @dataclass(frozen=True, kw_only=True)
 class JudgeOutputs(BenchCommand):
     """Main's side: its timed outputs (``mine``: files, or ``"memory"`` for its own replays)
-    against the candidate's (``theirs``). -> timed"""
+    against the candidate's (``theirs``); with ``band``, also main's band at this context: a
+    few replays per bucket again with the touched ops on the protected reference, main and the
+    candidate against that per request (``gates/side/timed.py``). -> timed (and band, band_s)"""
     CMD: ClassVar[str] = "judge_outputs"
 
     mine: list | str
     theirs: list | str
     near_tie_factor: float
     sample: dict | None = None  # {"rows": R, "seed": S}: also judge R rows drawn with seed S
-
-
-@dataclass(frozen=True, kw_only=True)
-class TimedBand(BenchCommand):
-    """Main's side, after ``judge_outputs`` with a sample: the sampled timed replays again
-    with ``reference_ops`` on the protected reference, and per request the statistics of main
-    and the candidate against that reference (``gates/side/timed.py`` ``band_totals``). -> band"""
-    CMD: ClassVar[str] = "timed_band"
-
-    reference_ops: list | None  # the ops the candidate touched (None: every op of main's tree)
-    near_tie_factor: float
-    kl_pass: float
+    # {"ops": the touched ops (None: every op of main's tree), "kl_pass": ...}; needs a sample
+    band: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -400,7 +392,7 @@ class Quit(BenchCommand):
     CMD: ClassVar[str] = "quit"
 
 
-COMMANDS = {c.CMD: c for c in (Prepare, Time, SaveRecord, JudgeOutputs, TimedBand, Verify, Bandwidth, Peers,
+COMMANDS = {c.CMD: c for c in (Prepare, Time, SaveRecord, JudgeOutputs, Verify, Bandwidth, Peers,
                                RooflineCost, Baseline, Quit)}
 
 

@@ -18,7 +18,7 @@ from . import checkout, launch_ranks, logits, sandbox, stats, verdict
 from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
 from .launch import Interactive, SideError
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
-                       SaveRecord, Time, TimedBand, Verify)
+                       SaveRecord, Time, Verify)
 from .results import BenchResult
 from .spec import side_spec
 
@@ -237,21 +237,19 @@ def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
                     progress(JudgingTimedOutputs())
                     t_j = time.monotonic()
                     gate_rows = (req.accuracy or {}).get("rows")
-                    result["timed"] = side.request(
+                    # main's band at this context (a few replays per bucket again, the touched
+                    # ops on the reference), after every timed round: verdict.judge_band
+                    band = {"ops": band_ops(req.accuracy), "kl_pass": req.settings["test"]["kl_pass"]} \
+                        if needs_timed_band(req.accuracy, gate_rows) else None
+                    r = side.request(
                         JudgeOutputs(mine=result["timed_files"]["A"], theirs=result["timed_files"]["B"],
                                      near_tie_factor=req.settings["test"]["near_tie_factor"],
                                      sample={"rows": gate_rows, "seed": secrets["sample_seed"]}
-                                     if gate_rows else None), timeout)["timed"]
-                    result["timed_judge_s"] = time.monotonic() - t_j
-                    if needs_timed_band(req.accuracy, result["timed"]):
-                        # main's band at this context, on the sampled replays only, after every
-                        # timed round (verdict.judge_band weighs it)
-                        t_b = time.monotonic()
-                        result["timed_band"] = side.request(
-                            TimedBand(reference_ops=band_ops(req.accuracy),
-                                      near_tie_factor=req.settings["test"]["near_tie_factor"],
-                                      kl_pass=req.settings["test"]["kl_pass"]), timeout)["band"]
-                        result["timed_band_s"] = time.monotonic() - t_b
+                                     if gate_rows else None, band=band), timeout)
+                    result["timed"] = r["timed"]
+                    if band is not None:
+                        result["timed_band"], result["timed_band_s"] = r["band"], r["band_s"]
+                    result["timed_judge_s"] = time.monotonic() - t_j - (r.get("band_s") or 0.0)
         result["outcome"] = "ok"
     except SideError as e:
         result["outcome"] = e.kind
@@ -287,13 +285,13 @@ def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
     return BenchResult.of(result)
 
 
-def needs_timed_band(accuracy: dict | None, timed: dict) -> bool:
+def needs_timed_band(accuracy: dict | None, gate_rows: int | None) -> bool:
     """Pure: whether main's side measures its band at the scorer's context: the accuracy gate
-    passed the candidate without an identical claim (whose timed outputs must then be equal)
-    and the timed rows were sampled (the band pass re-runs the sampled replays only)."""
+    passed the candidate without an identical claim (whose timed outputs must then be equal,
+    and are kept as digests only) and said on how many rows (the band's replays hold as many)."""
     claim = (accuracy or {}).get("verdict")
-    return (bool(claim) and claim.startswith("PASS") and claim not in verdict.CLAIM_KIND
-            and bool(timed) and all("logits_sample" in t for t in timed.values()))
+    return bool(claim) and claim.startswith("PASS") and claim not in verdict.CLAIM_KIND \
+        and bool(gate_rows)
 
 
 def band_ops(accuracy: dict) -> list | None:
@@ -551,7 +549,7 @@ def band_lines(band: dict | None, seconds: float | None) -> list[str]:
                       for c in band["checks"])
     took = f", {seconds:.1f} s" if seconds is not None else ""
     return [f"band       against main with {', '.join(band['ops']) or 'no op'} on the reference, "
-            f"{band['rows']} sampled rows of {band['clusters']} requests{took}: {stats}; "
+            f"{band['rows']} timed rows of {band['clusters']} requests{took}: {stats}; "
             f"{'as close as main' if band['ok'] else 'further than main'} (KL max "
             f"{verdict.fmt(band['kl_max']['candidate'])} vs main's {verdict.fmt(band['kl_max']['main'])})"]
 

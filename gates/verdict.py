@@ -322,7 +322,7 @@ CLAIM_KIND = {"PASS bit-identical": "bit", "PASS value-identical": "value"}  # w
 
 @dataclass(frozen=True)
 class ClusterTotals:
-    """One pair of logits (X against Y) over the scorer's sampled timed rows, per cluster (a
+    """One pair of logits (X against Y) over the timed replays of main's band, per cluster (a
     request: its rows share a context, so they are not independent): rows, sum of KL(X||Y),
     rows with KL(X||Y) > kl_pass, confident argmax flips; and the largest KL (reported only:
     the max alone decides nothing). ``logits.cluster_totals`` measures it."""
@@ -350,7 +350,7 @@ class ClusterTotals:
 @dataclass(frozen=True)
 class TimedBand:
     """Main's band at the scorer's context (``gates/side/timed.py`` ``band_totals``), on the
-    sampled timed rows: main and the candidate each against main with the touched ops on the
+    timed replays it ran again: main and the candidate each against main with the touched ops on the
     protected reference (R), and the candidate against main."""
 
     main: ClusterTotals  # KL(R||A)
@@ -399,7 +399,7 @@ def judge_band(band: TimedBand, alpha: float, kl_pass: float, iters: int,
     (paired), must not exceed T's floor. So a candidate exactly as close as main is refused
     with probability at most ``alpha`` over the three (asymptotically in the number of
     requests; the rows of one request may depend on each other in any way); how often one
-    further than main passes depends on how much further and on how many of the sampled rows
+    further than main passes depends on how much further and on how many of the band's rows
     main's own rounding moves (docs/gates.md states it for #9's sample)."""
     import numpy as np
 
@@ -501,7 +501,7 @@ def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: floa
                 "why": f"timed outputs are further from the reference than main's at the scorer's "
                        f"context (the accuracy gate's rule: {v.name}): "
                        + "; ".join(_band_reason(c, alpha) for c in checks if not c.ok)
-                       + f" (on {sum(tb.main.rows):.0f} sampled timed rows of "
+                       + f" (on {sum(tb.main.rows):.0f} timed rows of "
                          f"{sum(1 for n in tb.main.rows if n > 0)} requests, {', '.join(tb.ops) or 'no op'}"
                          f" on the reference)"}
     worst = lg["worst"][0]["at"].replace(" step ", " timed replay ") if lg["worst"] and key == "logits" else ""

@@ -80,7 +80,6 @@ class CapturedSteps:
         self.cursor = {}  # next unused input set per bucket
         self.l2_left = None  # the persisting-L2 set-aside the gates last left (None: not yet)
         self.sums = {}
-        self.sampled: dict = {}  # the timed rows judge_outputs drew (gates/side/timed.py)
         self.record = TimedRecord(self.side, sketch_seed, claim)
         # every replay decodes at the workload's step-1 positions (see gates/side/timed.py: with
         # the recurrent state reset, a replay is then a function of its input set alone)
@@ -129,6 +128,23 @@ class CapturedSteps:
         self.record.reset(b)
         self.side.set_inputs(step, i)
         step.pos.copy_(self.positions[:b])
+
+    def band(self, kept: dict, band: dict, near_tie_factor: float) -> dict:
+        """Main's band at this context on the replays ``compare`` kept (``gates/side/timed.py``
+        ``band_totals``), the touched ops (``band["ops"]``; None: every op) on the reference.
+        -> band, band_s"""
+        from .timed import band_totals
+
+        t0 = time.monotonic()
+        if band["ops"] is None:  # the gate could not tell which ops changed: all, as its band
+            from kernels.k31 import contracts
+
+            ops = set(contracts.OPS)
+        else:
+            ops = set(band["ops"])
+        ref = {b: self.reference_replays(b, k["sets"], ops) for b, k in kept.items()}
+        out = band_totals(kept, ref, near_tie_factor, float(band["kl_pass"]))
+        return {"band": {**out, "ops": sorted(ops)}, "band_s": time.monotonic() - t0}
 
     def reference_replays(self, b: int, sets: list[int], ops: set) -> torch.Tensor:
         """Untimed, after every timed round: the timed replays of input sets ``sets`` at ``b``
@@ -372,22 +388,13 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
                         return bench.record.kept
                     return [f"{p}.rank{rank}" for p in ps] if bench.spec.world > 1 else ps
 
-                bench.sampled = {}  # the drawn rows, for a TimedBand that may follow
-                reply({"ok": True, "timed": compare(ranked(c.mine), ranked(c.theirs),
+                keep = {} if c.band is not None else None
+                out = {"ok": True, "timed": compare(ranked(c.mine), ranked(c.theirs),
                                                     float(c.near_tie_factor), bench.dev, c.sample,
-                                                    keep=bench.sampled)})
-            elif isinstance(c, protocol.TimedBand):
-                from .timed import band_totals
-
-                if c.reference_ops is None:  # the gate could not tell: every op (as its band)
-                    from kernels.k31 import contracts
-
-                    ops = set(contracts.OPS)
-                else:
-                    ops = set(c.reference_ops)
-                ref = {b: bench.reference_replays(b, k["sets"], ops) for b, k in bench.sampled.items()}
-                reply({"ok": True, "band": {**band_totals(bench.sampled, ref, float(c.near_tie_factor),
-                                                          float(c.kl_pass)), "ops": sorted(ops)}})
+                                                    keep=keep)}
+                if c.band is not None:
+                    out.update(bench.band(keep, c.band, float(c.near_tie_factor)))
+                reply(out)
             elif isinstance(c, protocol.Bandwidth):
                 from .ceiling import read_ceiling
 

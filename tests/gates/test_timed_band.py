@@ -24,19 +24,22 @@ TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4
 ALPHA = 0.05
 
 
-# ------------------------------------------------------------------ the sample
+# ------------------------------------------------------------------ the band's replays
 @settings(max_examples=80, deadline=None)
-@given(replays=st.integers(1, 12), rows=st.integers(1, 9), data=st.data())
-def test_the_sample_takes_its_rows_from_as_few_replays_as_hold_them(replays, rows, data):
-    quota = data.draw(st.integers(1, replays * rows))
-    seed = data.draw(st.integers(0, 2**31 - 1))
-    chosen, flat = timed.sample_picks(replays, rows, quota, seed)
-    again = timed.sample_picks(replays, rows, quota, seed)
-    assert chosen == again[0] and torch.equal(flat, again[1])  # pure given the seed
-    assert len(chosen) == -(-quota // rows) and chosen == sorted(set(chosen))
-    assert all(0 <= j < replays for j in chosen)
-    assert flat.numel() == quota == len(set(flat.tolist())) and flat.tolist() == sorted(flat.tolist())
-    assert {int(f) // rows for f in flat} <= set(chosen)  # the band pass re-runs these only
+@given(kl=st.lists(st.floats(0, 10), min_size=1, max_size=30), k=st.integers(0, 12),
+       seed=st.integers(0, 2**31 - 1))
+def test_the_band_runs_the_replays_furthest_from_main_again_and_as_many_drawn(kl, k, seed):
+    got = timed.band_replays(kl, k, seed)
+    assert got == timed.band_replays(kl, k, seed) and got == sorted(set(got))  # pure given the seed
+    assert len(got) == min(k, len(kl)) and all(0 <= j < len(kl) for j in got)
+    worst = sorted(range(len(kl)), key=lambda j: (-kl[j], j))[:-(-min(k, len(kl)) // 2)] if k else []
+    assert set(worst) <= set(got)  # where the candidate moved furthest from main: never left out
+
+
+def test_work_skipped_in_one_timed_replay_is_in_the_band_however_it_is_drawn():
+    kl = [1e-6] * 48
+    kl[31] = 5.0  # the candidate skipped work in replay 31 only
+    assert all(31 in timed.band_replays(kl, 2, seed) for seed in range(50))
 
 
 def _sides(replays: int, rows: int, vocab: int = 29, seed: int = 0):
@@ -45,26 +48,37 @@ def _sides(replays: int, rows: int, vocab: int = 29, seed: int = 0):
     return a, g
 
 
-def test_the_band_pairs_each_sampled_row_with_its_replay_on_the_reference():
+def test_the_band_pairs_each_row_with_its_replay_on_the_reference_and_groups_requests(tmp_path):
     """Per request, the three pairs' totals: main against R, the candidate against R, the
     candidate against main; the rows of a request in every replay and bucket form one cluster."""
+    files = {}
+    for side in ("a", "b"):
+        data = {}
+        for bucket, seed in ((2, 0), (4, 1)):
+            a, g = _sides(5, bucket, seed=seed)
+            moved = a.clone()
+            moved[:, 0] += 0.5 * torch.randn(moved[:, 0].shape, generator=g)  # request 0 moves on R
+            logits = a if side == "a" else moved  # the candidate computes what R computes
+            top = logits.max(-1)
+            data[bucket] = {"set": [7 + j for j in range(5)], "logits": logits, "top_val": top.values,
+                            "next_token": top.indices, "state": torch.zeros(5, 1, 2, dtype=torch.int64),
+                            "sketch": torch.zeros(5, 1, bucket, timed.SKETCHES)}
+        files[side] = str(tmp_path / f"{side}.pt")
+        torch.save(data, files[side])
     kept = {}
-    for bucket, seed in ((2, 0), (4, 1)):
-        a, g = _sides(5, bucket, seed=seed)
-        r = a.clone()
-        r[:, 0] += 0.5 * torch.randn(r[:, 0].shape, generator=g)  # request 0 moves on the reference
-        b = r.clone()  # the candidate computes what the reference computes
-        chosen, pick = timed.sample_picks(5, bucket, 2 * bucket, seed)
-        kept[bucket] = {"replays": chosen, "sets": [7 + j for j in chosen], "pick": pick, "rows": bucket,
-                        "a": a.reshape(-1, 29)[pick], "b": b.reshape(-1, 29)[pick], "ref": r[chosen]}
-    band = timed.band_totals({k: {x: v for x, v in d.items() if x != "ref"} for k, d in kept.items()},
-                             {k: d["ref"] for k, d in kept.items()}, 4.0, 1e-4)
-    assert band["clusters"] == 4 and band["rows"] == 4 + 8
+    out = timed.compare([files["a"]], [files["b"]], 4.0, "cpu", {"rows": 6, "seed": 3}, keep=kept)
+    assert sorted(kept) == [2, 4] and out["4"]["band_replays"] == kept[4]["replays"]
+    assert kept[2]["sets"] == [7 + j for j in kept[2]["replays"]]
+    assert len(kept[2]["replays"]) == 1 and len(kept[4]["replays"]) == 1  # 2 and 4 rows: 1 replay each
+    ref = {b: torch.load(files["b"])[b]["logits"][kept[b]["replays"]] for b in kept}
+    band = timed.band_totals(kept, ref, 4.0, 1e-4)
+    assert band["clusters"] == 4 and band["rows"] == 2 + 4
     main, cand, cvm = band["main"], band["candidate"], band["candidate_vs_main"]
     assert cand["kl_sum"] == [0.0] * 4 and cand["above"] == [0.0] * 4  # B is R
     assert main["kl_sum"][0] > 0 and main["kl_sum"][1:] == [0.0] * 3  # only request 0 moved
-    assert cvm["kl_sum"][0] > 0 and sum(main["rows"]) == 12
-    assert sum(main["rows"][:2]) == sum(1 for d in kept.values() for f in d["pick"] if int(f) % d["rows"] < 2)
+    assert main["rows"] == [2.0, 2.0, 1.0, 1.0] and cvm["kl_sum"][0] > 0
+    plain = timed.compare([files["a"]], [files["b"]], 4.0, "cpu", {"rows": 6, "seed": 3})
+    assert plain == {b: {k: v for k, v in e.items() if k != "band_replays"} for b, e in out.items()}
 
 
 def test_cluster_totals_add_up_to_the_logit_statistics_of_the_same_rows():
@@ -230,13 +244,11 @@ def test_a_band_never_excuses_non_finite_rows_or_a_broken_state():
 def test_the_band_is_measured_only_without_an_identical_claim_and_for_the_ops_touched():
     from gates.scorer import band_ops, needs_timed_band
 
-    t = _timed_entry(2, 0.3)
-    assert needs_timed_band({"verdict": "PASS logit evidence"}, t)
-    assert needs_timed_band({"verdict": "PASS within noise floor"}, t)
+    assert needs_timed_band({"verdict": "PASS logit evidence"}, 1686)
+    assert needs_timed_band({"verdict": "PASS within noise floor"}, 1686)
     for claim in ("PASS bit-identical", "PASS value-identical", "FAIL", None):
-        assert not needs_timed_band({"verdict": claim}, t)
-    assert not needs_timed_band(None, t)
-    unsampled = {k: {x: v for x, v in e.items() if x != "logits_sample"} for k, e in t.items()}
-    assert not needs_timed_band({"verdict": "PASS logit evidence"}, unsampled)
+        assert not needs_timed_band({"verdict": claim}, 1686)
+    assert not needs_timed_band(None, 1686)
+    assert not needs_timed_band({"verdict": "PASS logit evidence"}, None)  # no sample asked
     assert band_ops({"touched_ops": ["mla.topk", "mla.index_logits"]}) == ["mla.index_logits", "mla.topk"]
     assert band_ops({"touched_ops": "all"}) is None and band_ops({}) is None
