@@ -444,10 +444,11 @@ def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: floa
     An identical claim (bit or value) must hold for every timed replay exactly. Otherwise
     B's recurrent state must stay within ``sketch_limit`` of main's (relative distance of the
     random projections) and B's timed logits pass the accuracy gate's own rule (:func:`judge`
-    on the same thresholds, near-tie rule and band), or, with ``band`` (main's band at the
-    scorer's context, :class:`TimedBand`), the band rule (:func:`judge_band` at ``alpha`` with
-    ``iters`` bootstrap resamples): not shown to be further from the reference than main in
-    mean KL, rows above kl_pass or confident flips. NaN/Inf or missing rows never pass."""
+    on the same thresholds, near-tie rule and band: fixed limits at the tap's context, on a
+    random sample of as many rows as the gate judged), or, with ``band`` (main's band at the
+    scorer's context, :class:`TimedBand`), the band rule instead (:func:`judge_band` at
+    ``alpha`` with ``iters`` bootstrap resamples): every row finite, and not shown further from
+    the reference than main in mean KL, rows above kl_pass or confident flips."""
     claim = (accuracy or {}).get("verdict")
     if not timed:
         return None
@@ -475,6 +476,8 @@ def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: floa
         return {"check": "timed_outputs_accuracy",
                 "why": f"timed outputs cannot be judged: only digests were kept (the scorer was told "
                        f"the claim {claim!r}; a bench bug)"}
+    if band is not None:
+        return _judge_band_timed(timed, band, alpha, th, iters)
     # the rule and the band were measured on the gate's own number of rows: judged on a sample
     # of as many timed rows, drawn per run (every row's statistics are reported beside it)
     key = "logits_sample" if all("logits_sample" in timed[b] for b in timed) else "logits"
@@ -490,24 +493,33 @@ def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: floa
     v = judge(ev, th)
     if v.name.startswith("PASS"):
         return None
-    sampled = f" (on {lg['rows']} timed rows drawn at random, as many as the gate judged)" \
-        if key == "logits_sample" else ""
-    if band is not None and not lg["nonfinite_rows"] and not lg["missing"]:
-        tb = TimedBand.of(band)
-        checks = judge_band(tb, alpha, th["kl_pass"], iters)
-        if all(c.ok for c in checks):
-            return None
-        return {"check": "timed_outputs_accuracy", "rule": "band",
-                "why": f"timed outputs are further from the reference than main's at the scorer's "
-                       f"context (the accuracy gate's rule: {v.name}): "
-                       + "; ".join(_band_reason(c, alpha) for c in checks if not c.ok)
-                       + f" (on {sum(tb.main.rows):.0f} timed rows of "
-                         f"{sum(1 for n in tb.main.rows if n > 0)} requests, {', '.join(tb.ops) or 'no op'}"
-                         f" on the reference)"}
     worst = lg["worst"][0]["at"].replace(" step ", " timed replay ") if lg["worst"] and key == "logits" else ""
     return {"check": "timed_outputs_accuracy",
             "why": f"timed outputs fail the accuracy gate's rule ({v.name}): "
-                   f"{'; '.join(v.reasons[:2])}" + (f"; worst at {worst}" if worst else "") + sampled}
+                   f"{'; '.join(v.reasons[:2])}" + (f"; worst at {worst}" if worst else "")
+                   + (f" (on {lg['rows']} timed rows drawn at random, as many as the gate judged)"
+                      if key == "logits_sample" else "")}
+
+
+def _judge_band_timed(timed: dict, band: dict, alpha: float, th: dict, iters: int) -> dict | None:
+    """The band rule on the timed outputs (:func:`judge_timed` with a band): every timed row
+    finite and present, and the candidate not shown further from the reference than main."""
+    lg = merge_logit_stats([timed[b]["logits"] for b in sorted(timed, key=int)])
+    if lg["nonfinite_rows"] or lg["missing"]:
+        return {"check": "timed_outputs_accuracy", "rule": "band",
+                "why": f"timed outputs hold {lg['nonfinite_rows']} logits rows with NaN/Inf"
+                       + (f" and miss {lg['missing'][:4]}" if lg["missing"] else "")
+                       + " (no band excuses them)"}
+    tb = TimedBand.of(band)
+    checks = judge_band(tb, alpha, th["kl_pass"], iters)
+    if all(c.ok for c in checks):
+        return None
+    return {"check": "timed_outputs_accuracy", "rule": "band",
+            "why": "timed outputs are further from the reference than main's at the scorer's context: "
+                   + "; ".join(_band_reason(c, alpha) for c in checks if not c.ok)
+                   + f" (on {sum(tb.main.rows):.0f} timed rows of {sum(1 for n in tb.main.rows if n > 0)}"
+                     f" requests, {', '.join(tb.ops) or 'no op'} on the reference; KL max "
+                     f"{fmt(tb.candidate.kl_max)} against main's {fmt(tb.main.kl_max)})"}
 
 
 def _band_reason(c: BandCheck, alpha: float) -> str:
