@@ -386,7 +386,8 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights, judging=None
             if band is not None:  # the band rule's own outcome, whichever rule decided
                 tb = verdict.TimedBand.of(band)
                 out["timed_band"] = verdict.band_summary(tb, verdict.judge_band(
-                    tb, alpha, judging["test"]["kl_pass"], cfg["bootstrap"]))
+                    tb, alpha, judging["test"]["band_factor"], judging["test"]["kl_pass"],
+                    cfg["bootstrap"]))
         ver = result.get("verify", {}).get(k, {})
         visit_scores = [stats.score({b: stats.median(v[b]) for b in buckets}, buckets, weights)
                         for v in blocks[k]]

@@ -119,7 +119,7 @@ def test_a_candidate_no_further_than_main_in_every_request_passes(cs, seed):
     main = _from(cs)
     closer = {**main, "kl_sum": [x * 0.5 for x in main["kl_sum"]], "above": [x // 2 for x in main["above"]]}
     for cand in (main, closer):
-        assert all(c.ok for c in judge_band(_band(main, cand), ALPHA, 1e-4, 500, seed))
+        assert all(c.ok for c in judge_band(_band(main, cand), ALPHA, 3.0, 1e-4, 500, seed))
 
 
 @settings(max_examples=80, deadline=None)
@@ -131,7 +131,7 @@ def test_a_candidate_further_than_main_in_every_request_is_refused(cs, seed, ext
     rows = main["rows"]
     worse = {**main, "above": [a + min(extra, r) for a, r in zip(main["above"], rows)],
              "kl_sum": [k + r * 2e-4 for k, r in zip(main["kl_sum"], rows)]}
-    checks = {c.statistic: c for c in judge_band(_band(main, worse), ALPHA, 1e-4, 500, seed)}
+    checks = {c.statistic: c for c in judge_band(_band(main, worse), ALPHA, 3.0, 1e-4, 500, seed)}
     assert not checks["rows above kl_pass"].ok and not checks["mean KL"].ok
     assert checks["confident flips"].ok  # as many as main's
 
@@ -144,10 +144,23 @@ def test_more_distance_to_the_reference_never_turns_a_refusal_into_a_pass(cs, se
     i %= len(cs)
     worse = {**cand, "above": [x + (more if j == i else 0) for j, x in enumerate(cand["above"])],
              "kl_sum": [x + (more * 1e-3 if j == i else 0) for j, x in enumerate(cand["kl_sum"])]}
-    before = judge_band(_band(main, cand), ALPHA, 1e-4, 500, seed)
-    after = judge_band(_band(main, worse), ALPHA, 1e-4, 500, seed)
+    before = judge_band(_band(main, cand), ALPHA, 3.0, 1e-4, 500, seed)
+    after = judge_band(_band(main, worse), ALPHA, 3.0, 1e-4, 500, seed)
     for x, y in zip(before, after):
         assert y.bound >= x.bound - 1e-15 and (x.ok or not y.ok)
+
+
+def test_where_main_is_clean_against_the_reference_the_candidate_must_be_too():
+    """Few requests (the cpu profile's 4) cannot show a difference, but the margin holds: main
+    moves no row past kl_pass, so rows the candidate moves there are more than band_factor x
+    main's (the window bug on the cpu profile, measured: 6 of 12 rows, in 2 of 4 requests)."""
+    main = _totals([4, 4, 2, 2], [0.0] * 4, [0] * 4, [0] * 4)
+    bug = _totals([4, 4, 2, 2], [0.0649, 7.1e-4, 6.8e-5, 1.5e-4], [4, 2, 0, 0], [0] * 4)
+    checks = {c.statistic: c for c in judge_band(_band(main, bug), ALPHA, 3.0, 1e-4, 2000)}
+    assert checks["rows above kl_pass"].bound <= 0.0  # four requests show nothing...
+    assert not checks["rows above kl_pass"].ok  # ...the margin does
+    assert checks["rows above kl_pass"].allowed == 0.0 and checks["mean KL"].allowed is None
+    assert all(c.ok for c in judge_band(_band(main, main), ALPHA, 3.0, 1e-4, 2000))
 
 
 def _simulated(scale: float, rng, requests=256, rows=1686, rate=0.0064):
@@ -171,15 +184,16 @@ def test_the_rules_error_rates_on_samples_like_attempt_9s():
     close as main (or closer, as #9 was) passes; one five times further or more (the
     long-context-only bug class is ~100x in mean KL and rows above kl_pass) does not."""
     rng = np.random.default_rng(35)
-    trials = 60
+    trials = 100
 
     def passes(scale):
-        return sum(all(c.ok for c in judge_band(_simulated(scale, rng), ALPHA, 1e-4, 1000,
+        return sum(all(c.ok for c in judge_band(_simulated(scale, rng), ALPHA, 3.0, 1e-4, 1000,
                                                 int(rng.integers(2**31))))
                    for _ in range(trials)) / trials
 
-    assert passes(0.75) >= 0.95 and passes(1.0) >= 0.9
-    assert passes(5.0) <= 0.05 and passes(100.0) == 0.0
+    closer, same, twice, five = passes(0.75), passes(1.0), passes(2.0), passes(5.0)
+    assert closer >= 0.95 and same >= 0.95, (closer, same)  # measured: 0.997, 0.98 (300 trials)
+    assert twice <= 0.75 and five <= 0.02 and passes(100.0) == 0.0, (twice, five)  # 0.64, 0
 
 
 # ------------------------------------------------------------------ judged with the timed outputs
@@ -210,7 +224,7 @@ def test_near_ties_beyond_kl_pass_pass_when_main_is_as_far_from_the_reference():
     cand = {**main, "above": [1 if i % 11 == 0 else 0 for i in range(64)]}
     band = {"main": main, "candidate": cand, "candidate_vs_main": cand, "ops": ["mla.index_logits"]}
     assert judge_timed(t, claim, TH, 0.4, band=band, alpha=ALPHA) is None
-    got = band_summary(TimedBand.of(band), judge_band(TimedBand.of(band), ALPHA, 1e-4, 2000))
+    got = band_summary(TimedBand.of(band), judge_band(TimedBand.of(band), ALPHA, 3.0, 1e-4, 2000))
     assert got["ok"] and got["clusters"] == 64 and [c["statistic"] for c in got["checks"]] == list(BAND_STATISTICS)
 
 
