@@ -142,9 +142,26 @@ class CapturedSteps:
             ops = set(contracts.OPS)
         else:
             ops = set(band["ops"])
+        for b, k in kept.items():
+            self.reproduces(b, k["sets"][0], k["a"][0])
         ref = {b: self.reference_replays(b, k["sets"], ops) for b, k in kept.items()}
         out = band_totals(kept, ref, near_tie_factor, float(band["kl_pass"]))
         return {"band": {**out, "ops": sorted(ops)}, "band_s": time.monotonic() - t0}
+
+    def reproduces(self, b: int, i: int, logits: torch.Tensor) -> None:
+        """Main's timed replay of input set ``i`` at ``b`` rows, run again eagerly from
+        :meth:`replay_inputs`, must give the logits it kept (``logits``) byte for byte: else the
+        band would weigh the reference on inputs other than the timed ones (a bench bug, e.g.
+        timed inputs drawn where ``replay_inputs`` does not follow)."""
+        step = self.steps[b]
+        self.replay_inputs(step, b, i)
+        step.logits.fill_(float("nan"))
+        step.run()
+        with RAW_READS():
+            if not torch.equal(step.logits, logits.to(step.logits.device)):
+                raise RuntimeError(f"timed band at {b} rows: main's replay of input set {i} run "
+                                   f"again gave other logits than its timed replay (expected the "
+                                   f"same inputs and state: a bench bug)")
 
     def reference_replays(self, b: int, sets: list[int], ops: set) -> torch.Tensor:
         """Untimed, after every timed round: the timed replays of input sets ``sets`` at ``b``
