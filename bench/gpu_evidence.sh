@@ -33,6 +33,11 @@
 #            bundle of the clone's main and notes (the gates' merges)
 #   hacks [TIMEOUT] [EXPR] - issue 13: the GPU cases of tests/adversarial (small model on the
 #            GPU); EXPR, when given, is pytest's -k (each case runs only its own scorer)
+#   fairbar [WHICH] [TIMEOUT] - issue 35: the scorer's band rule at 128k. WHICH: attempt-9 (#9's
+#            patch carried onto main, re-judged), long-context-bug (the class the rule refuses) or
+#            both (two judgments: give the call 600 s, or one WHICH a call); kern try of each
+#            (bench/tools/fair_bar.py candidates), then fair_bar.py record of the judgments into
+#            $OUT/fair_bar.json (copy it to bench/results/<date>-h200-fair-bar.json)
 #   final [BASE] - issue 14: main's whole gain in one interleaved run, kern bench main --vs BASE,
 #            then kern profile main --rows 128. Default BASE 8062018: its kernel tree (every
 #            editable file) is byte for byte 1ce3bd7's, the main issue 14 measured, on today's
@@ -164,6 +169,18 @@ judged)  # issue 13: a plain A/B with the judged outputs (REV vs main), then the
   echo "kern bench $2 --vs main (plain A/B, judged outputs): wall $(( $(date +%s)-t0 ))s"
   t0=$(date +%s); timeout ${4:-200} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
     2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
+  ;;
+fairbar)
+  which=${2:-attempt-9}
+  python3 bench/tools/fair_bar.py candidates | tee $OUT/fair_bar_candidates.txt || exit 3
+  mkdir -p runs
+  for c in $( [ "$which" = both ] && echo attempt-9 long-context-bug || echo "$which" ); do
+    t0=$(date +%s); timeout ${3:-540} python3 -m harness.cli try "fair-bar/$c" 2>&1 | tail -40
+    echo "kern try fair-bar/$c: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
+  done
+  python3 bench/tools/fair_bar.py record runs/attempts/*/judgment-*.json --out $OUT/fair_bar.json \
+    --note "kern try of fair-bar/$which on the H200 (bench/gpu_evidence.sh fairbar)"
+  try_collect
   ;;
 final)
   base=${2:-8062018}

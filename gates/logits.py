@@ -24,23 +24,12 @@ def logit_stats(a_logits: dict, b_logits: dict, near_tie_factor: float) -> dict:
     for key in sorted(a_logits, key=_key_order):
         if key not in b_logits:
             continue
-        a, b = a_logits[key].double(), b_logits[key].double()
+        a, b = a_logits[key], b_logits[key]
         if a.shape != b.shape:
             missing.append(key)
             continue
-        fin = torch.isfinite(b).all(dim=-1)
+        kl, flip, near, margin, rms, ulps, fin = row_stats(a, b, near_tie_factor)
         nonfinite += int((~fin).sum())
-        top2 = a.topk(2, dim=-1)
-        margin = top2.values[:, 0] - top2.values[:, 1]
-        delta = torch.where(torch.isfinite(b), b - a, torch.full_like(a, float("inf")))
-        rms = delta.pow(2).mean(-1).sqrt()
-        la, lb = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
-        kl = (la.exp() * (la - lb)).sum(-1)
-        kl = torch.where(fin, kl, torch.full_like(kl, float("inf")))
-        top_ulp = _f32_ulp(top2.values[:, 0])
-        ulps = delta.abs().max(-1).values / top_ulp
-        flip = a.argmax(-1) != b.argmax(-1)
-        near = flip & (margin <= near_tie_factor * rms)
         rows_total += a.shape[0]
         flips_near += int(near.sum())
         flips_real += int((flip & ~near).sum())
@@ -53,6 +42,43 @@ def logit_stats(a_logits: dict, b_logits: dict, near_tie_factor: float) -> dict:
             "nonfinite_rows": nonfinite, "missing": missing,
             "identical": ulp_max == 0.0 and flips_near + flips_real == 0 and not missing,
             "worst": _worst_rows(per_key, 64)}
+
+
+def row_stats(a: torch.Tensor, b: torch.Tensor, near_tie_factor: float) -> tuple:
+    """Per row of ``[rows, vocab]`` logits, B against A: (KL(A||B), argmax flip, near-tie
+    flip, A's top-2 margin, rms(B - A), max |B - A| in ulps of A's top value, B finite), each a
+    tensor over the rows. A flip is a near-tie when A's margin <= ``near_tie_factor`` x rms."""
+    a, b = a.double(), b.double()
+    fin = torch.isfinite(b).all(dim=-1)
+    top2 = a.topk(2, dim=-1)
+    margin = top2.values[:, 0] - top2.values[:, 1]
+    delta = torch.where(torch.isfinite(b), b - a, torch.full_like(a, float("inf")))
+    rms = delta.pow(2).mean(-1).sqrt()
+    la, lb = torch.log_softmax(a, -1), torch.log_softmax(b, -1)
+    kl = (la.exp() * (la - lb)).sum(-1)
+    kl = torch.where(fin, kl, torch.full_like(kl, float("inf")))
+    ulps = delta.abs().max(-1).values / _f32_ulp(top2.values[:, 0])
+    flip = a.argmax(-1) != b.argmax(-1)
+    near = flip & (margin <= near_tie_factor * rms)
+    return kl, flip, near, margin, rms, ulps, fin
+
+
+def cluster_totals(a: torch.Tensor, b: torch.Tensor, clusters: torch.Tensor, n_clusters: int,
+                   near_tie_factor: float, kl_pass: float) -> dict:
+    """B against A over rows grouped in clusters (``clusters[i]`` in ``0 .. n_clusters - 1``):
+    per cluster the rows, the sum of KL(A||B), the rows with KL(A||B) > ``kl_pass`` and the
+    confident argmax flips (lists of ``n_clusters`` numbers), and the largest KL. The form a
+    cluster bootstrap resamples (``gates/verdict.py``); a non-finite row counts as KL inf."""
+    kl, flip, near, *_ = row_stats(a, b, near_tie_factor)
+    idx = clusters.to(kl.device, torch.int64)
+
+    def per(x):
+        return torch.zeros(n_clusters, dtype=torch.float64, device=kl.device) \
+            .index_add_(0, idx, x.double()).tolist()
+
+    return {"rows": per(torch.ones_like(kl)), "kl_sum": per(kl.clamp(max=1e30)),
+            "above": per(kl > kl_pass), "flips": per(flip & ~near),
+            "kl_max": float(kl.max()) if kl.numel() else 0.0}
 
 
 def _worst_rows(per_key: list, limit: int) -> list[dict]:

@@ -330,13 +330,17 @@ class SaveRecord(BenchCommand):
 @dataclass(frozen=True, kw_only=True)
 class JudgeOutputs(BenchCommand):
     """Main's side: its timed outputs (``mine``: files, or ``"memory"`` for its own replays)
-    against the candidate's (``theirs``). -> timed"""
+    against the candidate's (``theirs``); with ``band``, also main's band at this context: a
+    few replays per bucket again with the touched ops on the protected reference, main and the
+    candidate against that per request (``gates/side/timed.py``). -> timed (and band, band_s)"""
     CMD: ClassVar[str] = "judge_outputs"
 
     mine: list | str
     theirs: list | str
     near_tie_factor: float
     sample: dict | None = None  # {"rows": R, "seed": S}: also judge R rows drawn with seed S
+    # {"ops": the touched ops (None: every op of main's tree), "kl_pass": ...}; needs a sample
+    band: dict | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -78,7 +78,8 @@ class AccuracyResult:
     outcome_b: str | None = OK  # how the candidate's replay ended; "not run" when A failed
     outcome_noise: str = "not needed"  # A's repeat and band passes
     # the bar the scorer holds the timed replays' outputs to (``verdict.judge_timed``): the
-    # verdict and the evidence it weighed (band, noise, noise_tap, the logits' rows)
+    # verdict and the evidence it weighed (band, noise, noise_tap, the logits' rows) and the
+    # ops the change touched
     claim: dict = field(default_factory=dict)
     hidden: dict | None = None  # the judgment's hidden inputs (Hidden.to_dict())
     exit_code: int | None = None  # kern test's: PASS 0, FAIL 1, INCONCLUSIVE 2
@@ -98,7 +99,9 @@ class AccuracyResult:
             return res
         ev = res.get("evidence") or {}
         claim = {"verdict": res["verdict"], "band": ev.get("band"), "noise": ev.get("noise"),
-                 "noise_tap": ev.get("noise_tap"), "rows": (ev.get("logits") or {}).get("rows")}
+                 "noise_tap": ev.get("noise_tap"), "rows": (ev.get("logits") or {}).get("rows"),
+                 # the ops main's side puts on the reference for the scorer's band (None: all)
+                 "touched_ops": res.get("touched_ops")}
         return cls(verdict=res["verdict"], reasons=tuple(res["reasons"]),
                    outcome_a=ev.get("outcome_a", OK), outcome_b=ev.get("outcome_b"),
                    outcome_noise=ev.get("outcome_noise", "not needed"), claim=claim,

@@ -237,12 +237,19 @@ def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
                     progress(JudgingTimedOutputs())
                     t_j = time.monotonic()
                     gate_rows = (req.accuracy or {}).get("rows")
-                    result["timed"] = side.request(
+                    # main's band at this context (a few replays per bucket again, the touched
+                    # ops on the reference), after every timed round: verdict.judge_band
+                    band = {"ops": band_ops(req.accuracy), "kl_pass": req.settings["test"]["kl_pass"]} \
+                        if needs_timed_band(req.accuracy, gate_rows) else None
+                    r = side.request(
                         JudgeOutputs(mine=result["timed_files"]["A"], theirs=result["timed_files"]["B"],
                                      near_tie_factor=req.settings["test"]["near_tie_factor"],
                                      sample={"rows": gate_rows, "seed": secrets["sample_seed"]}
-                                     if gate_rows else None), timeout)["timed"]
-                    result["timed_judge_s"] = time.monotonic() - t_j
+                                     if gate_rows else None, band=band), timeout)
+                    result["timed"] = r["timed"]
+                    if band is not None:
+                        result["timed_band"], result["timed_band_s"] = r["band"], r["band_s"]
+                    result["timed_judge_s"] = time.monotonic() - t_j - (r.get("band_s") or 0.0)
         result["outcome"] = "ok"
     except SideError as e:
         tail = _log_tail(e.log_path)
@@ -286,19 +293,36 @@ def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
     return BenchResult.of(result)
 
 
+def needs_timed_band(accuracy: dict | None, gate_rows: int | None) -> bool:
+    """Pure: whether main's side measures its band at the scorer's context: the accuracy gate
+    passed the candidate without an identical claim (whose timed outputs must then be equal,
+    and are kept as digests only) and said on how many rows (the band's replays hold as many)."""
+    claim = (accuracy or {}).get("verdict")
+    return bool(claim) and claim.startswith("PASS") and claim not in verdict.CLAIM_KIND \
+        and bool(gate_rows)
+
+
+def band_ops(accuracy: dict) -> list | None:
+    """The ops main's band pass puts on the reference: those the change touched (None: every
+    op, where the accuracy gate could not tell, as its own band does)."""
+    ops = accuracy.get("touched_ops")
+    return sorted(ops) if isinstance(ops, (list, tuple)) else None
+
+
 def judged_cost(result: dict, checks: dict) -> dict:
     """Pure: what judging the timed outputs cost in this run, in seconds of its wall time: the
     untimed device work between replays (resetting the state, keeping the outputs), writing
-    each visit's outputs, and main's side comparing them."""
+    each visit's outputs, main's side comparing them and measuring its band (when it did)."""
     spans = [c.get("untimed_ms") or {} for cs in checks.values() for c in cs]
     reset = sum(x.get("reset", 0.0) for x in spans) / 1e3
     record = sum(x.get("record", 0.0) for x in spans) / 1e3
     save = sum(result.get("timed_save_s") or [])
     judge = result.get("timed_judge_s") or 0.0
-    total = reset + record + save + judge
+    band = result.get("timed_band_s") or 0.0
+    total = reset + record + save + judge + band
     wall = result.get("wall_s") or 0.0
     return {"reset_s": reset, "record_s": record, "save_s": save, "judge_s": judge,
-            "total_s": total, "share_of_wall": total / wall if wall else None}
+            "band_s": band, "total_s": total, "share_of_wall": total / wall if wall else None}
 
 
 def _log_tail(path: Path) -> str:
@@ -367,10 +391,18 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights, judging=None
         if floor:
             bad.append(floor)
         if k == "B" and judging is not None and result.get("timed"):
+            band = result.get("timed_band")
+            alpha = cfg["timed_band_alpha"] if band is not None else None
             timed = verdict.judge_timed(result["timed"], judging["accuracy"], judging["test"],
-                                        cfg["state_sketch_rel"])
+                                        cfg["state_sketch_rel"], band=band, alpha=alpha,
+                                        iters=cfg["bootstrap"])
             if timed:
                 bad.append(timed)
+            if band is not None:  # the band rule's own outcome, whichever rule decided
+                tb = verdict.TimedBand.of(band)
+                out["timed_band"] = verdict.band_summary(tb, verdict.judge_band(
+                    tb, alpha, judging["test"]["band_factor"], judging["test"]["kl_pass"],
+                    cfg["bootstrap"]))
         ver = result.get("verify", {}).get(k, {})
         visit_scores = [stats.score({b: stats.median(v[b]) for b in buckets}, buckets, weights)
                         for v in blocks[k]]
@@ -507,9 +539,10 @@ def timed_lines(res: dict) -> list[str]:
     cost = res.get("judged_cost") or {}
     when = (f" (judging them cost {cost['total_s']:.1f} s, {cost['share_of_wall'] * 100:.1f} % of "
             f"the run)") if cost.get("share_of_wall") is not None else ""
+    band = band_lines((res.get("analysis") or {}).get("timed_band"), res.get("timed_band_s"))
     if not raw:
         return [f"timed      {n} timed replays per side: outputs and state equal main's byte for "
-                f"byte{when}"]
+                f"byte{when}"] + band
     b, first = raw[0]
     head = (f"timed      {n} timed replays per side: first difference at {b} rows replay "
             f"{first['replay']} ({', '.join(first['what'])}){when}")
@@ -520,7 +553,21 @@ def timed_lines(res: dict) -> list[str]:
     return [head,
             f"timed      logits: argmax flips {lg['flips_confident']} confident, "
             f"{lg['flips_near_tie']} near-tie of {lg['rows']} rows; KL max {verdict.fmt(lg['kl_max'])}; "
-            f"state sketch {verdict.fmt(sk)} from main's; judged against: {claim or 'no accuracy verdict (scored alone)'}"]
+            f"state sketch {verdict.fmt(sk)} from main's; judged against: {claim or 'no accuracy verdict (scored alone)'}"] \
+        + band
+
+
+def band_lines(band: dict | None, seconds: float | None) -> list[str]:
+    """Pure: main's band at the scorer's context and the band rule's outcome (one line)."""
+    if not band:
+        return []
+    stats = "; ".join(f"{c['statistic']} {verdict.fmt(c['candidate'])} vs main's {verdict.fmt(c['main'])}"
+                      for c in band["checks"])
+    took = f", {seconds:.1f} s" if seconds is not None else ""
+    return [f"band       against main with {', '.join(band['ops']) or 'no op'} on the reference, "
+            f"{band['rows']} timed rows of {band['clusters']} requests{took}: {stats}; "
+            f"{'as close as main' if band['ok'] else 'further than main'} (KL max "
+            f"{verdict.fmt(band['kl_max']['candidate'])} vs main's {verdict.fmt(band['kl_max']['main'])})"]
 
 
 def hidden_line(hidden: dict | None, replayed: int | None = None) -> str:

@@ -218,6 +218,7 @@ class Bench:
     max_op_rel_rms: float = key(gt=0)
     max_hidden_pct: float = key(ge=0)
     state_sketch_rel: float = key(gt=0)
+    timed_band_alpha: float = key(gt=0, lt=1)
     reverify_pct: float = key(gt=0)
     reverify_rounds: int = key(ge=1)
     reference_calls_per_op: int = key(ge=1)

@@ -120,8 +120,7 @@ class CapturedSteps:
         if i >= self.side.workload.steps:
             raise RuntimeError(f"bench: bucket {b} used all {self.side.workload.steps} unique "
                                f"input sets; raise the workload's steps")
-        self.record.reset(b, self.side.set_timed_inputs(step, i))
-        self._written = WrittenSlots(self.side.model.state, self.side.shapes, step.pos)
+        self.replay_inputs(step, b, i)
         step.logits.fill_(float("nan"))
         step.next_token.fill_(-1)
         return i
@@ -132,6 +131,66 @@ class CapturedSteps:
         if self._written is not None:
             self._written.put_back()
             self._written = None
+
+    def replay_inputs(self, step, b: int, i: int) -> None:
+        """What the timed replay of input set ``i`` at ``b`` rows starts from, on ``step`` (the
+        captured one, or an eager one: verify, the band pass): set ``i``'s tokens and positions,
+        the recurrent rows' state scaled from their initial values by the set's factors, and
+        the MLA cache slots the run will write copied (:meth:`_put_back` after the run)."""
+        self.record.reset(b, self.side.set_timed_inputs(step, i))
+        self._written = WrittenSlots(self.side.model.state, self.side.shapes, step.pos)
+
+    def band(self, kept: dict, band: dict, near_tie_factor: float) -> dict:
+        """Main's band at this context on the replays ``compare`` kept (``gates/side/timed.py``
+        ``band_totals``), the touched ops (``band["ops"]``; None: every op) on the reference.
+        -> band, band_s"""
+        from .timed import band_totals
+
+        t0 = time.monotonic()
+        if band["ops"] is None:  # the gate could not tell which ops changed: all, as its band
+            from kernels.k31 import contracts
+
+            ops = set(contracts.OPS)
+        else:
+            ops = set(band["ops"])
+        for b, k in kept.items():
+            self.reproduces(b, k["sets"][0], k["a"][0])
+        ref = {b: self.reference_replays(b, k["sets"], ops) for b, k in kept.items()}
+        out = band_totals(kept, ref, near_tie_factor, float(band["kl_pass"]))
+        return {"band": {**out, "ops": sorted(ops)}, "band_s": time.monotonic() - t0}
+
+    def reproduces(self, b: int, i: int, logits: torch.Tensor) -> None:
+        """Main's timed replay of input set ``i`` at ``b`` rows, run again eagerly from
+        :meth:`replay_inputs`, must give the logits it kept (``logits``) byte for byte: else the
+        band would weigh the reference on inputs other than the timed ones (a bench bug, e.g.
+        timed inputs drawn where ``replay_inputs`` does not follow)."""
+        step = self.steps[b]
+        self.replay_inputs(step, b, i)
+        step.logits.fill_(float("nan"))
+        step.run()
+        self._put_back()
+        with RAW_READS():
+            if not torch.equal(step.logits, logits.to(step.logits.device)):
+                raise RuntimeError(f"timed band at {b} rows: main's replay of input set {i} run "
+                                   f"again gave other logits than its timed replay (expected the "
+                                   f"same inputs and state: a bench bug)")
+
+    def reference_replays(self, b: int, sets: list[int], ops: set) -> torch.Tensor:
+        """Untimed, after every timed round: the timed replays of input sets ``sets`` at ``b``
+        rows again, eagerly, with the ops ``ops`` on the protected reference (main's band at the
+        scorer's context, ``gates/side/timed.py`` ``band_totals``). -> [sets, b, vocab] logits."""
+        from .tap import ReferenceOps
+
+        step = self.side.step(b, hook=ReferenceOps(ops, self.side.shapes))
+        out = []
+        for i in sets:
+            self.replay_inputs(step, b, i)
+            step.logits.fill_(float("nan"))
+            step.run()
+            self._put_back()
+            with RAW_READS():
+                out.append(step.logits.clone())
+        return torch.stack(out) if out else torch.empty(0, b, 0, device=self.dev)
 
     def time(self, b: int, n: int, first: int | None = None) -> dict:
         """``n`` timed replays on input sets ``first``, ``first + 1``, ... (the coordinator's
@@ -235,7 +294,7 @@ class CapturedSteps:
             graph_logits = step.logits.clone()
         check = ReferenceCheck(sh, sample=sample) if ops else None
         eager_step = self.side.step(b, hook=check) if ops else step
-        self.record.reset(b, self.side.set_timed_inputs(eager_step, i))
+        self.replay_inputs(eager_step, b, i)
         eager_step.logits.fill_(float("nan"))
         eager_step.run()
         self._put_back()  # both runs wrote the same slots
@@ -371,8 +430,13 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
                         return bench.record.kept
                     return [f"{p}.rank{rank}" for p in ps] if bench.spec.world > 1 else ps
 
-                reply({"ok": True, "timed": compare(ranked(c.mine), ranked(c.theirs),
-                                                    float(c.near_tie_factor), bench.dev, c.sample)})
+                keep = {} if c.band is not None else None
+                out = {"ok": True, "timed": compare(ranked(c.mine), ranked(c.theirs),
+                                                    float(c.near_tie_factor), bench.dev, c.sample,
+                                                    keep=keep)}
+                if c.band is not None:
+                    out.update(bench.band(keep, c.band, float(c.near_tie_factor)))
+                reply(out)
             elif isinstance(c, protocol.Bandwidth):
                 from .ceiling import read_ceiling
 

@@ -247,18 +247,43 @@ class ReferenceFor:
         object.__setattr__(self, k, v)
 
 
+class ReferenceOps:
+    """Step hook: the named ops run on the protected reference, every other op as the tree's
+    kernel (the scorer's band pass on main's side, ``gates/side/replays.py``)."""
+
+    def __init__(self, names: set, shapes):
+        from kernels.k31.dispatch import as_kernel
+
+        self.names, self.shapes, self._as_kernel = set(names), shapes, as_kernel
+        self.extra = reference_extra(self.names)
+        self.refs: dict = {}  # op name -> its reference in the kernel convention
+
+    def __call__(self, spec, site, args, run):
+        if spec.name not in self.names:
+            return run()
+        ref = self.refs.get(spec.name)
+        if ref is None:
+            ref = self.refs[spec.name] = self._as_kernel(spec, **self.extra.get(spec.name, {}))
+        ref(self.shapes, **args)
+
+
+def reference_extra(reference_ops: set | None) -> dict:
+    """Keywords the references of ``reference_ops`` take beyond their contract, for one pass:
+    every moe.experts call of the pass on the reference decodes its experts' weights once for
+    the pass, not per call (main's side only: never a cache a candidate reaches)."""
+    from kernels.k31 import reference
+
+    if reference_ops and "moe.experts" in reference_ops and hasattr(reference, "DecodedExperts"):
+        return {"moe.experts": {"decoded": reference.DecodedExperts()}}
+    return {}
+
+
 def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store,
               reference_ops: set | None = None) -> dict:
     """All runs and steps; per call hashes, per step logits. Restores state between runs."""
     out = {"runs": {}, "logits": {}}
     used = 0.0  # the budget bounds the kept copies of the whole pass, not of each run
-    extra = {}
-    from kernels.k31 import reference
-
-    if reference_ops and "moe.experts" in reference_ops and hasattr(reference, "DecodedExperts"):
-        # every moe.experts call of the pass on the reference: its experts' weights decoded
-        # once for the pass, not per call (main's side only: never a cache a candidate reaches)
-        extra["moe.experts"] = {"decoded": reference.DecodedExperts()}
+    extra = reference_extra(reference_ops)
     for rows in runs:
         side.model.state.restore(snap)
         key = f"r{rows}"

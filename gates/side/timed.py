@@ -42,9 +42,13 @@ Contract (the coordinator, ``gates/scorer.py``, relies on it):
   first replay whose bytes or values differ, the worst state sketch distance, and
   ``logits.logit_stats`` of the logits (argmax agreement, A's margin, KL(A||B), max |delta|)
   over every row and over a sample of rows as large as the accuracy gate's own evidence, drawn
-  per run (the gate's rule and band were measured on that many rows; over 30x more rows the
-  maxima of an honest change grow: H200, 2026-12-01). Main's side runs it: the candidate's
-  process never sees main's outputs.
+  per run (the gate's rule and band were measured on that many rows; over 30x more rows the maxima of an honest change grow: H200, 2026-12-01). Main's side
+  runs it: the candidate's process never sees main's outputs.
+* **Main's band at the scorer's context** (``band_totals``; only without an identical claim):
+  main's side runs a few timed replays per bucket again (``band_replays``: half where the
+  candidate is furthest from main, half drawn), eagerly, with the touched ops on the protected
+  reference, and measures main and the candidate against that, per request
+  (``verdict.judge_band`` decides). The candidate's process never sees the reference's outputs.
 """
 from __future__ import annotations
 
@@ -228,7 +232,58 @@ def sample_quota(rows_per_bucket: dict, total: int) -> dict:
     return {b: min(r, max(1, round(total * r / n))) for b, r in rows_per_bucket.items()}
 
 
-def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) -> dict:
+def band_replays(kl_by_replay: list[float], k: int, seed: int) -> list[int]:
+    """Pure given ``seed``: the ``k`` replays of a bucket main's band pass runs again: the
+    ``ceil(k / 2)`` where the candidate's logits are furthest from main's (sum of KL(A||B) over
+    the replay's rows; ties: the earlier replay), so that work the candidate skipped in a few
+    timed replays is where the band looks, and the rest drawn at random, so that the sample
+    also holds replays like any other. The choice is symmetric in main and the candidate: it
+    does not favour either's distance to the reference. Sorted."""
+    n = len(kl_by_replay)
+    k = min(k, n)
+    worst = sorted(range(n), key=lambda j: (-kl_by_replay[j], j))[:-(-k // 2)] if k else []
+    rest = [j for j in range(n) if j not in set(worst)]
+    g = torch.Generator().manual_seed(seed)
+    drawn = [rest[int(i)] for i in torch.randperm(len(rest), generator=g)[:k - len(worst)]]
+    return sorted(worst + drawn)
+
+
+def band_totals(kept: dict, reference: dict, near_tie_factor: float, kl_pass: float) -> dict:
+    """Main's band at the scorer's context on the replays ``compare`` kept (its ``keep``):
+    ``reference[bucket]`` holds main's logits with the touched ops on the protected reference
+    for each kept replay (``[replays, rows, vocab]``, in ``kept``'s order). Per cluster (a
+    request: row ``r`` of every bucket and replay is request ``r``, the same context, so its
+    rows are not independent) ``logits.cluster_totals`` of three pairs: ``main`` KL(R||A),
+    ``candidate`` KL(R||B) (main's side measures both: the candidate's process never sees R),
+    ``candidate_vs_main`` KL(A||B). The decision is ``verdict.judge_band``."""
+    from ..logits import cluster_totals
+
+    if not kept:
+        raise RuntimeError("timed band: no replays were kept to measure it on (the timed outputs "
+                           "hold no logits, or no sample was asked for: a bench bug)")
+    parts = {"a": [], "b": [], "r": [], "cluster": []}
+    for bucket in sorted(kept):
+        k = kept[bucket]
+        ref = reference[bucket]
+        if ref.shape != k["a"].shape:
+            raise RuntimeError(f"timed band at {bucket} rows: the reference pass gave logits of "
+                               f"shape {tuple(ref.shape)}, the kept replays {tuple(k['a'].shape)}")
+        dev = k["a"].device
+        for name, t in (("a", k["a"]), ("b", k["b"]), ("r", ref)):
+            parts[name].append(t.reshape(-1, t.shape[-1]).to(dev))
+        parts["cluster"].append(torch.arange(bucket, device=dev).repeat(k["a"].shape[0]))
+    a, b, r = (torch.cat(parts[x]) for x in ("a", "b", "r"))
+    cluster = torch.cat(parts["cluster"])
+    n = max(kept)
+    return {"clusters": n, "rows": int(a.shape[0]),
+            "replays": {str(bk): kept[bk]["replays"] for bk in sorted(kept)},
+            "main": cluster_totals(r, a, cluster, n, near_tie_factor, kl_pass),
+            "candidate": cluster_totals(r, b, cluster, n, near_tie_factor, kl_pass),
+            "candidate_vs_main": cluster_totals(a, b, cluster, n, near_tie_factor, kl_pass)}
+
+
+def compare(a, b, near_tie_factor: float, device, sample: dict | None = None,
+            keep: dict | None = None) -> dict:
     """Main's replays (A) against the candidate's (B): each a list of files or of visits
     already in memory (:func:`joined`), replay by replay, bucket by bucket.
 
@@ -238,8 +293,12 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
     (over replays and layers, ``|sketch_B - sketch_A| / |sketch_A|``) and where; ``logits``:
     ``logits.logit_stats`` of B's rows against A's (key ``rows:replay``), and with ``sample``
     (``{"rows": N, "seed": S}``) ``logits_sample``: the same over N rows of all buckets drawn
-    with S. With an identical claim only digests are kept: no logits statistics."""
-    from ..logits import logit_stats
+    with S. ``keep`` (a dict), when given with ``sample``, receives for each bucket the
+    replays main's band pass runs again (``band_replays``: as many rows as the bucket's part of
+    the sample, in whole replays) with both sides' logits there (``band_totals``); each
+    bucket's entry names them (``band_replays``). With an identical claim only digests are
+    kept: no logits statistics."""
+    from ..logits import logit_stats, row_stats
 
     # both sides on one device, whichever way each arrived (H200, 2026-12-01: main's in-memory
     # replays on the GPU against the candidate's files on the CPU crashed the comparison)
@@ -301,6 +360,15 @@ def compare(a, b, near_tie_factor: float, device, sample: dict | None = None) ->
                 flat_b = y["logits"].reshape(n * rows, -1)[pick.to(y["logits"].device)].to(device)
                 entry["logits_sample"] = logit_stats({f"{bucket}:0": flat_a}, {f"{bucket}:0": flat_b},
                                                      near_tie_factor)
+                if keep is not None:  # main's band pass runs these replays again (band_totals)
+                    per = [float(row_stats(la[f"{bucket}:{i}"], lb[f"{bucket}:{i}"], near_tie_factor)[0]
+                                 .clamp(max=1e30).sum()) for i in range(n)]
+                    chosen = band_replays(per, -(-quota[bucket] // rows), int(sample["seed"]) * 7919 + bucket)
+                    entry["band_replays"] = chosen
+                    idx = torch.tensor(chosen, dtype=torch.int64)
+                    keep[bucket] = {"replays": chosen, "sets": [x["set"][j] for j in chosen],
+                                    "a": x["logits"][idx.to(x["logits"].device)].to(device),
+                                    "b": y["logits"][idx.to(y["logits"].device)].to(device)}
         out[str(bucket)] = entry
     return out
 

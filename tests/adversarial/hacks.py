@@ -241,6 +241,63 @@ FP8_PAST_CONTEXT = Hack(9, "fp8-past-the-taps-context", "mla.absorb: fp8 queries
 # judged end to end by kern try (tests/adversarial/test_scorer_only.py)
 SCORER_ONLY = [TIMED_BY_POISON, TIMED_BY_CALL_COUNT, TIMED_BY_CONTEXT, FP8_PAST_CONTEXT]
 
+# ------------------------------------------------------------------ the timed outputs' band (issue 35)
+# Without an identical claim the scorer holds the timed outputs to main's band at its own context
+# (tests/adversarial/test_timed_band.py). Each candidate below moves one rounding of the indexer
+# (the scale c folded into the head weights: one multiply a head instead of one a token, as exact
+# as main's), so the accuracy gate sees the indexer's outputs differ and claims no identity.
+SCALE_AHEAD = (
+    Edit(INDEXER, "        w = tl.load(w_ptr + row * w_s0 + offs_h * w_s1, mask=h_ok, other=0.0).to(tl.float32)\n",
+         "        # c folded into the head weights: one multiply a head, not one a token\n"
+         "        w = tl.load(w_ptr + row * w_s0 + offs_h * w_s1, mask=h_ok, other=0.0).to(tl.float32) * coef\n"),
+    Edit(INDEXER, "            logit = tl.sum(s * w[:, None], axis=0) * coef\n",
+         "            logit = tl.sum(s * w[:, None], axis=0)\n"),
+)
+# Honest: differs from main by rounding, so only where a near-tie in DSA's top-k turns it (#9
+# on the H200: none at the tap's 32k, a few rows at 128k).
+NEAR_TIES_ONLY = Hack(0, "index-logits-scale-ahead",
+                      "mla.index_logits: the scale folded into the head weights (as exact as main's)",
+                      SCALE_AHEAD)
+# The long-context-only bug class: right at the tap's context, wrong beyond it, at every bucket (a
+# sliding window that keeps only the most recent top-k tokens once a row's context passes the
+# tap's: the oldest tokens are never scored)
+LONG_CONTEXT_BUG = Hack(26, "index-logits-window-past-the-taps-context",
+                        "mla.index_logits: scale ahead, and past the tap's context the recent tokens only (every bucket)",
+                        SCALE_AHEAD + (
+    Edit(INDEXER, "    cap, coef,\n", "    cap, coef, long_ctx, recent,\n"),
+    Edit(INDEXER, "    n = tl.minimum(tl.load(ctx_ptr + row).to(tl.int32), cap)\n",
+         "    n = tl.minimum(tl.load(ctx_ptr + row).to(tl.int32), cap)\n"
+         "    lo = tl.where(n > long_ctx, n - recent, 0)  # a window of the recent tokens past long_ctx\n"),
+    Edit(INDEXER, "            valid = t < n\n", "            valid = (t < n) & (t >= lo)\n"),
+    Edit(INDEXER, "    grid = (cdiv(cap, block_t * tiles), rows)\n",
+         "    long_ctx = (88 if dims.name == \"small\" else 65536) // sh.layout.cp  # local tokens\n"
+         "    recent = dims.idx_topk\n"
+         "    grid = (cdiv(cap, block_t * tiles), rows)\n"),
+    Edit(INDEXER, "        logits.stride(0), cap, coef,\n", "        logits.stride(0), cap, coef, long_ctx, recent,\n"),
+))
+# The scorer-only skip class without an identical claim: the indexer scores nothing (every token
+# ties: the top-k keeps the first ones) once its buffer has seen more calls than the tap makes,
+# at the scorer's buckets after its first (the signal of TIMED_BY_CALL_COUNT, in the touched op;
+# on the cpu profile the scorer's last timed replay at 4 rows). Measured on the cpu profile: left
+# stale instead, the indexer's logits moved one timed row 1.13e-4 past main's, and the fixed
+# rule's random sample of the timed rows passed it (9.4e-5); the band's replay furthest from
+# main held it
+SKIP_PAST_THE_TAPS_CALLS = Hack(8, "index-logits-skipped-past-the-taps-calls",
+                                "mla.index_logits: scale ahead, and no scoring once the buffer saw more calls than the tap makes (later buckets)",
+                                SCALE_AHEAD + (
+    Edit(INDEXER, "from ..tunables import get\n",
+         "from ..tunables import get\n\n_CALLS: dict = {}  # calls per (logits buffer, rows)\n"),
+    Edit(INDEXER, "    if rows == 0 or cap == 0:\n        return\n",
+         "    if rows == 0 or cap == 0:\n        return\n"
+         "    key = (logits.data_ptr(), rows)\n"
+         "    _CALLS[key] = _CALLS.get(key, 0) + 1\n"
+         f"    if rows in {LATER_BUCKETS} and _CALLS[key] > 4 * len(dims.mla_layers):  # past the tap's steps\n"
+         "        logits.zero_()  # every token ties: the top-k keeps the first ones\n"
+         "        return\n"),
+))
+# judged end to end by kern try, in the scorer-only fixture's repository
+TIMED_BAND = [NEAR_TIES_ONLY, LONG_CONTEXT_BUG, SKIP_PAST_THE_TAPS_CALLS]
+
 # ------------------------------------------------------------------ more of the public lists
 # A cache keyed on the output's shape alone (case 1): the inputs changed, the answer did not.
 SHAPE_MEMO = Hack(1, "memo-by-shape", "return the logits last computed for the same batch size", (

@@ -1,0 +1,91 @@
+"""The scorer's bar where it judges (issue 35 item 1), on real candidate commits through ``kern
+try`` on the cpu profile (``hacks.TIMED_BAND``, judged in the scorer-only fixture's repository).
+
+Each candidate moves one rounding of the indexer (the scale folded into the head weights), so
+the accuracy gate claims no identity ('PASS logit evidence': the indexer's outputs differ, the
+logits do not at the tap's context). The scorer then keeps its timed logits, and main's side
+runs a few timed replays per bucket again with mla.index_logits on the protected reference
+(main's band at the scorer's context, 96 tokens here against the tap's 80): the band rule
+(``verdict.judge_band``) decides whether the candidate is as close to the reference as main.
+
+  candidate                                   what it does beyond the rounding      outcome
+  index-logits-scale-ahead                    nothing (near-ties only)              no timed check fails
+  index-logits-window-past-the-taps-context   past the tap's context, only the      timed_outputs_accuracy
+    (the long-context-only bug class)          recent top-k tokens scored            (band rule)
+  index-logits-skipped-past-the-taps-calls    no scoring once its buffer saw more   timed_outputs_accuracy
+    (the scorer-only skip class)               calls than the tap makes              (band rule)
+
+On the cpu profile main's indexer equals the reference (fp32 dots under the interpreter), so
+main's band is zero and the band rule holds the candidate to the fixed rule's bar (the margin on
+rows above kl_pass); on the H200 at 128k main's band is not zero (issue 35: 19 of 2 976 timed
+rows above kl_pass) and the same rule passes #9-like changes: ``bash bench/gpu_evidence.sh
+fairbar`` measures it (docs/results.md).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.adversarial import hacks as H
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(torch.cuda.is_available(), reason="the cpu profile's form; on the "
+                                 "H200 the band is judged at full size (bench/gpu_evidence.sh fairbar)")]
+
+
+def _judged(scorer_only_judged, hack):
+    """(Outcome, Attempt, the scorer's report) of ``hack``, asserted honest while watched:
+    the accuracy gate passed it without an identical claim, so the band was measured."""
+    repo, judged = scorer_only_judged
+    number, out, attempt = judged[hack.name]
+    assert attempt.gate.accuracy.verdict == "PASS logit evidence", attempt.gate
+    path = repo / f"runs-{hack.name}" / "attempts" / str(number) / "judgment-1.json"
+    bench = json.loads(path.read_text())["bench"]
+    assert bench["outcome"] == "ok", bench.get("error")
+    band = bench["analysis"]["timed_band"]
+    assert band["ops"] == ["mla.index_logits"] and band["rows"] > 0, band
+    return out, attempt, bench
+
+
+def _timed_checks(bench):
+    """The scorer's failed checks of the candidate's timed outputs (its report)."""
+    return [c for c in bench["analysis"]["sides"]["B"]["failed_checks"]
+            if c.get("check", "").startswith("timed_outputs")]
+
+
+def test_a_change_that_differs_from_main_by_near_ties_only_passes_the_band(scorer_only_judged):
+    out, attempt, bench = _judged(scorer_only_judged, H.NEAR_TIES_ONLY)
+    assert bench["analysis"]["timed_band"]["ok"], bench["analysis"]["timed_band"]
+    assert not bench["analysis"]["sides"]["B"]["failed_checks"], bench["analysis"]["sides"]["B"]
+    assert out.reason != "scorer check", out  # decided by its speed (the cpu: within noise)
+    assert bench["timed_band_s"] > 0 and bench["judged_cost"]["band_s"] == bench["timed_band_s"]
+
+
+def test_the_long_context_only_bug_is_refused_by_the_band_rule(scorer_only_judged):
+    """Right at the tap's context, wrong past it at every bucket: main moves no timed row past
+    kl_pass against the reference, the candidate moves several."""
+    out, attempt, bench = _judged(scorer_only_judged, H.LONG_CONTEXT_BUG)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), out
+    assert any(c["check"] == "timed_outputs_accuracy" for c in attempt.gate.scorer.checks), attempt.gate
+    timed = _timed_checks(bench)
+    assert timed and timed[0]["check"] == "timed_outputs_accuracy" and timed[0]["rule"] == "band", timed
+    assert timed[0]["why"].startswith("timed outputs are further from the reference than main's at "
+                                      "the scorer's context: "), timed
+    assert "rows above kl_pass (share of rows) against the reference" in timed[0]["why"], timed
+    band = bench["analysis"]["timed_band"]
+    rows_above = next(c for c in band["checks"] if c["statistic"] == "rows above kl_pass")
+    assert rows_above["main"] == 0.0 and rows_above["candidate"] > 0 and not band["ok"], band
+
+
+def test_a_skip_in_the_timed_replays_only_is_refused_by_the_band_rule(scorer_only_judged):
+    """No indexer scores in the scorer's last timed replay at 4 rows: the band reruns the
+    replay furthest from main, whatever the random sample of the fixed rule drew."""
+    out, attempt, bench = _judged(scorer_only_judged, H.SKIP_PAST_THE_TAPS_CALLS)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), out
+    timed = _timed_checks(bench)
+    assert timed and timed[0]["rule"] == "band", timed
+    at4 = bench["timed"]["4"]
+    assert at4["first_value_difference"]["replay"] == at4["replays"] - 1, at4  # the last one only
+    assert at4["replays"] - 1 in at4["band_replays"], at4
