@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, filemarks, launch_ranks, logits, sandbox, scope, verdict
+from . import checkout, compiled, filemarks, launch_ranks, logits, sandbox, scope, verdict
 from .after_import import AfterImport
 from .events import PassTick
 from .protocol import Hidden, TapFiles, tap_rows
@@ -164,10 +164,15 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass."""
     with sandbox.configured(sandbox.settings_mode(req.settings)):
-        return _run_test(req, progress)
+        # main's kernels compiled from main alone (once per main); each side starts on a copy
+        main = compiled.prepare(req.repo, req.base, req.runs_dir, req.settings, req.profile, req.cuda,
+                                float(req.settings["test"]["timeout_s"]), _tagged(progress, "main compile"),
+                                req.base_layout or req.layout, req.base_world or req.world)
+        with sandbox.seeded(main.path):
+            return _run_test(req, progress, main)
 
 
-def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
+def _run_test(req: AccuracyRequest, progress=None, main: compiled.CompiledCache | None = None) -> AccuracyResult:
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -275,6 +280,7 @@ def _run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
         "a_log_tail": a_tail[-2000:] if a_kind != "ok" else "",
         "a_dir": str(a_dir), "b_dir": str(b_dir),
         "environment": (b_res or a_res or {}).get("environment"),
+        "compiled": main.to_dict() if main else None,
     })
 
 

@@ -5,8 +5,11 @@ Every side (main's and the candidate's: tap, bench, store, step and profile side
 through :func:`wrap`, which puts ``gates/side/confine.py`` in front of its command with a
 *plan*: the file system it sees (an allow-list: the system's programs and libraries, Python,
 the harness's ``gates/``, its tree's ``kernels/``, its own run folder writable, a private
-``/tmp`` and home; nothing else of the machine exists there: no home, no ledger, no other
-run's or worktree's files, no main's recording), no network, and the GPU's device nodes.
+``/tmp``, home and Triton cache; nothing else of the machine exists there: no home, no ledger,
+no other run's or worktree's files, no main's recording, no other side's Triton cache), no
+network, and the GPU's device nodes. The Triton cache is a copy of main's compiled kernels
+(:func:`seeded`, gates/compiled.py) made before the side starts and removed when it ends,
+under every mechanism and ``off`` too: nothing a side writes there is read by another.
 
 Mechanisms, strongest first (:data:`MECHANISMS`): ``namespaces`` (user, mount, network, PID
 and IPC namespaces; landlock on top where the kernel has it), ``landlock`` alone (the same
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import contextvars
 import glob
-import hashlib
 import json
 import os
 import re
@@ -68,7 +70,11 @@ PROC = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loa
 # modes whose --out folder the gates made for the side alone; a run (step) side's --out may be
 # any file (kern step --out ./x.json), so it writes into a stage beside it instead and only its
 # documents are moved out when it ends
-OWN_FOLDER_MODES = ("tap", "bench", "store")
+OWN_FOLDER_MODES = ("tap", "bench", "store", "compile")
+# the side that compiles main's kernels (gates/compiled.py): its Triton cache is the one it
+# builds, in its run folder (COMPILED_CACHE), kept when it ends for the harness to install
+COMPILE_MODE = "compile"
+COMPILED_CACHE = "triton"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -162,6 +168,20 @@ class ConfinedSide:
         return self.run_dir if self.own_folder else self.stage
 
     @property
+    def private(self) -> str:
+        """Its own folder of private things (home, /tmp, Triton cache, as the mechanism
+        needs), removed when it ends; one per process (a rank's ``--out`` names its rank)."""
+        return os.path.join(self.writes, f".sandbox-{Path(self.out).stem}")
+
+    @property
+    def triton_cache(self) -> str:
+        """The Triton cache it writes: private (a copy of main's compiled kernels, removed
+        when it ends), but a compile side's, which is the cache it builds for main."""
+        if self.mode == COMPILE_MODE:
+            return os.path.join(self.run_dir, COMPILED_CACHE)
+        return os.path.join(self.private, "triton")
+
+    @property
     def outputs(self) -> str:
         """The names a run side's stage may hand back (its document, its ranks', partials)."""
         stem = re.sub(r"\.rank\d+$", "", Path(self.out).stem)
@@ -207,7 +227,6 @@ class Machine:
     python: tuple[str, ...]  # Python's prefixes and whatever its site paths add
     libraries: tuple[str, ...] = ()  # CUDA_HOME, LD_LIBRARY_PATH, PYTHONPATH entries
     devices: tuple[str, ...] = ()  # the GPU's device nodes present here
-    triton_cache: str = ""  # the root of Triton's cache
     harness: str = str(HARNESS_ROOT)
     user: tuple = ()  # (name, uid, gid) of SANDBOX_USER where it exists
     python_version: str = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -215,12 +234,6 @@ class Machine:
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def tree_cache(m: Machine, tree: str) -> str:
-    """Triton's cache of one tree: main's compiled kernels are reused by every judgment against
-    that commit, and no candidate writes into another tree's."""
-    return os.path.join(m.triton_cache, "kern-tree-" + hashlib.sha256(tree.encode()).hexdigest()[:12])
 
 
 def readable(sides: list[ConfinedSide], m: Machine) -> list[str]:
@@ -236,9 +249,9 @@ def readable(sides: list[ConfinedSide], m: Machine) -> list[str]:
 
 
 def writable(sides: list[ConfinedSide], m: Machine) -> list[str]:
-    """What ``sides`` write: each one's run folder (a run side's stage), its tree's Triton cache."""
-    rw = [s.writes for s in sides] + ([tree_cache(m, s.tree) for s in sides] if m.triton_cache else [])
-    return list(dict.fromkeys(rw))
+    """What ``sides`` write: each one's run folder (a run side's stage), which holds its
+    private Triton cache; no Triton cache any other side reads."""
+    return list(dict.fromkeys(s.writes for s in sides))
 
 
 def _depth(entry: dict) -> tuple:
@@ -252,9 +265,13 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
     one side's ranks, which meet over TCP and shared memory (no landlock between them under
     namespaces: landlock's domains would cut them apart)."""
     members = group or [side]
-    env = {"TMPDIR": "/tmp"}
-    if m.triton_cache:
-        env["TRITON_CACHE_DIR"] = tree_cache(m, side.tree)
+    env = {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": side.triton_cache}
+    if mechanism == "off":
+        # no sandbox: only the private Triton cache, removed when it ends (a run side's stage,
+        # which holds it, too, unless its group's other ranks still use it: the group's close)
+        return {"mechanism": "off", "uid": m.uid, "gid": m.gid, "cwd": m.harness,
+                "env": {"TRITON_CACHE_DIR": side.triton_cache}, "stage": [],
+                "remove": [side.private] + ([] if side.own_folder or group else [side.stage])}
     stages = [[s.stage, s.run_dir, s.outputs] for s in members if not s.own_folder]
     out = {"mechanism": mechanism, "uid": m.uid, "gid": m.gid, "cwd": m.harness, "env": env,
            "stage": list({st[0]: st for st in stages}.values())}
@@ -273,6 +290,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
                    (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                     ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))]
         out["mounts"] = sorted(mounts, key=_depth)
+        out["remove"] = [side.private]  # its Triton cache (home and /tmp are its tmpfs)
         out["landlock"] = None if peers or not landlock_abi else {
             "read": ["/"], "write": own + ["/tmp", "/dev/shm", m.home], "devices": devices,
             "own_proc": True, "tcp": False}
@@ -281,12 +299,12 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
             raise SandboxUnavailable(f"sandbox: user: no user {SANDBOX_USER!r} on this machine "
                                      f"(expected one, got none); fix: {fix_text()}")
         name, uid, gid = m.user
-        # its own home, /tmp and Triton cache, made by the side itself once it is that user and
-        # removed when it ends: every side is the same user, so a tree's shared cache would be
-        # writable by every other side (a candidate's by main's)
-        private = os.path.join(side.writes, f".sandbox-{Path(side.out).stem}")
-        env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"),
-                   TRITON_CACHE_DIR=os.path.join(private, "triton"))
+        # its own home, /tmp and Triton cache (the launcher's copy of main's compiled kernels,
+        # made the user's with its folder), made by the side itself once it is that user and
+        # removed when it ends: every side is the same user, so a cache shared by sides would
+        # be writable by every other side (a candidate's by main's)
+        private = side.private
+        env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"))
         out["user"] = {"name": name, "uid": uid, "gid": gid}
         out["make_as_user"] = [env["TMPDIR"], env["HOME"], env["TRITON_CACHE_DIR"]]
         out["remove"] = [private]
@@ -299,8 +317,9 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         out["seccomp"] = {"inet_stream": peers}
         out["landlock"] = None
     else:
-        # its own home and /tmp, removed when it ends (sides that share a run folder: one each)
-        private = os.path.join(side.writes, f".sandbox-{Path(side.out).stem}")
+        # its own home, /tmp and Triton cache, removed when it ends (sides that share a run
+        # folder: one each)
+        private = side.private
         out["remove"] = [private]
         env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"))
         # Python finds a package by listing the folders of sys.path: the harness's root may
@@ -322,6 +341,77 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
 # ------------------------------------------------------------------ the shell
 _MODE: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_mode", default="auto")
 _GROUP: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_group", default=None)
+_SEED: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_seed", default=None)
+
+
+@contextmanager
+def seeded(cache):
+    """Within the block, each side this thread starts gets a private Triton cache that is a
+    copy of ``cache`` (main's compiled kernels, gates/compiled.py; None: an empty one)."""
+    token = _SEED.set(str(cache) if cache else None)
+    try:
+        yield
+    finally:
+        _SEED.reset(token)
+
+
+def copy_cache(src: str, dst: str, known_as: str | None = None) -> int:
+    """Copy the regular files of the Triton cache ``src`` into ``dst`` as new files (new
+    inodes, the copier's, default modes: a side writing its copy changes nothing of
+    ``src``; a hard link would share the inode); links and anything but files and folders
+    are left out. Triton's group files name their members by absolute path (triton 3.6 and
+    3.9: ``__grp__<name>.json``, ``{"child_paths": {file: path}}``): they are rewritten to
+    the copies (at ``known_as``, where the copy is renamed to that), and a member outside
+    ``src`` is dropped. Returns the bytes copied."""
+    import stat as st
+
+    copied = 0
+    for root, dirs, files in os.walk(src, followlinks=False):
+        rel = os.path.relpath(root, src)
+        os.makedirs(os.path.normpath(os.path.join(dst, rel)), exist_ok=True)
+        for name in files:
+            path, to = os.path.join(root, name), os.path.normpath(os.path.join(dst, rel, name))
+            if not st.S_ISREG(os.lstat(path).st_mode):
+                continue
+            group = moved_group(Path(path).read_text(errors="replace"), src, known_as or dst) \
+                if name.startswith("__grp__") and name.endswith(".json") else None
+            if group is None:
+                shutil.copyfile(path, to, follow_symlinks=False)
+            else:
+                Path(to).write_text(group)
+            copied += os.path.getsize(path)
+    return copied
+
+
+def moved_group(text: str, src: str, dst: str) -> str | None:
+    """Pure: a Triton group file's text with its members' paths moved from ``src`` to
+    ``dst`` (members outside ``src`` left out); None where it is not a group file (copied
+    as it is: Triton reads what it wrote)."""
+    try:
+        data = json.loads(text)
+        children = data["child_paths"]
+        if not isinstance(children, dict):
+            return None
+    except (ValueError, TypeError, KeyError):
+        return None
+    roots = {os.path.normpath(src), os.path.realpath(src)}
+    moved = {}
+    for name, p in children.items():
+        p = os.path.normpath(str(p))
+        root = next((r for r in roots if _inside(p, r)), None)
+        if root is not None:
+            moved[name] = os.path.join(os.path.normpath(dst), os.path.relpath(p, root))
+    return json.dumps({**data, "child_paths": moved})
+
+
+def fresh_cache(side: ConfinedSide, seed: str | None) -> None:
+    """The side's Triton cache, new before it starts: whatever a process of the same name
+    left there (one killed before its sandbox removed it) is removed, then ``seed`` copied
+    in (a compile side's starts empty: it compiles main's kernels from main's source alone)."""
+    shutil.rmtree(side.triton_cache, ignore_errors=True)
+    if seed and side.mode != COMPILE_MODE and os.path.isdir(seed):
+        copy_cache(seed, side.triton_cache)
+    os.makedirs(side.triton_cache, exist_ok=True)
 
 
 @contextmanager
@@ -354,12 +444,11 @@ def machine(env: dict | None = None) -> Machine:
             py += _pth_dirs(d)
     libs = [env.get("CUDA_HOME", "")] + env.get("LD_LIBRARY_PATH", "").split(":") + _ld_dirs() + \
         [p for p in env.get("PYTHONPATH", "").split(":") if os.path.realpath(p) != str(HARNESS_ROOT)]
-    cache = env.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache")
     devices = sorted(glob.glob("/dev/nvidia*"))
     return Machine(os.getuid(), os.getgid(), home,
                    tuple(dict.fromkeys(os.path.realpath(p) for p in py if p)),
                    tuple(dict.fromkeys(os.path.realpath(p) for p in libs if p and os.path.exists(p))),
-                   tuple(devices), os.path.realpath(cache), user=_user_ids())
+                   tuple(devices), user=_user_ids())
 
 
 def _user_ids() -> tuple:
@@ -472,15 +561,18 @@ def _confine(verb: str, *args: str) -> list[str]:
 
 def wrap(cmd: list[str], env: dict | None = None) -> list[str]:
     """``cmd`` (a ``gates.side.driver`` command line) as it must start: in this thread's
-    sandbox, joining the group's where one is open; unchanged with ``sandbox: off``."""
+    sandbox, joining the group's where one is open; with ``sandbox: off`` confined in nothing
+    but its Triton cache. Its private Triton cache is made first (:func:`fresh_cache`)."""
     mech = chosen()
-    if mech == "off":
-        return cmd
     side = side_of(cmd, _spec_of(cmd))
     m = machine(env)
+    fresh_cache(side, _SEED.get())
+    g = _GROUP.get()
+    if mech == "off":
+        return _confine("run", json.dumps(plan("off", side, m, g.sides if g is not None else None)),
+                        "--", *cmd)
     _prepare(side, m, cmd)
     cmd = staged(cmd, side)
-    g = _GROUP.get()
     abi = facts().landlock_abi
     if g is not None and mech == "namespaces":
         g.admits(side)
@@ -582,8 +674,6 @@ def _prepare(side: ConfinedSide, m: Machine, cmd: list[str] | None = None) -> No
             _compiled(folder)
     os.makedirs(side.run_dir, exist_ok=True)
     os.makedirs(side.writes, exist_ok=True)
-    if m.triton_cache:
-        os.makedirs(tree_cache(m, side.tree), exist_ok=True)
     if cmd and not side.own_folder and "--spec" in cmd:
         spec = cmd[cmd.index("--spec") + 1]
         if spec.endswith(".json") and os.path.exists(spec):

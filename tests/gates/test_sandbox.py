@@ -22,8 +22,7 @@ from gates.launch import side_env
 
 M = S.Machine(uid=1000, gid=1000, home="/home/u", python=("/home/u/.venv", "/opt/py3.11"),
               libraries=("/usr/local/cuda", "/home/u", "/srv/repo", "/srv/repo/runs/tap/x"),
-              devices=("/dev/nvidia0", "/dev/nvidiactl"), triton_cache="/home/u/.triton/cache",
-              harness="/srv/repo", user=("nobody", 65534, 65534))
+              devices=("/dev/nvidia0", "/dev/nvidiactl"), harness="/srv/repo", user=("nobody", 65534, 65534))
 
 
 def driver(mode, tree, out, spec=None):
@@ -128,13 +127,37 @@ def test_what_a_side_reads_leaves_out_home_harness_root_and_run_folders():
     assert not {"/home/u", "/srv/repo", "/srv/repo/runs/tap/x", "/"} & set(ro)
     assert not any(p.startswith("/home/u/.triton") for p in ro)
     assert "/etc/passwd" in ro and not any(p in ("/etc", "/etc/shadow", "/root", "/home") for p in ro)
-    assert S.writable([side], M) == ["/srv/repo/runs/tap/x", S.tree_cache(M, side.tree)]
+    assert S.writable([side], M) == ["/srv/repo/runs/tap/x"]
 
 
-def test_each_tree_has_its_own_triton_cache():
-    a, b = S.tree_cache(M, "/srv/repo/runs/worktrees/aaa"), S.tree_cache(M, "/srv/repo/runs/worktrees/bbb")
-    assert a != b and a.startswith("/home/u/.triton/cache/kern-tree-")
-    assert S.tree_cache(M, "/srv/repo/runs/worktrees/aaa") == a
+@pytest.mark.parametrize("mechanism", ["namespaces", "landlock", "user", "off"])
+def test_every_side_has_a_private_triton_cache_removed_when_it_ends(mechanism):
+    """Under every mechanism (and off) a side's Triton cache is its own, inside what it writes
+    and removed when it ends: two sides of one tree, of one run folder, or two ranks of one
+    side never share one; a compile side's is the cache it builds, kept in its run folder."""
+    def side(mode, tree, out):
+        return S.side_of(driver(mode, tree, out), None)
+
+    sides = [side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/x/record.json"),
+             side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/x/noise.json"),
+             side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/y/result.json"),
+             side("bench", "/srv/repo/runs/worktrees/bbb", "/srv/repo/runs/bench/w/sideB.rank0.json"),
+             side("bench", "/srv/repo/runs/worktrees/bbb", "/srv/repo/runs/bench/w/sideB.rank1.json"),
+             side("run", "/srv/repo/runs/worktrees/bbb", "/srv/repo/step.json")]
+    caches = []
+    for s in sides:
+        p = S.plan(mechanism, s, M, landlock_abi=7)
+        cache = p["env"]["TRITON_CACHE_DIR"]
+        assert cache == s.triton_cache and S._inside(cache, s.writes) and S._inside(cache, s.private)
+        assert any(S._inside(cache, r) for r in p["remove"]), p["remove"]
+        caches.append(cache)
+    assert len(set(caches)) == len(caches)
+    comp = side("compile", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/compiled/k-side/compile.json")
+    p = S.plan(mechanism, comp, M, landlock_abi=7)
+    assert p["env"]["TRITON_CACHE_DIR"] == "/srv/repo/runs/compiled/k-side/triton" == comp.triton_cache
+    assert not any(S._inside(comp.triton_cache, r) for r in p["remove"])
+    if mechanism == "off":
+        assert set(p) == {"mechanism", "uid", "gid", "cwd", "env", "stage", "remove"}  # nothing else
 
 
 def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
@@ -149,7 +172,7 @@ def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
     assert kinds["/home/u"] == "tmpfs" and kinds["/tmp"] == "tmpfs" and kinds["/proc"] == "proc"
     assert kinds["/dev/nvidia0"] == "dev" and kinds["/dev/shm"] == "tmpfs"
     assert "/srv/repo" not in kinds and "/srv/repo/runs" not in kinds  # the ledger is not there
-    assert p["env"] == {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": S.tree_cache(M, side.tree)}
+    assert p["env"] == {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": "/srv/repo/runs/tap/b/.sandbox-result/triton"}
     assert p["landlock"]["read"] == ["/"] and "/srv/repo/runs/tap/b" in p["landlock"]["write"]
     assert p["landlock"]["tcp"] is False
     # one side's ranks share a sandbox and meet over TCP and shared memory: no landlock between them
@@ -181,7 +204,7 @@ def test_the_user_plan_owns_its_folder_keeps_no_environment_and_no_network():
     assert p["user"] == {"name": "nobody", "uid": 65534, "gid": 65534} and p["owner"] == [1000, 1000]
     assert p["own"] == ["/srv/repo/runs/bench/w"] and p["remove"] == [private]
     assert p["env"] == {"TMPDIR": f"{private}/tmp", "HOME": f"{private}/home",
-                        "TRITON_CACHE_DIR": f"{private}/triton"}  # not the tree's shared cache
+                        "TRITON_CACHE_DIR": f"{private}/triton"}  # its own, like every side's
     assert p["make_as_user"] == [f"{private}/tmp", f"{private}/home", f"{private}/triton"]
     assert p["env_keep"] == list(S.ENV_KEEP) and "ANTHROPIC_API_KEY" not in p["env_keep"]
     assert p["seccomp"] == {"inet_stream": False} and p["landlock"] is None

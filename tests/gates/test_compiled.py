@@ -1,0 +1,256 @@
+"""Main's compiled kernels (gates/compiled.py) and every side's private Triton cache seeded from
+them (gates/sandbox.py): the pure decisions, side-like processes under every mechanism, and
+real judgments whose kernel trees write into their Triton cache or compile a kernel."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gates import compiled as C
+from gates import sandbox as S
+from gates.launch import side_env
+
+PROFILE = {"model": "small", "layout": "tp2", "context": 96, "test_context": 80, "buckets": [2, 4],
+           "test_rows": [1, 3, 17, 8]}
+SETTINGS = {"target": {"seed": 7, "weight_sets": 1}}
+
+
+# --------------------------------------------------------------------------- pure
+def test_the_compile_spec_covers_the_taps_and_the_scorers_builds():
+    spec = C.compile_spec(SETTINGS, PROFILE)
+    assert spec["rows"] == [1, 3, 17, 8, 2, 4] and spec["context"] == 80 and spec["steps"] == 1
+    assert spec["more"] == [[96, [2, 4]]]  # the scorer's context differs: built again
+    same = {**PROFILE, "test_context": 96}
+    assert C.compile_spec(SETTINGS, same)["more"] == []  # its buckets are among the tap's rows
+    assert C.compile_spec(SETTINGS, PROFILE, "tp4", 2)["layout"] == "tp4"
+    from gates.protocol import parse
+
+    assert parse("compile", spec).more == [[96, [2, 4]]]  # a spec the side accepts
+
+
+def test_the_key_is_the_content_not_the_place():
+    spec = C.compile_spec(SETTINGS, PROFILE)
+    k = C.cache_key("a" * 40, spec, False, "3.6.0")
+    assert k == C.cache_key("a" * 40, json.loads(json.dumps(spec)), False, "3.6.0")
+    others = {C.cache_key("b" * 40, spec, False, "3.6.0"), C.cache_key("a" * 40, spec, True, "3.6.0"),
+              C.cache_key("a" * 40, spec, False, "3.9.0"),
+              C.cache_key("a" * 40, C.compile_spec(SETTINGS, {**PROFILE, "buckets": [2, 8]}), False, "3.6.0")}
+    assert k not in others and len(others) == 4
+
+
+# --------------------------------------------------------------------------- real processes
+SYSTEM_PYTHON = "/usr/bin/python3"
+CACHE_PROBE = r"""
+import json, os, sys
+a = sys.argv
+cache, mains = os.environ["TRITON_CACHE_DIR"], a[1]
+seen = {}
+for root, dirs, files in os.walk(cache):
+    for f in files:
+        p = os.path.join(root, f)
+        seen[os.path.relpath(p, cache)] = open(p).read()
+out = {"seen": seen}
+for rel in list(seen):  # its copy is its own to change
+    open(os.path.join(cache, rel), "a").write("+side")
+open(os.path.join(cache, "planted-by-side"), "w").write("x")
+try:  # main's compiled cache itself
+    if mains:
+        open(os.path.join(mains, "KEY", "k.cubin"), "a").write("+side")
+        out["main"] = "wrote"
+except OSError as e:
+    out["main"] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def _mechanisms():
+    f = S.facts()
+    return [m for m, ok in (("namespaces", not f.namespaces), ("landlock", f.landlock_abi >= 4),
+                            ("user", not f.user), ("off", True)) if ok]
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(folder.rglob("*")):
+        h.update(str(p.relative_to(folder)).encode() + (p.read_bytes() if p.is_file() else b"/"))
+    return h.hexdigest()
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON), reason=f"no {SYSTEM_PYTHON}")
+@pytest.mark.parametrize("mechanism", _mechanisms())
+def test_a_side_starts_on_a_private_copy_of_mains_compiled_cache_gone_when_it_ends(mechanism):
+    """Under every mechanism (and off): a side's Triton cache holds main's compiled files,
+    what it changes or adds there is its own and gone when it ends, the next side of the same
+    name finds main's files as they were and nothing the first wrote; main's compiled cache
+    is unreachable or unwritable to it and unchanged (off: the side has the user's rights,
+    which reach main's cache as they reach the ledger; it is not tried there)."""
+    base = Path(tempfile.mkdtemp(prefix="kern-compiled-", dir="/tmp"))
+    base.chmod(0o711)  # the sandbox user reaches what it needs (pytest's tmp is root's alone)
+    try:
+        runs = base / "repo" / "runs"
+        tree, run = runs / "worktrees" / "main", runs / "tap" / "a"
+        (tree / "kernels").mkdir(parents=True)
+        run.mkdir(parents=True)
+        (base / "repo" / "kern.yaml").write_text("")
+        mains = runs / "compiled" / "k"
+        (mains / "KEY").mkdir(parents=True)
+        (mains / "KEY" / "k.cubin").write_text("main's cubin")
+        (mains / "KEY" / "__grp__k.json").write_text("{}")
+        C.read_only(mains)
+        (runs / "compiled").chmod(0o700)
+        before = _digest(mains)
+        cmd = [SYSTEM_PYTHON, "-c", CACHE_PROBE, str(mains) if mechanism != "off" else "",
+               "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "record.json")]
+        got = []
+        for _ in range(2):
+            with S.configured(mechanism), S.seeded(mains):
+                wrapped = S.wrap(cmd)
+            r = subprocess.run(wrapped, capture_output=True, text=True, timeout=120,
+                               cwd=S.HARNESS_ROOT, env=side_env())
+            assert r.returncode == 0, r.stderr
+            got.append(json.loads(r.stdout.strip().splitlines()[-1]))
+            assert not (run / ".sandbox-record").exists()  # its private cache went with it
+        for g in got:
+            assert g["seen"] == {"KEY/k.cubin": "main's cubin", "KEY/__grp__k.json": "{}"}, g
+        if mechanism != "off":
+            assert got[0]["main"] in ("PermissionError", "FileNotFoundError"), got[0]
+        assert _digest(mains) == before
+    finally:
+        C.remove(base / "repo" / "runs" / "compiled" / "k")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_copy_is_new_files_and_leaves_links_out(tmp_path):
+    """A copy, never a hard link (one inode: a write through it would change main's file);
+    a symbolic link in a cache is not followed."""
+    src = tmp_path / "main" / "KEY"
+    src.mkdir(parents=True)
+    (src / "k.cubin").write_text("main's")
+    (tmp_path / "main" / "link").symlink_to("/etc/passwd")
+    n = S.copy_cache(str(tmp_path / "main"), str(tmp_path / "copy"))
+    assert n == len("main's") and sorted(p.name for p in (tmp_path / "copy").rglob("*")) == ["KEY", "k.cubin"]
+    assert os.stat(tmp_path / "copy" / "KEY" / "k.cubin").st_ino != os.stat(src / "k.cubin").st_ino
+    (tmp_path / "copy" / "KEY" / "k.cubin").write_text("a side's")
+    assert (src / "k.cubin").read_text() == "main's"
+
+
+# --------------------------------------------------------------------------- real judgments
+# What a candidate's kernel tree does at import, in every side it runs in: report what its
+# Triton cache holds, plant a file there naming the side's mode, and compile a small kernel
+# for sm_90 through Triton itself (its compile listener says whether Triton's cache had it).
+# The compile runs in a child without TRITON_INTERPRET (the interpreter's patched language
+# does not compile), with the side's environment, so into the side's Triton cache.
+COMPILE_PROBE = '''
+import json
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+
+def probe_kernel(out_ptr, n, N: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, N), tl.zeros([N], tl.float32) + n)
+
+
+if __name__ == "__main__":
+    hits = []
+    triton.knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
+    triton.compile(ASTSource(JITFunction(probe_kernel), {"out_ptr": "*fp32", "n": "fp32", "N": "constexpr"},
+                             constexprs={"N": 64}), target=GPUTarget("cuda", 90, 32))
+    print(json.dumps({"cache_hit": hits}))
+'''
+AT_IMPORT = '''import json as _j, os as _o, subprocess as _sp, sys as _s
+_cache, _mode = _o.environ.get("TRITON_CACHE_DIR", ""), _s.argv[1]
+_seen = sorted(_o.path.relpath(_o.path.join(r, f), _cache) for r, _, fs in _o.walk(_cache) for f in fs)
+_env = {k: v for k, v in _o.environ.items() if k != "TRITON_INTERPRET"}
+_got = _sp.run([_s.executable, _o.path.join(_o.path.dirname(__file__), "..", "..", "cache_probe.py")],
+               env=_env, capture_output=True, text=True)
+print("KERN-CACHE " + _j.dumps({"mode": _mode, "seen": _seen, "compile": _got.stdout.strip() or _got.stderr[-800:]}),
+      file=_s.stderr, flush=True)
+open(_o.path.join(_cache, "planted-by-" + _mode), "w").write("planted")
+
+
+def moe_combine('''
+SMALL = {"profiles.cpu.test_rows": [1], "profiles.cpu.test_steps": 1, "profiles.cpu.buckets": [2],
+         "profiles.cpu.weights": [1], "test.timeout_s": 300}
+
+
+def _reports(runs: Path, since: set) -> list[dict]:
+    """Every KERN-CACHE line of the side logs written since ``since`` (log paths), with its log."""
+    out = []
+    for log in sorted(runs.rglob("*.log")):
+        if log in since:
+            continue
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("KERN-CACHE "):
+                out.append({**json.loads(line[len("KERN-CACHE "):]), "log": str(log.relative_to(runs))})
+    return out
+
+
+def _hits(report: dict) -> list:
+    return json.loads(report["compile"])["cache_hit"]
+
+
+@pytest.mark.slow
+def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(tmp_path):
+    """A candidate whose kernel tree plants a file in its Triton cache at import, and compiles
+    a kernel there: judged twice against main, its second side finds neither (and compiles
+    the kernel again); once it is main, main's compiled cache is made from its source alone
+    by a compile side, and main's and the next candidate's sides start on a copy of it: they
+    find the compile side's files (its kernel: Triton's cache hit, no compile) and nothing any
+    judging side wrote."""
+    from gates.accuracy import AccuracyRequest, run_test
+    from harness.settings import load
+    from tests.gates.candidates import candidate, make_repo
+
+    import git
+
+    repo = make_repo(tmp_path, SMALL)
+    (repo / "kernels" / "cache_probe.py").write_text(COMPILE_PROBE)
+    git.Repo(repo).git.add("-A")
+    git.Repo(repo).git.commit("-m", "the probe's kernel (run as a script only)")
+    planter = candidate(repo, "planter", [("kernels/k31/moe/combine.py", "def moe_combine(", AT_IMPORT)])
+    settings = load(repo / "kern.yaml")
+    prof, runs = settings.profile(False), repo / "runs"
+
+    def judge(sha):
+        seen = set(runs.rglob("*.log")) if runs.exists() else set()
+        res = run_test(AccuracyRequest(repo, sha, "main", settings.data, prof, runs, False)).report
+        assert res["verdict"].startswith("PASS"), res["reasons"]
+        return res, _reports(runs, seen)
+
+    first, got1 = judge(planter)
+    assert first["compiled"]["kind"] == "made"  # main's, from main's tree (no probe there)
+    assert [r["mode"] for r in got1] == ["tap"], got1  # the candidate's replay
+    assert got1[0]["seen"] == [] and _hits(got1[0]) == [False]
+    again, got2 = judge(planter)  # the same commit's later side
+    assert again["compiled"]["kind"] == "cached"
+    assert [r["mode"] for r in got2] == ["tap"] and got2[0]["seen"] == [], got2
+    assert _hits(got2[0]) == [False]  # what its first side compiled is gone with that side
+
+    git.Repo(repo).git.merge("--ff-only", planter)  # the planter merges (main is checked out)
+    nxt = candidate(repo, "next", [("kernels/k31/moe/situ.py", "    rows, inter = out.shape\n",
+                                    "    rows, inter = out.shape  # unchanged\n")])
+    third, got3 = judge(nxt)
+    assert third["compiled"]["kind"] == "made"
+    by_mode = {}
+    for r in got3:
+        by_mode.setdefault(r["mode"], []).append(r)
+    assert sorted(by_mode) == ["compile", "tap"] and len(by_mode["tap"]) == 2, got3  # main's A, the candidate's B
+    assert by_mode["compile"][0]["seen"] == [] and _hits(by_mode["compile"][0]) == [False]
+    compiled_files = sorted(str(p.relative_to(third["compiled"]["path"]))
+                            for p in Path(third["compiled"]["path"]).rglob("*") if p.is_file())
+    assert "planted-by-compile" in compiled_files and any(f.endswith(".cubin") for f in compiled_files)
+    for r in by_mode["tap"]:  # main's side and the candidate's: main's compiled cache, nothing else
+        assert r["seen"] == compiled_files, r
+        assert _hits(r) == [True], r  # the unchanged kernel is not compiled again
+    # every side's own cache went with it: no file any side planted is left anywhere
+    assert sorted(p.name for p in tmp_path.rglob("planted-by-*")) == ["planted-by-compile"]
