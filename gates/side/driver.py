@@ -108,7 +108,7 @@ def main(argv=None) -> int:
         from .tree import import_tree
 
         import_tree()  # what a side's import compiles, this one's does too
-        result = compile_mode(opts, device, rank)
+        result = compile_mode(opts, device, rank, os.environ.get("TRITON_INTERPRET") == "1")
     else:
         from . import replays
 
@@ -187,11 +187,13 @@ def store_mode(opts: "protocol.StoreOptions", device: str, out: Path, channel) -
     return {"shared": str(path), "build_s": side.build_s}
 
 
-def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0) -> dict:
+def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0,
+                 interpreted: bool = False) -> dict:
     """Launch every kernel of the tree once for each build the gates' sides make (the tap's
     and the scorer's context and batch sizes; no hidden input), so Triton compiles them into
     this side's cache; and the harness's digest kernel at the shapes a tap's hooks give it.
-    Under the interpreter nothing compiles (kernels run from source): no model is built."""
+    ``interpreted``: Triton's interpreter runs the kernels, from source, compiling nothing:
+    no model is built."""
     import dataclasses
 
     import torch
@@ -201,7 +203,7 @@ def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0) ->
 
     dev = torch.device(device)
     result = {"environment": environment(dev), "spec": opts.sent, "builds": []}
-    if os.environ.get("TRITON_INTERPRET") == "1":
+    if interpreted:
         result["interpreted"] = True
         log("compile: the interpreter compiles nothing; no model built")
         return result

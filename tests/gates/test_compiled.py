@@ -45,6 +45,18 @@ def test_the_key_is_the_content_not_the_place():
     assert k not in others and len(others) == 4
 
 
+def test_a_group_file_names_the_copies_and_nothing_outside_the_cache():
+    """Triton's group files hold absolute paths: a copy's name its own files (else every
+    lookup misses), and a member outside the cache (a side's planted path) is dropped."""
+    text = json.dumps({"child_paths": {"k.json": "/srv/c/main/KEY/k.json", "k.cubin": "/srv/c/main/KEY/k.cubin",
+                                       "evil": "/srv/repo/runs/ledger.sqlite", "up": "/srv/c/main/../x"}})
+    got = json.loads(S.moved_group(text, "/srv/c/main", "/run/a/.sandbox-r/triton"))
+    assert got == {"child_paths": {"k.json": "/run/a/.sandbox-r/triton/KEY/k.json",
+                                   "k.cubin": "/run/a/.sandbox-r/triton/KEY/k.cubin"}}
+    assert S.moved_group("not json", "/a", "/b") is None
+    assert S.moved_group(json.dumps({"child_paths": ["x"]}), "/a", "/b") is None
+
+
 # --------------------------------------------------------------------------- real processes
 SYSTEM_PYTHON = "/usr/bin/python3"
 CACHE_PROBE = r"""
@@ -254,3 +266,17 @@ def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(t
         assert _hits(r) == [True], r  # the unchanged kernel is not compiled again
     # every side's own cache went with it: no file any side planted is left anywhere
     assert sorted(p.name for p in tmp_path.rglob("planted-by-*")) == ["planted-by-compile"]
+
+
+def test_the_compile_modes_builds_run_every_row_of_each():
+    """What the compile side does on a GPU (here its builds run on the interpreter, which
+    compiles nothing): each build at its context, one step per row; none under the
+    interpreter's own flag."""
+    from gates.protocol import parse
+    from gates.side.driver import compile_mode
+
+    spec = C.compile_spec(SETTINGS, {**PROFILE, "test_rows": [1], "buckets": [2]})
+    opts = parse("compile", spec)
+    got = compile_mode(opts, "cpu")
+    assert [(b["context"], b["rows"]) for b in got["builds"]] == [(80, [1, 2]), (96, [2])]
+    assert compile_mode(opts, "cpu", interpreted=True)["builds"] == []
