@@ -110,6 +110,19 @@ def prepare(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cud
         return _compile(repo, sha, runs, tree, spec, key, timeout_s, progress)
 
 
+def existing(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cuda: bool,
+             layout: str | None = None, world: int = 1) -> str | None:
+    """``rev``'s compiled cache where one was made before, else None (nothing is compiled:
+    ``kern step`` and ``kern profile`` by hand start their side on it when it is there)."""
+    sha = checkout.resolve(repo, rev)
+    tree = _kernels_tree(repo, sha)
+    if tree is None:
+        return None
+    key = cache_key(tree, compile_spec(settings, profile, layout, world), cuda, _triton_version())
+    dest = runs / "compiled" / key
+    return str(dest) if dest.is_dir() and (runs / "compiled" / f"{key}.json").exists() else None
+
+
 def _compile(repo, sha, runs, tree, spec, key, timeout_s, progress) -> CompiledCache:
     root = runs / "compiled"
     work = root / f"{key}-side"  # the compile side's run folder: spec, log, result, its cache

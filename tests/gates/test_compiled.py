@@ -264,6 +264,12 @@ def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(t
     for r in by_mode["tap"]:  # main's side and the candidate's: main's compiled cache, nothing else
         assert r["seen"] == compiled_files, r
         assert _hits(r) == [True], r  # the unchanged kernel is not compiled again
+    # kern step by hand on the candidate: it has no compiled cache of its own, so main's
+    from harness import cli
+
+    assert cli.main(["--repo", str(repo), "step", nxt, "--rows", "1", "--out", str(tmp_path / "step.json")]) == 0
+    step = [r for r in _reports(tmp_path, set()) if r["mode"] == "run"]
+    assert len(step) == 1 and step[0]["seen"] == compiled_files and _hits(step[0]) == [True], step
     # every side's own cache went with it: no file any side planted is left anywhere
     assert sorted(p.name for p in tmp_path.rglob("planted-by-*")) == ["planted-by-compile"]
 
