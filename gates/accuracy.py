@@ -314,8 +314,9 @@ def show_recording(a_dir: Path, seen: Path, link: bool) -> None:
     """Every file of main's recording in ``a_dir`` (its ranks' too, logs aside) at the same
     place under ``seen``: hard links (``link``, where the file system allows) or copies."""
     for src in sorted(a_dir.rglob("*")):
-        if not src.is_file() or src.suffix == ".log":
-            continue
+        if not src.is_file() or src.suffix == ".log" or \
+                any(p.startswith(".sandbox-") for p in src.relative_to(a_dir).parts):
+            continue  # a side's private home, /tmp, Triton cache: never shown to another
         dst = seen / src.relative_to(a_dir)
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:

@@ -57,6 +57,22 @@ def test_a_group_file_names_the_copies_and_nothing_outside_the_cache():
     assert S.moved_group(json.dumps({"child_paths": ["x"]}), "/a", "/b") is None
 
 
+def test_mains_recording_shown_to_the_replay_holds_nothing_of_a_sides_private_folder(tmp_path):
+    """A side killed before its sandbox removed its private folder leaves it in main's
+    recording's folder: the replay is shown the recording, never that."""
+    from gates.accuracy import show_recording
+
+    a_dir = tmp_path / "a"
+    (a_dir / ".sandbox-record" / "triton").mkdir(parents=True)
+    (a_dir / ".sandbox-record" / "triton" / "planted").write_text("x")
+    (a_dir / "rank1").mkdir()
+    for name in ("record.json", "logits_a.pt", "record.log", "rank1/kept_a.pt"):
+        (a_dir / name).write_text("main's")
+    show_recording(a_dir, tmp_path / "seen", link=False)
+    assert sorted(str(p.relative_to(tmp_path / "seen")) for p in (tmp_path / "seen").rglob("*") if p.is_file()) \
+        == ["logits_a.pt", "rank1/kept_a.pt", "record.json"]
+
+
 # --------------------------------------------------------------------------- real processes
 SYSTEM_PYTHON = "/usr/bin/python3"
 CACHE_PROBE = r"""
