@@ -228,7 +228,10 @@ def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0,
                                  "wall_s": time.monotonic() - t0})
         log(f"compile: context {context}, rows {rows}: {time.monotonic() - t0:.1f}s")
         del side
-        if dev.type == "cuda":
+        if dev.type == "cuda":  # the next build needs the memory this one held
+            import gc
+
+            gc.collect()
             torch.cuda.empty_cache()
     return result
 
