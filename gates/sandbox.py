@@ -169,17 +169,28 @@ class ConfinedSide:
 
     @property
     def private(self) -> str:
-        """Its own folder of private things (home, /tmp, Triton cache, as the mechanism
-        needs), removed when it ends; one per process (a rank's ``--out`` names its rank)."""
+        """Its own folder of private things (home and /tmp, as the mechanism needs), removed
+        when it ends; one per process (a rank's ``--out`` names its rank)."""
         return os.path.join(self.writes, f".sandbox-{Path(self.out).stem}")
 
     @property
+    def cache_area(self) -> str:
+        """Where the private Triton caches of the sides writing one folder lie: beside that
+        folder, never in it. Sides share a run folder (the scorer's store and bench sides,
+        main's and the candidate's at once), so a cache in it would be the others' to write:
+        the candidate's side could change main's kernels while main's side loads them."""
+        if self.mode == COMPILE_MODE:
+            return self.run_dir
+        return os.path.join(os.path.dirname(self.writes), ".triton-" + os.path.basename(self.writes).lstrip("."))
+
+    @property
     def triton_cache(self) -> str:
-        """The Triton cache it writes: private (a copy of main's compiled kernels, removed
-        when it ends), but a compile side's, which is the cache it builds for main."""
+        """The Triton cache it writes: its own (a copy of main's compiled kernels, removed
+        when it ends; one per process), but a compile side's, which is the cache it builds
+        for main, in its run folder."""
         if self.mode == COMPILE_MODE:
             return os.path.join(self.run_dir, COMPILED_CACHE)
-        return os.path.join(self.private, "triton")
+        return os.path.join(self.cache_area, Path(self.out).stem)
 
     @property
     def outputs(self) -> str:
@@ -249,9 +260,26 @@ def readable(sides: list[ConfinedSide], m: Machine) -> list[str]:
 
 
 def writable(sides: list[ConfinedSide], m: Machine) -> list[str]:
-    """What ``sides`` write: each one's run folder (a run side's stage), which holds its
-    private Triton cache; no Triton cache any other side reads."""
-    return list(dict.fromkeys(s.writes for s in sides))
+    """What ``sides`` write: each one's run folder (a run side's stage) and its own Triton
+    cache; no Triton cache another side reads."""
+    return list(dict.fromkeys(p for s in sides for p in (s.writes, s.triton_cache)))
+
+
+def mounted(sides: list[ConfinedSide], grouped: bool) -> list[str]:
+    """What a namespace sandbox of ``sides`` mounts writable: their run folders and their
+    Triton caches; a group's, the folders of its members' caches (they start later than its
+    sandbox, each with a cache made then; landlock keeps each process to its own,
+    :func:`writable`, but for what lies beneath its private /tmp and home: docs/sandbox.md)."""
+    return list(dict.fromkeys(p for s in sides for p in (s.writes, s.cache_area if grouped else s.triton_cache)))
+
+
+def _removed(side: ConfinedSide, alone: bool) -> dict:
+    """What is removed when ``side`` ends: its Triton cache (a compile side's is kept for
+    the harness to install), and the folder of caches once empty unless its group's close
+    does that (a member starting later needs it)."""
+    if side.mode == COMPILE_MODE:
+        return {"remove": [], "remove_empty": []}
+    return {"remove": [side.triton_cache], "remove_empty": [side.cache_area] if alone else []}
 
 
 def _depth(entry: dict) -> tuple:
@@ -270,8 +298,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         # no sandbox: only the private Triton cache, removed when it ends (a run side's stage,
         # which holds it, too, unless its group's other ranks still use it: the group's close)
         return {"mechanism": "off", "uid": m.uid, "gid": m.gid, "cwd": m.harness,
-                "env": {"TRITON_CACHE_DIR": side.triton_cache}, "stage": [],
-                "remove": [side.private] + ([] if side.own_folder or group else [side.stage])}
+                "env": {"TRITON_CACHE_DIR": side.triton_cache}, "stage": [], **_removed(side, not group)}
     stages = [[s.stage, s.run_dir, s.outputs] for s in members if not s.own_folder]
     out = {"mechanism": mechanism, "uid": m.uid, "gid": m.gid, "cwd": m.harness, "env": env,
            "stage": list({st[0]: st for st in stages}.values())}
@@ -279,7 +306,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
     own = writable([side], m)
     if mechanism == "namespaces":
         mounts = [{"kind": "ro", "path": p} for p in readable(members, m)]
-        mounts += [{"kind": "rw", "path": p} for p in writable(members, m)]
+        mounts += [{"kind": "rw", "path": p} for p in mounted(members, group is not None)]
         mounts += [{"kind": "ro", "path": p} for s in members for p in s.readonly]
         mounts += [{"kind": "tmpfs", "path": "/tmp", "mode": "1777"},
                    *([{"kind": "tmpfs", "path": m.home, "mode": "0700"}] if m.home != "/" else []),
@@ -290,7 +317,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
                    (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                     ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))]
         out["mounts"] = sorted(mounts, key=_depth)
-        out["remove"] = [side.private]  # its Triton cache (home and /tmp are its tmpfs)
+        out.update(_removed(side, not group))  # its Triton cache (home and /tmp: its tmpfs)
         out["landlock"] = None if peers or not landlock_abi else {
             "read": ["/"], "write": own + ["/tmp", "/dev/shm", m.home], "devices": devices,
             "own_proc": True, "tcp": False}
@@ -307,10 +334,12 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"))
         out["user"] = {"name": name, "uid": uid, "gid": gid}
         out["make_as_user"] = [env["TMPDIR"], env["HOME"], env["TRITON_CACHE_DIR"]]
-        out["remove"] = [private]
+        removed = _removed(side, not group)
+        out["remove"] = [private] + removed["remove"]
+        out["remove_empty"] = removed["remove_empty"]
         # the folders it writes become the user's when it starts and the launcher's again when
         # it ends (a group's: when the group closes), 0700 then: no later side enters them
-        out["own"] = [side.writes]
+        out["own"] = list(dict.fromkeys([side.writes, side.triton_cache]))
         out["owner"] = [m.uid, m.gid]
         out["env_keep"] = list(ENV_KEEP)
         # no network but, for one side's ranks, TCP (they meet on 127.0.0.1)
@@ -320,7 +349,9 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         # its own home, /tmp and Triton cache, removed when it ends (sides that share a run
         # folder: one each)
         private = side.private
-        out["remove"] = [private]
+        removed = _removed(side, not group)
+        out["remove"] = [private] + removed["remove"]
+        out["remove_empty"] = removed["remove_empty"]
         env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"))
         # Python finds a package by listing the folders of sys.path: the harness's root may
         # not be listed (runs/ is there), so gates/ is reached through a folder of links
@@ -623,6 +654,8 @@ def open_way(side: ConfinedSide, m: Machine, python: str = sys.executable) -> No
 
     need = [side.writes, os.path.join(side.tree, "kernels"), os.path.join(m.harness, "gates"),
             os.path.realpath(shutil.which(python) or python), *side.readonly]
+    if os.path.isdir(side.triton_cache):  # made by fresh_cache before the side starts
+        need.append(side.triton_cache)
     runs = {ledger_folder(p) for p in need} - {""}
     for folder in runs:
         for e in os.scandir(folder):
@@ -674,6 +707,7 @@ def _prepare(side: ConfinedSide, m: Machine, cmd: list[str] | None = None) -> No
             _compiled(folder)
     os.makedirs(side.run_dir, exist_ok=True)
     os.makedirs(side.writes, exist_ok=True)
+    os.makedirs(side.cache_area, exist_ok=True)  # a group's sandbox mounts it when it starts
     if cmd and not side.own_folder and "--spec" in cmd:
         spec = cmd[cmd.index("--spec") + 1]
         if spec.endswith(".json") and os.path.exists(spec):
@@ -749,6 +783,11 @@ class Group:
         for s in self.sides:
             if not s.own_folder:
                 shutil.rmtree(s.stage, ignore_errors=True)
+            if s.mode != COMPILE_MODE:
+                try:  # its members' caches went with them
+                    os.rmdir(s.cache_area)
+                except OSError:
+                    pass
 
     @contextmanager
     def active(self):

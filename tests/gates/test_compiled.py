@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -144,7 +145,7 @@ def test_a_side_starts_on_a_private_copy_of_mains_compiled_cache_gone_when_it_en
                                cwd=S.HARNESS_ROOT, env=side_env())
             assert r.returncode == 0, r.stderr
             got.append(json.loads(r.stdout.strip().splitlines()[-1]))
-            assert not (run / ".sandbox-record").exists()  # its private cache went with it
+            assert not (runs / "tap" / ".triton-a").exists()  # its private cache went with it
         for g in got:
             assert g["seen"] == {"KEY/k.cubin": "main's cubin", "KEY/__grp__k.json": "{}"}, g
         if mechanism != "off":
@@ -153,6 +154,66 @@ def test_a_side_starts_on_a_private_copy_of_mains_compiled_cache_gone_when_it_en
     finally:
         C.remove(base / "repo" / "runs" / "compiled" / "k")
         shutil.rmtree(base, ignore_errors=True)
+
+
+WRITE_OTHERS = r"""
+import json, os, sys
+out = {}
+for name, path in (("own", os.environ["TRITON_CACHE_DIR"]), ("other's", sys.argv[1])):
+    try:
+        open(os.path.join(path, "planted"), "w").write("x")
+        out[name] = "wrote"
+    except OSError as e:
+        out[name] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/var/tmp"), reason="no /var/tmp")
+@pytest.mark.parametrize("mechanism,grouped", [("namespaces", False), ("namespaces", True), ("landlock", False)])
+def test_a_side_cannot_write_the_cache_of_a_side_sharing_its_run_folder(mechanism, grouped):
+    """The scorer's sides share a run folder and run at once: the candidate's bench side
+    cannot write main's side's Triton cache (which main's side loads its kernels from), alone
+    or in the group the store and bench sides share. (Its run folder lies outside /tmp and
+    the home: beneath those, a namespace sandbox's landlock rules for its private /tmp and
+    home reach a group's mounts, docs/sandbox.md.)"""
+    f = S.facts()
+    if (mechanism == "namespaces" and f.namespaces) or f.landlock_abi < 1:
+        pytest.skip("needs namespaces and landlock" if mechanism == "namespaces" else "needs landlock")
+    tmp_path = Path(tempfile.mkdtemp(prefix="kern-caches-", dir="/var/tmp"))
+    trees = {k: tmp_path / f"tree{k}" for k in "AB"}
+    for t in trees.values():
+        (t / "kernels").mkdir(parents=True)
+    work = tmp_path / "runs" / "bench" / "w"
+    work.mkdir(parents=True)
+
+    def side(code, k, *args):
+        return [sys.executable, "-c", code, *args, "gates.side.driver", "bench", "--tree", str(trees[k]),
+                "--out", str(work / f"side{k}.json")]
+
+    import contextlib
+
+    box = S.group("store", trees["A"], work / "store.json", peers=False,
+                  more=[("bench", t, work / "side.json") for t in trees.values()]) if grouped else contextlib.nullcontext()
+    with S.configured(mechanism), box:
+        a = subprocess.Popen(S.wrap(side("import time; time.sleep(30)", "A")), cwd=S.HARNESS_ROOT, env=side_env())
+        try:
+            mains = S.side_of(side("", "A"), None).triton_cache
+            assert os.path.isdir(mains)
+            r = subprocess.run(S.wrap(side(WRITE_OTHERS, "B", mains)), capture_output=True, text=True,
+                               timeout=60, cwd=S.HARNESS_ROOT, env=side_env())
+        finally:
+            a.kill()
+            a.wait()
+    try:
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        # alone under namespaces main's cache is not even there; else refused
+        alone = mechanism == "namespaces" and not grouped
+        assert got == {"own": "wrote", "other's": "FileNotFoundError" if alone else "PermissionError"}, got
+        assert not os.path.exists(os.path.join(mains, "planted"))
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_a_copy_is_new_files_and_leaves_links_out(tmp_path):
