@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, disk, filemarks, launch_ranks, logits, sandbox, scope, verdict
+from . import checkout, compiled, disk, filemarks, launch_ranks, logits, sandbox, scope, verdict
 from .after_import import AfterImport
 from .events import PassTick, SideEnded
 from .protocol import Hidden, TapFiles, tap_rows
@@ -170,7 +170,12 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     with sandbox.configured(sandbox.settings_mode(req.settings)), \
             disk.Recordings(req.runs_dir / "tap") as held:
         room_for(req)
-        return _run_test(req, progress, held)
+        # main's kernels compiled from main alone (once per main); each side starts on a copy
+        main = compiled.prepare(req.repo, req.base, req.runs_dir, req.settings, req.profile, req.cuda,
+                                float(req.settings["test"]["timeout_s"]), _tagged(progress, "main compile"),
+                                req.base_layout or req.layout, req.base_world or req.world)
+        with sandbox.seeded(main.path):
+            return _run_test(req, progress, held, main)
 
 
 def tap_bytes(req: AccuracyRequest) -> int:
@@ -187,7 +192,8 @@ def room_for(req: AccuracyRequest) -> None:
     disk.check({req.runs_dir / "tap": tap_bytes(req)}, "this accuracy gate")
 
 
-def _run_test(req: AccuracyRequest, progress, held: disk.Recordings) -> AccuracyResult:
+def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
+              main: compiled.CompiledCache | None = None) -> AccuracyResult:
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
@@ -303,6 +309,7 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings) -> Accuracy
         "a_dir": str(a_dir), "b_dir": str(b_dir),
         "last_words": [w.to_dict() for w in words],
         "environment": (b_res or a_res or {}).get("environment"),
+        "compiled": main.to_dict() if main else None,
     })
 
 
@@ -336,8 +343,9 @@ def show_recording(a_dir: Path, seen: Path, link: bool) -> None:
     """Every file of main's recording in ``a_dir`` (its ranks' too, logs aside) at the same
     place under ``seen``: hard links (``link``, where the file system allows) or copies."""
     for src in sorted(a_dir.rglob("*")):
-        if not src.is_file() or src.suffix == ".log":
-            continue
+        if not src.is_file() or src.suffix == ".log" or \
+                any(p.startswith(".sandbox-") for p in src.relative_to(a_dir).parts):
+            continue  # a side's private home, /tmp, Triton cache: never shown to another
         dst = seen / src.relative_to(a_dir)
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:

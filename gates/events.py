@@ -58,7 +58,7 @@ class JudgingTimedOutputs:
 class PassTick:
     """A pass of an accuracy gate's side is running: its elapsed time and its latest log line
     (the side's own words: text, never parsed)."""
-    tag: str  # PASSES: "A record", "B replay", "A noise"
+    tag: str  # PASSES: "main compile", "A record", "B replay", "A noise"
     elapsed_s: float
     line: str
 
@@ -81,6 +81,8 @@ class SideEnded:
         return f"{self.gate}: {self.side} ended with {self.kind}{said}" + (f" (log {self.log})" if self.log else "")
 
 
-PASSES = ("A record", "B replay", "A noise")  # the accuracy gate's passes, in the order they run
+# the accuracy gate's passes, in the order they run ("main compile": only where main's compiled
+# kernels were not made before, gates/compiled.py)
+PASSES = ("main compile", "A record", "B replay", "A noise")
 
 ScorerEvent = StoreReady | SideReady | VisitDone | JudgingTimedOutputs

@@ -352,7 +352,8 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     results = [json.loads(rank_out(out, r).read_text()) for r in range(world)]
     device = str(results[0].get("environment", {}).get("device", ""))
     backend = "none" if world == 1 else "nccl" if device.startswith("cuda") else "gloo"
-    merged = (combine if mode == "run" else merge_digests)(results, spec["layout"], backend)
+    merged = results[0] if mode == "compile" else \
+        (combine if mode == "run" else merge_digests)(results, spec["layout"], backend)
     out.write_text(json.dumps(merged, indent=1, default=str))
     return SideOutcome(True, "ok", 0, wall, merged, tails[0], logs[0])
 

@@ -248,7 +248,16 @@ class StoreOptions(SideOptions):
     MODE: ClassVar[str] = "store"
 
 
-OPTIONS = {o.MODE: o for o in (RunOptions, TapOptions, BenchOptions, StoreOptions)}
+@dataclass(frozen=True, kw_only=True)
+class CompileOptions(SideOptions):
+    """``compile``: main's kernels compiled, nothing judged (gates/compiled.py): the model
+    built as the spec says and one eager step per row, then again for each of ``more``."""
+    MODE: ClassVar[str] = "compile"
+
+    more: list = field(default_factory=list)  # further builds: [context, [rows...]] each
+
+
+OPTIONS = {o.MODE: o for o in (RunOptions, TapOptions, BenchOptions, StoreOptions, CompileOptions)}
 
 
 def parse(mode: str, spec: dict) -> SideOptions:

@@ -5,8 +5,11 @@ Every side (main's and the candidate's: tap, bench, store, step and profile side
 through :func:`wrap`, which puts ``gates/side/confine.py`` in front of its command with a
 *plan*: the file system it sees (an allow-list: the system's programs and libraries, Python,
 the harness's ``gates/``, its tree's ``kernels/``, its own run folder writable, a private
-``/tmp`` and home; nothing else of the machine exists there: no home, no ledger, no other
-run's or worktree's files, no main's recording), no network, and the GPU's device nodes.
+``/tmp``, home and Triton cache; nothing else of the machine exists there: no home, no ledger,
+no other run's or worktree's files, no main's recording, no other side's Triton cache), no
+network, and the GPU's device nodes. The Triton cache is a copy of main's compiled kernels
+(:func:`seeded`, gates/compiled.py) made before the side starts and removed when it ends,
+under every mechanism and ``off`` too: nothing a side writes there is read by another.
 
 Mechanisms, strongest first (:data:`MECHANISMS`): ``namespaces`` (user, mount, network, PID
 and IPC namespaces; landlock on top where the kernel has it), ``landlock`` alone (the same
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import contextvars
 import glob
-import hashlib
 import json
 import os
 import re
@@ -68,7 +70,11 @@ PROC = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loa
 # modes whose --out folder the gates made for the side alone; a run (step) side's --out may be
 # any file (kern step --out ./x.json), so it writes into a stage beside it instead and only its
 # documents are moved out when it ends
-OWN_FOLDER_MODES = ("tap", "bench", "store")
+OWN_FOLDER_MODES = ("tap", "bench", "store", "compile")
+# the side that compiles main's kernels (gates/compiled.py): its Triton cache is the one it
+# builds, in its run folder (COMPILED_CACHE), kept when it ends for the harness to install
+COMPILE_MODE = "compile"
+COMPILED_CACHE = "triton"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -162,6 +168,31 @@ class ConfinedSide:
         return self.run_dir if self.own_folder else self.stage
 
     @property
+    def private(self) -> str:
+        """Its own folder of private things (home and /tmp, as the mechanism needs), removed
+        when it ends; one per process (a rank's ``--out`` names its rank)."""
+        return os.path.join(self.writes, f".sandbox-{Path(self.out).stem}")
+
+    @property
+    def cache_area(self) -> str:
+        """Where the private Triton caches of the sides writing one folder lie: beside that
+        folder, never in it. Sides share a run folder (the scorer's store and bench sides,
+        main's and the candidate's at once), so a cache in it would be the others' to write:
+        the candidate's side could change main's kernels while main's side loads them."""
+        if self.mode == COMPILE_MODE:
+            return self.run_dir
+        return os.path.join(os.path.dirname(self.writes), ".triton-" + os.path.basename(self.writes).lstrip("."))
+
+    @property
+    def triton_cache(self) -> str:
+        """The Triton cache it writes: its own (a copy of main's compiled kernels, removed
+        when it ends; one per process), but a compile side's, which is the cache it builds
+        for main, in its run folder."""
+        if self.mode == COMPILE_MODE:
+            return os.path.join(self.run_dir, COMPILED_CACHE)
+        return os.path.join(self.cache_area, Path(self.out).stem)
+
+    @property
     def outputs(self) -> str:
         """The names a run side's stage may hand back (its document, its ranks', partials)."""
         stem = re.sub(r"\.rank\d+$", "", Path(self.out).stem)
@@ -207,7 +238,6 @@ class Machine:
     python: tuple[str, ...]  # Python's prefixes and whatever its site paths add
     libraries: tuple[str, ...] = ()  # CUDA_HOME, LD_LIBRARY_PATH, PYTHONPATH entries
     devices: tuple[str, ...] = ()  # the GPU's device nodes present here
-    triton_cache: str = ""  # the root of Triton's cache
     harness: str = str(HARNESS_ROOT)
     user: tuple = ()  # (name, uid, gid) of SANDBOX_USER where it exists
     python_version: str = f"{sys.version_info[0]}.{sys.version_info[1]}"
@@ -215,12 +245,6 @@ class Machine:
 
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def tree_cache(m: Machine, tree: str) -> str:
-    """Triton's cache of one tree: main's compiled kernels are reused by every judgment against
-    that commit, and no candidate writes into another tree's."""
-    return os.path.join(m.triton_cache, "kern-tree-" + hashlib.sha256(tree.encode()).hexdigest()[:12])
 
 
 def readable(sides: list[ConfinedSide], m: Machine) -> list[str]:
@@ -236,9 +260,26 @@ def readable(sides: list[ConfinedSide], m: Machine) -> list[str]:
 
 
 def writable(sides: list[ConfinedSide], m: Machine) -> list[str]:
-    """What ``sides`` write: each one's run folder (a run side's stage), its tree's Triton cache."""
-    rw = [s.writes for s in sides] + ([tree_cache(m, s.tree) for s in sides] if m.triton_cache else [])
-    return list(dict.fromkeys(rw))
+    """What ``sides`` write: each one's run folder (a run side's stage) and its own Triton
+    cache; no Triton cache another side reads."""
+    return list(dict.fromkeys(p for s in sides for p in (s.writes, s.triton_cache)))
+
+
+def mounted(sides: list[ConfinedSide], grouped: bool) -> list[str]:
+    """What a namespace sandbox of ``sides`` mounts writable: their run folders and their
+    Triton caches; a group's, the folders of its members' caches (they start later than its
+    sandbox, each with a cache made then; landlock keeps each process to its own,
+    :func:`writable`, but for what lies beneath its private /tmp and home: docs/sandbox.md)."""
+    return list(dict.fromkeys(p for s in sides for p in (s.writes, s.cache_area if grouped else s.triton_cache)))
+
+
+def _removed(side: ConfinedSide, alone: bool) -> dict:
+    """What is removed when ``side`` ends: its Triton cache (a compile side's is kept for
+    the harness to install), and the folder of caches once empty unless its group's close
+    does that (a member starting later needs it)."""
+    if side.mode == COMPILE_MODE:
+        return {"remove": [], "remove_empty": []}
+    return {"remove": [side.triton_cache], "remove_empty": [side.cache_area] if alone else []}
 
 
 def _depth(entry: dict) -> tuple:
@@ -252,9 +293,12 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
     one side's ranks, which meet over TCP and shared memory (no landlock between them under
     namespaces: landlock's domains would cut them apart)."""
     members = group or [side]
-    env = {"TMPDIR": "/tmp"}
-    if m.triton_cache:
-        env["TRITON_CACHE_DIR"] = tree_cache(m, side.tree)
+    env = {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": side.triton_cache}
+    if mechanism == "off":
+        # no sandbox: only the private Triton cache, removed when it ends (a run side's stage,
+        # which holds it, too, unless its group's other ranks still use it: the group's close)
+        return {"mechanism": "off", "uid": m.uid, "gid": m.gid, "cwd": m.harness,
+                "env": {"TRITON_CACHE_DIR": side.triton_cache}, "stage": [], **_removed(side, not group)}
     stages = [[s.stage, s.run_dir, s.outputs] for s in members if not s.own_folder]
     out = {"mechanism": mechanism, "uid": m.uid, "gid": m.gid, "cwd": m.harness, "env": env,
            "stage": list({st[0]: st for st in stages}.values())}
@@ -262,7 +306,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
     own = writable([side], m)
     if mechanism == "namespaces":
         mounts = [{"kind": "ro", "path": p} for p in readable(members, m)]
-        mounts += [{"kind": "rw", "path": p} for p in writable(members, m)]
+        mounts += [{"kind": "rw", "path": p} for p in mounted(members, group is not None)]
         mounts += [{"kind": "ro", "path": p} for s in members for p in s.readonly]
         mounts += [{"kind": "tmpfs", "path": "/tmp", "mode": "1777"},
                    *([{"kind": "tmpfs", "path": m.home, "mode": "0700"}] if m.home != "/" else []),
@@ -273,6 +317,7 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
                    (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                     ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))]
         out["mounts"] = sorted(mounts, key=_depth)
+        out.update(_removed(side, not group))  # its Triton cache (home and /tmp: its tmpfs)
         out["landlock"] = None if peers or not landlock_abi else {
             "read": ["/"], "write": own + ["/tmp", "/dev/shm", m.home], "devices": devices,
             "own_proc": True, "tcp": False}
@@ -281,27 +326,32 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
             raise SandboxUnavailable(f"sandbox: user: no user {SANDBOX_USER!r} on this machine "
                                      f"(expected one, got none); fix: {fix_text()}")
         name, uid, gid = m.user
-        # its own home, /tmp and Triton cache, made by the side itself once it is that user and
-        # removed when it ends: every side is the same user, so a tree's shared cache would be
-        # writable by every other side (a candidate's by main's)
-        private = os.path.join(side.writes, f".sandbox-{Path(side.out).stem}")
-        env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"),
-                   TRITON_CACHE_DIR=os.path.join(private, "triton"))
+        # its own home, /tmp and Triton cache (the launcher's copy of main's compiled kernels,
+        # made the user's with its folder), made by the side itself once it is that user and
+        # removed when it ends: every side is the same user, so a cache shared by sides would
+        # be writable by every other side (a candidate's by main's)
+        private = side.private
+        env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"))
         out["user"] = {"name": name, "uid": uid, "gid": gid}
         out["make_as_user"] = [env["TMPDIR"], env["HOME"], env["TRITON_CACHE_DIR"]]
-        out["remove"] = [private]
+        removed = _removed(side, not group)
+        out["remove"] = [private] + removed["remove"]
+        out["remove_empty"] = removed["remove_empty"]
         # the folders it writes become the user's when it starts and the launcher's again when
         # it ends (a group's: when the group closes), 0700 then: no later side enters them
-        out["own"] = [side.writes]
+        out["own"] = list(dict.fromkeys([side.writes, side.triton_cache]))
         out["owner"] = [m.uid, m.gid]
         out["env_keep"] = list(ENV_KEEP)
         # no network but, for one side's ranks, TCP (they meet on 127.0.0.1)
         out["seccomp"] = {"inet_stream": peers}
         out["landlock"] = None
     else:
-        # its own home and /tmp, removed when it ends (sides that share a run folder: one each)
-        private = os.path.join(side.writes, f".sandbox-{Path(side.out).stem}")
-        out["remove"] = [private]
+        # its own home, /tmp and Triton cache, removed when it ends (sides that share a run
+        # folder: one each)
+        private = side.private
+        removed = _removed(side, not group)
+        out["remove"] = [private] + removed["remove"]
+        out["remove_empty"] = removed["remove_empty"]
         env.update(TMPDIR=os.path.join(private, "tmp"), HOME=os.path.join(private, "home"))
         # Python finds a package by listing the folders of sys.path: the harness's root may
         # not be listed (runs/ is there), so gates/ is reached through a folder of links
@@ -322,6 +372,77 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
 # ------------------------------------------------------------------ the shell
 _MODE: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_mode", default="auto")
 _GROUP: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_group", default=None)
+_SEED: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_seed", default=None)
+
+
+@contextmanager
+def seeded(cache):
+    """Within the block, each side this thread starts gets a private Triton cache that is a
+    copy of ``cache`` (main's compiled kernels, gates/compiled.py; None: an empty one)."""
+    token = _SEED.set(str(cache) if cache else None)
+    try:
+        yield
+    finally:
+        _SEED.reset(token)
+
+
+def copy_cache(src: str, dst: str, known_as: str | None = None) -> int:
+    """Copy the regular files of the Triton cache ``src`` into ``dst`` as new files (new
+    inodes, the copier's, default modes: a side writing its copy changes nothing of
+    ``src``; a hard link would share the inode); links and anything but files and folders
+    are left out. Triton's group files name their members by absolute path (triton 3.6 and
+    3.9: ``__grp__<name>.json``, ``{"child_paths": {file: path}}``): they are rewritten to
+    the copies (at ``known_as``, where the copy is renamed to that), and a member outside
+    ``src`` is dropped. Returns the bytes copied."""
+    import stat as st
+
+    copied = 0
+    for root, dirs, files in os.walk(src, followlinks=False):
+        rel = os.path.relpath(root, src)
+        os.makedirs(os.path.normpath(os.path.join(dst, rel)), exist_ok=True)
+        for name in files:
+            path, to = os.path.join(root, name), os.path.normpath(os.path.join(dst, rel, name))
+            if not st.S_ISREG(os.lstat(path).st_mode):
+                continue
+            group = moved_group(Path(path).read_text(errors="replace"), src, known_as or dst) \
+                if name.startswith("__grp__") and name.endswith(".json") else None
+            if group is None:
+                shutil.copyfile(path, to, follow_symlinks=False)
+            else:
+                Path(to).write_text(group)
+            copied += os.path.getsize(path)
+    return copied
+
+
+def moved_group(text: str, src: str, dst: str) -> str | None:
+    """Pure: a Triton group file's text with its members' paths moved from ``src`` to
+    ``dst`` (members outside ``src`` left out); None where it is not a group file (copied
+    as it is: Triton reads what it wrote)."""
+    try:
+        data = json.loads(text)
+        children = data["child_paths"]
+        if not isinstance(children, dict):
+            return None
+    except (ValueError, TypeError, KeyError):
+        return None
+    roots = {os.path.normpath(src), os.path.realpath(src)}
+    moved = {}
+    for name, p in children.items():
+        p = os.path.normpath(str(p))
+        root = next((r for r in roots if _inside(p, r)), None)
+        if root is not None:
+            moved[name] = os.path.join(os.path.normpath(dst), os.path.relpath(p, root))
+    return json.dumps({**data, "child_paths": moved})
+
+
+def fresh_cache(side: ConfinedSide, seed: str | None) -> None:
+    """The side's Triton cache, new before it starts: whatever a process of the same name
+    left there (one killed before its sandbox removed it) is removed, then ``seed`` copied
+    in (a compile side's starts empty: it compiles main's kernels from main's source alone)."""
+    shutil.rmtree(side.triton_cache, ignore_errors=True)
+    if seed and side.mode != COMPILE_MODE and os.path.isdir(seed):
+        copy_cache(seed, side.triton_cache)
+    os.makedirs(side.triton_cache, exist_ok=True)
 
 
 @contextmanager
@@ -354,12 +475,11 @@ def machine(env: dict | None = None) -> Machine:
             py += _pth_dirs(d)
     libs = [env.get("CUDA_HOME", "")] + env.get("LD_LIBRARY_PATH", "").split(":") + _ld_dirs() + \
         [p for p in env.get("PYTHONPATH", "").split(":") if os.path.realpath(p) != str(HARNESS_ROOT)]
-    cache = env.get("TRITON_CACHE_DIR") or os.path.join(home, ".triton", "cache")
     devices = sorted(glob.glob("/dev/nvidia*"))
     return Machine(os.getuid(), os.getgid(), home,
                    tuple(dict.fromkeys(os.path.realpath(p) for p in py if p)),
                    tuple(dict.fromkeys(os.path.realpath(p) for p in libs if p and os.path.exists(p))),
-                   tuple(devices), os.path.realpath(cache), user=_user_ids())
+                   tuple(devices), user=_user_ids())
 
 
 def _user_ids() -> tuple:
@@ -472,15 +592,18 @@ def _confine(verb: str, *args: str) -> list[str]:
 
 def wrap(cmd: list[str], env: dict | None = None) -> list[str]:
     """``cmd`` (a ``gates.side.driver`` command line) as it must start: in this thread's
-    sandbox, joining the group's where one is open; unchanged with ``sandbox: off``."""
+    sandbox, joining the group's where one is open; with ``sandbox: off`` confined in nothing
+    but its Triton cache. Its private Triton cache is made first (:func:`fresh_cache`)."""
     mech = chosen()
-    if mech == "off":
-        return cmd
     side = side_of(cmd, _spec_of(cmd))
     m = machine(env)
+    fresh_cache(side, _SEED.get())
+    g = _GROUP.get()
+    if mech == "off":
+        return _confine("run", json.dumps(plan("off", side, m, g.sides if g is not None else None)),
+                        "--", *cmd)
     _prepare(side, m, cmd)
     cmd = staged(cmd, side)
-    g = _GROUP.get()
     abi = facts().landlock_abi
     if g is not None and mech == "namespaces":
         g.admits(side)
@@ -531,6 +654,8 @@ def open_way(side: ConfinedSide, m: Machine, python: str = sys.executable) -> No
 
     need = [side.writes, os.path.join(side.tree, "kernels"), os.path.join(m.harness, "gates"),
             os.path.realpath(shutil.which(python) or python), *side.readonly]
+    if os.path.isdir(side.triton_cache):  # made by fresh_cache before the side starts
+        need.append(side.triton_cache)
     runs = {ledger_folder(p) for p in need} - {""}
     for folder in runs:
         for e in os.scandir(folder):
@@ -582,8 +707,7 @@ def _prepare(side: ConfinedSide, m: Machine, cmd: list[str] | None = None) -> No
             _compiled(folder)
     os.makedirs(side.run_dir, exist_ok=True)
     os.makedirs(side.writes, exist_ok=True)
-    if m.triton_cache:
-        os.makedirs(tree_cache(m, side.tree), exist_ok=True)
+    os.makedirs(side.cache_area, exist_ok=True)  # a group's sandbox mounts it when it starts
     if cmd and not side.own_folder and "--spec" in cmd:
         spec = cmd[cmd.index("--spec") + 1]
         if spec.endswith(".json") and os.path.exists(spec):
@@ -659,6 +783,11 @@ class Group:
         for s in self.sides:
             if not s.own_folder:
                 shutil.rmtree(s.stage, ignore_errors=True)
+            if s.mode != COMPILE_MODE:
+                try:  # its members' caches went with them
+                    os.rmdir(s.cache_area)
+                except OSError:
+                    pass
 
     @contextmanager
     def active(self):

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, disk, launch_ranks, logits, sandbox, stats, verdict
+from . import checkout, compiled, disk, launch_ranks, logits, sandbox, stats, verdict
 from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
 from .launch import Interactive, SideError
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
@@ -112,10 +112,16 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     sample, check and timing) as ``.report``. ``progress`` is called with each
     ``gates.events.ScorerEvent`` as it happens (``print`` shows their lines)."""
     with sandbox.configured(sandbox.settings_mode(req.settings)):
-        return _run_bench(req, progress)
+        # main's kernels compiled from main alone (the accuracy gate's, when it ran first);
+        # without a base the revision scored is main here
+        main = compiled.prepare(req.repo, req.base or req.rev, req.runs_dir, req.settings, req.profile,
+                                req.cuda, float(req.settings["bench"]["timeout_s"]),
+                                layout=req.layout, world=req.world)
+        with sandbox.seeded(main.path):
+            return _run_bench(req, progress, main)
 
 
-def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
+def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache | None = None) -> BenchResult:
     t0 = time.monotonic()
     b_cfg, prof = req.settings["bench"], req.profile
     rounds = req.rounds or prof["rounds"]  # rounds and replays: the machine profile's (kern.yaml)
@@ -147,7 +153,8 @@ def _run_bench(req: BenchRequest, progress=print) -> BenchResult:
               "weights": weights, "verify": {}, "prepare": {}, "secrets": secrets,
               "accuracy_claim": (req.accuracy or {}).get("verdict"), "timed_files": {},
               "hidden": req.hidden.to_dict() if req.hidden else None,
-              "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores"}
+              "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores",
+              "compiled": main.to_dict() if main else None}
     if req.world > 1:
         result["ranks"] = launch_ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
     attach_spec = dict(spec)

@@ -364,6 +364,8 @@ class Orchestrator:
     def profile(self) -> dict:
         """The latest profile of main: measured once per main commit and profile definition
         (:func:`profile_path`), on a judging slot, and reused by every later tick and loop."""
+        from gates import compiled, sandbox
+
         from .step_launch import run_step
 
         sha = self.ctx.repo.main_sha()
@@ -375,8 +377,13 @@ class Orchestrator:
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
         partial = path.with_name(path.stem + ".partial.json")
         with gpu_lock(self.ctx):
+            # a new main (the loop's start, a merge) is compiled from its own source here,
+            # before its first side: this profile's and every judgment's against it
+            with sandbox.configured(self.ctx.settings.get("sandbox")):
+                main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, self.ctx.settings,
+                                        self.ctx.profile, self.ctx.cuda, self.cfg.profile.timeout_s)
             res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, self.cfg.profile.timeout_s,
-                           sandbox_mode=self.ctx.settings.get("sandbox"))
+                           sandbox_mode=self.ctx.settings.get("sandbox"), seed=main.path)
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
         # only a whole result is ever found at ``path``: a loop killed while profiling measures

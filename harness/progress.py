@@ -72,8 +72,8 @@ def bench_step(bars: tuple[Bar, ...], event, rounds: int) -> tuple[tuple[Bar, ..
 
 
 # --------------------------------------------------------------------------- kern test
-PASS_LABELS = dict(zip(PASSES, ("side A: main records its tap", "side B: the candidate replays it",
-                                "side A again: main's noise passes")))
+PASS_LABELS = dict(zip(PASSES, ("main's kernels compiled from main alone", "side A: main records its tap",
+                                "side B: the candidate replays it", "side A again: main's noise passes")))
 
 
 def test_step(bars: tuple[Bar, ...], event) -> tuple[tuple[Bar, ...], bool]:

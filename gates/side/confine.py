@@ -520,8 +520,13 @@ def _leave(status: int, plan: dict) -> None:
         for path in plan.get("own", ()):
             own_tree(path, *plan["owner"])
     hand_back(plan)
-    for path in plan.get("remove", ()):  # the side's private home and /tmp
+    for path in plan.get("remove", ()):  # the side's private home, /tmp and Triton cache
         shutil.rmtree(path, ignore_errors=True)
+    for path in plan.get("remove_empty", ()):  # the folder of its cache, once no other uses it
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
     _exit_as(status)
 
 

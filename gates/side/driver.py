@@ -15,6 +15,8 @@ Modes:
            against the reference ops at --ref-rows.
   tap      (gates/side/tap.py) record or replay the accuracy gate's tap.
   bench    (gates/side/replays.py) timed rounds for the scorer, driven over stdin.
+  compile  main's kernels compiled into the side's Triton cache (gates/compiled.py): the model
+           built and one eager step per batch size, nothing measured or kept.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ HIDDEN_MODES = ("run", "tap", "bench")  # the modes whose inputs a judgment's hi
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gates.side.driver")
-    ap.add_argument("mode", choices=("run", "tap", "bench", "store"))
+    ap.add_argument("mode", choices=("run", "tap", "bench", "store", "compile"))
     ap.add_argument("--tree", required=True)
     ap.add_argument("--spec", required=True, help="JSON: the mode's options (gates/protocol.py)")
     ap.add_argument("--out", required=True)
@@ -102,6 +104,11 @@ def main(argv=None) -> int:
         result = tap.side_main(opts, device, out.parent, rank, hidden)
     elif args.mode == "store":
         result = store_mode(opts, device, out, channel)
+    elif args.mode == "compile":
+        from .tree import import_tree
+
+        import_tree()  # what a side's import compiles, this one's does too
+        result = compile_mode(opts, device, rank, os.environ.get("TRITON_INTERPRET") == "1")
     else:
         from . import replays
 
@@ -178,6 +185,55 @@ def store_mode(opts: "protocol.StoreOptions", device: str, out: Path, channel) -
             break
     log("store: done")
     return {"shared": str(path), "build_s": side.build_s}
+
+
+def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0,
+                 interpreted: bool = False) -> dict:
+    """Launch every kernel of the tree once for each build the gates' sides make (the tap's
+    and the scorer's context and batch sizes; no hidden input), so Triton compiles them into
+    this side's cache; and the harness's digest kernel at the shapes a tap's hooks give it.
+    ``interpreted``: Triton's interpreter runs the kernels, from source, compiling nothing:
+    no model is built."""
+    import dataclasses
+
+    import torch
+
+    from .fingerprint import digest_on_device
+    from .session import Side, Spec, environment, log
+
+    dev = torch.device(device)
+    result = {"environment": environment(dev), "spec": opts.sent, "builds": []}
+    if interpreted:
+        result["interpreted"] = True
+        log("compile: the interpreter compiles nothing; no model built")
+        return result
+    base = Spec.of(opts)
+    builds = [(base.context, list(base.rows))] + [(int(c), list(r)) for c, r in opts.more]
+    for context, rows in builds:
+        t0 = time.monotonic()
+        side = Side(dataclasses.replace(base, context=context, rows=rows, steps=1), device, rank=rank)
+        for n in rows:
+            step = side.step(n)
+            side.set_inputs(step, 0)
+            step.run()
+            digest_on_device(step.logits)
+            side.sync()
+            del step
+        # the digest kernel's other specializations: a size not a multiple of 16 words, and
+        # a tensor of odd bytes (hashed byte by byte)
+        for t in (torch.zeros(17, dtype=torch.int32, device=dev), torch.zeros(3, dtype=torch.uint8, device=dev)):
+            digest_on_device(t)
+        side.sync()
+        result["builds"].append({"context": context, "rows": rows, "build_s": side.build_s,
+                                 "wall_s": time.monotonic() - t0})
+        log(f"compile: context {context}, rows {rows}: {time.monotonic() - t0:.1f}s")
+        del side
+        if dev.type == "cuda":  # the next build needs the memory this one held
+            import gc
+
+            gc.collect()
+            torch.cuda.empty_cache()
+    return result
 
 
 def run_mode(opts: "protocol.RunOptions", device: str, out: Path | None = None, rank: int = 0,

@@ -81,9 +81,10 @@ def step_verb(args, verb: str, spec_for, out_for, limit_for):
     ``spec_for(v, world, layout)``, ``out_for(v, sha)``, ``limit_for(v.cfg)``: what the verb
     measures, where it writes, how long it may take. Returns ``(v, result, out)``, or an exit code
     after saying why there is none (2: the flags do not fit this machine; 1: the step failed)."""
-    from gates import checkout
+    from gates import checkout, compiled
 
     from ..step_launch import run_step
+    from ..worktrees import Repo
 
     out_file(args.out, repo_root(args), mkdir=args.mkdir)  # before the step runs, not after
     v = _context(args)
@@ -92,10 +93,19 @@ def step_verb(args, verb: str, spec_for, out_for, limit_for):
         return 2
     sha = checkout.resolve(v.repo, args.rev)
     out = out_for(v, sha)
+    # its Triton cache starts as a copy of the revision's compiled kernels, else main's, where
+    # a judgment made them (gates/compiled.py); nothing is compiled for it
+    seed = None
+    for rev in (sha, Repo(v.repo).main):
+        try:
+            seed = seed or compiled.existing(v.repo, rev, v.runs, v.settings.data, v.profile, v.cuda,
+                                             sides[1], sides[0])
+        except checkout.RevisionError:  # no main branch: the revision's own, or none
+            pass
     res = run_step(v.repo, sha, v.runs, spec_for(v, *sides), out, limit_for(v.cfg),
                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
                    stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest},
-                   sandbox_mode=v.settings.data.get("sandbox"))
+                   sandbox_mode=v.settings.data.get("sandbox"), seed=seed)
     if not res.ok:
         print(f"kern {verb}: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
               file=sys.stderr)

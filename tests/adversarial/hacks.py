@@ -78,8 +78,8 @@ SCOPE_HACKS = [
          (Edit("gates/side/replays.py", '        step.logits.fill_(float("nan"))\n'
                '        step.next_token.fill_(-1)\n', ""),)),
     Hack(6, "edit-bench-driver", "time a different mode",
-         (Edit("gates/side/driver.py", 'choices=("run", "tap", "bench", "store")',
-               'choices=("run", "tap", "bench", "store", "fast")'),)),
+         (Edit("gates/side/driver.py", 'choices=("run", "tap", "bench", "store", "compile")',
+               'choices=("run", "tap", "bench", "store", "compile", "fast")'),)),
     Hack(6, "edit-workload", "decode the same token in every request",
          (Edit("kernels/k31/workload/__init__.py", 'return [toks[(_draw_int(self.seed, "offset", i, '
                'bound=len(toks)) + step) % len(toks)]', "return [toks[0]"),)),

@@ -166,7 +166,8 @@ def test_candidate_code_in_kern_test_and_kern_bench_sees_no_secret(ran):
     assert res["test segfault"]["evidence"]["outcome_a"] == "crash (signal SIGSEGV)"
     seen = dumps(repo / "runs")
     where = {re.sub(r"^.*/runs/(\w+)/.*$", r"\1", d["log"]) for d in seen}
-    assert where == {"tap", "bench"}, [d["log"] for d in seen]  # both gates' sides printed
+    # both gates' sides printed, and the compile side of each base (its code is a commit's too)
+    assert where == {"tap", "bench", "compiled"}, [d["log"] for d in seen]
     for d in seen:
         env = d["env"]
         assert "PATH" in env, d["log"]  # the dump is real

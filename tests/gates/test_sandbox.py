@@ -22,8 +22,7 @@ from gates.launch import side_env
 
 M = S.Machine(uid=1000, gid=1000, home="/home/u", python=("/home/u/.venv", "/opt/py3.11"),
               libraries=("/usr/local/cuda", "/home/u", "/srv/repo", "/srv/repo/runs/tap/x"),
-              devices=("/dev/nvidia0", "/dev/nvidiactl"), triton_cache="/home/u/.triton/cache",
-              harness="/srv/repo", user=("nobody", 65534, 65534))
+              devices=("/dev/nvidia0", "/dev/nvidiactl"), harness="/srv/repo", user=("nobody", 65534, 65534))
 
 
 def driver(mode, tree, out, spec=None):
@@ -128,13 +127,48 @@ def test_what_a_side_reads_leaves_out_home_harness_root_and_run_folders():
     assert not {"/home/u", "/srv/repo", "/srv/repo/runs/tap/x", "/"} & set(ro)
     assert not any(p.startswith("/home/u/.triton") for p in ro)
     assert "/etc/passwd" in ro and not any(p in ("/etc", "/etc/shadow", "/root", "/home") for p in ro)
-    assert S.writable([side], M) == ["/srv/repo/runs/tap/x", S.tree_cache(M, side.tree)]
+    assert S.writable([side], M) == ["/srv/repo/runs/tap/x", "/srv/repo/runs/tap/.triton-x/r"]
 
 
-def test_each_tree_has_its_own_triton_cache():
-    a, b = S.tree_cache(M, "/srv/repo/runs/worktrees/aaa"), S.tree_cache(M, "/srv/repo/runs/worktrees/bbb")
-    assert a != b and a.startswith("/home/u/.triton/cache/kern-tree-")
-    assert S.tree_cache(M, "/srv/repo/runs/worktrees/aaa") == a
+@pytest.mark.parametrize("mechanism", ["namespaces", "landlock", "user", "off"])
+def test_every_side_has_a_private_triton_cache_removed_when_it_ends(mechanism):
+    """Under every mechanism (and off) a side's Triton cache is its own and removed when it
+    ends: two sides of one tree, of one run folder, or two ranks of one side never share one,
+    and it lies outside the run folder, which sides share (the scorer's store, main's and the
+    candidate's bench sides), so no other side's rules let it write there; a compile side's
+    is the cache it builds, kept in its run folder."""
+    def side(mode, tree, out):
+        return S.side_of(driver(mode, tree, out), None)
+
+    sides = [side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/x/record.json"),
+             side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/x/noise.json"),
+             side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/y/result.json"),
+             side("bench", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/bench/w/sideA.json"),
+             side("bench", "/srv/repo/runs/worktrees/bbb", "/srv/repo/runs/bench/w/sideB.rank0.json"),
+             side("bench", "/srv/repo/runs/worktrees/bbb", "/srv/repo/runs/bench/w/sideB.rank1.json"),
+             side("store", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/bench/w/store.json"),
+             side("run", "/srv/repo/runs/worktrees/bbb", "/srv/repo/step.json")]
+    caches = []
+    for s in sides:
+        p = S.plan(mechanism, s, M, landlock_abi=7)
+        cache = p["env"]["TRITON_CACHE_DIR"]
+        assert cache == s.triton_cache and cache in p["remove"], (cache, p["remove"])
+        assert p["remove_empty"] == [os.path.dirname(cache)]
+        own = S.writable([s], M)
+        assert cache in own and (mechanism != "landlock" or p["landlock"]["write"] == own)
+        for other in sides:
+            if other.triton_cache != cache:
+                assert not any(S._inside(other.triton_cache, w) for w in own), (s.out, other.out)
+        caches.append(cache)
+    assert len(set(caches)) == len(caches)
+    # in a group, the folder of caches stays until the group closes (a member starts later)
+    assert S.plan(mechanism, sides[3], M, sides[3:7], landlock_abi=7)["remove_empty"] == []
+    comp = side("compile", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/compiled/k-side/compile.json")
+    p = S.plan(mechanism, comp, M, landlock_abi=7)
+    assert p["env"]["TRITON_CACHE_DIR"] == "/srv/repo/runs/compiled/k-side/triton" == comp.triton_cache
+    assert not any(S._inside(comp.triton_cache, r) for r in p["remove"])
+    if mechanism == "off":
+        assert set(p) == {"mechanism", "uid", "gid", "cwd", "env", "stage", "remove", "remove_empty"}  # nothing else
 
 
 def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
@@ -149,7 +183,12 @@ def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
     assert kinds["/home/u"] == "tmpfs" and kinds["/tmp"] == "tmpfs" and kinds["/proc"] == "proc"
     assert kinds["/dev/nvidia0"] == "dev" and kinds["/dev/shm"] == "tmpfs"
     assert "/srv/repo" not in kinds and "/srv/repo/runs" not in kinds  # the ledger is not there
-    assert p["env"] == {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": S.tree_cache(M, side.tree)}
+    assert p["env"] == {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": "/srv/repo/runs/tap/.triton-b/result"}
+    assert kinds["/srv/repo/runs/tap/.triton-b/result"] == "rw" and "/srv/repo/runs/tap/.triton-b" not in kinds
+    # a group's sandbox: the folder of its members' caches (they start later; landlock keeps each to its own)
+    grouped = S.plan("namespaces", side, M, [side], landlock_abi=7)
+    assert {m["path"]: m["kind"] for m in grouped["mounts"]}["/srv/repo/runs/tap/.triton-b"] == "rw"
+    assert grouped["landlock"]["write"][:2] == ["/srv/repo/runs/tap/b", "/srv/repo/runs/tap/.triton-b/result"]
     assert p["landlock"]["read"] == ["/"] and "/srv/repo/runs/tap/b" in p["landlock"]["write"]
     assert p["landlock"]["tcp"] is False
     # one side's ranks share a sandbox and meet over TCP and shared memory: no landlock between them
@@ -163,7 +202,7 @@ def test_the_landlock_plan_names_the_same_paths_and_opens_tcp_to_ranks_only():
     assert "/proc" not in p["landlock"]["read"]  # another process's environ is not read
     assert p["landlock"]["write"] == S.writable([side], M) and p["landlock"]["tcp"] is False
     assert p["env"]["HOME"].startswith("/srv/repo/runs/bench/w/.sandbox-sideB/")
-    assert p["remove"] == ["/srv/repo/runs/bench/w/.sandbox-sideB"]
+    assert p["remove"] == ["/srv/repo/runs/bench/w/.sandbox-sideB", "/srv/repo/runs/bench/.triton-w/sideB"]
     assert p["seccomp"] == {"inet_stream": False}  # sockets landlock does not cover: Unix only
     ranks = S.plan("landlock", side, M, [side], peers=True, landlock_abi=7)
     assert ranks["landlock"]["tcp"] is True and "/dev/shm" in ranks["landlock"]["write"]
@@ -179,15 +218,15 @@ def test_the_user_plan_owns_its_folder_keeps_no_environment_and_no_network():
     p = S.plan("user", side, M)
     private = "/srv/repo/runs/bench/w/.sandbox-sideB"
     assert p["user"] == {"name": "nobody", "uid": 65534, "gid": 65534} and p["owner"] == [1000, 1000]
-    assert p["own"] == ["/srv/repo/runs/bench/w"] and p["remove"] == [private]
-    assert p["env"] == {"TMPDIR": f"{private}/tmp", "HOME": f"{private}/home",
-                        "TRITON_CACHE_DIR": f"{private}/triton"}  # not the tree's shared cache
-    assert p["make_as_user"] == [f"{private}/tmp", f"{private}/home", f"{private}/triton"]
+    cache = "/srv/repo/runs/bench/.triton-w/sideB"  # its own, like every side's
+    assert p["own"] == ["/srv/repo/runs/bench/w", cache] and p["remove"] == [private, cache]
+    assert p["env"] == {"TMPDIR": f"{private}/tmp", "HOME": f"{private}/home", "TRITON_CACHE_DIR": cache}
+    assert p["make_as_user"] == [f"{private}/tmp", f"{private}/home", cache]
     assert p["env_keep"] == list(S.ENV_KEEP) and "ANTHROPIC_API_KEY" not in p["env_keep"]
     assert p["seccomp"] == {"inet_stream": False} and p["landlock"] is None
     assert S.plan("user", side, M, [side], peers=True)["seccomp"] == {"inet_stream": True}
     run = S.side_of(driver("run", "/t", "/srv/repo/step.json"), None)
-    assert S.plan("user", run, M)["own"] == ["/srv/repo/.sandbox-step"]  # its stage, not the repository
+    assert S.plan("user", run, M)["own"] == ["/srv/repo/.sandbox-step", "/srv/repo/.triton-sandbox-step/step"]  # its stage, not the repository
     with pytest.raises(S.SandboxUnavailable, match="no user 'nobody' on this machine"):
         S.plan("user", side, S.Machine(uid=0, gid=0, home="/root", python=()))
 

@@ -1,0 +1,194 @@
+"""Main's compiled kernels: the Triton cache of the commit a judgment runs against, made from
+that commit's source alone and only ever copied into sides.
+
+Before a judgment's first side starts, :func:`prepare` looks for the base commit's compiled
+cache, ``runs/compiled/<key>/``, and when there is none starts one ``compile`` side
+(``gates.side.driver compile``: the model built and one eager step per batch size the gates'
+sides run, nothing judged, no hidden input; sandboxed like any side, its Triton cache empty)
+and installs what it compiled there: copied out of the side's folder as new files, read-only.
+The key is the commit's ``kernels/`` tree (a side sees nothing else of its tree), the compile
+side's spec, the device kind and Triton's version: the same source compiles to the same cache,
+whichever worktree or repository holds it. Every side of the judgment, main's and the
+candidate's, then starts with its own copy of it (``gates/sandbox.py``'s :func:`seeded`), so
+unchanged kernels are not compiled again, and whatever a side writes into its copy is removed
+with it: no side reads another's writes, and main's compiled cache is written by its compile
+side alone (docs/sandbox.md: "Triton's cache").
+
+Why copies and not a layered cache (Triton's ``TRITON_CACHE_MANAGER`` / ``knobs.cache.
+manager_class``, in triton 3.6 and 3.9 alike): a manager class runs in the side's process, where
+the candidate's code can replace it, so main's cache would still have to be unwritable there,
+and under ``sandbox: off`` nothing is; Triton's FileCacheManager also creates its key folder
+on every lookup, so a read-only layer needs a manager of ours whose details differ between
+the two Triton versions. A copy is the same under every mechanism and version and costs
+little: the small config's 24 kernels compiled for sm_90 are 7.3 MB in 192 files, copied in
+8-25 ms on the CPU machine (2026-12-04).
+
+On the CPU the interpreter compiles nothing (no file appears in Triton's cache during a
+small-config step), so the compile side there imports the tree and builds no model: its
+cache holds only what the tree's import wrote.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import stat
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import checkout, launch_ranks, sandbox
+from .protocol import tap_rows
+from .spec import side_spec
+
+# what the compile side does (gates/side/driver.py's compile_mode): a change that would
+# compile other kernels raises it, so every main compiles again
+COMPILE_PROTOCOL = 1
+MADE, CACHED, FAILED, NONE = "made", "cached", "failed", "none"
+
+
+@dataclass(frozen=True)
+class CompiledCache:
+    """Main's compiled kernels as a judgment found them: ``kind`` :data:`MADE` (its compile
+    side ran now, ``wall_s`` its seconds), :data:`CACHED` (made before: 0 s), :data:`FAILED`
+    (the compile side ended badly: no seed, each side compiles for itself; ``detail`` says
+    how, ``log`` where) or :data:`NONE` (a revision without a content key: the work tree)."""
+
+    kind: str
+    key: str | None = None
+    path: str | None = None  # the cache every side's copy is made from; None: none
+    wall_s: float = 0.0
+    files: int = 0
+    bytes: int = 0
+    log: str | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def compile_spec(settings: dict, profile: dict, layout: str | None = None, world: int = 1) -> dict:
+    """Pure: the compile side's spec: the tap's build (its context, every visible batch size)
+    and, where the scorer's differs, the scorer's (the profile's context, the buckets). The
+    hidden batch sizes a judgment adds are drawn later: their kernels compile in the sides."""
+    tap = tap_rows(profile["test_rows"], profile["buckets"])
+    more = [] if (profile["context"] == profile["test_context"] and set(profile["buckets"]) <= set(tap)) \
+        else [[profile["context"], list(profile["buckets"])]]
+    return side_spec(settings, profile, context=profile["test_context"], steps=1, rows=tap,
+                     layout=layout or profile["layout"], world=world, more=more)
+
+
+def cache_key(kernels_tree: str, spec: dict, cuda: bool, triton_version: str) -> str:
+    """Pure: the name of a compiled cache: everything that decides what it holds."""
+    return hashlib.sha256(json.dumps(
+        {"kernels": kernels_tree, "spec": spec, "cuda": cuda, "triton": triton_version,
+         "protocol": COMPILE_PROTOCOL}, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def prepare(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cuda: bool,
+            timeout_s: float, progress=None, layout: str | None = None, world: int = 1) -> CompiledCache:
+    """``rev``'s compiled cache, compiled now if there is none (one compile side at a time per
+    key: concurrent judgments against one main wait for the first). Call it in the caller's
+    ``sandbox.configured`` and judging slot: the compile side is a side like any other."""
+    sha = checkout.resolve(repo, rev)
+    tree = _kernels_tree(repo, sha)
+    if tree is None:
+        return CompiledCache(NONE, detail=f"{rev}: no committed kernels/ tree to key a compiled cache by")
+    spec = compile_spec(settings, profile, layout, world)
+    key = cache_key(tree, spec, cuda, _triton_version())
+    root = runs / "compiled"
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o700)  # the harness's alone (no side's sandbox shows it)
+    dest, meta = root / key, root / f"{key}.json"
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if dest.is_dir() and meta.exists():
+            m = json.loads(meta.read_text())
+            return CompiledCache(CACHED, key, str(dest), 0.0, m["files"], m["bytes"], m.get("log"))
+        return _compile(repo, sha, runs, tree, spec, key, timeout_s, progress)
+
+
+def existing(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cuda: bool,
+             layout: str | None = None, world: int = 1) -> str | None:
+    """``rev``'s compiled cache where one was made before, else None (nothing is compiled:
+    ``kern step`` and ``kern profile`` by hand start their side on it when it is there)."""
+    sha = checkout.resolve(repo, rev)
+    tree = _kernels_tree(repo, sha)
+    if tree is None:
+        return None
+    key = cache_key(tree, compile_spec(settings, profile, layout, world), cuda, _triton_version())
+    dest = runs / "compiled" / key
+    return str(dest) if dest.is_dir() and (runs / "compiled" / f"{key}.json").exists() else None
+
+
+def _compile(repo, sha, runs, tree, spec, key, timeout_s, progress) -> CompiledCache:
+    root = runs / "compiled"
+    work = root / f"{key}-side"  # the compile side's run folder: spec, log, result, its cache
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    worktree = checkout.checkout(repo, sha, runs)
+    with sandbox.seeded(None):
+        res = launch_ranks.run("compile", worktree, spec, work / "compile.json", timeout_s, progress)
+    built = work / sandbox.COMPILED_CACHE
+    if not res.ok:
+        shutil.rmtree(built, ignore_errors=True)
+        last = [ln for ln in res.log_tail.strip().splitlines() if ln.strip()][-1:]
+        return CompiledCache(FAILED, key, None, res.wall_s, log=str(res.log_path),
+                             detail=f"the compile side of {sha[:12]} ended {res.kind}: "
+                                    f"{last[0][:300] if last else '(no log)'}")
+    partial = root / f"{key}.partial"
+    remove(partial)
+    dest = root / key
+    size = sandbox.copy_cache(str(built), str(partial), str(dest))  # new files, the launcher's
+    files = read_only(partial)
+    remove(dest)  # one without its record: an install cut short
+    os.replace(partial, dest)
+    shutil.rmtree(built, ignore_errors=True)
+    (root / f"{key}.json").write_text(json.dumps(
+        {"key": key, "commit": sha, "kernels": tree, "spec": spec, "wall_s": res.wall_s,
+         "files": files, "bytes": size, "log": str(res.log_path), "result": res.result}, indent=1))
+    return CompiledCache(MADE, key, str(dest), res.wall_s, files, size, str(res.log_path))
+
+
+def remove(folder: Path) -> None:
+    """Remove a compiled cache (:func:`read_only` made its folders unwritable, which stops
+    ``shutil.rmtree`` of anyone but root)."""
+    if not os.path.isdir(folder):
+        return
+    for root, dirs, _ in os.walk(folder):
+        os.chmod(root, 0o755)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def read_only(folder: Path) -> int:
+    """Every file under ``folder`` 0444 and every folder 0555 (bottom up); returns the files."""
+    n = 0
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            os.chmod(os.path.join(root, name), stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            n += 1
+        os.chmod(root, 0o555)
+    return n
+
+
+def _kernels_tree(repo: Path, sha: str) -> str | None:
+    """The git tree id of ``sha``'s ``kernels/`` (None: the work tree, or none there)."""
+    if sha == checkout.WORKTREE:
+        return None
+    import git
+
+    try:
+        return git.Repo(repo).git.rev_parse("--verify", f"{sha}:kernels")
+    except git.GitCommandError:
+        return None
+
+
+def _triton_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("triton")
+    except PackageNotFoundError:
+        return "none"
