@@ -1,10 +1,15 @@
 """``kern test REV --vs BASE``: the accuracy gate, end to end.
 
-Shell: check the disk has room for the tap (``gates/disk.py``), resolve revisions, check
-protected paths, check out worktrees, run side A (record; named by the base commit, the tap
-definition and the hidden draw) and side B (replay) in their own subprocesses, load what they
-measured; the recordings' tensors are deleted once the verdict is made. Core: ``verdict.judge`` over that evidence. Output: the report as
-lines by section (the last starts with the verdict) or one JSON object.
+Shell: check the disk has room for the tap (``gates/disk.py``), have main's kernels compiled
+from main alone (``gates/compiled.py``), resolve revisions, check protected paths, check out
+worktrees, run side A (record; named by the base commit, the tap definition and the hidden draw;
+kept alive while B replays, writing its kept op calls only when B's pass differs:
+:class:`MainKeeper`) and side B (replay) in their own subprocesses, then, when the verdict
+needs them, main's repeat and band passes (once per main, touched ops and spec: :func:`_band`);
+load what they measured; the recordings' tensors are deleted once the verdict is made. Core:
+``verdict.judge`` over that evidence. Output: the report as lines by section (the last starts
+with the verdict) or one JSON object; its ``phases`` are where the judgment's time went
+(gates/phases.py).
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +27,11 @@ from pathlib import Path
 import torch
 
 from . import checkout, compiled, disk, filemarks, launch_ranks, logits, sandbox, scope, verdict
-from .after_import import AfterImport
+from .after_import import AfterImport, Dialogue
 from .events import PassTick, SideEnded
-from .protocol import Hidden, TapFiles, tap_rows
+from .phases import Span, rest, side_spans
+from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED, SAVED, WANT_KEPT,
+                       Hidden, TapFiles, handover_line, tap_rows)
 from .results import AccuracyResult, LastWords
 from .spec import side_spec
 
@@ -146,16 +154,17 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
     touches (only their calls are kept whole); and the judgment's hidden inputs, which set
     every row's tokens and positions and add the extra batch sizes.
 
-    So a recording serves the passes of one judgment (B's replay, A's noise and band passes)
-    and never a second judgment against the same main, although recording main is half the
-    gate's time (issue 17 asked for it once per main commit): each judgment draws its hidden
-    inputs afresh so that no agent or candidate can know them, and a recording kept for the
-    next judgments would put them on disk (the record names the input seed and the extra
-    sizes, ``kept_a.pt`` holds the inputs) before the next agent writes its commit. Reusing it
+    So a recording serves one judgment (B's replay) and never a second judgment against the
+    same main, although recording main is half the gate's time (issue 17 asked for it once
+    per main commit): each judgment draws its hidden inputs afresh so that no agent or
+    candidate can know them, and a recording kept for the next judgments would put them on
+    disk (the record names the input seed and the extra sizes, ``kept_a.pt`` holds the
+    inputs) before the next agent writes its commit. Reusing it
     means one draw for every judgment against that main: the gate's defence against inputs a
     candidate knows would hold for the first judgment only. What is reused per main commit
     is what the hidden inputs do not decide: the checkout (``checkout.checkout``), Triton's
-    compiled kernels, and the loop's profile of main (harness/orchestrator.py)."""
+    compiled kernels, the loop's profile of main (harness/orchestrator.py), and main's repeat
+    and band passes (:func:`band_inputs`, :func:`band_key`)."""
     return _digest({"spec": spec, "touched": sorted(touched) if touched is not None else None,
                     "cuda": cuda, "hidden": hidden})
 
@@ -209,100 +218,71 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
         b_spec = {**b_spec, "cross_layout": True}
         touched = None  # another layout changes every op's rounding: the band covers every op
     timeout = float(req.settings["test"]["timeout_s"])
+    t_checkout = time.monotonic()
     a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
     b_tree = checkout.checkout(req.repo, rev_sha, req.runs_dir)
+    spans = [Span("accuracy", "coordinator", "checkout", time.monotonic() - t_checkout)]
     hidden = req.hidden.to_dict() if req.hidden else None
     key = recording_key(spec, touched, req.cuda, hidden)
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
     a_dir.parent.mkdir(parents=True, exist_ok=True)
     held.hold(a_dir)  # its tensors go when the verdict is made (run_test), unless another holds it
-    with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one recording per base and tap, however many callers
-        a_kind, a_wall, a_tail, a_dir, a_log = _record_a(req, a_dir, a_tree, spec, touched, timeout,
-                                                         progress, hidden)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     held.hold(b_dir)
     b_dir.mkdir(parents=True, exist_ok=True)
-    if a_kind == "ok":
-        # what B reads of main must be unchanged when it ends (else it could record its own
-        # results there): main's recording and tree, and B's copies of the recording
-        a_world = int(spec.get("world", 1))
-        a_files = TapFiles(a_dir)
-        guarded = a_files.recording() + [a_tree / "kernels"] + [
-            p for r in range(1, a_world) for p in a_files.recording(r, a_world)]
-        marks: dict = {}
-        mech = sandbox.chosen()
-        seen = b_dir / "main" if mech != "off" else a_dir
-
-        def mark(roots, ctime=True) -> None:
-            with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)  # a noise pass of main writing beside it ends first
-                marks.update(filemarks.file_marks(roots, ctime))
-
-        # Sandboxed, B sees main's recording only once every process of it has imported its
-        # tree, in its own folder (no sandbox of B shows main's): hard links under namespaces
-        # (mounted read-only there; marked by mtime, since another judgment's links change
-        # ctimes), copies under landlock alone (B could write through a link; the copies are
-        # marked; likewise under user, where B owns the folder the copies are in). With
-        # sandbox: off nothing hides main's folder: B is told where it lies.
-        if mech == "off":
-            mark(guarded)
-            handed = hidden
-        else:
-            seen.mkdir(exist_ok=True)
-            if mech == "namespaces":
-                mark(guarded, ctime=False)
-            handed = AfterImport(hidden, int(b_spec.get("world", 1)), lambda: (
-                show_recording(a_dir, seen, link=mech == "namespaces"),
-                None if mech == "namespaces" else mark(guarded + [seen])))
-        b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
-                             TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), handed)
-        b_kind, b_wall, b_res, b_tail, b_log = b.kind, b.wall_s, b.result, b.log_tail, b.log_path
-        moved = filemarks.changed_files(marks, filemarks.file_marks(
-            guarded + ([seen] if mech in ("landlock", "user") else []), ctime=mech != "namespaces"))
-        if mech != "off":
-            shutil.rmtree(seen, ignore_errors=True)  # links or copies: main's stays in a_dir
-            if handed.error is not None:
-                raise RuntimeError(f"accuracy gate: main's recording could not be shown to the "
-                                   f"replay ({handed.error}): the environment must allow links or "
-                                   f"copies in {b_dir}") from handed.error
-        if moved:
-            b_kind, b_res = "tampered", None
-            b_tail += (f"\ntamper: the candidate's side changed main's recording or tree: "
-                       f"{', '.join(os.path.relpath(m, req.runs_dir) for m in moved[:4])}")
-            a_dir = a_dir.rename(a_dir.with_name(f"{a_dir.name}-tampered-{stamp}"))  # never reused
-    else:
-        b_kind, b_wall, b_res, b_tail, b_log = "not run", 0.0, None, "", None
+    with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
+        # one recording per base and tap, however many callers; main's side records, then
+        # stays alive (holding its kept op calls) while the candidate's replays against it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sides = _record_and_replay(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
+                                   timeout, progress, hidden, stamp)
+    a_kind, a_wall, a_tail, a_dir = sides.a_kind, sides.a_wall, sides.a_tail, sides.a_dir
+    b_kind, b_wall, b_res, b_tail = sides.b_kind, sides.b_wall, sides.b_res, sides.b_tail
     a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
     th = req.settings["test"]
-    n_kind, n_wall, n_tail, n_log = "not needed", 0.0, "", None
+    n_kind, n_wall = "not needed", 0.0
+    t_verdict = time.monotonic()
+    a_log = sides.a_dir / sides.a_out.log_path.name if sides.a_out is not None and sides.a_out.log_path else None
+    b_log = sides.b_out.log_path if sides.b_out is not None else None
+    n_tail, n_log = "", None
     ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
+    verdict_s = time.monotonic() - t_verdict
     # A's repeat and band passes cost a full pass each (at full size the band runs every
     # moe.experts call on the protected reference: minutes on the H200); they only raise
     # limits, so they run when the verdict without them is not already a PASS
+    band = None
     if a_res and b_res and verdict.needs_noise(ev, th):
-        with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            n_kind, n_wall, n_tail, n_log = _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden)
-        if n_kind == "ok":
-            a_res = {**a_res, **json.loads((TapFiles(a_dir) / TapFiles.NOISE).read_text())}
-        else:
-            a_tail = n_tail
-        ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th)
+        band = _band(req, base_sha, a_tree, spec, touched, timeout, progress, held)
+        n_kind, n_wall = band.kind, band.wall_s
+        if n_kind != "ok":
+            n_tail, n_log = band.tail, band.out.log_path if band.out is not None else None
+        t_verdict = time.monotonic()
+        ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th, band.evidence)
+        verdict_s += time.monotonic() - t_verdict
     words = [w for w in (LastWords.of("A record", a_kind, a_tail, a_log),
                          LastWords.of("B replay", b_kind, b_tail, b_log),
                          LastWords.of("A noise", n_kind, n_tail, n_log)) if w]
     for w in words if progress else ():
         progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
+    for part, ran in (("A record", sides.a_out), ("B replay", sides.b_out), ("A noise", band and band.out)):
+        if ran is not None:  # each process's own spans; None: cached, or never started
+            spans += side_spans("accuracy", part, ran.wall_s, (ran.result or {}).get("phases"))
+    spans.append(Span("accuracy", "coordinator", "verdict", verdict_s))
+    wall = time.monotonic() - t0
+    spans += rest("accuracy", wall, spans)
+    if main is not None and main.wall_s > 0:  # main's compile side ran for this judgment (before t0)
+        spans.append(Span("accuracy", "coordinator", "compile_main", main.wall_s))
+        wall += main.wall_s
     return AccuracyResult.of({
         "verdict": v.name, "exit_code": v.exit_code, "reasons": v.reasons,
         "base": base_sha, "rev": rev_sha, "changed": paths, "touched_ops": sorted(touched) if touched is not None else "all",
         "spec": b_spec, "base_spec": spec, "hidden": hidden,
         "rows": tap_rows(b_spec["rows"], [], req.hidden.extra_rows if req.hidden else ()),
-        "wall_s": time.monotonic() - t0, "a_wall_s": a_wall, "b_wall_s": b_wall,
-        "noise_wall_s": n_wall,
+        "wall_s": wall, "a_wall_s": a_wall, "b_wall_s": b_wall,
+        "phases": [x.to_dict() for x in spans],
+        "noise_wall_s": n_wall, "noise_cached": bool(band and band.kind == "ok" and band.wall_s == 0.0),
+        "band_dir": str(band.folder) if band else None,
         "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
         "b_log_tail": b_tail[-2000:] if b_kind not in ("ok", "not run") else "",
         "a_log_tail": a_tail[-2000:] if a_kind != "ok" else "",
@@ -313,8 +293,9 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
     })
 
 
-def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
-    """The evidence of both sides as the verdict reads it, and the verdict."""
+def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th, band=None):
+    """The evidence of both sides as the verdict reads it, and the verdict; ``band``: A's
+    repeat and band passes' evidence (:func:`band_evidence`), when they ran."""
     ev = {"outcome_a": a_kind, "outcome_b": b_kind, "outcome_noise": n_kind, "protected_changed": prot,
           "same_setup": (b_res or {}).get("same_setup", True), "cross_layout": cross,
           "ranks": {"a": (a_res or {}).get("ranks"), "b": (b_res or {}).get("ranks"),
@@ -330,22 +311,23 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th):
     ev["tap"] = verdict.own_defects(b_res["pass"]) if cross else \
         verdict.tap_diff(a_res["pass"], b_res["pass"])
     ev["logits"] = logits.logit_stats(la, lb, th["near_tie_factor"])
-    if "repeat" in a_res:
-        ev["noise"] = logits.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_A2), th["near_tie_factor"])
-        ev["noise_tap"] = verdict.tap_diff(a_res["pass"], a_res["repeat"])
-    if "band_ops" in a_res and (a_files / TapFiles.LOGITS_AREF).exists():
-        ev["band"] = logits.logit_stats(la, torch.load(a_files / TapFiles.LOGITS_AREF), th["near_tie_factor"])
+    if band is not None:
+        ev["noise"], ev["noise_tap"] = band["noise"], band["noise_tap"]
+        if band.get("band") is not None:
+            ev["band"] = band["band"]
     ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
     return ev, verdict.judge(ev, th)
 
 
-def show_recording(a_dir: Path, seen: Path, link: bool) -> None:
-    """Every file of main's recording in ``a_dir`` (its ranks' too, logs aside) at the same
-    place under ``seen``: hard links (``link``, where the file system allows) or copies."""
+def show_recording(a_dir: Path, seen: Path, link: bool, leave=(), only=None) -> None:
+    """Every file of main's recording in ``a_dir`` (its ranks' too, logs aside; none named in
+    ``leave``; with ``only``, only those named there) at the same place under ``seen``: hard
+    links (``link``, where the file system allows) or copies."""
     for src in sorted(a_dir.rglob("*")):
-        if not src.is_file() or src.suffix == ".log" or \
+        if not src.is_file() or src.suffix == ".log" or src.name in leave \
+                or (only is not None and src.name not in only) or \
                 any(p.startswith(".sandbox-") for p in src.relative_to(a_dir).parts):
-            continue  # a side's private home, /tmp, Triton cache: never shown to another
+            continue  # (a side's private home, /tmp, Triton cache: never shown to another)
         dst = seen / src.relative_to(a_dir)
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -356,30 +338,338 @@ def show_recording(a_dir: Path, seen: Path, link: bool) -> None:
             shutil.copyfile(src, dst)
 
 
-def _record_a(req, a_dir, a_tree, spec, touched, timeout, progress, hidden):
-    if TapFiles(a_dir).recorded:
-        return "ok", 0.0, "", a_dir, None
-    a_dir.mkdir(parents=True, exist_ok=True)
-    a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
-    a = launch_ranks.run("tap", a_tree, a_spec, TapFiles(a_dir).record, timeout,
-                         _tagged(progress, "A record"), hidden)
-    if not a.ok:  # keep its log, but never let a failed recording look cached
-        failed = a_dir.with_name(a_dir.name + "-failed-" + _stamp())
-        a_dir.rename(failed)
-        a_dir = failed
-    return a.kind, a.wall_s, a.log_tail, a_dir, a_dir / a.log_path.name  # every rank logs in a_dir
+@dataclass
+class _Sides:
+    """How main's recording and the candidate's replay ended (``b_kind`` "not run" when A
+    failed); ``a_out``/``b_out``: their launchers' outcomes (None: not started)."""
+
+    a_kind: str
+    a_wall: float
+    a_tail: str
+    a_dir: Path
+    b_kind: str = "not run"
+    b_wall: float = 0.0
+    b_res: dict | None = None
+    b_tail: str = ""
+    a_out: object = None
+    b_out: object = None
 
 
-def _noise_a(a_dir, a_tree, spec, touched, timeout, progress, hidden):
-    """A's repeat and band passes (cached beside the recording, like it)."""
-    out = TapFiles(a_dir) / TapFiles.NOISE
-    if out.exists() and (TapFiles(a_dir) / TapFiles.LOGITS_A2).exists():
-        return "ok", 0.0, "", None
-    n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-    n = launch_ranks.run("tap", a_tree, n_spec, out, timeout, _tagged(progress, "A noise"), hidden)
-    if not n.ok:
-        out.unlink(missing_ok=True)
-    return n.kind, n.wall_s, n.log_tail, n.log_path
+class MainKeeper(Dialogue):
+    """Main's record side, every rank of it, kept alive after its free pass: it publishes its
+    document and logits, says RECORDED and holds its kept op calls (those of the touched ops,
+    in host memory) until told KEEP_SAVE (write them, say SAVED) or KEEP_DROP. So main's
+    keep-copies (13 GB and ~15 s at full size) are written only when the candidate's free
+    pass differs from main's and its pinned pass will read them; a bit-identical candidate's
+    judgment never writes them (gates/protocol.py's lines; gates/side/tap.py's side)."""
+
+    def __init__(self, hidden: dict | None, world: int):
+        self.hidden, self.world = hidden, max(1, int(world))
+        self.procs: list = []
+        self.recorded = self.saved = 0
+        self.asked: dict | None = None  # KEEP_SAVE or KEEP_DROP, once told
+        self.stop = threading.Event()  # set: its launcher ends it as timed out
+        self.outcome = None  # its launcher's SideOutcome, once every rank ended
+        self.started = time.monotonic()
+        self.recorded_s: float | None = None  # from its start to every rank's RECORDED
+        self.raised: BaseException | None = None  # what its launcher raised (finish raises it)
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def line(self, proc) -> str:
+        with self._cond:
+            self.procs.append(proc)
+        return handover_line(self.hidden)
+
+    def heard(self, proc, msg: dict) -> str | None:
+        with self._cond:
+            if msg == RECORDED:
+                self.recorded += 1
+                if self.recorded >= self.world and self.recorded_s is None:
+                    self.recorded_s = time.monotonic() - self.started
+            elif msg == SAVED:
+                self.saved += 1
+            self._cond.notify_all()
+        return None
+
+    def start(self, run) -> None:
+        """Run ``run(self)`` (the launcher, returning its SideOutcome) in a thread."""
+        def go():
+            try:
+                self.outcome = run(self)
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+                self.raised = e
+            finally:
+                with self._cond:
+                    self._cond.notify_all()
+
+        self._thread = threading.Thread(target=go, daemon=True)
+        self._thread.start()
+
+    def _ended(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
+
+    def _wait(self, done, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not done():
+                left = deadline - time.monotonic()
+                if self._ended() or left <= 0:
+                    return done()
+                self._cond.wait(min(left, 0.5))
+        return True
+
+    def wait_recorded(self, timeout_s: float) -> bool:
+        """Every rank published its recording within ``timeout_s``; else the side is ended."""
+        if self._wait(lambda: self.recorded >= self.world, timeout_s):
+            return True
+        self.stop.set()
+        return False
+
+    def _tell(self, msg: dict) -> None:
+        with self._cond:
+            if self.asked is not None:
+                return
+            self.asked = msg
+            procs = list(self.procs)
+        for p in procs:
+            try:
+                p.stdin.write(json.dumps(msg) + "\n")
+                p.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass  # that rank ended; its exit status says how
+
+    def save(self, timeout_s: float) -> bool:
+        """Ask every rank to write its kept op calls; True once all said SAVED in time."""
+        self._tell(KEEP_SAVE)
+        return self.asked == KEEP_SAVE and self._wait(lambda: self.saved >= self.world, timeout_s)
+
+    def finish(self, timeout_s: float):
+        """Let the side end (KEEP_DROP unless it was asked to save) and return its outcome
+        (or raise what its launcher raised)."""
+        self._tell(KEEP_DROP)
+        for p in list(self.procs):
+            try:
+                p.stdin.close()
+            except (OSError, ValueError):
+                pass
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                self.stop.set()
+                self._thread.join()
+        if self.raised is not None:  # the launcher's own error (no sandbox, ...): the caller's
+            raise self.raised
+        return self.outcome
+
+
+class KeptOnDemand(AfterImport, Dialogue):
+    """The replay's hand-over (:class:`~gates.after_import.AfterImport`: its hidden inputs
+    once every process imported the tree, main's recording shown then, main's kept op calls
+    never among it), which goes on: when its free pass differs from main's it says WANT_KEPT,
+    and ``fetch()`` (once, for every rank) has main's kept calls written and shown to it."""
+
+    def __init__(self, hidden, processes: int, release, fetch):
+        super().__init__(hidden, processes, release)
+        self.fetch = fetch
+        self.kept: bool | None = None
+        self.fetch_error: BaseException | None = None
+        self._fetching = threading.Lock()
+
+    def heard(self, proc, msg: dict) -> str | None:
+        if msg != WANT_KEPT:
+            return None
+        with self._fetching:
+            if self.kept is None:
+                try:
+                    self.kept = bool(self.fetch())
+                except Exception as e:  # noqa: BLE001 - kept for the gate, which reports it
+                    self.fetch_error, self.kept = e, False
+        return json.dumps(KEPT_READY if self.kept else KEPT_MISSING) + "\n"
+
+
+def _record_and_replay(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
+                       progress, hidden, stamp) -> _Sides:
+    """Main's recording (or the one cached in ``a_dir``), then the candidate's replay against
+    it, main's side alive meanwhile (:class:`MainKeeper`); the caller holds ``a_dir``'s lock."""
+    files = TapFiles(a_dir)
+    a_world = int(spec.get("world", 1))
+    keeper = None
+    if files.recorded:  # cached with its kept calls (a replayed judgment, another caller's)
+        a_kind, a_wall, a_tail = "ok", 0.0, ""
+    else:
+        a_dir.mkdir(parents=True, exist_ok=True)
+        keeper = MainKeeper(hidden, a_world)
+        a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
+        ticks = _tagged(progress, "A record")
+        quiet = None if ticks is None else (
+            lambda line, t: None if keeper.recorded_s is not None else ticks(line, t))
+        # its own limit is the recording's (wait_recorded); then it waits out the replay
+        keeper.start(lambda k: launch_ranks.run("tap", a_tree, a_spec, files.record, 3 * timeout,
+                                                quiet, k, k.stop))
+        if not keeper.wait_recorded(timeout):
+            a = keeper.finish(timeout)
+            failed = a_dir.with_name(a_dir.name + "-failed-" + _stamp())
+            a_dir.rename(failed)  # keep its log, but never let a failed recording look cached
+            return _Sides(a.kind if a is not None else "error", a.wall_s if a else 0.0,
+                          a.log_tail if a else "", failed, a_out=a)
+        a_kind, a_wall, a_tail = "ok", keeper.recorded_s or 0.0, ""
+    # what B reads of main must be unchanged when it ends (else it could record its own
+    # results there): main's recording and tree, and B's copies of the recording
+    guarded = files.recording() + [a_tree / "kernels"] + [
+        p for r in range(1, a_world) for p in files.recording(r, a_world)]
+    kept_files = [files.rank(r) / TapFiles.KEPT_A for r in range(a_world)]
+    marks: dict = {}
+    mech = sandbox.chosen()
+    seen = b_dir / "main" if mech != "off" else a_dir
+    copies = mech in ("landlock", "user")  # B owns or can write its copies: they are marked
+
+    # Sandboxed, B sees main's recording only once every process of it has imported its
+    # tree, in its own folder (no sandbox of B shows main's): hard links under namespaces
+    # (mounted read-only there; marked by mtime, since another judgment's links change
+    # ctimes), copies under landlock alone (B could write through a link; the copies are
+    # marked; likewise under user, where B owns the folder the copies are in). With
+    # sandbox: off nothing hides main's folder: B is told where it lies. Main's kept op
+    # calls are shown only when B asks for them (its free pass differs from main's).
+    if mech in ("off", "namespaces"):
+        marks.update(filemarks.file_marks(guarded, ctime=mech == "off"))
+
+    def release() -> None:
+        if mech == "off":
+            return
+        show_recording(a_dir, seen, link=mech == "namespaces", leave=(TapFiles.KEPT_A,))
+        if copies:
+            marks.update(filemarks.file_marks(guarded + [seen]))
+
+    def fetch() -> bool:
+        if keeper is not None and not keeper.save(timeout):
+            return False
+        if mech != "off":
+            show_recording(a_dir, seen, link=mech == "namespaces", only=(TapFiles.KEPT_A,))
+        shown = [seen / f.relative_to(a_dir) for f in kept_files] if copies else []
+        marks.update(filemarks.file_marks(kept_files + shown, ctime=mech != "namespaces"))
+        return True
+
+    if mech != "off":
+        seen.mkdir(exist_ok=True)
+    handed = KeptOnDemand(hidden, int(b_spec.get("world", 1)), release, fetch)
+    b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
+                         TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), handed)
+    out = _Sides(a_kind, a_wall, a_tail, a_dir, b.kind, b.wall_s, b.result, b.log_tail, b_out=b)
+    moved = filemarks.changed_files(marks, filemarks.file_marks(
+        guarded + ([seen] if copies else []), ctime=mech != "namespaces"))
+    if keeper is not None:  # the replay has ended: main's side may go (and write its document)
+        a = out.a_out = keeper.finish(timeout)
+        if a is None or not a.ok:  # main's side failed after recording (or could not save)
+            out.a_kind, out.a_tail = (a.kind, a.log_tail) if a is not None else ("error", "")
+    if mech != "off":
+        shutil.rmtree(seen, ignore_errors=True)  # links or copies: main's stays in a_dir
+        if handed.error is not None:
+            raise RuntimeError(f"accuracy gate: main's recording could not be shown to the "
+                               f"replay ({handed.error}): the environment must allow links or "
+                               f"copies in {b_dir}") from handed.error
+    if handed.fetch_error is not None:
+        raise RuntimeError(f"accuracy gate: main's kept op calls could not be shown to the replay "
+                           f"({handed.fetch_error}): the environment must allow links or copies in "
+                           f"{b_dir}") from handed.fetch_error
+    if moved:
+        out.b_kind, out.b_res = "tampered", None
+        out.b_tail += (f"\ntamper: the candidate's side changed main's recording or tree: "
+                       f"{', '.join(os.path.relpath(m, req.runs_dir) for m in moved[:4])}")
+        out.a_dir = a_dir.rename(a_dir.with_name(f"{a_dir.name}-tampered-{stamp}"))  # never reused
+    return out
+
+
+BAND = "band.json"  # the band folder's evidence (band_evidence), once its passes ran
+
+
+def band_inputs(settings: dict, profile: dict) -> Hidden:
+    """The inputs of main's repeat and band passes: the target's visible seed, and as many
+    extra batch sizes as a judgment draws (``test.hidden_rows``), drawn from that seed. The
+    same for every judgment, so the passes are made once per main commit, touched ops and
+    spec (:func:`band_key`) and serve every judgment against that main.
+
+    Why the judgment's hidden draw is not needed here: the hidden inputs keep a candidate from
+    special-casing what the gates run, and no candidate code runs in these passes (main's tree
+    in main's process, the touched ops on the protected reference: the band is main against
+    the reference), so no candidate can influence them. What the verdict reads of them are
+    statistics (the band's KL max, its flips per row, whether A is reproducible), held against
+    the candidate's statistics on its own inputs, never compared row by row: they need inputs
+    like the candidate's (the same workload generator, as many batch sizes), not the same
+    ones. Nor did the hidden draw keep main's own code (an earlier candidate, merged) from
+    telling these passes apart: their spec names the role ``noise``, readable by any code in
+    the process; the band trusts main's code, as it did. Knowing the band's inputs gives an
+    agent the band itself, which it could estimate from the visible seed before."""
+    import random
+
+    from . import hidden as draws
+
+    seed = int(settings["target"]["seed"])
+    extra = draws.draw(random.Random(f"band/{seed}"), profile["buckets"], profile["test_rows"],
+                       int(settings["test"]["hidden_rows"])).extra_rows
+    return Hidden(seed, extra)
+
+
+def band_key(spec: dict, touched: set | None, cuda: bool, inputs: dict) -> str:
+    """Pure: the name of main's band passes (``runs/tap/<base>-band-<key>``) beside the base
+    commit: what decides them (A's tap spec, the touched ops, the device, their inputs)."""
+    return _digest({"band": True, "spec": spec, "cuda": cuda, "inputs": inputs,
+                    "touched": sorted(touched) if touched is not None else None})
+
+
+def band_evidence(doc: dict, files: TapFiles, near_tie_factor: float) -> dict:
+    """What the verdict reads of main's noise passes (``doc``: their side's document; the
+    logits in ``files``): A against A again (``noise``, ``noise_tap``: is main reproducible?)
+    and against A with the touched ops on the reference (``band``)."""
+    la = torch.load(files / TapFiles.LOGITS_A)
+    out = {"noise": logits.logit_stats(la, torch.load(files / TapFiles.LOGITS_A2), near_tie_factor),
+           "noise_tap": verdict.tap_diff(doc["pass"], doc["repeat"]), "band": None,
+           "band_ops": doc.get("band_ops") or [], "rows": doc.get("rows")}
+    if doc.get("band_ops") and (files / TapFiles.LOGITS_AREF).exists():
+        out["band"] = logits.logit_stats(la, torch.load(files / TapFiles.LOGITS_AREF), near_tie_factor)
+    return out
+
+
+@dataclass
+class _Band:
+    """Main's repeat and band passes for a judgment: how they ended, their evidence (None
+    unless ok), their folder; ``out`` the launcher's outcome (None: cached)."""
+
+    kind: str
+    wall_s: float
+    tail: str
+    folder: Path
+    evidence: dict | None = None
+    out: object = None
+
+
+def _band(req, base_sha, a_tree, spec, touched, timeout, progress, held: disk.Recordings) -> _Band:
+    """Main's repeat and band passes on :func:`band_inputs`, made once per (main, touched
+    ops, spec) and kept as their evidence (``band.json``; their logits go once it is made)."""
+    inputs = band_inputs(req.settings, req.profile).to_dict()
+    folder = req.runs_dir / "tap" / f"{base_sha[:12]}-band-{band_key(spec, touched, req.cuda, inputs)}"
+    held.hold(folder)  # no other judgment's sweep takes its logits while they are read
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    files = TapFiles(folder)
+    with open(folder.parent / f"{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one measurement per main, however many judgments
+        if (folder / BAND).exists():
+            return _Band("ok", 0.0, "", folder, json.loads((folder / BAND).read_text()))
+        folder.mkdir(exist_ok=True)
+        n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
+        n = launch_ranks.run("tap", a_tree, n_spec, files / TapFiles.NOISE, timeout,
+                             _tagged(progress, "A noise"), inputs)
+        if not n.ok:
+            (files / TapFiles.NOISE).unlink(missing_ok=True)
+            return _Band(n.kind, n.wall_s, n.log_tail, folder, out=n)
+        evidence = band_evidence(json.loads((files / TapFiles.NOISE).read_text()), files,
+                                 req.settings["test"]["near_tie_factor"])
+        tmp = folder / f"{BAND}.tmp"
+        tmp.write_text(json.dumps({**evidence, "inputs": inputs}, indent=1))
+        os.replace(tmp, folder / BAND)
+        for pt in folder.rglob("*.pt"):  # the statistics are what later judgments read
+            pt.unlink()
+        return _Band("ok", n.wall_s, n.log_tail, folder, evidence, n)
 
 
 def _stamp() -> str:
@@ -431,7 +721,9 @@ def report_lines(res: dict, limit: int = 8) -> list[str]:
         out.append(f"diff       protected: {', '.join(ev['protected_changed'])}")
     a_time = " (cached)" if res["a_cached"] else f" {res['a_wall_s']:.0f}s"
     noise = ev.get("outcome_noise", "not needed")
-    noise = f"{noise} {res.get('noise_wall_s', 0):.0f}s" if noise not in ("not needed",) else noise
+    if noise not in ("not needed",):
+        noise = f"{noise} (cached for this main)" if res.get("noise_cached") else \
+            f"{noise} {res.get('noise_wall_s', 0):.0f}s"
     out.append(f"diff       sides: A {ev['outcome_a']}{a_time}, B {ev['outcome_b']} {res['b_wall_s']:.0f}s, "
                f"A's noise passes {noise}")
     for side in ("a", "b"):

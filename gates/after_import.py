@@ -13,6 +13,21 @@ import threading
 from typing import Callable
 
 
+class Dialogue:
+    """A hand-over that goes on after its first answer: the side's stdin stays open, and each
+    later line of its stdout that is one of ``gates.protocol.SIDE_REQUESTS`` is given to
+    :meth:`heard`, whose answer (a line, or None) is written back (``gates/launch.hand_over``).
+    The lines are the gates' own words; the candidate's code can write the same ones to fd 1,
+    so a request may only ever bring forward what its side would be shown anyway."""
+
+    def line(self, proc) -> str:
+        """The answer to ``proc``'s import line."""
+        raise NotImplementedError
+
+    def heard(self, proc, msg: dict) -> str | None:
+        return None
+
+
 class AfterImport:
     """The hidden inputs of a side of ``processes`` processes, handed over after ``release``."""
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import disk, sandbox
-from .after_import import AfterImport
+from .after_import import AfterImport, Dialogue
 from .protocol import (EXPECTS_CUDA, IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
-                       parse as check_options)
+                       parse as check_options, side_request)
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 # Variables a side may see. API keys and everything else of the user's environment stay out.
@@ -101,29 +101,44 @@ def side_env(extra: dict | None = None) -> dict:
 
 def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     """The coordinator's half of the hand-over (run it in a thread): when ``proc`` says it
-    imported the tree, write its hidden inputs as one line and close its stdin. Anything else
-    on its stdout (the driver sends the tree's prints to stderr; a write to fd 1 is not one)
-    goes to ``log``. Ends when the side closes its stdout."""
+    imported the tree, write its hidden inputs as one line and close its stdin; a
+    :class:`~gates.after_import.Dialogue` keeps it open and answers the side's later requests.
+    Anything else on its stdout (the driver sends the tree's prints to stderr; a write to fd 1
+    is not one) goes to ``log``. Ends when the side closes its stdout."""
     sent = False
+    talk = hidden if isinstance(hidden, Dialogue) else None
     for line in proc.stdout:
         if not sent and line.strip() == IMPORTED:
             try:
-                proc.stdin.write(hidden.line(proc) if isinstance(hidden, AfterImport) else handover_line(hidden))
-                proc.stdin.close()
-            except (BrokenPipeError, OSError):
+                proc.stdin.write(hidden.line(proc) if isinstance(hidden, (AfterImport, Dialogue))
+                                 else handover_line(hidden))
+                if talk is None:
+                    proc.stdin.close()
+                else:
+                    proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
                 pass  # the side ended; its exit status says how
             sent = True
-        else:
-            try:
-                log.write(f"(stdout) {line}")
-                log.flush()
-            except ValueError:  # the log was closed: the caller stopped waiting for this side
-                pass
-    if not sent:
+            continue
+        msg = side_request(line) if sent and talk is not None else None
+        if msg is not None:
+            answer = talk.heard(proc, msg)
+            if answer:
+                try:
+                    proc.stdin.write(answer)
+                    proc.stdin.flush()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+            continue
         try:
-            proc.stdin.close()
-        except OSError:
+            log.write(f"(stdout) {line}")
+            log.flush()
+        except ValueError:  # the log was closed: the caller stopped waiting for this side
             pass
+    try:
+        proc.stdin.close()
+    except (OSError, ValueError):
+        pass
 
 
 def start_hand_over(proc: subprocess.Popen, hidden: dict | None, log):
@@ -214,9 +229,11 @@ def _named(text: str) -> str | None:
 
 
 def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
-             progress=None, hidden: dict | None = None) -> SideOutcome:
+             progress=None, hidden: dict | None = None, stop=None) -> SideOutcome:
     """Run ``gates.side.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
-    (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree."""
+    (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree.
+    ``stop`` (a ``threading.Event``, or None): once set, the side is ended as timed out (the
+    caller's own deadline for part of its work)."""
     check_options(mode, spec)  # the side parses it again: a key no mode defines is a gate bug
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.with_suffix(".spec.json")
@@ -237,7 +254,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
                     proc.wait(timeout=2.0)
                     break
                 except subprocess.TimeoutExpired:
-                    if time.monotonic() - t0 > timeout_s:
+                    if time.monotonic() - t0 > timeout_s or (stop is not None and stop.is_set()):
                         timed_out = True
                         os.killpg(proc.pid, signal.SIGKILL)
                         proc.wait()

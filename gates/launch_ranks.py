@@ -241,11 +241,11 @@ class Ended:
 
 
 def run_all(cmds: list[list[str]], envs: list[dict], logs: list[Path], timeout_s: float,
-            progress=None, poll_s: float = 0.2, hidden: dict | None = None) -> list[Ended]:
+            progress=None, poll_s: float = 0.2, hidden: dict | None = None, stop=None) -> list[Ended]:
     """Start every command in its own process group; wait for all. The first to exit non-zero,
-    or the time limit, ends all the others (SIGKILL to their groups); an exception here (a
-    SIGTERM turned into SystemExit, Ctrl-C) does too. Each gets ``hidden`` once it has imported
-    its tree (``sides.hand_over``)."""
+    or the time limit (or ``stop``, a ``threading.Event``, once set), ends all the others
+    (SIGKILL to their groups); an exception here (a SIGTERM turned into SystemExit, Ctrl-C)
+    does too. Each gets ``hidden`` once it has imported its tree (``sides.hand_over``)."""
     procs, files, handing = [], [], []
     t0 = time.monotonic()
     ended: dict[int, Ended] = {}
@@ -263,7 +263,7 @@ def run_all(cmds: list[list[str]], envs: list[dict], logs: list[Path], timeout_s
                 if i not in ended and p.poll() is not None:
                     ended[i] = Ended(p.returncode, False, False, len(ended))
             failed = any(e.returncode != 0 for e in ended.values())
-            late = time.monotonic() - t0 > timeout_s
+            late = time.monotonic() - t0 > timeout_s or (stop is not None and stop.is_set())
             if (failed or late) and len(ended) < len(procs):
                 for i, p in enumerate(procs):
                     if i not in ended:
@@ -301,16 +301,17 @@ def rank_out(out: Path, rank: int) -> Path:
 
 
 def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress=None,
-        hidden: dict | None = None) -> SideOutcome:
+        hidden: dict | None = None, stop=None) -> SideOutcome:
     """One side of ``mode`` as one process (world 1) or as its ranks (:func:`launch`);
-    ``hidden`` reaches every process over its stdin (``sides.hand_over``)."""
+    ``hidden`` reaches every process over its stdin (``sides.hand_over``); ``stop`` (an
+    event) ends it as timed out once set."""
     if int(spec.get("world", 1)) == 1:
-        return run_side(mode, tree, spec, out, timeout_s, progress, hidden)
-    return launch(mode, tree, spec, out, timeout_s, progress, hidden)
+        return run_side(mode, tree, spec, out, timeout_s, progress, hidden, stop)
+    return launch(mode, tree, spec, out, timeout_s, progress, hidden, stop)
 
 
 def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
-           progress=None, hidden: dict | None = None) -> SideOutcome:
+           progress=None, hidden: dict | None = None, stop=None) -> SideOutcome:
     """Run ``gates.side.driver MODE`` as ``spec["world"]`` ranks and merge their results into
     ``out`` (``run``: :func:`combine`; ``tap``: :func:`merge_digests`) and the SideOutcome. A
     failing rank is named in ``kind`` and its log is the one reported."""
@@ -331,7 +332,8 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         logs.append(out.with_name(f"{out.stem}.rank{r}.log"))
     t0 = time.monotonic()
     with sandbox.group(mode, tree, out, spec):  # the ranks meet in one sandbox
-        ended = run_all([sandbox.wrap(c) for c in cmds], envs, logs, timeout_s, progress, hidden=hidden)
+        ended = run_all([sandbox.wrap(c) for c in cmds], envs, logs, timeout_s, progress, hidden=hidden,
+                        stop=stop)
     wall = time.monotonic() - t0
     tails = [log.read_text(errors="replace")[-4000:] for log in logs]
     kinds = [classify(e.returncode, e.timed_out, t) for e, t in zip(ended, tails)]

@@ -89,6 +89,59 @@ def read_handover(line: bytes | str) -> Hidden | None:
     return None if d is None else Hidden.from_dict(d, "the coordinator's hand-over line")
 
 
+# Main's keep-copies on demand (gates/accuracy.py's MainKeeper, gates/side/tap.py): one JSON
+# line each, after the hand-over. Main's record side says RECORDED once its document and logits
+# are written and waits for KEEP_SAVE (write the kept op calls, then say SAVED) or KEEP_DROP;
+# the candidate's replay, when its free pass differs, says WANT_KEPT and waits for KEPT_READY.
+RECORDED = {"recorded": True}
+SAVED = {"saved": True}
+WANT_KEPT = {"want": "kept"}
+KEEP_SAVE = {"keep": "save"}
+KEEP_DROP = {"keep": "drop"}
+KEPT_READY, KEPT_MISSING = {"kept": True}, {"kept": False}
+SIDE_REQUESTS = (RECORDED, SAVED, WANT_KEPT)  # the lines a side's gate code sends after IMPORTED
+
+
+def side_request(line: str) -> dict | None:
+    """The request ``line`` (one line of a side's stdout) holds, when it is one of
+    :data:`SIDE_REQUESTS` exactly; None for anything else (it goes to the side's log)."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    return msg if msg in SIDE_REQUESTS else None
+
+
+@dataclass(frozen=True)
+class SidePhases:
+    """A side's own account of its process's time, in seconds of its own clock: what it
+    measured itself (the coordinator adds the process's start and end around it).
+
+    ``compile_s``: Triton compiling kernels or loading them from its cache, wherever it
+    happened (the first step, a capture, the model's build): taken out of the span it fell in.
+    None where this Triton reports no compile times (its interpreter compiles nothing: 0)."""
+
+    driver_s: float  # from the driver's start to its result: what the side saw of its process
+    build_s: float = 0.0  # the model built, or attached to a store's
+    compile_s: float | None = None
+    tap_s: float = 0.0  # the tap's hooked passes (free, pinned, repeat, band)
+    capture_s: float = 0.0  # a bench side's warm-up steps and graph captures
+    save_s: float = 0.0  # tensors written: logits, main's kept op calls
+    wait_s: float = 0.0  # main's record side alive, waiting on the candidate's replay
+    compiled: int = 0  # kernels Triton compiled in this process
+    loaded: int = 0  # kernels it found in its cache
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @staticmethod
+    def from_dict(d) -> "SidePhases | None":
+        """The inverse of :meth:`to_dict`; None for a side that reported none (older)."""
+        if not isinstance(d, dict) or "driver_s" not in d:
+            return None
+        return SidePhases(**{f.name: d[f.name] for f in fields(SidePhases) if f.name in d})
+
+
 def tap_rows(test_rows: list[int], buckets: list[int], extra=()) -> list[int]:
     """The accuracy gate's batch sizes: the profile's test rows, the judgment's hidden extra
     ones (``extra``), then every bucket the scorer times that is not among them. A kernel

@@ -17,6 +17,7 @@ from pathlib import Path
 from . import checkout, compiled, disk, launch_ranks, logits, sandbox, stats, verdict
 from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
 from .launch import Interactive, SideError
+from .phases import Span, rest, side_spans
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
                        SaveRecord, Time, Verify)
 from .results import BenchResult, LastWords
@@ -160,6 +161,10 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
     attach_spec = dict(spec)
 
     now = {"side": None}  # the side being asked, for errors that name who acts
+    # where the run's time goes (gates/phases.py): each process's start and own phases, and
+    # the coordinator's requests by kind
+    spans: list = []
+    spent = {"rounds": 0.0, "save": 0.0, "verify": 0.0, "extras": 0.0, "judge": 0.0}
 
     def open_side(k: str) -> Interactive:
         now["side"] = k
@@ -169,7 +174,9 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
             for other in list(sides):
                 sides.pop(other).close()
         label = f"side{k}" + (f"-{opened[k]}" if opened[k] else "")
+        part = k + (f"-{opened[k] + 1}" if opened[k] else "")
         opened[k] += 1
+        t_open = time.monotonic()
         s = sides[k] = launch_ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
             if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
         # the hidden inputs only once the side has imported the candidate's tree
@@ -180,6 +187,7 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
         result["workload"] = r["workload"]
+        spans.extend(side_spans("scorer", part, time.monotonic() - t_open, r.get("phases")))
         progress(SideReady(k, r["build_s"], r["capture_s"], opened[k] if alternate else None))
         return s
 
@@ -190,15 +198,20 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
     try:
         if shared:
             first = "A" if "A" in trees else "B"
+            t_store = time.monotonic()
             store = Interactive("store", trees[first], spec, work, "store")
             ready = store.read(timeout)
+            spans.extend(side_spans("scorer", "store", time.monotonic() - t_store, ready.get("phases")))
             attach_spec["attach"] = ready["ready"]
             progress(StoreReady(ready["build_s"]))
         if not alternate:
             for k in sorted(trees):
                 open_side(k)
         if req.cuda:  # the read ceiling (floors divide by it), measured on this card at the start
-            r = open_side(order[0]).request(Bandwidth(), timeout)
+            side = open_side(order[0])
+            t_x = time.monotonic()
+            r = side.request(Bandwidth(), timeout)
+            spent["extras"] += time.monotonic() - t_x
             result["bandwidth"] = {k: r.get(k) for k in ("Bps", "torch_sum_Bps", "best", "shapes")}
         samples = {k: {b: [] for b in buckets} for k in trees}
         rank_samples = {k: {b: [[] for _ in range(req.world)] for b in buckets} for k in trees}
@@ -214,6 +227,7 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
                 first = FIRST_SET + len(samples[k][b])
                 r = side.request(Time(bucket=b, n=replays, first=first), timeout)
                 wall_ms = (time.monotonic() - t_req) * 1e3
+                spent["rounds"] += wall_ms / 1e3
                 samples[k][b] += r["times"]
                 for rank, times in enumerate(r.get("rank_times") or [r["times"]]):
                     rank_samples[k][b][rank] += times
@@ -231,13 +245,18 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
                 side.request(SaveRecord(path=str(path)), timeout)
                 result["timed_files"].setdefault(k, []).append(str(path))
             result.setdefault("timed_save_s", []).append(time.monotonic() - t_s)
+            spent["save"] += time.monotonic() - t_s
             progress(VisitDone(i // 4 + 1 if req.base else i + 1, k))
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
+                t_v = time.monotonic()
                 result["verify"][k] = _verify(side, k, buckets, timeout,
                                               int(b_cfg["reference_calls_per_op"]),
                                               random.Random(secrets["sample_seed"]))
+                spent["verify"] += time.monotonic() - t_v
                 if k == extra_key:
+                    t_x = time.monotonic()
                     _extras(req, side, buckets, timeout, result)
+                    spent["extras"] += time.monotonic() - t_x
                 if k == "A" and "B" in result["timed_files"]:
                     # main's process compares (the candidate's never sees main's outputs); B's
                     # last visit came before A's (A B B A)
@@ -257,6 +276,7 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
                     if band is not None:
                         result["timed_band"], result["timed_band_s"] = r["band"], r["band_s"]
                     result["timed_judge_s"] = time.monotonic() - t_j - (r.get("band_s") or 0.0)
+                    spent["judge"] += time.monotonic() - t_j  # main's band at this context with it
         result["outcome"] = "ok"
     except SideError as e:
         tail = _log_tail(e.log_path)
@@ -285,6 +305,8 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
         _remove_timed_files(result["timed_files"], req.world)
     result["processes"] = opened
     result["wall_s"] = time.monotonic() - t0
+    spans += [Span("scorer", "coordinator", k, v) for k, v in spent.items() if v > 0]
+    result["phases"] = [x.to_dict() for x in spans + rest("scorer", result["wall_s"], spans)]
     result["judged_cost"] = judged_cost(result, checks if result.get("outcome") == "ok" else {})
     if result["outcome"] == "ok":
         result["samples"] = samples

@@ -5,10 +5,10 @@ the ledger's ``gate`` column and read by the journey, ``kern show`` and the git 
 The JSON form is the one the ledger has held since its first rows (``to_dict`` writes it,
 ``from_dict`` reads it), so rows written before this module load and report as they did:
 ``{"scope": "ok" | [problems], "accuracy": {...}, "bench": {...}, "guard": {...},
-"reverify": {...}, "conflict": str}``, and since issue 34 ``"last_words": {"side", "kind",
-"lines", "log"}`` of a side that ended badly. Every field is optional (None: not recorded); a
-section that is not an object and a key no version wrote are ignored, as the readers of the
-dict ignored them. Pure: no I/O.
+"reverify": {...}, "times": {...}, "conflict": str}``, and since issue 34 ``"last_words":
+{"side", "kind", "lines", "log"}`` of a side that ended badly. Every field is optional (None:
+not recorded); a section that is not an object and a key no version wrote are ignored, as the
+readers of the dict ignored them. Pure: no I/O.
 """
 from __future__ import annotations
 
@@ -121,6 +121,17 @@ class ReverifySummary(_Section):
 
 
 @dataclass(frozen=True)
+class TimesSummary(_Section):
+    """The judgment's seconds (gates/phases.py): each gate's wall and the whole judgment's;
+    the phases themselves are in its file (runs/attempts/<n>/judgment-<k>.json)."""
+
+    accuracy_s: float | None = None
+    scorer_s: float | None = None
+    remeasure_s: float | None = None
+    total_s: float | None = None
+
+
+@dataclass(frozen=True)
 class GateSummary:
     """An attempt's gates as its ledger row keeps them (module docstring)."""
 
@@ -132,6 +143,7 @@ class GateSummary:
     conflict: str | None = None  # why it could not be put onto main (rebase, trial merge)
     detail: str | None = None  # a short line the journey shows as it is
     last_words: LastWords | None = None  # the side whose ending decided, in its own words
+    times: TimesSummary | None = None  # what judging it took
 
     def to_dict(self) -> dict:
         """The JSON object the ledger's column holds, keys sorted (as it stores them)."""
@@ -139,7 +151,7 @@ class GateSummary:
         if self.scope_problems is not None:
             out["scope"] = list(self.scope_problems) if self.scope_problems else "ok"
         for key, section in (("accuracy", self.accuracy), ("bench", self.scorer),
-                             ("guard", self.guard), ("reverify", self.reverify)):
+                             ("guard", self.guard), ("reverify", self.reverify), ("times", self.times)):
             if section is not None:
                 out[key] = section.to_dict()
         if self.conflict is not None:
@@ -165,7 +177,8 @@ class GateSummary:
                    scorer=ScorerSummary.from_dict(d.get("bench")),
                    guard=GuardSummary.from_dict(d.get("guard")),
                    reverify=ReverifySummary.from_dict(d.get("reverify")),
-                   last_words=LastWords.from_dict(d.get("last_words")), **text)
+                   last_words=LastWords.from_dict(d.get("last_words")),
+                   times=TimesSummary.from_dict(d.get("times")), **text)
 
 
 def reverify_summary(again: "BenchResult | dict") -> ReverifySummary:

@@ -113,7 +113,7 @@ class Orchestrator:
         done = Resumed()
         for a in self.led.attempts(states=[L.JUDGING]):
             d = attempt_dir(self.ctx.runs, a.number)
-            if judge_of(d) is not None or a.backend == "manual":  # a kern try's, not the loop's
+            if judge_of(d) is not None:  # a kern try's (its pid file), not the loop's
                 if judge_alive(d) is not False:
                     continue  # still judged by its kern try (or on another host): not ours
                 if a.decision != "merge":  # a recorded merge decision is finished, not judged again

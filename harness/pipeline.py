@@ -10,6 +10,7 @@ shell around the gates, git and the ledger. Every path ends in a ledger state wi
 from __future__ import annotations
 
 import json
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -17,8 +18,9 @@ from pathlib import Path
 
 from gates import decision, disk, scope, stats
 from gates.events import SideEnded
+from gates.phases import JudgmentTimes
 from gates.results import AccuracyResult, BenchResult, report_of
-from gates.summary import GateSummary, summarize
+from gates.summary import GateSummary, TimesSummary, summarize
 
 from . import farm, faults, processes
 from . import ledger as L
@@ -63,6 +65,7 @@ class Judgment:
     hidden: object  # gates.protocol.Hidden
     host: str | None = None
     slot: str | None = None
+    seconds: float | None = None  # the whole judgment's wall, scope gate to last gate (its slot's clock)
 
 
 @dataclass
@@ -151,14 +154,15 @@ def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
 
 def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> Judgment:
     """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine."""
+    t0 = time.monotonic()
     faults.point("scope")
     sc = check_scope(ctx, rev_sha, base_sha)
     hidden = draw_hidden(ctx) if hidden is None else hidden
     if not sc.ok:
-        return Judgment(sc, None, None, hidden)
+        return Judgment(sc, None, None, hidden, seconds=time.monotonic() - t0)
     with gpu_lock(ctx) as slot:
         test, bench = run_gates(ctx, rev_sha, base_sha, hidden)
-    return Judgment(sc, test, bench, hidden, slot.host, slot.name)
+    return Judgment(sc, test, bench, hidden, slot.host, slot.name, time.monotonic() - t0)
 
 
 def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "") -> Judgment:
@@ -250,10 +254,12 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         else:  # every judgment its own hidden inputs, a re-judgment after a rebase too
             j = judge_once(ctx, rev_sha, base_sha, draw_hidden(ctx), f"{number}-{rev_sha[:10]}")
         sc, test, bench, hidden = j.scope, j.test, j.bench, j.hidden
-        keep_evidence(ctx.runs, number, test, bench)
+        times = JudgmentTimes.of(report_of(test), report_of(bench), j.seconds)
+        keep_evidence(ctx.runs, number, test, bench, times)
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
-        out = with_slot(with_hidden(decide_outcome(sc, test, bench), hidden if test is not None else None), j)
+        out = with_times(with_slot(with_hidden(decide_outcome(sc, test, bench),
+                                               hidden if test is not None else None), j), times)
         if (out.reason or "").startswith(disk.REASON):
             # the environment's, not the candidate's: the row keeps the side's last words, the
             # caller re-queues it (the loop, which stops) or ends it (kern try)
@@ -295,6 +301,17 @@ def with_hidden(out: Outcome, hidden) -> Outcome:
     return Outcome(out.state, out.reason, {**out.fields, "hidden": hidden.to_dict()})
 
 
+def with_times(out: Outcome, times: JudgmentTimes) -> Outcome:
+    """Pure: ``out`` with the judgment's seconds per gate in the row's gate summary (the
+    phases themselves stay in the judgment's file)."""
+    gate = out.fields.get("gate")
+    if gate is None:
+        return out
+    summary = TimesSummary(accuracy_s=times.accuracy_s, scorer_s=times.scorer_s,
+                           remeasure_s=times.remeasure_s, total_s=times.total_s)
+    return Outcome(out.state, out.reason, {**out.fields, "gate": replace(gate, times=summary)})
+
+
 def with_slot(out: Outcome, j: Judgment) -> Outcome:
     """Pure: ``out`` with the host and slot that judged it among the ledger's fields (none
     when no gate process ran: a scope rejection)."""
@@ -303,16 +320,19 @@ def with_slot(out: Outcome, j: Judgment) -> Outcome:
     return Outcome(out.state, out.reason, {**out.fields, "host": j.host, "slot": j.slot})
 
 
-def keep_evidence(runs: Path, number: int, test, bench) -> Path:
+def keep_evidence(runs: Path, number: int, test, bench, times: JudgmentTimes | None = None) -> Path:
     """The gates' full results of one judgment, beside the attempt's other files
     (``runs/attempts/<n>/``, one file per judgment: a rebase judges again). The ledger row holds
-    the decision's summary; these hold every sample, check and timing behind it."""
+    the decision's summary; these hold every sample, check and timing behind it, and the
+    judgment's phases (``times``: gates/phases.py)."""
     d = runs / "attempts" / str(number)
     d.mkdir(parents=True, exist_ok=True)
     n = len(list(d.glob("judgment-*.json"))) + 1
     path = d / f"judgment-{n}.json"
-    path.write_text(json.dumps({"test": report_of(test), "bench": report_of(bench)}, indent=1,
-                               default=str))
+    doc = {"test": report_of(test), "bench": report_of(bench)}
+    if times is not None:
+        doc["times"] = times.to_dict()
+    path.write_text(json.dumps(doc, indent=1, default=str))
     return path
 
 

@@ -30,6 +30,8 @@ from pathlib import Path
 
 from .. import protocol
 from ..interpreter import keep_language_patched, prepare_interpreter
+from . import clock as phase_clock
+from .clock import CompileClock, PhaseClock
 from .rank import rank_digests
 from .tree import open_tree
 
@@ -45,9 +47,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)
+    phase_clock.CLOCK = PhaseClock(CompileClock())  # this process's phases, from here
     limit_memory()
     prepare_interpreter()
     keep_language_patched()  # before the tree: its kernels run on the interpreter as patched
+    phase_clock.CLOCK.compiler.install()  # once triton may be imported, before any kernel
     root = open_tree(args.tree)
     import torch
 
@@ -100,8 +104,13 @@ def main(argv=None) -> int:
         result = run_mode(opts, device, out, rank, hidden)
     elif args.mode == "tap":
         from . import tap
+        from .channel import Channel
 
-        result = tap.side_main(opts, device, out.parent, rank, hidden)
+        def publish(doc: dict) -> None:  # main's record side: its document before it waits
+            check_tamper(seal, audit)
+            out.write_text(json.dumps(doc, indent=1, default=str))
+
+        result = tap.side_main(opts, device, out.parent, rank, hidden, Channel(channel, seal), publish)
     elif args.mode == "store":
         result = store_mode(opts, device, out, channel)
     elif args.mode == "compile":
@@ -113,9 +122,8 @@ def main(argv=None) -> int:
         from . import replays
 
         result = replays.side_main(opts, device, seal=seal, audit=audit, rank=rank)
-    signs = tamper.verdict(seal, audit)
-    if signs:  # a side that was tampered with has measured nothing the harness may use
-        raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
+    check_tamper(seal, audit)
+    result["phases"] = phase_clock.CLOCK.phases().to_dict()
     out.write_text(json.dumps(result, indent=1, default=str))
     if rank or opts.world > 1:
         from .rank import leave
@@ -124,34 +132,24 @@ def main(argv=None) -> int:
     return 0
 
 
+def check_tamper(seal, audit) -> None:
+    """Raise if the tree tampered with this process: a side that was tampered with has
+    measured nothing the harness may use."""
+    from . import tamper
+
+    signs = tamper.verdict(seal, audit)
+    if signs:
+        raise tamper.TamperError("tamper: " + "; ".join(signs[:6]))
+
+
 def receive_hidden(seal):
     """The coordinator's one line on fd 0, read after the tree was imported: this side's
-    hidden inputs (a ``Hidden``, or None when the caller judges with none). Read byte by byte
-    from the descriptor (no buffer a candidate could have filled), blocking (whatever the
-    tree set). A line that is gone, or a stdin that is no longer the gates' pipe, means the
-    candidate's code read it first."""
-    import os
+    hidden inputs (a ``Hidden``, or None when the caller judges with none). A line that is
+    gone, or a stdin that is no longer the gates' pipe, means the candidate's code read it
+    first (``gates/side/channel.py``)."""
+    from .channel import read_line
 
-    from .tamper import TamperError
-
-    moved = seal.stdin_replaced()
-    if moved:
-        raise TamperError(f"tamper: {moved}")
-    os.set_blocking(0, True)
-    line = b""
-    while not line.endswith(b"\n"):
-        try:
-            got = os.read(0, 1)
-        except OSError as e:
-            raise TamperError(f"tamper: the side's stdin cannot be read after the tree was imported "
-                              f"({e}): the candidate's code closed or replaced it") from None
-        if not got:
-            raise TamperError(
-                "tamper: the gates' hidden inputs were not on this side's stdin after the tree was "
-                f"imported (expected one JSON line, found {len(line)} byte(s) and the end of "
-                "input): the candidate's code read them first")
-        line += got
-    return protocol.read_handover(line)
+    return protocol.read_handover(read_line(seal, "the gates' hidden inputs"))
 
 
 def limit_memory() -> None:
@@ -175,10 +173,12 @@ def store_mode(opts: "protocol.StoreOptions", device: str, out: Path, channel) -
     follow the target seed and its state's capacity a bound no input seed moves."""
     from .session import Side, Spec, log, save_shared
 
-    side = Side(Spec.of(opts), device)
+    with phase_clock.clock().span("build"):
+        side = Side(Spec.of(opts), device)
     path = out.with_suffix(".ipc")
     save_shared(side.model, path)
-    channel.write(json.dumps({"ready": str(path), "build_s": side.build_s}) + "\n")
+    channel.write(json.dumps({"ready": str(path), "build_s": side.build_s,
+                              "phases": phase_clock.clock().phases().to_dict()}) + "\n")
     channel.flush()
     for line in sys.stdin:
         if line.strip() == protocol.STORE_QUIT:
@@ -246,7 +246,8 @@ def run_mode(opts: "protocol.RunOptions", device: str, out: Path | None = None, 
     from .timing import Timer
 
     spec = Spec.of(opts)
-    side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
+    with phase_clock.clock().span("build"):
+        side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
     dev = side.device
     result = {"environment": environment(dev), "spec": opts.sent, "build_s": side.build_s,
               "weights_gib": side.model.weights.nbytes() / 2**30,

@@ -43,6 +43,7 @@ import torch
 
 from .. import protocol
 from ..protocol import BenchOptions
+from .clock import clock
 from .session import Side, Spec, environment, log
 from .tamper import clear_persisting_l2, persisting_l2_bytes
 from .timed import WrittenSlots
@@ -410,8 +411,11 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
             if isinstance(c, protocol.Prepare):
                 hidden = None if c.hidden is None else \
                     protocol.Hidden.from_dict(c.hidden, "the prepare request")
-                bench = CapturedSteps(opts, device, seal, audit, rank, hidden, int(c.sketch_seed), c.claim)
-                reply({"ok": True, **bench.prepare()})
+                with clock().span("build"):
+                    bench = CapturedSteps(opts, device, seal, audit, rank, hidden, int(c.sketch_seed), c.claim)
+                with clock().span("capture"):  # Triton's compiles inside it are their own phase
+                    ready = bench.prepare()
+                reply({"ok": True, **ready, "phases": clock().phases().to_dict()})
             elif isinstance(c, protocol.Time):
                 reply({"ok": True, **bench.time(int(c.bucket), int(c.n),
                                                 None if c.first is None else int(c.first))})

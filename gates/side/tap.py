@@ -8,9 +8,13 @@ touches, also keep full copies (activation inputs, outputs, state after) up to a
 budget. Save every step's logits.
 
 Role ``noise`` (side A again, only when B is not bit-identical to the recording: a
-bit-identical candidate never pays for it): everything again from the restored state (the
-noise floor: is A reproducible?), then once more with the touched ops on the protected
-reference (the band).
+bit-identical candidate never pays for it; once per main commit, touched ops and spec, on the
+target's visible seed): a free pass, the same again from the restored state (the noise floor:
+is A reproducible?), then once more with the touched ops on the protected reference (the band).
+
+Role ``record`` keeps its process after the free pass: the kept copies of the touched ops'
+calls are written only when the candidate's pass differs from this one (the coordinator asks
+then), and the device is given back meanwhile.
 
 Role ``replay`` (side B, the candidate): the same free run (hashes and logits: bit identity
 and end to end); if anything differs, a pinned pass where every recorded call of A gets A's
@@ -34,6 +38,7 @@ import torch
 from .fingerprint import raw_hash
 from ..protocol import TapFiles, TapOptions, tap_rows
 from .numerics import INT_POISON, _is_big, compare, poison, unwritten, written_rows
+from .clock import clock
 from .session import Side, Spec, environment, log
 
 GUARD = 256  # elements of canary on each side of a guarded output
@@ -329,12 +334,19 @@ def any_rank(side: Side, flag: bool) -> bool:
     return bool(t.item())
 
 
-def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden=None) -> dict:
+def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden=None,
+              channel=None, publish=None) -> dict:
     """One tap side. ``hidden`` (``gates.protocol.Hidden``, handed over on stdin; None: none):
-    the workload's input seed, and batch sizes run after the spec's visible ones."""
+    the workload's input seed, and batch sizes run after the spec's visible ones.
+    ``channel`` (``gates/side/channel.Channel``): the coordinator's lines after the hand-over
+    (main's kept op calls on demand: :func:`_keep_on_demand`); ``publish(result)``: writes the
+    side's document before it ends (main's record side, so the candidate can replay against it
+    while this process waits)."""
     role = opts.role
     spec = Spec.of(opts)
-    side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
+    clk = clock()
+    with clk.span("build"):
+        side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
     files = TapFiles(outdir).rank(rank)
     files.root.mkdir(parents=True, exist_ok=True)
     # a base on another layout (kern test --base-gpus): no op call of B corresponds to one of
@@ -356,16 +368,30 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
     if role == "record":
         keep = set() if cross else None if opts.touched is None else set(opts.touched)
         store: dict = {}
-        first = free_pass(side, runs, steps, snap, keep, opts.budget_mb * 2**20, store)
-        torch.save(first.pop("logits"), files / TapFiles.LOGITS_A)
-        torch.save(store, files / TapFiles.KEPT_A)
+        with clk.span("tap"):
+            first = free_pass(side, runs, steps, snap, keep, opts.budget_mb * 2**20, store)
+        with clk.span("save"):
+            torch.save(first.pop("logits"), files / TapFiles.LOGITS_A)
         result["rank_digests"] = first.pop("rank_digests", None)
         result["pass"] = first
+        result["wall_s"] = time.monotonic() - t0
+        del snap
+        result["kept_saved"] = _keep_on_demand(side, store, files / TapFiles.KEPT_A, channel,
+                                               lambda: publish(result))
     elif role == "noise":
-        # asked for only when B is not bit-identical to the recording: A again from the
-        # restored state (is A reproducible?), then the band
-        repeat = free_pass(side, runs, steps, snap, set(), 0, {})
-        torch.save(repeat.pop("logits"), files / TapFiles.LOGITS_A2)
+        # asked for only when B is not bit-identical to main, once per main, touched ops and
+        # spec (gates/accuracy.py's band_inputs: on the target's visible seed): A, A again
+        # from the restored state (is A reproducible?), then the band
+        with clk.span("tap"):
+            plain = free_pass(side, runs, steps, snap, set(), 0, {})
+        with clk.span("save"):
+            torch.save(plain.pop("logits"), files / TapFiles.LOGITS_A)
+        plain.pop("rank_digests", None)
+        result["pass"] = plain
+        with clk.span("tap"):
+            repeat = free_pass(side, runs, steps, snap, set(), 0, {})
+        with clk.span("save"):
+            torch.save(repeat.pop("logits"), files / TapFiles.LOGITS_A2)
         result["repeat"] = repeat
         # the band: A with the touched ops on the reference (all ops when unknown)
         ref_ops = None if opts.touched is None else set(opts.touched)
@@ -374,12 +400,16 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
 
             ref_ops = set(contracts.OPS)
         if ref_ops:
-            band = free_pass(side, runs, steps, snap, set(), 0, {}, reference_ops=ref_ops)
-            torch.save(band.pop("logits"), files / TapFiles.LOGITS_AREF)
+            with clk.span("tap"):
+                band = free_pass(side, runs, steps, snap, set(), 0, {}, reference_ops=ref_ops)
+            with clk.span("save"):
+                torch.save(band.pop("logits"), files / TapFiles.LOGITS_AREF)
             result["band_ops"] = sorted(ref_ops)
     else:
-        free = free_pass(side, runs, steps, snap, set(), 0, {})
-        torch.save(free.pop("logits"), files / TapFiles.LOGITS_B)
+        with clk.span("tap"):
+            free = free_pass(side, runs, steps, snap, set(), 0, {})
+        with clk.span("save"):
+            torch.save(free.pop("logits"), files / TapFiles.LOGITS_B)
         result["rank_digests"] = free.pop("rank_digests", None)
         free = json.loads(json.dumps(free))  # the same form as A's recording (lists, not tuples)
         result["pass"] = free
@@ -389,14 +419,71 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
             result["same_setup"] = (record["weights_hash"] == result["weights_hash"]
                                     and record["state_hash"] == result["state_hash"])
             if any_rank(side, _differs(record["pass"], free) and result["same_setup"]):
-                kept = KeptCalls(main.rank(rank) / TapFiles.KEPT_A)  # never a local of this frame
+                with clk.span("wait"):  # main's side writing them
+                    _ask_for_kept(channel)
+                # never a local of this frame; main's side kept them in host memory
+                kept = KeptCalls(main.rank(rank) / TapFiles.KEPT_A, side.device)
                 try:
-                    result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept,
-                                                   opts, seed=hidden.input_seed if hidden else opts.seed)
+                    with clk.span("tap"):
+                        result["pinned"] = pinned_pass(side, runs, steps, snap, record["pass"], kept,
+                                                       opts, seed=hidden.input_seed if hidden else opts.seed)
                 finally:
                     kept.close()
-    result["wall_s"] = time.monotonic() - t0
+    result.setdefault("wall_s", time.monotonic() - t0)  # main's record side: its pass's
     return result
+
+
+def _keep_on_demand(side: Side, store: dict, path: Path, channel, publish) -> bool:
+    """Main's record side, once its document and logits are written: publish them, give the
+    device back (A and B are never resident together: the kept op calls move to this
+    process's host memory, the model goes), say so, and write the kept calls to ``path`` only
+    if the coordinator asks (the candidate's free pass differed from this recording: its pinned
+    pass reads them); a bit-identical candidate's judgment never writes them. True when saved."""
+    from ..protocol import KEEP_SAVE, RECORDED, SAVED
+
+    clk = clock()
+    with clk.span("save"):
+        for key, kept in store.items():
+            store[key] = {part: {k: _to_host(v) for k, v in d.items()} for part, d in kept.items()}
+        side.model, side._inputs = None, None
+        import gc
+
+        gc.collect()
+        if side.device.type == "cuda":
+            torch.cuda.empty_cache()
+    publish()
+    channel.say(RECORDED)
+    log(f"tap: recorded; {len(store)} op calls kept in memory until the candidate's pass is known")
+    with clk.span("wait"):
+        word = channel.wait("the gates' word on main's kept op calls")
+    if word != KEEP_SAVE:  # KEEP_DROP, or the coordinator closed the pipe: nothing to keep
+        return False
+    with clk.span("save"):
+        torch.save(store, path)
+    channel.say(SAVED)
+    with clk.span("wait"):  # until the replay has ended and the coordinator has checked that
+        channel.wait("the gates' word that the replay ended")  # it left this recording as it was
+    return True
+
+
+def _to_host(v):
+    if isinstance(v, torch.Tensor):
+        return v.cpu()
+    if isinstance(v, tuple):
+        return tuple(_to_host(x) for x in v)
+    return v
+
+
+def _ask_for_kept(channel) -> None:
+    """The replay's free pass differs from main's: ask the coordinator for main's kept op
+    calls (main's side writes them now) and wait until they are in the recording's folder."""
+    from ..protocol import KEPT_READY, WANT_KEPT
+
+    said = channel.ask(WANT_KEPT, "the gates' answer on main's kept op calls")
+    if said != KEPT_READY:
+        raise RuntimeError(f"environment: main's side did not hand over its kept op calls (the "
+                           f"gates answered {said}, expected {KEPT_READY}): the base side's log "
+                           f"says why")
 
 
 def _differs(a: dict, b: dict) -> bool:
@@ -440,12 +527,12 @@ class KeptCalls:
     candidate set runs in it; the audit refuses other threads' frames), and a part asked for
     twice means something took it before the pass did (``TamperError``)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, device):
         import _thread
         import queue
 
         self._ask, self._got = queue.Queue(), queue.Queue()
-        _thread.start_new_thread(_serve_kept, (str(path), self._ask, self._got))
+        _thread.start_new_thread(_serve_kept, (str(path), device, self._ask, self._got))
         self.keys = self._reply()  # frozenset of (run key, call index): names only
 
     def _reply(self):
@@ -469,12 +556,13 @@ class KeptCalls:
         self._ask.put(None)
 
 
-def _serve_kept(path: str, ask, got) -> None:
-    """The serving thread of :class:`KeptCalls`: the recording is a local of this frame only."""
+def _serve_kept(path: str, device, ask, got) -> None:
+    """The serving thread of :class:`KeptCalls`: the recording is a local of this frame only
+    (loaded onto ``device``: main's side saves it from host memory)."""
     from .tamper import TamperError
 
     try:
-        store = torch.load(path, weights_only=False)
+        store = torch.load(path, weights_only=False, map_location=device)
     except Exception as e:  # noqa: BLE001 - the pass raises it in its own thread
         got.put((False, e))
         return

@@ -164,6 +164,20 @@ def _scorer(report: dict | None) -> dict | None:
     return out
 
 
+def _phases(judgment: dict | None) -> dict | None:
+    """Pure: where the judgment's time went (gates/phases.py): each gate's seconds, the whole
+    judgment's, and per gate each part's phases; ``recorded`` False for a judgment kept before
+    its phases were (then what its reports show)."""
+    from gates.phases import GATES, JudgmentTimes
+
+    if not judgment or not (judgment.get("test") or judgment.get("bench")):
+        return None
+    t = JudgmentTimes.of_judgment(judgment)
+    return {"accuracy_s": t.accuracy_s, "scorer_s": t.scorer_s, "remeasure_s": t.remeasure_s,
+            "total_s": t.total_s, "recorded": judgment.get("times") is not None,
+            "gates": {g: t.by_part(g) for g in GATES if t.by_part(g)}}
+
+
 def _accuracy(report: dict | None) -> dict | None:
     if not report:
         return None
@@ -234,6 +248,7 @@ def attempt_view(attempt, events: list, files: dict) -> dict:
         "accuracy": _accuracy(last.get("test")) or gate.get("accuracy"),
         "bench": _scorer(last.get("bench")),
         "last_words": _last_words(a.gate, last),
+        "phases": _phases(last),
         "ledger": {"delta_ms": a.delta_ms, "interval": [a.ci_low, a.ci_high], "delta_pct": a.delta_pct,
                    "medians_a": a.medians_a, "medians_b": a.medians_b,
                    "gate": None if a.gate is None else gate},
@@ -289,6 +304,31 @@ def _scorer_lines(b: dict, head: str) -> list[str]:
         if s.get("graph_matches_eager") is False:
             failed.append("graph replay differs from the eager step")
         out.append(f"{'':<10} checks {k}: {', '.join(map(str, failed)) if failed else 'all passed'}")
+    return out
+
+
+def _secs(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f} s" if x < 10 else f"{x:.0f} s"
+
+
+GATE_NAMES = {"accuracy": "accuracy", "scorer": "scorer", "remeasure": "re-measure"}
+
+
+def _phase_lines(ph: dict | None) -> list[str]:
+    """Pure: the judgment's phases, one line per gate's total and one per part."""
+    if not ph:
+        return []
+    walls = [(GATE_NAMES[g], ph.get(f"{k}_s")) for g, k in
+             (("accuracy", "accuracy"), ("scorer", "scorer"), ("remeasure", "remeasure"))]
+    head = " · ".join(f"{name} {_secs(s)}" for name, s in walls if s is not None)
+    head += f" · total {_secs(ph['total_s'])}" if ph.get("total_s") is not None else ""
+    out = [f"{'phases':<10} {head or 'none measured'}"
+           + ("" if ph.get("recorded") else " (kept before phases were recorded: each side's wall)")]
+    for gate, parts in (ph.get("gates") or {}).items():
+        for i, (part, phases) in enumerate(parts.items()):
+            label = GATE_NAMES.get(gate, gate) if i == 0 else ""
+            out.append(f"{'':<10} {label:<10} {part:<12} "
+                       + " · ".join(f"{k} {_secs(v)}" for k, v in phases.items()))
     return out
 
 
@@ -376,6 +416,7 @@ def show_lines(v: dict) -> list[str]:
         out.append(f"{'last words':<10} {w['side']} ended with {w['kind']}"
                    + (f" (log {w['log']})" if w.get("log") else ""))
         out += [f"{'':<10}   {ln}" for ln in w.get("lines") or []]
+    out += _phase_lines(v.get("phases"))
     if v.get("judgments", 0) > 1:
         out.append(f"{'':<10} (the last of {v['judgments']} judgments: main moved and it was judged again)")
     h = v.get("hidden")

@@ -516,7 +516,7 @@ def test_mains_recording_is_in_no_frame_the_trees_code_reaches_during_the_pinned
 
     monkeypatch.setattr(situ, "moe_situ", walking_kernel)
     monkeypatch.setattr(tap, "compare", walking_compare)
-    kept = tap.KeptCalls(tmp_path / "kept_a.pt")
+    kept = tap.KeptCalls(tmp_path / "kept_a.pt", "cpu")
     try:
         pinned = tap.pinned_pass(side, [2], 1, snap, record, kept, SimpleNamespace(reference_calls_per_op=1))
     finally:
@@ -539,7 +539,7 @@ def test_kept_calls_hand_each_part_once():
         rec = {"inputs": {"gu": torch.ones(2)}, "outputs": {"out": torch.zeros(2)}, "state": {},
                "big_state": {}}
         torch.save({("r1s0", 3): rec}, path)
-        kept = KeptCalls(path)
+        kept = KeptCalls(path, "cpu")
         try:
             assert kept.keys == frozenset({("r1s0", 3)})
             assert torch.equal(kept.inputs(("r1s0", 3))["gu"], torch.ones(2))

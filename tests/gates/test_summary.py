@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gates import decision as D
 from gates.summary import (AccuracySummary, GateSummary, GuardSummary, ReverifySummary,
-                           ScorerSummary, summarize)
+                           ScorerSummary, TimesSummary, summarize)
 from harness.ledger import Ledger
 from tests.gates.candidates import ROOT
 from tests.gates.test_decision import CHECK, REVERIFY, TABLE, accuracy, scorer
@@ -109,6 +109,8 @@ SUMMARIES = st.builds(
                            ci=opt(st.tuples(st.floats(allow_nan=False), st.floats(allow_nan=False))),
                            medians_a=opt(st.dictionaries(texts(), st.floats(allow_nan=False), max_size=2)),
                            checks=opt(st.lists(texts(), max_size=2).map(tuple)))),
+    times=opt(st.builds(TimesSummary, accuracy_s=opt(st.floats(0, 1e5)), scorer_s=opt(st.floats(0, 1e5)),
+                        remeasure_s=opt(st.floats(0, 1e5)), total_s=opt(st.floats(0, 1e5)))),
     conflict=opt(texts()), detail=opt(texts()))
 
 

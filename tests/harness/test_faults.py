@@ -145,6 +145,18 @@ def test_killed_at_every_step_resumes_with_no_lost_row_and_one_merge(step, tmp_p
     assert ctx.repo.note(sha) is None
     orch = Orchestrator(ctx, settings.data)
     done = orch.resume()
+    if PIPELINE.index(step) < PIPELINE.index("merge"):
+        # a kern try's attempt whose process died before its decision reached the ledger: the
+        # loop records it as interrupted and never judges it itself (issue 38); the user's
+        # `kern try --again` judges it as a new attempt, which merges once
+        assert (done.interrupted, done.requeued, done.notes) == ([a.number], [], [a.number])
+        (a,) = ctx.ledger.attempts()
+        assert a.state == L.INTERRUPTED and "--again" in a.reason
+        number, out = try_commit(ctx, "cand")
+        assert out.state == L.MERGED and number == a.number + 1 and ctx.repo.main_sha() == sha
+        assert merges(ctx, a.number) == 0 and merges(ctx, number) == 1
+        assert gates.calls == [("test", sha, base), ("bench", sha, base)]
+        return
     assert done.requeued == ([] if step == "notes" else [a.number])
     assert done.notes == ([a.number] if step == "notes" else [])
     orch.tick(spawn=False)

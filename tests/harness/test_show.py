@@ -80,6 +80,38 @@ def test_show_a_judged_attempt_per_bucket(h200, capsys):
     assert code == 0 and "diff --git a/kernels/k31/moe/experts.py b/kernels/k31/moe/experts.py" in out
 
 
+def test_show_prints_where_the_judgments_time_went(h200, capsys):
+    """Its phases: each gate's seconds, then per gate each part's. Attempt 4 was judged
+    before phases were recorded: each side's wall shows as unmeasured, and the scorer's
+    builds, captures and rounds as its report kept them (gates/phases.py)."""
+    code, out, err = kern(capsys, "--repo", h200, "show", 4)
+    lines = out.splitlines()
+    assert code == 0, err
+    assert "phases     accuracy 460 s · scorer 111 s · re-measure 72 s (kept before phases were " \
+           "recorded: each side's wall)" in lines
+    assert "           accuracy   A record     unmeasured 122 s" in lines
+    assert "                      A noise      unmeasured 264 s" in lines
+    assert any(ln.startswith("           scorer     A            build ") for ln in lines), out
+    assert any(ln.startswith("           re-measure ") for ln in lines), out
+    code, out, _ = kern(capsys, "--repo", h200, "show", 4, "--json")
+    ph = json.loads(out)["phases"]
+    assert ph["recorded"] is False and ph["total_s"] is None and round(ph["accuracy_s"]) == 460
+    assert ph["gates"]["accuracy"]["B replay"] == {"unmeasured": pytest.approx(70.773, abs=1e-3)}
+
+    # a judgment that kept its phases (gates/phases.py's form): shown as kept, total included
+    doc = json.loads(JUDGMENT.read_text())
+    doc["times"] = {"accuracy_s": 52.0, "scorer_s": 96.0, "remeasure_s": None, "total_s": 151.0,
+                    "spans": [{"gate": "accuracy", "part": "A record", "phase": p, "seconds": s}
+                              for p, s in (("start", 10.0), ("build", 12.0), ("compile", 40.0), ("tap", 28.0))]
+                    + [{"gate": "scorer", "part": "coordinator", "phase": "rounds", "seconds": 80.0}]}
+    (h200 / "runs/attempts/4/judgment-1.json").write_text(json.dumps(doc))
+    code, out, _ = kern(capsys, "--repo", h200, "show", 4)
+    lines = out.splitlines()
+    assert "phases     accuracy 52 s · scorer 96 s · total 151 s" in lines
+    assert "           accuracy   A record     start 10 s · build 12 s · compile 40 s · tap 28 s" in lines
+    assert "           scorer     coordinator  rounds 80 s" in lines
+
+
 def test_show_falls_back_to_the_ledger_without_the_judgment_file(h200, capsys):
     (h200 / "runs/attempts/4/judgment-1.json").unlink()
     code, out, _ = kern(capsys, "--repo", h200, "show", 4)

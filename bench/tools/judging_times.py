@@ -1,0 +1,140 @@
+"""Every judgment's seconds, as one JSON record for bench/results/ (issue 34).
+
+    python bench/tools/judging_times.py --ledger runs/ledger.sqlite --attempts runs/attempts \
+        [--machine h200] [--date 2026-12-05] [--out FILE] [--note TEXT]
+
+Reads the ledger (a copy: opening one may migrate it) and each attempt's judgment files
+(``runs/attempts/<n>/judgment-<k>.json``, or ``bench/journey/attempts/``) and writes
+``bench/results/<date>-<machine>-judging.json``: one row per judgment with its verdict kind
+(``verdict``: the accuracy gate's verdict, ``scope`` when only the scope gate ran), the
+attempt's final state and reason, ``accuracy_s``, ``scorer_s``, ``remeasure_s``, ``total_s``
+and its phases (``phases``: gate -> part -> phase -> seconds; ``by_phase``: phase -> seconds
+over every part), then the medians per verdict kind (``medians``). A judgment kept before
+phases were recorded has its gates' walls and what its reports show (``phases_recorded``
+false) and no ``total_s``. The machine defaults to the judgments' GPU ("h200"), else "cpu".
+
+The times are of the machine the judgments ran on; nothing here measures anything.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gates.phases import GATES, JudgmentTimes  # noqa: E402
+
+
+def verdict_kind(doc: dict) -> str:
+    """Pure: a judgment's verdict kind: its accuracy verdict, or ``scope`` when no gate that
+    runs code ran."""
+    test = doc.get("test") or {}
+    return test.get("verdict") or "scope"
+
+
+def row(number: int, k: int, doc: dict, state: str | None, reason: str | None, last: bool) -> dict:
+    """Pure: one judgment's row (``doc``: its judgment file)."""
+    t = JudgmentTimes.of_judgment(doc)
+    return {"attempt": number, "judgment": k, "last": last, "verdict": verdict_kind(doc),
+            "state": state if last else "judged again", "reason": reason if last else None,
+            "accuracy_s": t.accuracy_s, "scorer_s": t.scorer_s, "remeasure_s": t.remeasure_s,
+            "total_s": t.total_s, "phases_recorded": doc.get("times") is not None,
+            "phases": {g: t.by_part(g) for g in GATES if t.by_part(g)}, "by_phase": t.by_phase()}
+
+
+def _median(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def medians(rows: list[dict]) -> dict:
+    """Pure: per verdict kind, how many judgments and the medians of their seconds (each over
+    the judgments that have it: ``scorer_s`` over those whose scorer ran)."""
+    out = {}
+    for kind in sorted({r["verdict"] for r in rows}):
+        rs = [r for r in rows if r["verdict"] == kind]
+        both = [r["accuracy_s"] + (r["scorer_s"] or 0.0) + (r["remeasure_s"] or 0.0)
+                for r in rs if r["accuracy_s"] is not None]
+        out[kind] = {"judgments": len(rs),
+                     **{k: _median([r[k] for r in rs]) for k in ("accuracy_s", "scorer_s", "remeasure_s", "total_s")},
+                     "gates_s": _median(both)}
+    return out
+
+
+def machine_of(docs: list[dict]) -> str:
+    """Pure: the judgments' GPU as a short name ("NVIDIA H200" -> "h200"), else "cpu"."""
+    for d in docs:
+        for rep in (d.get("test"), d.get("bench")):
+            gpu = ((rep or {}).get("environment") or {}).get("gpu")
+            if gpu:
+                return str(gpu).split()[-1].lower()
+    return "cpu"
+
+
+def collect(ledger: Path, attempts: Path) -> tuple[list[dict], list[dict]]:
+    """(rows, judgment files) of every attempt of ``ledger`` with judgment files under
+    ``attempts``, in attempt and judgment order."""
+    from harness.ledger import Ledger
+
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "ledger.sqlite"
+        shutil.copy(ledger, copy)
+        for side in ("-wal", "-shm"):  # a ledger in use keeps its latest rows in its WAL
+            if Path(f"{ledger}{side}").exists():
+                shutil.copy(f"{ledger}{side}", f"{copy}{side}")
+        with Ledger(copy) as led:
+            states = {a.number: (a.state, a.reason) for a in led.attempts()}
+    rows, docs = [], []
+    for number in sorted(states):
+        files = sorted((attempts / str(number)).glob("judgment-*.json"),
+                       key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 0)
+        for i, path in enumerate(files):
+            doc = json.loads(path.read_text())
+            docs.append(doc)
+            rows.append(row(number, i + 1, doc, *states[number], last=i == len(files) - 1))
+    return rows, docs
+
+
+def record(rows: list[dict], machine: str, date: str, source: dict, note: str = "") -> dict:
+    """Pure: the JSON record the tool writes."""
+    return {"what": "every judgment's seconds by phase (bench/tools/judging_times.py)",
+            "machine": machine, "date": date, "source": source, "note": note,
+            "judgments": len(rows), "rows": rows, "medians": medians(rows)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ledger", type=Path, default=Path("runs/ledger.sqlite"))
+    ap.add_argument("--attempts", type=Path, default=Path("runs/attempts"))
+    ap.add_argument("--machine", default=None, help="default: the judgments' GPU, else cpu")
+    ap.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: bench/results/<date>-<machine>-judging.json")
+    ap.add_argument("--note", default="")
+    args = ap.parse_args(argv)
+    if not args.ledger.is_file():
+        ap.error(f"no ledger at {args.ledger} (expected a kern-loop ledger.sqlite)")
+    rows, docs = collect(args.ledger, args.attempts)
+    machine = args.machine or machine_of(docs)
+    out = args.out or ROOT / "bench" / "results" / f"{args.date}-{machine}-judging.json"
+    rec = record(rows, machine, args.date, {"ledger": str(args.ledger), "attempts": str(args.attempts)},
+                 args.note)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rec, indent=1) + "\n")
+    for kind, m in rec["medians"].items():
+        print(f"{kind}: {m['judgments']} judgment(s), median accuracy {m['accuracy_s']}, scorer "
+              f"{m['scorer_s']}, total {m['total_s']}")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

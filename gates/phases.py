@@ -1,0 +1,163 @@
+"""Where one judgment's time went: each phase's seconds, per side where there are sides.
+
+The facts are measured where the work runs: each side process reports its own spans
+(``gates.protocol.SidePhases``: build, Triton's compiles, tap, capture, save, from its own
+clock, ``gates/side/clock.py``); the coordinator measures each process's wall (so a side's
+``start`` is its wall less what it measured itself: process start, imports, the tree's import,
+the hand-over, the exit) and its own work (checkouts, the verdict, the scorer's rounds). They
+are kept as :class:`Span` rows in each gate's report (key ``phases``) and, for the whole
+judgment, as :class:`JudgmentTimes` in ``runs/attempts/<n>/judgment-<k>.json`` (key ``times``),
+``kern show N`` and ``bench/tools/judging_times.py``.
+
+Spans do not overlap: a side's time spent waiting on another (main's record side alive while
+the candidate replays; the replay waiting while main writes its kept op calls) is counted where
+the work was done, not twice. Pure: no I/O, no clock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .protocol import SidePhases
+
+GATES = ("accuracy", "scorer", "remeasure")
+# the phases, in the order a judgment meets them. "compile_main": the harness compiling main's
+# Triton cache in a compile-only process of its own (the slot for that process's seconds,
+# part "coordinator"); "unmeasured": a side that reported no phases (it crashed, or a judgment
+# kept before phases were recorded: its whole wall)
+PHASES = ("start", "build", "compile_main", "compile", "tap", "capture", "save", "rounds", "verify",
+          "judge", "extras", "checkout", "verdict", "other", "unmeasured")
+SIDE_PHASES = ("build", "compile", "tap", "capture", "save")  # what a side measures itself
+
+
+@dataclass(frozen=True)
+class Span:
+    """``seconds`` of ``phase`` spent by ``part`` ("A record", "B replay", "A noise",
+    "coordinator", "store", "A", "B", "rounds") in ``gate`` (:data:`GATES`)."""
+
+    gate: str
+    part: str
+    phase: str
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {"gate": self.gate, "part": self.part, "phase": self.phase, "seconds": self.seconds}
+
+    @staticmethod
+    def from_dict(d: dict) -> "Span":
+        return Span(str(d["gate"]), str(d["part"]), str(d["phase"]), float(d["seconds"]))
+
+
+def side_spans(gate: str, part: str, wall_s: float, phases: SidePhases | dict | None) -> list[Span]:
+    """Pure: one side process's spans from its wall (the coordinator's clock) and what it
+    measured itself; ``start`` is the rest of its wall, less the time it waited on another
+    side (counted where that work ran). A side with no phases is one ``unmeasured`` span."""
+    if isinstance(phases, dict):
+        phases = SidePhases.from_dict(phases)
+    if phases is None:
+        return [Span(gate, part, "unmeasured", wall_s)] if wall_s > 0 else []
+    own = {"build": phases.build_s, "compile": phases.compile_s or 0.0, "tap": phases.tap_s,
+           "capture": phases.capture_s, "save": phases.save_s}
+    start = max(0.0, wall_s - phases.wait_s - sum(own.values()))
+    return [Span(gate, part, "start", start)] + [
+        Span(gate, part, k, v) for k, v in own.items() if v > 0]
+
+
+def rest(gate: str, wall_s: float, spans: list[Span], part: str = "coordinator") -> list[Span]:
+    """Pure: ``wall_s`` less every span of ``gate`` so far, as the coordinator's ``other``."""
+    used = sum(s.seconds for s in spans if s.gate == gate)
+    return [Span(gate, part, "other", wall_s - used)] if wall_s - used > 0 else []
+
+
+def scorer_spans(report: dict | None, gate: str = "scorer") -> list[Span]:
+    """Pure: a scorer report's spans: its own (key ``phases``) when it recorded them, else
+    what a report kept before phases were recorded shows (each side's build and capture, the
+    timed rounds, the timed outputs' saving and judging)."""
+    if not report:
+        return []
+    if report.get("phases") is not None:
+        return [Span.from_dict({**d, "gate": gate}) for d in report["phases"]]
+    out = []
+    for side, opened in sorted((report.get("prepare") or {}).items()):
+        for i, p in enumerate(opened):
+            part = side if i == 0 else f"{side}-{i + 1}"
+            out += [Span(gate, part, k, p[f"{k}_s"]) for k in ("build", "capture") if p.get(f"{k}_s")]
+    rounds = sum(c.get("wall_ms") or 0.0 for cs in (report.get("checks") or {}).values() for c in cs) / 1e3
+    out += [Span(gate, "rounds", "rounds", rounds)] if rounds else []
+    save, judge = sum(report.get("timed_save_s") or []), report.get("timed_judge_s") or 0.0
+    out += [Span(gate, "rounds", k, v) for k, v in (("save", save), ("judge", judge)) if v]
+    return out + rest(gate, report.get("wall_s") or 0.0, out)
+
+
+def accuracy_spans(report: dict | None) -> list[Span]:
+    """Pure: an accuracy report's spans: its own when it recorded them, else each side's wall
+    as it kept them (one ``unmeasured`` span per side that ran)."""
+    if not report:
+        return []
+    if report.get("phases") is not None:
+        return [Span.from_dict(d) for d in report["phases"]]
+    out = []
+    for part, key in (("A record", "a_wall_s"), ("B replay", "b_wall_s"), ("A noise", "noise_wall_s")):
+        out += side_spans("accuracy", part, report.get(key) or 0.0, None)
+    return out + rest("accuracy", report.get("wall_s") or 0.0, out)
+
+
+@dataclass(frozen=True)
+class JudgmentTimes:
+    """One judgment's seconds: each gate's wall, the whole judgment's, and every span."""
+
+    accuracy_s: float | None
+    scorer_s: float | None  # the first scorer run (None: it did not run)
+    remeasure_s: float | None  # the re-measurement of a large gain (None: none)
+    total_s: float | None  # from the scope gate to the last gate's end (None: not kept)
+    spans: tuple[Span, ...] = ()
+
+    @staticmethod
+    def of(test: dict | None, bench: dict | None, total_s: float | None = None) -> "JudgmentTimes":
+        """Pure: the times of a judgment from its gates' reports (``report_of`` forms);
+        ``total_s`` as the pipeline measured it (None: not measured, never their sum)."""
+        again = (bench or {}).get("reverify")
+        spans = accuracy_spans(test) + scorer_spans(bench) + scorer_spans(again, "remeasure")
+        walls = [(r or {}).get("wall_s") for r in (test, bench, again)]
+        return JudgmentTimes(walls[0], walls[1], walls[2], total_s, tuple(spans))
+
+    def by_phase(self, gate: str | None = None) -> dict:
+        """``{phase: seconds}`` summed over parts (of ``gate``, or all), in :data:`PHASES` order."""
+        sums: dict = {}
+        for s in self.spans:
+            if gate is None or s.gate == gate:
+                sums[s.phase] = sums.get(s.phase, 0.0) + s.seconds
+        return {p: sums[p] for p in sorted(sums, key=_phase_order)}
+
+    def by_part(self, gate: str) -> dict:
+        """``{part: {phase: seconds}}`` of ``gate``, parts in the order they first appear, the
+        coordinator's last."""
+        out: dict = {}
+        for s in self.spans:
+            if s.gate == gate:
+                row = out.setdefault(s.part, {})
+                row[s.phase] = row.get(s.phase, 0.0) + s.seconds
+        parts = sorted(out, key=lambda part: part == "coordinator")
+        return {part: {p: out[part][p] for p in sorted(out[part], key=_phase_order)} for part in parts}
+
+    def to_dict(self) -> dict:
+        return {"accuracy_s": self.accuracy_s, "scorer_s": self.scorer_s,
+                "remeasure_s": self.remeasure_s, "total_s": self.total_s,
+                "spans": [s.to_dict() for s in self.spans]}
+
+    @staticmethod
+    def from_dict(d) -> "JudgmentTimes | None":
+        if not isinstance(d, dict):
+            return None
+        return JudgmentTimes(d.get("accuracy_s"), d.get("scorer_s"), d.get("remeasure_s"),
+                             d.get("total_s"), tuple(Span.from_dict(s) for s in d.get("spans") or ()))
+
+    @staticmethod
+    def of_judgment(doc: dict) -> "JudgmentTimes":
+        """Pure: the times a judgment file (``{"test", "bench", "times"?}``) holds: its own
+        record, else what its reports show (judgments kept before times were recorded)."""
+        kept = JudgmentTimes.from_dict(doc.get("times"))
+        return kept if kept is not None else JudgmentTimes.of(doc.get("test"), doc.get("bench"))
+
+
+def _phase_order(phase: str) -> int:
+    return PHASES.index(phase) if phase in PHASES else len(PHASES)

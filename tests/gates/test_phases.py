@@ -1,0 +1,99 @@
+"""Where a judgment's time went (gates/phases.py): a side's spans from its wall and what it
+measured itself, a gate's rest, and a whole judgment's times read from its file, the real
+H200 judgment kept before phases were recorded among them; and the side's own clock
+(gates/side/clock.py), which takes Triton's compiles out of the span they fell in."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gates.phases import JudgmentTimes, Span, rest, side_spans
+from gates.protocol import SidePhases
+from gates.side.clock import CompileClock, PhaseClock
+
+ROOT = Path(__file__).resolve().parents[2]
+H200 = ROOT / "bench/results/2026-12-01-h200-kern-try-experts-judgment.json"
+
+seconds = st.floats(min_value=0.0, max_value=1e4, allow_nan=False)
+
+
+@given(build=seconds, compile_=seconds, tap=seconds, save=seconds, wait=seconds, extra=seconds)
+def test_a_sides_spans_fill_its_wall_less_its_wait(build, compile_, tap, save, wait, extra):
+    """Whatever a side measured, its spans add up to its wall less the time it waited on the
+    other side (counted where that work ran), ``start`` taking what it did not measure."""
+    ph = SidePhases(driver_s=build + compile_ + tap + save + wait, build_s=build, compile_s=compile_,
+                    tap_s=tap, save_s=save, wait_s=wait)
+    wall = build + compile_ + tap + save + wait + extra
+    spans = side_spans("accuracy", "A record", wall, ph.to_dict())
+    assert abs(sum(s.seconds for s in spans) - (wall - wait)) <= 1e-6 * max(1.0, wall)
+    assert spans[0].phase == "start" and abs(spans[0].seconds - extra) <= 1e-6 * max(1.0, wall)
+    assert all(s.seconds > 0 for s in spans[1:]) and "wait" not in {s.phase for s in spans}
+
+
+def test_a_side_without_phases_is_one_unmeasured_span():
+    assert side_spans("accuracy", "B replay", 12.5, None) == [Span("accuracy", "B replay", "unmeasured", 12.5)]
+    assert side_spans("accuracy", "B replay", 0.0, None) == []  # never started
+
+
+def test_the_coordinators_rest_is_what_no_span_took():
+    spans = [Span("accuracy", "A record", "tap", 4.0), Span("scorer", "A", "build", 50.0)]
+    assert rest("accuracy", 10.0, spans) == [Span("accuracy", "coordinator", "other", 6.0)]
+    assert rest("accuracy", 3.0, spans) == []
+
+
+def test_times_travel_as_json_and_sum_by_phase_and_part():
+    t = JudgmentTimes(10.0, 20.0, None, 31.0, (
+        Span("accuracy", "A record", "tap", 4.0), Span("accuracy", "B replay", "tap", 3.0),
+        Span("accuracy", "B replay", "start", 1.0), Span("scorer", "rounds", "rounds", 15.0)))
+    assert JudgmentTimes.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+    assert t.by_phase() == {"start": 1.0, "tap": 7.0, "rounds": 15.0}
+    assert t.by_phase("accuracy") == {"start": 1.0, "tap": 7.0}
+    assert t.by_part("accuracy") == {"A record": {"tap": 4.0}, "B replay": {"start": 1.0, "tap": 3.0}}
+    assert JudgmentTimes.of_judgment({"test": None, "bench": None, "times": t.to_dict()}) == t
+
+
+def test_a_judgment_kept_before_phases_shows_what_its_reports_hold():
+    """The H200 judgment of attempt 4 (2026-12-01): each gate's wall, each side's wall as one
+    unmeasured span, the scorer's builds, captures and rounds; no total (it was not kept)."""
+    doc = json.loads(H200.read_text())
+    t = JudgmentTimes.of_judgment(doc)
+    assert (t.accuracy_s, t.scorer_s, t.remeasure_s, t.total_s) == (
+        doc["test"]["wall_s"], doc["bench"]["wall_s"], doc["bench"]["reverify"]["wall_s"], None)
+    acc = t.by_part("accuracy")
+    assert acc["A record"] == {"unmeasured": doc["test"]["a_wall_s"]}
+    assert acc["A noise"] == {"unmeasured": doc["test"]["noise_wall_s"]}
+    assert abs(sum(t.by_phase("accuracy").values()) - doc["test"]["wall_s"]) < 1e-6
+    for gate, rep in (("scorer", doc["bench"]), ("remeasure", doc["bench"]["reverify"])):
+        assert abs(sum(t.by_phase(gate).values()) - rep["wall_s"]) < 1e-6
+        assert t.by_phase(gate)["rounds"] > 0 and t.by_part(gate)["A"]["build"] > 0
+
+
+def test_the_side_clock_takes_compiles_out_of_their_span(monkeypatch):
+    """Triton's listener reports each compile's microseconds; the span it fell in loses them
+    and the compile phase gets them, with the count of kernels compiled and loaded."""
+    now = [100.0]
+    monkeypatch.setattr("gates.side.clock.time.monotonic", lambda: now[0])
+    compiler = CompileClock()
+    compiler.installed = True  # as install() leaves it where Triton has the listener
+    clock = PhaseClock(compiler, start=now[0])
+    with clock.span("tap"):
+        now[0] += 10.0
+        compiler(src=None, metadata={}, metadata_group={}, times=SimpleNamespace(total=4_000_000),
+                 cache_hit=False)
+        compiler(src=None, metadata={}, metadata_group={}, times=SimpleNamespace(total=500_000),
+                 cache_hit=True)
+    with clock.span("save"):
+        now[0] += 1.0
+    got = clock.phases()
+    assert (got.tap_s, got.compile_s, got.save_s, got.driver_s) == (5.5, 4.5, 1.0, 11.0)
+    assert (got.compiled, got.loaded) == (1, 1)
+    assert SidePhases.from_dict(got.to_dict()) == got
+
+
+def test_a_triton_without_the_listener_reports_no_compile_time():
+    clock = PhaseClock(CompileClock())  # never installed: the figure is unknown, not zero
+    assert clock.phases().compile_s is None

@@ -1,0 +1,50 @@
+"""bench/tools/judging_times.py exports every judgment's seconds from a ledger and its
+attempts' judgment files: here the project's own H200 journey (bench/journey/: real judgments,
+kept before phases were recorded, so each side's wall is one unmeasured span and no total);
+a CPU run that records its phases is tests/gates/test_keep_and_band.py's."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("judging_times", ROOT / "bench" / "tools" / "judging_times.py")
+judging_times = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(judging_times)
+
+JOURNEY = ROOT / "bench" / "journey"
+
+
+def test_the_h200_journey_exports_one_row_per_judgment_and_medians_per_verdict(tmp_path):
+    before = (JOURNEY / "ledger.sqlite").read_bytes()
+    out = tmp_path / "judging.json"
+    assert judging_times.main(["--ledger", str(JOURNEY / "ledger.sqlite"), "--attempts",
+                               str(JOURNEY / "attempts"), "--date", "2026-12-04", "--out", str(out)]) == 0
+    assert (JOURNEY / "ledger.sqlite").read_bytes() == before  # read from a copy
+    rec = json.loads(out.read_text())
+    files = sorted(JOURNEY.glob("attempts/*/judgment-*.json"))
+    assert rec["machine"] == "h200" and rec["judgments"] == len(files) == len(rec["rows"])
+    for r in rec["rows"]:
+        doc = json.loads((JOURNEY / "attempts" / str(r["attempt"]) / f"judgment-{r['judgment']}.json").read_text())
+        assert r["verdict"] == doc["test"]["verdict"] and r["accuracy_s"] == doc["test"]["wall_s"]
+        assert r["scorer_s"] == (doc["bench"] or {}).get("wall_s")
+        assert r["phases_recorded"] is False and r["total_s"] is None
+        assert r["phases"]["accuracy"]["B replay"] == {"unmeasured": doc["test"]["b_wall_s"]}
+        assert abs(sum(r["by_phase"].values()) - r["accuracy_s"] - (r["scorer_s"] or 0)) < 1e-6
+    kinds = {r["verdict"] for r in rec["rows"]}
+    assert set(rec["medians"]) == kinds
+    bit = [r for r in rec["rows"] if r["verdict"] == "PASS bit-identical"]
+    m = rec["medians"]["PASS bit-identical"]
+    assert m["judgments"] == len(bit) and m["accuracy_s"] == judging_times._median([r["accuracy_s"] for r in bit])
+
+
+def test_medians_count_each_figure_over_the_judgments_that_have_it():
+    rows = [{"verdict": "FAIL", "accuracy_s": 10.0, "scorer_s": None, "remeasure_s": None, "total_s": 11.0},
+            {"verdict": "FAIL", "accuracy_s": 30.0, "scorer_s": None, "remeasure_s": None, "total_s": None},
+            {"verdict": "PASS bit-identical", "accuracy_s": 40.0, "scorer_s": 80.0, "remeasure_s": 70.0,
+             "total_s": 200.0}]
+    m = judging_times.medians(rows)
+    assert m["FAIL"] == {"judgments": 2, "accuracy_s": 20.0, "scorer_s": None, "remeasure_s": None,
+                         "total_s": 11.0, "gates_s": 20.0}
+    assert m["PASS bit-identical"]["gates_s"] == 190.0
