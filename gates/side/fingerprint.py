@@ -213,7 +213,7 @@ def _fold31(x):
     return (x & 0x7FFFFFFF) + (x >> 31)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n", "row_len", "iters"])  # fewer variants to compile per side
 def _check_kernel(x, n, rows, row_len, key, slot, iters,
                   SIZE: tl.constexpr, CH: tl.constexpr, CBITS: tl.constexpr, COUNT: tl.constexpr,
                   FOLD: tl.constexpr, NAN_MIN: tl.constexpr, INF: tl.constexpr,
