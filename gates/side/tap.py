@@ -37,7 +37,7 @@ import torch
 
 from .fingerprint import raw_hash
 from ..protocol import TapFiles, TapOptions, tap_rows
-from .numerics import INT_POISON, _is_big, compare, poison, unwritten, written_rows
+from .numerics import _is_big, compare, poison, unwritten, written_rows
 from .clock import clock
 from .session import Side, Spec, environment, log
 
@@ -129,7 +129,7 @@ class TapHook:
         self.budget_hit = False
         from .fingerprint import Pending
 
-        self.pending = Pending()
+        self.pending = Pending(side.device, tap_key(side))
         self._settled = 0
 
     def __call__(self, spec, site, args, run):
@@ -165,18 +165,14 @@ class TapHook:
         entry = {"i": index, "op": spec.name, "site": site, "outputs": {}, "state": {},
                  "unwritten": {}, "nonfinite": {}, "outside": {}}
         for name in spec.outputs:
+            # one fused check: digests over the defined rows, poison and Inf counted there
             t = args[name]
-            m = masks.get(name)
-            bad = torch.isnan(t.float()) if t.dtype.is_floating_point else (t == INT_POISON)
-            if m is not None:
-                bad = bad & m.reshape(-1, *([1] * (t.dim() - 1)))
-            t = defined_view(t, m)
-            entry["outputs"][name] = pend.digests(t)
-            entry["unwritten"][name] = pend.count(bad.sum())
+            i = pend.check(t, masks.get(name))
+            entry["outputs"][name] = entry["unwritten"][name] = i
             if t.dtype.is_floating_point:
-                entry["nonfinite"][name] = pend.count(torch.isinf(t.float()).sum())
+                entry["nonfinite"][name] = i
         for name in spec.state:
-            entry["state"][name] = pend.digests(args[name])
+            entry["state"][name] = pend.check(args[name], counts=False)
             if outside[name] is not None:
                 entry["outside"][name] = (outside[name], _outside(args[name], pend))
         if kept is not None:
@@ -196,27 +192,27 @@ class TapHook:
         """Read every queued digest and count back in one sync and fill in the entries."""
         vals = self.pending.resolve()
         for e in self.log.calls[self._settled:]:
-            e["outputs"] = {k: (vals[a], vals[b]) for k, (a, b) in e["outputs"].items()}
-            e["state"] = {k: (vals[a], vals[b]) for k, (a, b) in e["state"].items()}
-            e["unwritten"] = {k: vals[i] for k, i in e["unwritten"].items()}
-            e["nonfinite"] = {k: vals[i] for k, i in e["nonfinite"].items()}
-            e["outside_changed"] = [k for k, (a, b) in e.pop("outside").items() if vals[a] != vals[b]]
+            e["outputs"] = {k: (vals[i].raw, vals[i].value) for k, i in e["outputs"].items()}
+            e["state"] = {k: (vals[i].raw, vals[i].value) for k, i in e["state"].items()}
+            e["unwritten"] = {k: vals[i].unwritten for k, i in e["unwritten"].items()}
+            e["nonfinite"] = {k: vals[i].nonfinite for k, i in e["nonfinite"].items()}
+            e["outside_changed"] = [k for k, (a, b) in e.pop("outside").items()
+                                    if vals[a].raw != vals[b].raw]
         self._settled = len(self.log.calls)
 
 
-def defined_view(t: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
-    """``t`` with the rows its op does not define set to zero (hashable without the host sync
-    a boolean index costs)."""
-    if m is None:
-        return t
-    m = m.reshape(-1, *([1] * (t.dim() - 1)))
-    return torch.where(m, t, torch.zeros((), dtype=t.dtype, device=t.device))
+def tap_key(side: Side) -> tuple[int, int]:
+    """The key of this side's tap digests: from the judgment's hidden input seed (the target
+    seed without one), so A's and B's sides hash alike and no judgment's key is another's."""
+    from .fingerprint import digest_key
+
+    return digest_key(side.workload.seed)
 
 
 def _outside(t: torch.Tensor, pend) -> int | None:
-    """Queued digest of ``outside_rows(t)``."""
+    """Queued raw digest of ``outside_rows(t)``."""
     rest = outside_rows(t)
-    return None if rest is None else pend.digest(rest)
+    return None if rest is None else pend.check(rest, values=False, counts=False)
 
 
 def _nbytes(v) -> float:
@@ -596,9 +592,12 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: KeptCalls, op
     from kernels.k31 import contracts
     from kernels.k31.dispatch import Ops
 
+    from .fingerprint import Pending
+
     sh = side.shapes
     kernels = Ops(sh, "kernel")
     ptrs = _storage_ptrs(side.model)
+    checks = Pending(side.device, tap_key(side))  # A's digests: the free pass's function
     results = []
     for rows in runs:
         side.model.state.restore(snap)
@@ -626,9 +625,9 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: KeptCalls, op
                     poison(args[name])
                 run()
                 masks = _masks(spec, sh, args)
-                same = all(raw_hash(defined_view(args[n], masks.get(n))) == a["outputs"][n][0]
+                same = all(checks.now(args[n], masks.get(n)).raw == a["outputs"][n][0]
                            for n in spec.outputs)
-                same = same and all(raw_hash(args[n]) == a["state"][n][0] for n in spec.state)
+                same = same and all(checks.now(args[n]).raw == a["state"][n][0] for n in spec.state)
                 if not same:
                     state["diverged"] = {"call": i, "why": "an op without a recording differs "
                                          "(outside the snapshot budget, or an op the diff does "
