@@ -268,7 +268,7 @@ def test_the_json_carries_every_field_the_csv_and_the_page_show(tmp_path):
     one = rows[1]
     assert one["score_change_ms"] == -2244.64 and one["remeasured"]["delta_ms"] == -2244.64
     assert one["measured"]["buckets"][0]["ratio"] == pytest.approx(1 - 2511.59 / 5046.4)
-    assert one["remeasured_buckets"]["score"]["delta_ms"] == -2244.64
+    assert one["measured"]["reverify"]["score"]["delta_ms"] == -2244.64
     assert one["hidden_text"] == "input seed 12345, extra batch sizes 3"
     assert one["commands"]["replay"] == ["kern test 000000000000 --vs bbbbbbbbbbbb --replay-attempt 1",
                                         "kern bench 000000000000 --vs bbbbbbbbbbbb --replay-attempt 1"]
