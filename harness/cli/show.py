@@ -7,8 +7,12 @@ backend's format), every gate's result of its deciding judgment (``judgment-<k>.
 accuracy verdict with its reasons, the scorer per bucket: both sides' medians, the change with
 its interval, % of the roofline floor, failed checks; the re-measurement), the last words of
 a side that ended badly (its log's last lines and path), its hidden inputs and how it ended.
-The files are read here, the view is built by the pure :func:`attempt_view` and printed by the
-pure :func:`show_lines`; ``--json`` prints the view itself. Reading never creates a ledger.
+The files are read here (:func:`gather`, typed :class:`ShowFiles`), the typed
+:class:`AttemptView` is built by the pure :func:`attempt_view` and printed by the pure
+:func:`show_lines` (the gates' parts rendered by harness/terminal.py); ``--json`` prints
+:meth:`AttemptView.to_dict`. The scorer per bucket is the one view every reader shows
+(gates/results.py ``ScorerView``, as the journey's page and JSON export show it). Reading
+never creates a ledger.
 """
 from __future__ import annotations
 
@@ -148,6 +152,20 @@ def _last_words(gate, judgment: dict) -> tuple:
 
 
 @dataclass(frozen=True)
+class ShowFiles:
+    """What lies beside an attempt's ledger row, read by the shell (:func:`gather`)."""
+
+    dir: str | None = None  # runs/attempts/<n>
+    brief: str | None = None  # brief.md's text
+    proposal: dict | None = None  # proposal.json: the agent's answer
+    transcript: str | None = None  # the transcript's path, where one is named or found
+    transcript_lines: tuple[str, ...] | None = None  # None: not found
+    judgments: tuple[dict, ...] = ()  # the judgment files' JSON, in order
+    stat: str | None = None  # git diff --stat base..commit (None: git has no such commit)
+    diff: str | None = None
+
+
+@dataclass(frozen=True)
 class AgentView:
     """What the attempt's agent said and spent: its answer (``proposal.json``) and its
     transcript's tally (:func:`transcript_summary`), the ledger's tokens and cost."""
@@ -245,9 +263,11 @@ def _data(event, key: str):
     return event.data.get(key) if isinstance(event.data, dict) else None
 
 
-def _agent(a, proposal: dict, tr: dict | None) -> AgentView | None:
+def _agent(a, files: ShowFiles) -> AgentView | None:
     """Pure: the agent's part (None when nothing of it was recorded)."""
-    summary = transcript_summary(tr["lines"]) if tr and tr.get("lines") is not None else None
+    proposal = files.proposal or {}
+    found = files.transcript_lines is not None
+    summary = transcript_summary(list(files.transcript_lines)) if found else None
     if not (proposal or summary or a.tokens or a.cost_usd):
         return None
     summary = summary or {}
@@ -257,31 +277,27 @@ def _agent(a, proposal: dict, tr: dict | None) -> AgentView | None:
         tokens_in=proposal.get("tokens_in", summary.get("tokens_in")),
         tokens_out=proposal.get("tokens_out", summary.get("tokens_out")), tokens=a.tokens,
         cost_usd=a.cost_usd if a.cost_usd is not None else proposal.get("cost_usd"),
-        transcript=None if tr is None else tr.get("path"),
-        transcript_found=bool(tr and tr.get("lines") is not None), format=summary.get("format"),
+        transcript=files.transcript, transcript_found=found, format=summary.get("format"),
         turns=summary.get("turns"),
         tool_calls=None if "tool_calls" not in summary else tuple(summary["tool_calls"]))
 
 
-def attempt_view(attempt, events: list, files: dict) -> AttemptView:
+def attempt_view(attempt, events: list, files: ShowFiles) -> AttemptView:
     """Pure: everything ``kern show`` says of one attempt. ``attempt``: its ledger row;
-    ``events``: its ledger events; ``files``: what was read beside it: ``brief`` (text or None),
-    ``proposal`` (dict or None), ``transcript`` ({"path", "lines"} or None), ``judgments``
-    (the judgment files' JSON, in order), ``stat``/``diff`` (git's text or None), ``dir``."""
+    ``events``: its ledger events; ``files``: what was read beside it."""
     from gates.phases import JudgmentTimes
     from gates.results import AccuracyResult
 
     from ..journey import judgment_view
 
-    judgments = files.get("judgments") or []
-    last = judgments[-1] if judgments else {}
+    last = files.judgments[-1] if files.judgments else {}
     scorer = judgment_view(attempt, last)
     judged = bool(last.get("test") or last.get("bench"))
     return AttemptView(
         attempt=attempt, events=tuple(e for e in events if e.kind in ("created", "transition")),
-        files_dir=files.get("dir"), brief=files.get("brief"), stat=files.get("stat"),
-        diff=files.get("diff"), agent=_agent(attempt, files.get("proposal") or {}, files.get("transcript")),
-        judgments=len(judgments), accuracy=_parsed(AccuracyResult.of, last.get("test")),
+        files_dir=files.dir, brief=files.brief, stat=files.stat, diff=files.diff,
+        agent=_agent(attempt, files), judgments=len(files.judgments),
+        accuracy=_parsed(AccuracyResult.of, last.get("test")),
         scorer=scorer if scorer.from_judgment or scorer.measured else None,
         last_words=_last_words(attempt.gate, last),
         times=JudgmentTimes.of_judgment(last) if judged else None,
@@ -305,6 +321,7 @@ def show_lines(v: AttemptView) -> list[str]:
     """Pure: the view as the lines ``kern show`` prints, one section a block (the gates'
     results rendered by harness/terminal.py)."""
     from .. import terminal
+    from ..journey import hidden_text
 
     a, gate = v.attempt, v.attempt.gate
     out = [f"{'attempt':<10} #{a.number} {a.state}" + (f" ({a.reason})" if a.reason else "") + f": {a.title}"]
@@ -371,10 +388,8 @@ def show_lines(v: AttemptView) -> list[str]:
     out += terminal.phase_lines(v.times, v.times_recorded)
     if v.judgments > 1:
         out.append(f"{'':<10} (the last of {v.judgments} judgments: main moved and it was judged again)")
-    h = a.hidden
-    if h:
-        out.append(f"{'hidden':<10} input seed {h.get('input_seed')}, extra batch sizes "
-                   f"{', '.join(map(str, h.get('extra_rows') or [])) or 'none'} (replay: kern test "
+    if a.hidden:
+        out.append(f"{'hidden':<10} {hidden_text(a.hidden)} (replay: kern test "
                    f"{(a.commit_sha or '')[:12]} --vs {(a.base_sha or '')[:12]} "
                    f"--replay-attempt {a.number})")
     if v.brief:
@@ -401,33 +416,32 @@ def _git(repo: Path, *args: str) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def gather(repo: Path, attempt, want_diff: bool) -> dict:
+def gather(repo: Path, attempt, want_diff: bool) -> ShowFiles:
     """What lies beside attempt ``attempt`` (its ledger row) under ``repo``: the files of
     :func:`attempt_view`."""
     d = repo / "runs" / "attempts" / str(attempt.number)
     brief = d / "brief.md"
     proposal = _read_json(d / "proposal.json")
+    proposal = proposal if isinstance(proposal, dict) else None
     judgments = sorted(d.glob("judgment-*.json"), key=lambda p: int(p.stem.split("-")[1])
                        if p.stem.split("-")[1].isdigit() else 0)
-    transcript = None
     path = (proposal or {}).get("transcript") or ""
     candidates = [Path(path)] if path else []
     candidates += sorted((repo / "runs" / "worktrees").glob(f"attempt-{attempt.number}.*"))
     found = next((p for p in candidates if p.is_file()), None)
-    if found is not None:
-        transcript = {"path": str(found), "lines": found.read_text(encoding="utf-8", errors="replace").splitlines()}
-    elif path:
-        transcript = {"path": path, "lines": None}
     stat = diff = None
     sha, base = attempt.commit_sha, attempt.base_sha
     if sha and base and sha != base:
         stat = _git(repo, "diff", "--stat=100", base, sha)
         if want_diff and stat is not None:
             diff = _git(repo, "diff", base, sha)
-    return {"dir": str(d), "brief": brief.read_text(encoding="utf-8", errors="replace") if brief.is_file() else None,
-            "proposal": proposal, "transcript": transcript,
-            "judgments": [j for j in (_read_json(p) for p in judgments) if isinstance(j, dict)],
-            "stat": stat, "diff": diff}
+    return ShowFiles(
+        dir=str(d), brief=brief.read_text(encoding="utf-8", errors="replace") if brief.is_file() else None,
+        proposal=proposal, transcript=str(found) if found is not None else (path or None),
+        transcript_lines=None if found is None else tuple(
+            found.read_text(encoding="utf-8", errors="replace").splitlines()),
+        judgments=tuple(j for j in (_read_json(p) for p in judgments) if isinstance(j, dict)),
+        stat=stat, diff=diff)
 
 
 def cmd_show(args) -> int:
