@@ -7,9 +7,9 @@ kept alive while B replays, writing its kept op calls only when B's pass differs
 :class:`MainKeeper`) and side B (replay) in their own subprocesses, then, when the verdict
 needs them, main's repeat and band passes (once per main, touched ops and spec: :func:`_band`);
 load what they measured; the recordings' tensors are deleted once the verdict is made. Core:
-``verdict.judge`` over that evidence. Output: the report as lines by section (the last starts
-with the verdict) or one JSON object; its ``phases`` are where the judgment's time went
-(gates/phases.py).
+``verdict.judge`` over that evidence. Output: the typed result and its report (one JSON object;
+harness/terminal.py prints it as lines by section, the last starting with the verdict); its
+``phases`` are where the judgment's time went (gates/phases.py).
 """
 from __future__ import annotations
 
@@ -688,125 +688,3 @@ def _tagged(progress, tag):
     if progress is None:
         return None
     return lambda line, t: progress(PassTick(tag, t, line))
-
-
-# ------------------------------------------------------------------ report
-def rank_lines(res: dict) -> list[str]:
-    """Each side's processes and layout, and whether its ranks agreed (only when a side ran
-    on several ranks or on its own layout)."""
-    ev = res["evidence"]
-    rk = ev.get("ranks") or {}
-    if not (rk.get("a") or rk.get("b") or ev.get("cross_layout")):
-        return []
-    out = []
-    for side, spec in (("A", res.get("base_spec") or res["spec"]), ("B", res["spec"])):
-        info = rk.get(side.lower())
-        how = (f"{info['world']} processes ({info['backend']}): {info['note']}" if info else
-               "1 process")
-        bad = rk.get(f"{side.lower()}_disagree") or []
-        agree = "" if not info else (f"; ranks DISAGREE after {len(bad)} step(s)" if bad else
-                                     "; every rank identical at every step")
-        out.append(f"ranks      {side}: layout {spec.get('layout')}, {how}{agree}")
-    return out
-
-
-def report_lines(res: dict, limit: int = 8) -> list[str]:
-    """One fact per line by section; equal things counted, different things worst first."""
-    ev = res["evidence"]
-    touched = (", ".join(res["touched_ops"]) or "none") if isinstance(res["touched_ops"], list) \
-        else "all (a file no single op owns changed)"
-    out = [f"diff       {_short(res['base'])} → {_short(res['rev'])}: {len(res['changed'])} file(s) changed; "
-           f"ops touched: {touched}"]
-    if ev.get("protected_changed"):
-        out.append(f"diff       protected: {', '.join(ev['protected_changed'])}")
-    a_time = " (cached)" if res["a_cached"] else f" {res['a_wall_s']:.0f}s"
-    noise = ev.get("outcome_noise", "not needed")
-    if noise not in ("not needed",):
-        noise = f"{noise} (cached for this main)" if res.get("noise_cached") else \
-            f"{noise} {res.get('noise_wall_s', 0):.0f}s"
-    out.append(f"diff       sides: A {ev['outcome_a']}{a_time}, B {ev['outcome_b']} {res['b_wall_s']:.0f}s, "
-               f"A's noise passes {noise}")
-    for side in ("a", "b"):
-        if res.get(f"{side}_log_tail"):
-            last = [ln for ln in res[f"{side}_log_tail"].strip().splitlines() if ln.strip()][-1:]
-            out.append(f"diff       {side.upper()}'s last words: {last[0][:160] if last else '(none)'} "
-                       f"(log in {res[f'{side}_dir']})")
-    out += rank_lines(res)
-    tap = ev.get("tap")
-    if tap:
-        spec = res["spec"]
-        rows = res.get("rows") or spec["rows"]
-        out.append(f"tap        {len(rows)} batch sizes {rows} x {spec['steps']} steps, "
-                   f"context {spec['context']}: {tap['calls']} op calls")
-        if not tap.get("compared", True):
-            out.append("tap        not compared with A's op calls (another layout); B's own "
-                       "defects checked")
-        elif tap["differ_raw"] == 0 and not tap["sequence"]:
-            out.append(f"tap        {tap['calls']} op calls bit-identical")
-        else:
-            out.append(f"tap        {tap['calls'] - tap['differ_raw']} equal, {tap['differ_raw']} differ "
-                       f"({tap['differ_value']} in value); first at {tap['first_difference']}")
-            worst = sorted(tap["by_op"].items(), key=lambda kv: -kv[1]["raw"])
-            for op, c in [w for w in worst if w[1]["raw"]][:limit]:
-                out.append(f"tap        {op}: {c['raw']} of {c['calls']} calls differ")
-        for s in tap["sequence"][:limit]:
-            out.append(f"tap        sequence: {s}")
-        for s in (tap["unwritten"] + tap["nonfinite"] + tap["outside"])[:limit]:
-            out.append(f"tap        defect: {s}")
-    local = ev.get("local")
-    if local and local["ops"]:
-        ops = sorted(local["ops"].items(), key=lambda kv: -kv[1]["rel_rms"])
-        for op, o in ops[:limit]:
-            at = f", worst at {o['worst_site']}" if o["worst_site"] else ""
-            out.append(f"local      {op}: {o['calls']} calls, {o['differing']} elements differ, max ulp "
-                       f"{verdict.fmt(o['max_ulp'])}, rel RMS {verdict.fmt(o['rel_rms'])}, NaN/Inf {o['nan']}{at}")
-        for d in (local["defects"] + local["diverged"])[:limit]:
-            out.append(f"local      {d}")
-    elif tap and tap["differ_raw"]:
-        out.append("local      not run (no recorded call to pin)")
-    lg = ev.get("logits")
-    if lg:
-        out.append(f"logits     {lg['rows']} rows: argmax flips {lg['flips_confident']} confident, "
-                   f"{lg['flips_near_tie']} near-tie; KL max {verdict.fmt(lg['kl_max'])}, mean "
-                   f"{verdict.fmt(lg['kl_mean'])}; max |Δ| {verdict.fmt(lg['max_ulps'])} ulp of A's top logit")
-        for w in [w for w in lg["worst"] if w["kl"] > 0 or w["flip"]][:min(limit, 3)]:
-            flip = (", FLIP (near-tie)" if w["near_tie"] else ", FLIP (confident)") if w["flip"] else ""
-            out.append(f"logits     {w['at']}: KL {verdict.fmt(w['kl'])}, margin {w['margin']:.3g}, "
-                       f"rms Δ {w['rms_delta']:.3g}{flip}")
-    bd = ev.get("band")
-    if bd:
-        out.append(f"noise      A vs A with the touched ops on the reference (the band): KL max "
-                   f"{verdict.fmt(bd['kl_max'])}, flips {bd['flips_near_tie'] + bd['flips_confident']}")
-    nz = ev.get("noise")
-    if nz:
-        nt = ev["noise_tap"]
-        if nt["differ_raw"] == 0 and nz["identical"]:
-            out.append("noise      A re-run from restored state: bit-reproducible")
-        else:
-            out.append(f"noise      A vs A: {nt['differ_raw']} op calls differ, KL max {verdict.fmt(nz['kl_max'])}, "
-                       f"flips {nz['flips_near_tie'] + nz['flips_confident']}")
-    if local and local["ops"]:
-        breaks = local["reference_breaks"]
-        worst = sorted(local["ops"].items(), key=lambda kv: -kv[1]["ref_rel_rms"])
-        for op, o in worst[:limit]:
-            out.append(f"reference  {op}: rel RMS {verdict.fmt(o['ref_rel_rms'])}, max ulp {verdict.fmt(o['ref_max_ulp'])}")
-        for b in breaks[:limit]:
-            out.append(f"reference  exceeded: {b}")
-        if not breaks:
-            out.append(f"reference  {len(local['ops'])} op(s) within tolerance")
-    elif tap and tap["differ_raw"] == 0:
-        out.append("reference  unchanged ops: nothing to check")
-    for r in res["reasons"][1:]:
-        out.append(f"why        {r}")
-    out.append(hidden_line(res.get("hidden"), res.get("replayed_from")))
-    out.append(f"{res['verdict']}" + (f": {res['reasons'][0]}" if res["reasons"] else "")
-               + f"  ({res['wall_s']:.0f}s)")
-    return out
-
-
-def hidden_line(hidden: dict | None, replayed: int | None = None) -> str:
-    """The judgment's hidden inputs, shown once it is over (one line)."""
-    if hidden is None:
-        return "hidden     none: the target seed and the visible batch sizes only"
-    how = f"attempt #{replayed}'s, replayed" if replayed is not None else "drawn for this judgment"
-    return f"hidden     {Hidden.from_dict(hidden).describe()} ({how})"

@@ -8,7 +8,12 @@ ledger's judgment files keep, and the report lines are printed from).
 The report is the persisted form of a result, so a report dict (written by ``--out``, kept in
 ``runs/attempts/<n>/judgment-<k>.json``, or made by a stand-in gate) is parsed into the typed
 form by :meth:`AccuracyResult.of` / :meth:`BenchResult.of`; the paths of keys into the report are
-read here and nowhere else in the loop. Pure: no I/O.
+read here and nowhere else in the loop.
+
+A judgment's A/B per bucket is read once, here: :class:`ScorerView` (its buckets each a
+:class:`BucketView`) is made from the scorer's report (:meth:`ScorerView.of`) or from what a
+ledger row keeps (:meth:`ScorerView.of_ledger`), and ``kern show``, the journey's page and its
+exports read it (and ``kern bench``'s lines, harness/terminal.py). Pure: no I/O.
 """
 from __future__ import annotations
 
@@ -166,6 +171,11 @@ class BenchResult:
         return self.sides.get("A")
 
     @property
+    def view(self) -> "ScorerView":
+        """What it measured per bucket (:class:`ScorerView`), read from its report."""
+        return replace(ScorerView.of(self.report) or ScorerView(), outcome=self.outcome, error=self.error)
+
+    @property
     def b(self) -> SideScore | None:
         return self.sides.get("B")
 
@@ -205,3 +215,250 @@ class BenchResult:
 def report_of(res: "AccuracyResult | BenchResult | dict | None") -> dict | None:
     """The JSON form of a result (its report), whichever form it is in."""
     return res.report if isinstance(res, (AccuracyResult, BenchResult)) else res
+
+
+# ----------------------------------------------------------------------------- the A/B per bucket
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _at(d, *keys):
+    """``d[k1][k2]...``, a bucket key as given or as the string JSON keeps; None where absent."""
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k) if k in d else d.get(str(k))
+    return d
+
+
+@dataclass(frozen=True)
+class BucketTimes:
+    """One side's replays at one bucket: the median step (ms) and, from a scorer's report, its
+    spread (p10, p90, cv), its replays' count and each rank's median (several ranks a side)."""
+
+    median: float
+    p10: float | None = None
+    p90: float | None = None
+    cv: float | None = None
+    n: int | None = None
+    ranks: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, d, ranks=None) -> "BucketTimes | None":
+        """A report's ``analysis.sides.<k>.buckets.<b>`` (None when it holds no median)."""
+        median = _number(_at(d, "median"))
+        if median is None:
+            return None
+        n = _at(d, "n")
+        return cls(median, _number(_at(d, "p10")), _number(_at(d, "p90")), _number(_at(d, "cv")),
+                   n if isinstance(n, int) and not isinstance(n, bool) else None,
+                   tuple(x for x in map(_number, ranks) if x is not None)
+                   if isinstance(ranks, (list, tuple)) else ())
+
+
+@dataclass(frozen=True)
+class BucketView:
+    """One bucket of one A/B: its weight in the score, each side's times, B − A with its 95 %
+    interval and the roofline floor. With paired replays (gates/stats.py ``paired_delta``)
+    B − A is A's median × (B/A − 1), B/A the median over the pairs of B's time over A's, so
+    :attr:`ratio` is B − A's own estimate read back, its interval likewise; unpaired, B − A is
+    B's median − A's median and there is no ratio."""
+
+    rows: int
+    weight: float | None = None
+    a: BucketTimes | None = None
+    b: BucketTimes | None = None
+    delta_ms: float | None = None
+    low: float | None = None
+    high: float | None = None
+    floor_ms: float | None = None  # the bytes it must move at the run's read bandwidth
+    paired: bool = False
+
+    @property
+    def a_ms(self) -> float | None:
+        return None if self.a is None else self.a.median
+
+    @property
+    def b_ms(self) -> float | None:
+        return None if self.b is None else self.b.median
+
+    def _ratio(self, ms: float | None) -> float | None:
+        return 1 + ms / self.a_ms if self.paired and ms is not None and self.a_ms else None
+
+    @property
+    def ratio(self) -> float | None:
+        """B/A, the paired median ratio the scorer estimated (None: unpaired or unknown)."""
+        return self._ratio(self.delta_ms)
+
+    @property
+    def ratio_interval(self) -> tuple[float | None, float | None]:
+        """B/A's 95 % interval (the interval of B − A over A's median, plus one)."""
+        return self._ratio(self.low), self._ratio(self.high)
+
+    @property
+    def change_pct(self) -> float | None:
+        """B − A as a share of A's median (%)."""
+        return self.delta_ms / self.a_ms * 100 if self.delta_ms is not None and self.a_ms else None
+
+    def pct_of_floor(self, ms: float | None) -> float | None:
+        """% of the floor a time reaches: floor / time (100 % is the floor)."""
+        if self.floor_ms is None or not ms:
+            return None
+        return self.floor_ms / ms * 100
+
+    def to_dict(self) -> dict:
+        def spread(t):
+            return None if t is None or t.p10 is None else [t.p10, t.p90]
+
+        return {"rows": self.rows, "weight": self.weight, "a_ms": self.a_ms, "b_ms": self.b_ms,
+                "a_p10_p90": spread(self.a), "b_p10_p90": spread(self.b), "ratio": self.ratio,
+                "ratio_ci": list(self.ratio_interval), "delta_ms": self.delta_ms,
+                "ci_ms": [self.low, self.high], "change_pct": self.change_pct,
+                "floor_ms": self.floor_ms, "a_pct_of_floor": self.pct_of_floor(self.a_ms),
+                "b_pct_of_floor": self.pct_of_floor(self.b_ms)}
+
+
+def check_name(c) -> str:
+    """A failed check's name (its record's ``check``; a record of another form as it is)."""
+    return str(c.get("check", c)) if isinstance(c, dict) else str(c)
+
+
+@dataclass(frozen=True)
+class ScorerView:
+    """One A/B of a judgment as every reader shows it: how the scorer ended, its buckets, each
+    side's score and checks, the score's B − A (the buckets' weighted as the score weights them)
+    with its interval, share of A's score, noise band, class and guard; and the independent
+    re-measurement's own view. ``from_judgment``: every number from the scorer's report (a
+    judgment file's ``bench``); else from a ledger row, which keeps the medians and the score's
+    B − A only (no replay pairs: no per-bucket B − A)."""
+
+    outcome: str | None = None  # "ok", or how a side ended; None: not recorded
+    error: str | None = None
+    wall_s: float | None = None
+    from_judgment: bool = True
+    paired: bool = False
+    buckets: tuple[BucketView, ...] = ()
+    sides: dict = field(default_factory=dict)  # {"A" | "B": SideScore}, from a report
+    delta_ms: float | None = None
+    low: float | None = None
+    high: float | None = None
+    delta_pct: float | None = None
+    band_ms: float | None = None
+    classification: str | None = None
+    guard: str | None = None
+    guard_ok: bool | None = None
+    reverify: "ScorerView | None" = None
+
+    @property
+    def score_a(self) -> float | None:
+        return None if "A" not in self.sides else _number(self.sides["A"].score)
+
+    @property
+    def score_b(self) -> float | None:
+        return None if "B" not in self.sides else _number(self.sides["B"].score)
+
+    @property
+    def measured(self) -> bool:
+        """Whether it holds any number (a bucket's time or the score's B − A)."""
+        return bool(self.buckets) or self.delta_ms is not None
+
+    @property
+    def counted(self) -> "ScorerView":
+        """The A/B a row counts: the re-measurement where it measured a change, else this one."""
+        again = self.reverify
+        return again if again is not None and again.delta_ms is not None else self
+
+    @classmethod
+    def of(cls, report: "BenchResult | dict | None") -> "ScorerView | None":
+        """The view of a scorer's report (its JSON form, or a BenchResult's; a judgment file's
+        ``bench``, or its ``reverify``), every number as the scorer computed it; None for no
+        report. A key a report lacks (one written by an older version, or edited) is None."""
+        report = report_of(report)
+        if not isinstance(report, dict):
+            return None
+        sides_raw = _at(report, "analysis", "sides")
+        sides_raw = sides_raw if isinstance(sides_raw, dict) else {}
+        ab = _at(report, "analysis", "ab")
+        ab = ab if isinstance(ab, dict) else {}
+        buckets = report.get("buckets") if isinstance(report.get("buckets"), list) else []
+        weights = report.get("weights")
+        weights = weights if isinstance(weights, list) and len(weights) == len(buckets) else [None] * len(buckets)
+        paired = bool(ab.get("paired") or _at(ab, "delta", "paired"))
+        bw = _number(_at(report, "bandwidth", "Bps"))
+        ranks = report.get("rank_medians") if isinstance(report.get("rank_medians"), dict) else {}
+        rows = []
+        for bk, w in zip(buckets, weights):
+            d = _at(ab, "delta", "buckets", bk)
+            d = d if isinstance(d, dict) else {}
+            nbytes = _number(_at(report, "cost", bk, "bytes"))
+            rows.append(BucketView(
+                int(bk), _number(w),
+                BucketTimes.of(_at(sides_raw, "A", "buckets", bk), _at(ranks, "A", bk)),
+                BucketTimes.of(_at(sides_raw, "B", "buckets", bk), _at(ranks, "B", bk)),
+                _number(d.get("delta")), _number(d.get("low")), _number(d.get("high")),
+                nbytes / bw * 1e3 if nbytes is not None and bw else None, paired))
+        sides = {k: SideScore(score=_number(s.get("score")),
+                              medians={r.rows: t.median for r in rows
+                                       if (t := r.a if k == "A" else r.b) is not None},
+                              failed_checks=tuple(s.get("failed_checks") or ()),
+                              graph_matches_eager=s.get("graph_matches_eager"))
+                 for k, s in sorted(sides_raw.items()) if isinstance(s, dict)}
+        guard_ok = ab.get("guard_ok")
+        return cls(
+            outcome=report.get("outcome") if isinstance(report.get("outcome"), str) else None,
+            error=report.get("error"), wall_s=_number(report.get("wall_s")), from_judgment=True,
+            paired=paired, buckets=tuple(rows), sides=sides,
+            delta_ms=_number(_at(ab, "delta", "delta")), low=_number(_at(ab, "delta", "low")),
+            high=_number(_at(ab, "delta", "high")), delta_pct=_number(ab.get("delta_pct")),
+            band_ms=_number(ab.get("band")),
+            classification=ab.get("classification") if isinstance(ab.get("classification"), str) else None,
+            guard=ab.get("guard") if isinstance(ab.get("guard"), str) else None,
+            guard_ok=guard_ok if isinstance(guard_ok, bool) else None,
+            reverify=cls.of(report.get("reverify")))
+
+    @classmethod
+    def of_ledger(cls, delta_ms=None, low=None, high=None, delta_pct=None, medians_a=None,
+                  medians_b=None, reverify: "ScorerView | None" = None, **score) -> "ScorerView":
+        """What a ledger row keeps of an A/B (its columns, or its gate summary's ``reverify``):
+        each bucket's medians (keyed by the bucket, as a string or not) and the score's B − A
+        with its interval; ``score``: ``classification``, ``band_ms`` when kept."""
+        ma = medians_a if isinstance(medians_a, dict) else {}
+        mb = medians_b if isinstance(medians_b, dict) else {}
+        keys = sorted({int(k) for k in (*ma, *mb) if str(k).lstrip("-").isdigit()})
+
+        def times(m, k):
+            v = _number(m.get(k, m.get(str(k))))
+            return None if v is None else BucketTimes(v)
+
+        return cls(from_judgment=False, paired=True,
+                   buckets=tuple(BucketView(k, a=times(ma, k), b=times(mb, k), paired=True) for k in keys),
+                   delta_ms=_number(delta_ms), low=_number(low), high=_number(high),
+                   delta_pct=_number(delta_pct), band_ms=_number(score.get("band_ms")),
+                   classification=score.get("classification"), reverify=reverify)
+
+    def or_ledger(self, ledger: "ScorerView | None") -> "ScorerView":
+        """This view (a report's), or the ledger row's where the report measured no A/B and the
+        row did; the re-measurement likewise (the report's, else the row's)."""
+        if ledger is None:
+            return self
+        first = ledger if self.delta_ms is None and not any(
+            b.delta_ms is not None for b in self.buckets) and ledger.measured else self
+        again = self.reverify
+        if again is None or (again.delta_ms is None and ledger.reverify is not None):
+            again = ledger.reverify
+        return replace(first, reverify=again)
+
+    def to_dict(self) -> dict:
+        """The JSON form ``kern show --json`` and the journey's JSON print (keys stable)."""
+        return {"outcome": self.outcome, "error": self.error, "wall_s": self.wall_s,
+                "from_judgment": self.from_judgment, "paired": self.paired,
+                "buckets": [b.to_dict() for b in self.buckets],
+                "score": {"a_ms": self.score_a, "b_ms": self.score_b, "delta_ms": self.delta_ms,
+                          "ci_ms": [self.low, self.high], "delta_pct": self.delta_pct},
+                "band_ms": self.band_ms, "classification": self.classification,
+                "guard": self.guard, "guard_ok": self.guard_ok,
+                "sides": {k: {"score_ms": _number(s.score),
+                              "failed_checks": [check_name(c) for c in s.failed_checks],
+                              "graph_matches_eager": s.graph_matches_eager}
+                          for k, s in sorted(self.sides.items())},
+                "reverify": None if self.reverify is None else self.reverify.to_dict()}

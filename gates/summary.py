@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from .decision import BY_ACCURACY, BY_CHECKS, BY_SCOPE, BY_SCORER, Decision
-from .results import NOT_RUN, OK, AccuracyResult, BenchResult, LastWords
+from .results import NOT_RUN, OK, AccuracyResult, BenchResult, LastWords, ScorerView
 
 
 def _plain(x):
@@ -118,6 +118,16 @@ class ReverifySummary(_Section):
     secrets: dict | None = None
     hidden: dict | None = None
     LOAD: ClassVar[dict] = {"ci": _tuple, "checks": _tuple}
+
+    def view(self) -> ScorerView | None:
+        """What it measured, as every reader shows an A/B (None: it measured no change)."""
+        if self.outcome not in (None, OK) or not isinstance(self.delta_ms, (int, float)) \
+                or isinstance(self.delta_ms, bool):
+            return None
+        lo, hi = (tuple(self.ci or ()) + (None, None))[:2]
+        return ScorerView.of_ledger(self.delta_ms, lo, hi, self.delta_pct, self.medians_a,
+                                    self.medians_b, classification=self.classification,
+                                    band_ms=self.band_ms)
 
 
 @dataclass(frozen=True)

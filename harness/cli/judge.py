@@ -208,18 +208,19 @@ def bench_plan(args, machine) -> tuple[list, int]:
     return (pattern(rounds) if args.base else ["B"] * rounds), rounds
 
 
-def emit(args, res: dict, settings_digest: str, report_lines) -> None:
-    """Print a gate's result (lines, or one JSON object) and write --out; every JSON carries
-    the kern.yaml hash."""
+def emit(args, res, replayed, settings_digest: str, lines) -> None:
+    """Print a gate's typed result (``lines(res, replayed)``: harness/terminal.py's, or one
+    JSON object: its report) and write --out; every JSON carries the kern.yaml hash and the
+    attempt whose hidden inputs it replayed (``replayed_from``)."""
     from pathlib import Path
 
-    res["kern_yaml_sha256_16"] = settings_digest
+    report = {**res.report, "replayed_from": replayed, "kern_yaml_sha256_16": settings_digest}
     if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1, default=str))
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str))
     if args.json:
-        print(json.dumps(res, default=str))
+        print(json.dumps(report, default=str))
         return
-    for line in report_lines(res):
+    for line in lines(res, replayed):
         print(line)
     if args.out:
         print(f"wrote      {args.out}")
@@ -255,7 +256,7 @@ def gate_inputs(args, verb: str) -> "GateInputs | int":
     return GateInputs(v, err, sides, hidden, replayed)
 
 
-def run_gate(args, verb: str, g: GateInputs, run, report_lines):
+def run_gate(args, verb: str, g: GateInputs, run, lines):
     """Run the gate (``run()`` returns its typed result) and print and write its report; None
     when a revision could not be checked out (the user's REV or BASE; printed)."""
     from gates.checkout import RevisionError
@@ -265,15 +266,16 @@ def run_gate(args, verb: str, g: GateInputs, run, report_lines):
     except RevisionError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)
         return None
-    emit(args, {**res.report, "replayed_from": g.replayed}, g.v.settings.digest, report_lines)
+    emit(args, res, g.replayed, g.v.settings.digest, lines)
     return res
 
 
 def cmd_test(args) -> int:
     from gates import launch_ranks
-    from gates.accuracy import AccuracyRequest, report_lines, run_test
+    from gates.accuracy import AccuracyRequest, run_test
 
     from .. import progress as P
+    from ..terminal import accuracy_report
 
     g = gate_inputs(args, "test")
     if isinstance(g, int):
@@ -292,14 +294,15 @@ def cmd_test(args) -> int:
                                             v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
                             progress=show)
 
-    res = run_gate(args, "test", g, run, report_lines)
+    res = run_gate(args, "test", g, run, accuracy_report)
     return 2 if res is None else res.exit_code
 
 
 def cmd_bench(args) -> int:
-    from gates.scorer import BenchRequest, report_lines, run_bench
+    from gates.scorer import BenchRequest, run_bench
 
     from .. import progress as P
+    from ..terminal import scorer_report
 
     g = gate_inputs(args, "bench")
     if isinstance(g, int):
@@ -316,7 +319,7 @@ def cmd_bench(args) -> int:
                                           args.peers, args.alternate, *g.sides, hidden=g.hidden),
                              progress=show)
 
-    res = run_gate(args, "bench", g, run, report_lines)
+    res = run_gate(args, "bench", g, run, scorer_report)
     if res is None:
         return 2
     return 0 if res.outcome == "ok" else 1

@@ -7,13 +7,18 @@ backend's format), every gate's result of its deciding judgment (``judgment-<k>.
 accuracy verdict with its reasons, the scorer per bucket: both sides' medians, the change with
 its interval, % of the roofline floor, failed checks; the re-measurement), the last words of
 a side that ended badly (its log's last lines and path), its hidden inputs and how it ended.
-The files are read here, the view is built by the pure :func:`attempt_view` and printed by the
-pure :func:`show_lines`; ``--json`` prints the view itself. Reading never creates a ledger.
+The files are read here (:func:`gather`, typed :class:`ShowFiles`), the typed
+:class:`AttemptView` is built by the pure :func:`attempt_view` and printed by the pure
+:func:`show_lines` (the gates' parts rendered by harness/terminal.py); ``--json`` prints
+:meth:`AttemptView.to_dict`. The scorer per bucket is the one view every reader shows
+(gates/results.py ``ScorerView``, as the journey's page and JSON export show it). Reading
+never creates a ledger.
 """
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -119,148 +124,187 @@ def _since(start: str | None, end: str | None) -> float | None:
         return None
 
 
-def _scorer(report: dict | None) -> dict | None:
-    """Pure: the scorer's report per bucket (A and B medians, B - A with its interval, B's %
-    of the roofline floor, failed checks), its score and how it classed the change."""
+def _parsed(of, report):
+    """``of(report)``, or None when there is no report or it is cut short or edited."""
     if not report:
         return None
-    out = {"outcome": report.get("outcome"), "error": report.get("error"), "buckets": [],
-           "wall_s": report.get("wall_s")}
-    an = report.get("analysis") or {}
-    sides = an.get("sides") or {}
-    if report.get("outcome") != "ok" or not sides:
-        return out
-    ab = an.get("ab") or {}
-    per = (ab.get("delta") or {}).get("buckets") or {}
-    cost, bw = report.get("cost") or {}, (report.get("bandwidth") or {}).get("Bps")
-    for b in report.get("buckets") or []:
-        key = str(b)
-        row = {"rows": int(b)}
-        for k in sorted(sides):
-            s = (sides[k].get("buckets") or {}).get(key) or {}
-            row[f"{k.lower()}_ms"] = s.get("median")
-            row[f"{k.lower()}_p10_p90"] = [s.get("p10"), s.get("p90")] if s else None
-        d = per.get(key)
-        if d:
-            row.update(change_ms=d["delta"], interval=[d["low"], d["high"]])
-        c = cost.get(key) or {}
-        side = "B" if "B" in sides else sorted(sides)[0]
-        median = ((sides[side].get("buckets") or {}).get(key) or {}).get("median")
-        if c.get("bytes") and bw and median:
-            floor = c["bytes"] / bw * 1e3
-            row.update(floor_ms=floor, pct_of_floor=floor / median * 100)
-        out["buckets"].append(row)
-    out["sides"] = {k: {"score_ms": s.get("score"),
-                        "failed_checks": [c.get("check", c) if isinstance(c, dict) else c
-                                          for c in s.get("failed_checks") or []],
-                        "graph_matches_eager": s.get("graph_matches_eager")} for k, s in sides.items()}
-    if ab:
-        d = ab.get("delta") or {}
-        out.update(change_ms=d.get("delta"), interval=[d.get("low"), d.get("high")],
-                   change_pct=ab.get("delta_pct"), band_ms=ab.get("band"),
-                   classification=ab.get("classification"), guard=ab.get("guard"))
-    if report.get("reverify"):
-        out["reverify"] = _scorer(report["reverify"])
-    return out
-
-
-def _phases(judgment: dict | None) -> dict | None:
-    """Pure: where the judgment's time went (gates/phases.py): each gate's seconds, the whole
-    judgment's, and per gate each part's phases; ``recorded`` False for a judgment kept before
-    its phases were (then what its reports show)."""
-    from gates.phases import GATES, JudgmentTimes
-
-    if not judgment or not (judgment.get("test") or judgment.get("bench")):
+    try:
+        return of(report)
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
-    t = JudgmentTimes.of_judgment(judgment)
-    return {"accuracy_s": t.accuracy_s, "scorer_s": t.scorer_s, "remeasure_s": t.remeasure_s,
-            "total_s": t.total_s, "recorded": judgment.get("times") is not None,
-            "gates": {g: t.by_part(g) for g in GATES if t.by_part(g)}}
 
 
-def _accuracy(report: dict | None) -> dict | None:
-    if not report:
-        return None
-    ev = report.get("evidence") or {}
-    return {"verdict": report.get("verdict"), "reasons": list(report.get("reasons") or []),
-            "rows": report.get("rows"), "wall_s": report.get("wall_s"),
-            "sides": {k: ev.get(f"outcome_{k}") for k in ("a", "b", "noise") if ev.get(f"outcome_{k}")}}
-
-
-def _last_words(gate, judgment: dict) -> list[dict]:
+def _last_words(gate, judgment: dict) -> tuple:
     """Pure: every side of the deciding judgment that ended badly, in its own words (the
     judgment file's reports), else what the ledger row kept (``gate.last_words``)."""
     from gates.results import AccuracyResult, BenchResult
 
+    test = _parsed(AccuracyResult.of, judgment.get("test"))
+    bench = _parsed(BenchResult.of, judgment.get("bench"))
     words = []
-    try:
-        if judgment.get("test"):
-            words += AccuracyResult.of(judgment["test"]).last_words
-        if judgment.get("bench"):
-            b = BenchResult.of(judgment["bench"])
-            words += [w for w in (b.last_words, b.reverify.last_words if b.reverify else None) if w]
-    except (KeyError, TypeError, ValueError, AttributeError):  # a report edited or cut short
-        words = []
+    if not ((judgment.get("test") and test is None) or (judgment.get("bench") and bench is None)):
+        words += test.last_words if test is not None else ()
+        if bench is not None:  # a report edited or cut short: none of the file's words
+            words += [w for w in (bench.last_words, bench.reverify.last_words if bench.reverify else None) if w]
     if not words and gate is not None and gate.last_words is not None:
         words = [gate.last_words]
-    return [w.to_dict() for w in words]
+    return tuple(words)
 
 
-def attempt_view(attempt, events: list, files: dict) -> dict:
+@dataclass(frozen=True)
+class ShowFiles:
+    """What lies beside an attempt's ledger row, read by the shell (:func:`gather`)."""
+
+    dir: str | None = None  # runs/attempts/<n>
+    brief: str | None = None  # brief.md's text
+    proposal: dict | None = None  # proposal.json: the agent's answer
+    transcript: str | None = None  # the transcript's path, where one is named or found
+    transcript_lines: tuple[str, ...] | None = None  # None: not found
+    judgments: tuple[dict, ...] = ()  # the judgment files' JSON, in order
+    stat: str | None = None  # git diff --stat base..commit (None: git has no such commit)
+    diff: str | None = None
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What the attempt's agent said and spent: its answer (``proposal.json``) and its
+    transcript's tally (:func:`transcript_summary`), the ledger's tokens and cost."""
+
+    proposal: str | None = None  # the answer's kind: commit, decline, ...
+    message: str | None = None
+    reason: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens: int | None = None  # the ledger's
+    cost_usd: float | None = None
+    transcript: str | None = None  # its path
+    transcript_found: bool = False
+    format: str | None = None  # None: no transcript read
+    turns: int | None = None
+    tool_calls: tuple[dict, ...] | None = None  # each {"call": one line, "error": refused}
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("proposal", "message", "reason", "tokens_in", "tokens_out",
+                                             "tokens", "cost_usd", "transcript", "transcript_found")}
+        if self.format is not None:
+            out.update(format=self.format, turns=self.turns, tool_calls=list(self.tool_calls or ()))
+        return out
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """Everything ``kern show`` says of one attempt, typed: the ledger row and its events, what
+    lies beside it, the gates of its deciding judgment (the last ``judgment-<k>.json``; the
+    ledger row's summary where there is none). :func:`show_lines` prints it, ``--json`` prints
+    :meth:`to_dict`."""
+
+    attempt: object  # harness.ledger.Attempt
+    events: tuple = ()  # its ledger events (created, transitions)
+    files_dir: str | None = None
+    brief: str | None = None
+    stat: str | None = None  # git diff --stat base..commit; None: git has no such commit
+    diff: str | None = None
+    agent: AgentView | None = None
+    judgments: int = 0  # judgment files beside it (more than one: main moved, judged again)
+    accuracy: object = None  # gates.results.AccuracyResult of the judgment file's test report
+    scorer: object = None  # gates.results.ScorerView: the file's A/B, else the ledger row's
+    last_words: tuple = ()  # gates.results.LastWords of each side that ended badly
+    times: object = None  # gates.phases.JudgmentTimes of the judgment file
+    times_recorded: bool = False  # kept by the judgment itself (else read from its reports)
+
+    @property
+    def took_s(self) -> float | None:
+        a = self.attempt
+        return _since(a.created_at, a.finished_at or a.updated_at)
+
+    def to_dict(self) -> dict:
+        """The JSON ``kern show --json`` prints."""
+        from gates.phases import GATES
+
+        a, gate = self.attempt, self.attempt.gate
+        summary = {} if gate is None else gate.to_dict()
+        acc = self.accuracy
+        if acc is not None:
+            sides = {"a": acc.outcome_a, "b": acc.outcome_b, "noise": acc.outcome_noise}
+            accuracy = {"verdict": acc.verdict, "reasons": list(acc.reasons), "rows": acc.report.get("rows"),
+                        "wall_s": acc.wall_s, "sides": {k: o for k, o in sides.items() if o}}
+        else:
+            accuracy = summary.get("accuracy")
+        t = self.times
+        return {
+            "number": a.number, "title": a.title, "state": a.state, "reason": a.reason,
+            "decision": a.decision, "backend": a.backend, "target": a.target or None,
+            "phase": a.phase_id, "tick": a.tick_id, "hypothesis": a.hypothesis or None,
+            "base_sha": a.base_sha, "commit_sha": a.commit_sha, "merged_sha": a.merged_sha,
+            "parts": a.parts, "rerun_of": a.rerun_of, "estimate_ms": a.estimate_ms,
+            "created_at": a.created_at, "finished_at": a.finished_at, "took_s": self.took_s,
+            "times": [{"at": e.at, "kind": e.kind, "from": _data(e, "from"), "to": _data(e, "to"),
+                       "reason": _data(e, "reason")} for e in self.events],
+            "host": a.host, "slot": a.slot, "files": self.files_dir,
+            "brief": self.brief, "stat": self.stat, "diff": self.diff,
+            "agent": None if self.agent is None else self.agent.to_dict(),
+            "judgments": self.judgments,
+            "scope": summary.get("scope"), "conflict": summary.get("conflict"),
+            "accuracy": accuracy,
+            "bench": None if self.scorer is None else self.scorer.to_dict(),
+            "last_words": [w.to_dict() for w in self.last_words],
+            "phases": None if t is None else {
+                "accuracy_s": t.accuracy_s, "scorer_s": t.scorer_s, "remeasure_s": t.remeasure_s,
+                "total_s": t.total_s, "recorded": self.times_recorded,
+                "gates": {g: t.by_part(g) for g in GATES if t.by_part(g)}},
+            "ledger": {"delta_ms": a.delta_ms, "interval": [a.ci_low, a.ci_high], "delta_pct": a.delta_pct,
+                       "medians_a": a.medians_a, "medians_b": a.medians_b,
+                       "gate": None if gate is None else summary},
+            "hidden": a.hidden,
+        }
+
+
+def _data(event, key: str):
+    return event.data.get(key) if isinstance(event.data, dict) else None
+
+
+def _agent(a, files: ShowFiles) -> AgentView | None:
+    """Pure: the agent's part (None when nothing of it was recorded)."""
+    proposal = files.proposal or {}
+    found = files.transcript_lines is not None
+    summary = transcript_summary(list(files.transcript_lines)) if found else None
+    if not (proposal or summary or a.tokens or a.cost_usd):
+        return None
+    summary = summary or {}
+    return AgentView(
+        proposal=proposal.get("kind"), message=proposal.get("message") or None,
+        reason=proposal.get("reason") or None,
+        tokens_in=proposal.get("tokens_in", summary.get("tokens_in")),
+        tokens_out=proposal.get("tokens_out", summary.get("tokens_out")), tokens=a.tokens,
+        cost_usd=a.cost_usd if a.cost_usd is not None else proposal.get("cost_usd"),
+        transcript=files.transcript, transcript_found=found, format=summary.get("format"),
+        turns=summary.get("turns"),
+        tool_calls=None if "tool_calls" not in summary else tuple(summary["tool_calls"]))
+
+
+def attempt_view(attempt, events: list, files: ShowFiles) -> AttemptView:
     """Pure: everything ``kern show`` says of one attempt. ``attempt``: its ledger row;
-    ``events``: its ledger events; ``files``: what was read beside it: ``brief`` (text or None),
-    ``proposal`` (dict or None), ``transcript`` ({"path", "lines"} or None), ``judgments``
-    (the judgment files' JSON, in order), ``stat``/``diff`` (git's text or None), ``dir``."""
-    a = attempt
-    gate = {} if a.gate is None else a.gate.to_dict()  # the view is JSON (kern show --json)
-    judgments = files.get("judgments") or []
-    last = judgments[-1] if judgments else {}
-    proposal = files.get("proposal") or {}
-    tr = files.get("transcript")
-    summary = transcript_summary(tr["lines"]) if tr and tr.get("lines") is not None else None
-    agent = None
-    if proposal or summary or a.tokens or a.cost_usd:
-        agent = {"proposal": proposal.get("kind"), "message": proposal.get("message") or None,
-                 "reason": proposal.get("reason") or None,
-                 "tokens_in": proposal.get("tokens_in", (summary or {}).get("tokens_in")),
-                 "tokens_out": proposal.get("tokens_out", (summary or {}).get("tokens_out")),
-                 "tokens": a.tokens, "cost_usd": a.cost_usd if a.cost_usd is not None
-                 else proposal.get("cost_usd"),
-                 "transcript": None if tr is None else tr.get("path"),
-                 "transcript_found": bool(tr and tr.get("lines") is not None),
-                 **({} if summary is None else {"format": summary["format"], "turns": summary["turns"],
-                                                "tool_calls": summary["tool_calls"]})}
-    times = [{"at": e.at, "kind": e.kind, "from": (e.data or {}).get("from"), "to": (e.data or {}).get("to"),
-              "reason": (e.data or {}).get("reason")} for e in events if e.kind in ("created", "transition")]
-    return {
-        "number": a.number, "title": a.title, "state": a.state, "reason": a.reason,
-        "decision": a.decision, "backend": a.backend, "target": a.target or None,
-        "phase": a.phase_id, "tick": a.tick_id, "hypothesis": a.hypothesis or None,
-        "base_sha": a.base_sha, "commit_sha": a.commit_sha, "merged_sha": a.merged_sha,
-        "parts": a.parts, "rerun_of": a.rerun_of, "estimate_ms": a.estimate_ms,
-        "created_at": a.created_at, "finished_at": a.finished_at,
-        "took_s": _since(a.created_at, a.finished_at or a.updated_at),
-        "times": times, "host": a.host, "slot": a.slot, "files": files.get("dir"),
-        "brief": files.get("brief"), "stat": files.get("stat"), "diff": files.get("diff"),
-        "agent": agent,
-        "judgments": len(judgments),
-        "scope": gate.get("scope"), "conflict": gate.get("conflict"),
-        "accuracy": _accuracy(last.get("test")) or gate.get("accuracy"),
-        "bench": _scorer(last.get("bench")),
-        "last_words": _last_words(a.gate, last),
-        "phases": _phases(last),
-        "ledger": {"delta_ms": a.delta_ms, "interval": [a.ci_low, a.ci_high], "delta_pct": a.delta_pct,
-                   "medians_a": a.medians_a, "medians_b": a.medians_b,
-                   "gate": None if a.gate is None else gate},
-        "hidden": a.hidden,
-    }
+    ``events``: its ledger events; ``files``: what was read beside it."""
+    from gates.phases import JudgmentTimes
+    from gates.results import AccuracyResult
+
+    from ..journey import judgment_view
+
+    last = files.judgments[-1] if files.judgments else {}
+    scorer = judgment_view(attempt, last)
+    judged = bool(last.get("test") or last.get("bench"))
+    return AttemptView(
+        attempt=attempt, events=tuple(e for e in events if e.kind in ("created", "transition")),
+        files_dir=files.dir, brief=files.brief, stat=files.stat, diff=files.diff,
+        agent=_agent(attempt, files), judgments=len(files.judgments),
+        accuracy=_parsed(AccuracyResult.of, last.get("test")),
+        scorer=scorer if scorer.from_judgment or scorer.measured else None,
+        last_words=_last_words(attempt.gate, last),
+        times=JudgmentTimes.of_judgment(last) if judged else None,
+        times_recorded=last.get("times") is not None)
 
 
 # ----------------------------------------------------------------------------- the lines
-def _ms(x, sign: bool = False) -> str:
-    return "-" if x is None else (f"{x:+.3f}" if sign else f"{x:.3f}")
-
-
 def _dur(s: float | None) -> str:
     if s is None:
         return "?"
@@ -273,164 +317,87 @@ def _indent(text: str, pad: str = "           ") -> list[str]:
     return [pad + ln if ln else "" for ln in text.rstrip("\n").splitlines()]
 
 
-def _scorer_lines(b: dict, head: str) -> list[str]:
-    out = []
-    if b.get("outcome") != "ok":
-        return [f"{head:<10} {b.get('outcome')}: {b.get('error') or 'no measurement'}"]
-    both = any("a_ms" in r for r in b["buckets"])
-    cols = f"{'rows':>5} " + (f"{'A ms':>9} " if both else "") + f"{'B ms':>9}"
-    if both:
-        cols += f" {'B - A ms':>9}  {'interval':<20}"
-    cols += f" {'% floor':>8}"
-    out.append(f"{head:<10} {cols}")
-    for r in b["buckets"]:
-        line = f"{r['rows']:>5} " + (f"{_ms(r.get('a_ms')):>9} " if both else "") + f"{_ms(r.get('b_ms')):>9}"
-        if both:
-            iv = r.get("interval")
-            line += f" {_ms(r.get('change_ms'), True):>9}  " + \
-                (f"[{iv[0]:+.3f}, {iv[1]:+.3f}]" if iv else "-").ljust(20)
-        pct = r.get("pct_of_floor")
-        line += f" {(f'{pct:.0f} %' if pct is not None else '-'):>8}"
-        out.append(f"{'':<10} {line}")
-    if b.get("change_ms") is not None:
-        sides = b.get("sides") or {}
-        iv = b.get("interval") or [None, None]
-        out.append(f"{'':<10} score {_ms((sides.get('A') or {}).get('score_ms'))} → "
-                   f"{_ms((sides.get('B') or {}).get('score_ms'))} ms: {b['change_ms']:+.3f} ms "
-                   f"({b['change_pct']:+.1f} %) [{iv[0]:+.3f}, {iv[1]:+.3f}], "
-                   f"{b.get('classification')} (noise band ±{b.get('band_ms') or 0:.3f} ms); {b.get('guard')}")
-    for k, s in sorted((b.get("sides") or {}).items()):
-        failed = list(s.get("failed_checks") or [])
-        if s.get("graph_matches_eager") is False:
-            failed.append("graph replay differs from the eager step")
-        out.append(f"{'':<10} checks {k}: {', '.join(map(str, failed)) if failed else 'all passed'}")
-    return out
+def show_lines(v: AttemptView) -> list[str]:
+    """Pure: the view as the lines ``kern show`` prints, one section a block (the gates'
+    results rendered by harness/terminal.py)."""
+    from .. import terminal
+    from ..journey import hidden_text
 
-
-def _secs(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f} s" if x < 10 else f"{x:.0f} s"
-
-
-GATE_NAMES = {"accuracy": "accuracy", "scorer": "scorer", "remeasure": "re-measure"}
-
-
-def _phase_lines(ph: dict | None) -> list[str]:
-    """Pure: the judgment's phases, one line per gate's total and one per part."""
-    if not ph:
-        return []
-    walls = [(GATE_NAMES[g], ph.get(f"{k}_s")) for g, k in
-             (("accuracy", "accuracy"), ("scorer", "scorer"), ("remeasure", "remeasure"))]
-    head = " · ".join(f"{name} {_secs(s)}" for name, s in walls if s is not None)
-    head += f" · total {_secs(ph['total_s'])}" if ph.get("total_s") is not None else ""
-    out = [f"{'phases':<10} {head or 'none measured'}"
-           + ("" if ph.get("recorded") else " (kept before phases were recorded: each side's wall)")]
-    for gate, parts in (ph.get("gates") or {}).items():
-        for i, (part, phases) in enumerate(parts.items()):
-            label = GATE_NAMES.get(gate, gate) if i == 0 else ""
-            out.append(f"{'':<10} {label:<10} {part:<12} "
-                       + " · ".join(f"{k} {_secs(v)}" for k, v in phases.items()))
-    return out
-
-
-def show_lines(v: dict) -> list[str]:
-    """Pure: the view as the lines ``kern show`` prints, one section a block."""
-    out = [f"{'attempt':<10} #{v['number']} {v['state']}"
-           + (f" ({v['reason']})" if v.get("reason") else "") + f": {v['title']}"]
-    facts = [f"backend {v['backend'] or '-'}", f"target {v['target'] or '-'}",
-             f"phase {v['phase'] if v['phase'] is not None else '-'}"]
-    if v.get("tick") is not None:
-        facts.append(f"tick {v['tick']}")
-    if v.get("host"):
-        facts.append(f"judged on {v['host']} {v['slot'] or ''}".rstrip())
-    if v.get("parts"):
-        facts.append(f"trial merge of {', '.join('#' + str(p) for p in v['parts'])}")
-    if v.get("rerun_of"):
-        facts.append(f"re-run of #{v['rerun_of']}")
+    a, gate = v.attempt, v.attempt.gate
+    out = [f"{'attempt':<10} #{a.number} {a.state}" + (f" ({a.reason})" if a.reason else "") + f": {a.title}"]
+    facts = [f"backend {a.backend or '-'}", f"target {a.target or '-'}",
+             f"phase {a.phase_id if a.phase_id is not None else '-'}"]
+    if a.tick_id is not None:
+        facts.append(f"tick {a.tick_id}")
+    if a.host:
+        facts.append(f"judged on {a.host} {a.slot or ''}".rstrip())
+    if a.parts:
+        facts.append(f"trial merge of {', '.join('#' + str(p) for p in a.parts)}")
+    if a.rerun_of:
+        facts.append(f"re-run of #{a.rerun_of}")
     out.append(f"{'':<10} " + " · ".join(facts))
-    out.append(f"{'times':<10} created {v['created_at']}"
-               + (f", final {v['finished_at']} ({_dur(v['took_s'])})" if v.get("finished_at") else
-                  f", not final yet ({_dur(v['took_s'])} so far)"))
-    for t in v["times"]:
-        if t["kind"] == "transition":
-            out.append(f"{'':<10} {t['at']}  {t['from']} → {t['to']}"
-                       + (f": {t['reason']}" if t.get("reason") else ""))
-    if v.get("estimate_ms") is not None:
-        out.append(f"{'estimate':<10} {v['estimate_ms']:+.3f} ms (the agent's, declined)")
+    out.append(f"{'times':<10} created {a.created_at}"
+               + (f", final {a.finished_at} ({_dur(v.took_s)})" if a.finished_at else
+                  f", not final yet ({_dur(v.took_s)} so far)"))
+    for e in v.events:
+        if e.kind == "transition":
+            out.append(f"{'':<10} {e.at}  {_data(e, 'from')} → {_data(e, 'to')}"
+                       + (f": {_data(e, 'reason')}" if _data(e, "reason") else ""))
+    if a.estimate_ms is not None:
+        out.append(f"{'estimate':<10} {a.estimate_ms:+.3f} ms (the agent's, declined)")
     # the commit
-    sha = v.get("commit_sha")
-    if sha and sha != v.get("base_sha"):
-        merged = f", merged as {v['merged_sha'][:12]}" if v.get("merged_sha") and v["merged_sha"] != sha else ""
-        out.append(f"{'commit':<10} {sha[:12]} on base {(v.get('base_sha') or '?')[:12]}{merged}")
-        out += _indent(v["stat"]) if v.get("stat") else \
-            [f"{'':<10} (not in this repository: git has no {sha[:12]})"] if v.get("stat") is None else []
+    sha = a.commit_sha
+    if sha and sha != a.base_sha:
+        merged = f", merged as {a.merged_sha[:12]}" if a.merged_sha and a.merged_sha != sha else ""
+        out.append(f"{'commit':<10} {sha[:12]} on base {(a.base_sha or '?')[:12]}{merged}")
+        out += _indent(v.stat) if v.stat else \
+            [f"{'':<10} (not in this repository: git has no {sha[:12]})"] if v.stat is None else []
     else:
-        out.append(f"{'commit':<10} none" + (f" (base {v['base_sha'][:12]})" if v.get("base_sha") else ""))
+        out.append(f"{'commit':<10} none" + (f" (base {a.base_sha[:12]})" if a.base_sha else ""))
     # the agent
-    ag = v.get("agent")
-    if ag:
+    ag = v.agent
+    if ag is not None:
         tally = []
-        if ag.get("turns") is not None:
-            tally.append(f"{ag['turns']} turns")
-        if ag.get("tool_calls") is not None:
-            tally.append(f"{len(ag['tool_calls'])} tool calls")
-        if ag.get("tokens_in") is not None or ag.get("tokens_out") is not None:
-            tally.append(f"tokens {ag.get('tokens_in') or 0} in / {ag.get('tokens_out') or 0} out")
-        elif ag.get("tokens") is not None:
-            tally.append(f"tokens {ag['tokens']}")
-        if ag.get("cost_usd") is not None:
-            tally.append(f"cost ${ag['cost_usd']:.4f}")
-        out.append(f"{'agent':<10} {v['backend']}: " + (", ".join(tally) or "no tally recorded"))
-        if ag.get("proposal"):
-            said = ag.get("message") or ag.get("reason") or ""
-            out.append(f"{'':<10} answered {ag['proposal']}" + (f": {said.splitlines()[0][:160]}" if said else ""))
-        for i, c in enumerate(ag.get("tool_calls") or [], 1):
+        if ag.turns is not None:
+            tally.append(f"{ag.turns} turns")
+        if ag.tool_calls is not None:
+            tally.append(f"{len(ag.tool_calls)} tool calls")
+        if ag.tokens_in is not None or ag.tokens_out is not None:
+            tally.append(f"tokens {ag.tokens_in or 0} in / {ag.tokens_out or 0} out")
+        elif ag.tokens is not None:
+            tally.append(f"tokens {ag.tokens}")
+        if ag.cost_usd is not None:
+            tally.append(f"cost ${ag.cost_usd:.4f}")
+        out.append(f"{'agent':<10} {a.backend}: " + (", ".join(tally) or "no tally recorded"))
+        if ag.proposal:
+            said = ag.message or ag.reason or ""
+            out.append(f"{'':<10} answered {ag.proposal}" + (f": {said.splitlines()[0][:160]}" if said else ""))
+        for i, c in enumerate(ag.tool_calls or (), 1):
             out.append(f"{'':<10} {i:>3}. {c['call']}" + ("  (refused / error)" if c.get("error") else ""))
-        if ag.get("transcript"):
-            out.append(f"{'':<10} transcript {ag['transcript']}"
-                       + ("" if ag.get("transcript_found") else " (not found)"))
+        if ag.transcript:
+            out.append(f"{'':<10} transcript {ag.transcript}" + ("" if ag.transcript_found else " (not found)"))
     # the gates
-    if v.get("scope") not in (None, "ok"):
-        out.append(f"{'scope':<10} " + "; ".join(map(str, v["scope"] if isinstance(v["scope"], list) else [v["scope"]])))
-    if v.get("conflict"):
-        out.append(f"{'conflict':<10} {v['conflict']}")
-    acc = v.get("accuracy")
-    if acc:
-        extra = f" ({acc['wall_s']:.0f} s)" if acc.get("wall_s") else ""
-        out.append(f"{'accuracy':<10} {acc.get('verdict')}{extra}")
-        for r in (acc.get("reasons") or [])[:8]:
-            out.append(f"{'':<10} - {r}")
-    b = v.get("bench")
-    if b:
-        out += _scorer_lines(b, "scorer")
-        if b.get("reverify"):
-            out += _scorer_lines(b["reverify"], "again")
-    elif v["ledger"].get("delta_ms") is not None:
-        led = v["ledger"]
-        iv = led["interval"]
-        out.append(f"{'scorer':<10} {led['delta_ms']:+.3f} ms [{_ms(iv[0], True)}, {_ms(iv[1], True)}] "
-                   f"(the ledger's summary; runs/attempts/{v['number']}/judgment-*.json not found)")
-        for rows in sorted((led.get("medians_b") or {}), key=int):
-            out.append(f"{'':<10} {int(rows):>5} rows  A {_ms((led.get('medians_a') or {}).get(rows))} ms"
-                       f"  B {_ms(led['medians_b'][rows])} ms")
-    for w in v.get("last_words") or []:
-        out.append(f"{'last words':<10} {w['side']} ended with {w['kind']}"
-                   + (f" (log {w['log']})" if w.get("log") else ""))
-        out += [f"{'':<10}   {ln}" for ln in w.get("lines") or []]
-    out += _phase_lines(v.get("phases"))
-    if v.get("judgments", 0) > 1:
-        out.append(f"{'':<10} (the last of {v['judgments']} judgments: main moved and it was judged again)")
-    h = v.get("hidden")
-    if h:
-        out.append(f"{'hidden':<10} input seed {h.get('input_seed')}, extra batch sizes "
-                   f"{', '.join(map(str, h.get('extra_rows') or [])) or 'none'} (replay: kern test "
-                   f"{(v.get('commit_sha') or '')[:12]} --vs {(v.get('base_sha') or '')[:12]} "
-                   f"--replay-attempt {v['number']})")
-    if v.get("brief"):
-        out.append(f"{'brief':<10} ({v['files']}/brief.md)")
-        out += _indent(v["brief"])
-    if v.get("diff"):
-        out.append(f"{'diff':<10} {(v.get('base_sha') or '')[:12]}..{(v.get('commit_sha') or '')[:12]}")
-        out += v["diff"].rstrip("\n").splitlines()
+    if gate is not None and gate.scope_problems:
+        out.append(f"{'scope':<10} " + "; ".join(gate.scope_problems))
+    if gate is not None and gate.conflict:
+        out.append(f"{'conflict':<10} {gate.conflict}")
+    out += terminal.accuracy_lines(v.accuracy if v.accuracy is not None else
+                                   gate.accuracy if gate is not None else None)
+    out += terminal.view_lines(v.scorer, a.number)
+    out += terminal.last_words_lines(v.last_words)
+    out += terminal.phase_lines(v.times, v.times_recorded)
+    if v.judgments > 1:
+        out.append(f"{'':<10} (the last of {v.judgments} judgments: main moved and it was judged again)")
+    if a.hidden:
+        out.append(f"{'hidden':<10} {hidden_text(a.hidden)} (replay: kern test "
+                   f"{(a.commit_sha or '')[:12]} --vs {(a.base_sha or '')[:12]} "
+                   f"--replay-attempt {a.number})")
+    if v.brief:
+        out.append(f"{'brief':<10} ({v.files_dir}/brief.md)")
+        out += _indent(v.brief)
+    if v.diff:
+        out.append(f"{'diff':<10} {(a.base_sha or '')[:12]}..{(a.commit_sha or '')[:12]}")
+        out += v.diff.rstrip("\n").splitlines()
     return out
 
 
@@ -449,33 +416,32 @@ def _git(repo: Path, *args: str) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def gather(repo: Path, attempt, want_diff: bool) -> dict:
+def gather(repo: Path, attempt, want_diff: bool) -> ShowFiles:
     """What lies beside attempt ``attempt`` (its ledger row) under ``repo``: the files of
     :func:`attempt_view`."""
     d = repo / "runs" / "attempts" / str(attempt.number)
     brief = d / "brief.md"
     proposal = _read_json(d / "proposal.json")
+    proposal = proposal if isinstance(proposal, dict) else None
     judgments = sorted(d.glob("judgment-*.json"), key=lambda p: int(p.stem.split("-")[1])
                        if p.stem.split("-")[1].isdigit() else 0)
-    transcript = None
     path = (proposal or {}).get("transcript") or ""
     candidates = [Path(path)] if path else []
     candidates += sorted((repo / "runs" / "worktrees").glob(f"attempt-{attempt.number}.*"))
     found = next((p for p in candidates if p.is_file()), None)
-    if found is not None:
-        transcript = {"path": str(found), "lines": found.read_text(encoding="utf-8", errors="replace").splitlines()}
-    elif path:
-        transcript = {"path": path, "lines": None}
     stat = diff = None
     sha, base = attempt.commit_sha, attempt.base_sha
     if sha and base and sha != base:
         stat = _git(repo, "diff", "--stat=100", base, sha)
         if want_diff and stat is not None:
             diff = _git(repo, "diff", base, sha)
-    return {"dir": str(d), "brief": brief.read_text(encoding="utf-8", errors="replace") if brief.is_file() else None,
-            "proposal": proposal, "transcript": transcript,
-            "judgments": [j for j in (_read_json(p) for p in judgments) if isinstance(j, dict)],
-            "stat": stat, "diff": diff}
+    return ShowFiles(
+        dir=str(d), brief=brief.read_text(encoding="utf-8", errors="replace") if brief.is_file() else None,
+        proposal=proposal, transcript=str(found) if found is not None else (path or None),
+        transcript_lines=None if found is None else tuple(
+            found.read_text(encoding="utf-8", errors="replace").splitlines()),
+        judgments=tuple(j for j in (_read_json(p) for p in judgments) if isinstance(j, dict)),
+        stat=stat, diff=diff)
 
 
 def cmd_show(args) -> int:
@@ -496,7 +462,7 @@ def cmd_show(args) -> int:
     repo = Path(args.repo).resolve()
     v = attempt_view(attempt, events, gather(repo, attempt, args.diff))
     if args.json:
-        print(json.dumps(v, default=str, ensure_ascii=False))
+        print(json.dumps(v.to_dict(), default=str, ensure_ascii=False))
     else:
         sys.stdout.write("\n".join(show_lines(v)) + "\n")
     return 0

@@ -13,19 +13,18 @@ does), so the same records always give the same bytes. The modules:
 """
 from __future__ import annotations
 
-from .page import (AttemptFiles, BucketChange, Measurement, bucket_changes, commands, diff_stats,
-                   hidden_text, html, measurement, measurements, reasons, wall_s)
+from .page import AttemptFiles, commands, diff_stats, hidden_text, html, reasons, wall_s
 from .plot import KINDS, Panel, PlotPoint, marker_style, outcome_kind, plot_panels, plot_png, svg
 from .render import csv_text, json_obj, markdown
 from .rows import (MINUS, SCORER_CHECK, JourneyRow, Section, accuracy_tag, change, describe,
-                   fmt_delta, fmt_estimate, fmt_gain, headline_ms, measured, remeasured, result,
-                   rows, sections, shown, summary, tried_nothing)
+                   fmt_delta, fmt_estimate, fmt_gain, headline_ms, judgment_view, ledger_view,
+                   measured, remeasured, result, rows, sections, shown, summary, tried_nothing)
 from .text import TEXT, check_lang
 
-__all__ = ["AttemptFiles", "BucketChange", "JourneyRow", "KINDS", "MINUS", "Measurement", "Panel",
-           "PlotPoint", "SCORER_CHECK", "Section", "TEXT", "accuracy_tag", "bucket_changes",
+__all__ = ["AttemptFiles", "JourneyRow", "KINDS", "MINUS", "Panel",
+           "PlotPoint", "SCORER_CHECK", "Section", "TEXT", "accuracy_tag",
            "change", "check_lang", "commands", "csv_text", "describe", "diff_stats", "fmt_delta",
            "fmt_estimate", "fmt_gain", "headline_ms", "hidden_text", "html", "json_obj",
-           "markdown", "marker_style", "measured", "measurement", "measurements", "outcome_kind",
+           "judgment_view", "ledger_view", "markdown", "marker_style", "measured", "outcome_kind",
            "plot_panels", "plot_png", "reasons", "remeasured", "result", "rows", "sections",
            "shown", "summary", "svg", "tried_nothing", "wall_s"]

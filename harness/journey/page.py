@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
+from gates.results import ScorerView
 from gates.summary import GateSummary
 
 from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
 from .plot import KINDS, legend_swatch, outcome_kind, plot_panels, svg
-from .rows import (MINUS, describe, not_shown_line, phase_map, remeasured, result, sections, shown,
-                   signed, summary)
+from .rows import (MINUS, describe, judgment_view, not_shown_line, phase_map, result, sections,
+                   shown, signed, summary)
 from .text import TEXT, check_lang
 
 DIFF_LINES = 4000  # lines of one diff the page shows; the rest is named, not shown
@@ -40,112 +41,12 @@ class AttemptFiles:
     judgment: dict | None = None
 
 
-@dataclass(frozen=True)
-class BucketChange:
-    """One bucket of one A/B: its weight in the score, the medians, B/A (the paired median
-    ratio the scorer estimates; None when unpaired or unknown), B − A with its 95 % interval,
-    the roofline floor."""
-    rows: int
-    weight: float | None
-    a_ms: float | None
-    b_ms: float | None
-    ratio: float | None
-    delta_ms: float | None
-    low: float | None
-    high: float | None
-    floor_ms: float | None
-
-    def pct_of_floor(self, ms: float | None) -> float | None:
-        """% of the floor a time reaches: floor / time (100 % is the floor)."""
-        if self.floor_ms is None or not ms:
-            return None
-        return self.floor_ms / ms * 100
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One A/B as the page shows it: its buckets, then the score row (A's and B's score, the
-    weights' mean of the medians; B − A, the weights' mean of the buckets' B − A, with its
-    interval and its share of A's score). ``paired``: B − A is the paired estimate (else B's
-    median − A's median); ``from_judgment``: every number from the judgment's file (else
-    the ledger's medians alone)."""
-    buckets: tuple
-    paired: bool
-    from_judgment: bool
-    score_a: float | None = None
-    score_b: float | None = None
-    delta_ms: float | None = None
-    low: float | None = None
-    high: float | None = None
-    delta_pct: float | None = None
-
-
 def _get(d, *keys):
     for k in keys:
         if not isinstance(d, dict):
             return None
         d = d.get(k) if k in d else d.get(str(k))
     return d
-
-
-def _float(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def measurement(bench: dict | None) -> Measurement | None:
-    """The A/B of a scorer's report (a judgment's ``bench``, or its ``reverify``), every
-    number as the scorer computed it (pure); None when the report holds no A/B."""
-    ab = _get(bench, "analysis", "ab")
-    buckets = _get(bench, "buckets")
-    if not isinstance(ab, dict) or not isinstance(buckets, list):
-        return None
-    bw = _float(_get(bench, "bandwidth", "Bps"))
-    weights = _get(bench, "weights")
-    weights = weights if isinstance(weights, list) and len(weights) == len(buckets) else [None] * len(buckets)
-    paired = bool(_get(ab, "paired") or _get(ab, "delta", "paired"))
-    out = []
-    for b, w in zip(buckets, weights):
-        d = _get(ab, "delta", "buckets", b) or {}
-        nbytes = _float(_get(bench, "cost", b, "bytes"))
-        a_ms = _float(_get(bench, "analysis", "sides", "A", "buckets", b, "median"))
-        delta = _float(d.get("delta"))
-        # the paired estimate is A's median x (m - 1): m is what was estimated (stats.paired_delta)
-        ratio = 1 + delta / a_ms if paired and delta is not None and a_ms else None
-        out.append(BucketChange(
-            int(b), _float(w), a_ms, _float(_get(bench, "analysis", "sides", "B", "buckets", b, "median")),
-            ratio, delta, _float(d.get("low")), _float(d.get("high")),
-            nbytes / bw * 1e3 if nbytes is not None and bw else None))
-    return Measurement(tuple(out), paired, True, _float(_get(bench, "analysis", "sides", "A", "score")),
-                       _float(_get(bench, "analysis", "sides", "B", "score")),
-                       _float(_get(ab, "delta", "delta")), _float(_get(ab, "delta", "low")),
-                       _float(_get(ab, "delta", "high")), _float(ab.get("delta_pct")))
-
-
-def ledger_measurement(a: Attempt) -> Measurement:
-    """What the ledger row alone says of ``a``'s A/B (pure): the per-bucket medians, and the
-    score's B − A with its interval. No per-bucket B − A: the row holds no replay pairs, and
-    B's median − A's median is not what the scorer estimated."""
-    ma, mb = a.medians_a or {}, a.medians_b or {}
-    keys = sorted({*ma, *mb}, key=lambda k: int(k) if str(k).isdigit() else 0)
-    out = tuple(BucketChange(int(k), None, _float(ma.get(k)), _float(mb.get(k)), None, None, None,
-                             None, None) for k in keys)
-    return Measurement(out, True, False, None, None, a.delta_ms, a.ci_low, a.ci_high, a.delta_pct)
-
-
-def measurements(a: Attempt, judgment: dict | None) -> tuple[Measurement, Measurement | None]:
-    """``a``'s A/B (from its judgment's file, else its ledger row) and the re-measurement's
-    (from the file; None without one)."""
-    first = measurement(_get(judgment, "bench")) or ledger_measurement(a)
-    return first, measurement(_get(judgment, "bench", "reverify"))
-
-
-def bucket_changes(a: Attempt, judgment: dict | None = None) -> tuple[list[BucketChange], bool]:
-    """The change per bucket of ``a``'s A/B (pure): from its judgment's file when given (every
-    number: medians, B/A, interval, floor at the bandwidth measured in the run), else the
-    ledger's per-bucket medians. Returns (rows, from the judgment)."""
-    m = measurement(_get(judgment, "bench")) if judgment else None
-    m = m or ledger_measurement(a)
-    return list(m.buckets), m.from_judgment
 
 
 def diff_stats(diff: str) -> tuple[int, int, int]:
@@ -282,7 +183,7 @@ def _pct(v: float | None, decimals: int = 2) -> str:
     return "" if v is None else f"{v:+.{decimals}f} %".replace("-", MINUS)
 
 
-def _bucket_table(m: Measurement, n: int, lang: str) -> list[str]:
+def _bucket_table(m: ScorerView, n: int, lang: str) -> list[str]:
     """The table of one A/B: a row per bucket, then the score row, each figure recomputable
     from its neighbours (B − A = A × (B/A − 1) per bucket; the score row the weights' mean)."""
     t, e = TEXT[lang], _html.escape
@@ -309,10 +210,9 @@ def _bucket_table(m: Measurement, n: int, lang: str) -> list[str]:
     out = ["<table class=buckets><thead><tr>" + "".join(f"<th>{e(h)}</th>" for h in head)
            + "</tr></thead><tbody>"]
     for b in bs:
-        rel = (b.delta_ms / b.a_ms * 100) if b.delta_ms is not None and b.a_ms else None
         cells = [str(b.rows)] + ([_weight(b.weight)] if weights else []) + [ms(b.a_ms), ms(b.b_ms)]
         cells += ["" if b.ratio is None else f"{b.ratio:.5f}"] if m.paired else []
-        cells += ["" if b.delta_ms is None else signed(b.delta_ms), ci(b.low, b.high), _pct(rel)]
+        cells += ["" if b.delta_ms is None else signed(b.delta_ms), ci(b.low, b.high), _pct(b.change_pct)]
         if floors:
             cells += [ms(b.floor_ms), pct(b.pct_of_floor(b.a_ms)), pct(b.pct_of_floor(b.b_ms))]
         out.append("<tr>" + "".join(f"<td class=num>{e(c)}</td>" for c in cells) + "</tr>")
@@ -451,18 +351,16 @@ def _detail(a: Attempt, files: AttemptFiles, lang: str, n_cols: int) -> str:
     if why:
         body.append(f"<h4>{e(t['why'])}</h4>" + _reasons_html(why))
     body.append(f"<h4>{e(t['per_bucket'])}</h4>")
-    first, again_file = measurements(a, files.judgment)
-    body += _bucket_table(first, a.number, lang)
-    again = remeasured(a)
-    if again_file is not None:
+    view = judgment_view(a, files.judgment)
+    body += _bucket_table(view, a.number, lang)
+    again = view.reverify
+    if again is not None and again.from_judgment and again.delta_ms is not None:
         body.append(f"<h4>{e(t['remeasured_title'])}</h4>")
-        body += _bucket_table(again_file, a.number, lang)
-    elif again is not None:
-        ci = tuple(again.ci or ()) + (None, None)
-        lo, hi = _float(ci[0]), _float(ci[1])
+        body += _bucket_table(again, a.number, lang)
+    elif again is not None and not again.from_judgment:  # the ledger keeps its score's change only
         body.append("<p class=meta>" + e(t["remeasured"].format(
-            delta=signed(again.delta_ms), low="" if lo is None else signed(lo),
-            high="" if hi is None else signed(hi))) + "</p>")
+            delta=signed(again.delta_ms), low="" if again.low is None else signed(again.low),
+            high="" if again.high is None else signed(again.high))) + "</p>")
     body.append(f"<h4>{e(t['what'])}</h4>")
     if files.brief:
         body.append(f"<details class=brief><summary>{e(t['brief'])}</summary>"

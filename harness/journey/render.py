@@ -9,9 +9,8 @@ from dataclasses import asdict
 from typing import Iterable, Mapping, Sequence
 
 from ..ledger import Attempt, Score
-from .page import (AttemptFiles, Measurement, commands, diff_missing, diff_stats, hidden_text,
-                   measurements, reasons, wall_s)
-from .rows import not_shown_line, phase_map, remeasured, rows, sections, shown, summary
+from .page import AttemptFiles, commands, diff_missing, diff_stats, hidden_text, reasons, wall_s
+from .rows import judgment_view, not_shown_line, phase_map, remeasured, rows, sections, shown, summary
 from .text import TEXT, check_lang
 
 
@@ -72,21 +71,10 @@ def _blank(x) -> str:
     return "" if x is None else str(x)
 
 
-def _buckets_json(m: Measurement | None) -> dict | None:
-    """One A/B's numbers as the page's table shows them (None when there is none)."""
-    if m is None:
-        return None
-    return {"paired": m.paired, "from_judgment": m.from_judgment,
-            "buckets": [asdict(b) for b in m.buckets],
-            "score": {"a_ms": m.score_a, "b_ms": m.score_b, "delta_ms": m.delta_ms,
-                      "ci_ms": [m.low, m.high], "delta_pct": m.delta_pct}}
-
-
 def _row_json(r, a: Attempt, files: AttemptFiles | None) -> dict:
     """A journey row with every field the table, the page's detail and the CSV show."""
     files = files or AttemptFiles()
     again = remeasured(a)
-    first, again_file = measurements(a, files.judgment)
     diff = None
     if files.diff:
         nf, add, rem = diff_stats(files.diff)
@@ -107,7 +95,8 @@ def _row_json(r, a: Attempt, files: AttemptFiles | None) -> dict:
         "hidden": a.hidden, "hidden_text": hidden_text(a.hidden) if a.hidden else None,
         "reasons": [{"text": x[0], "items": x[1]} if isinstance(x, tuple) else {"text": x, "items": []}
                     for x in reasons(a, files.judgment)],
-        "measured": _buckets_json(first), "remeasured_buckets": _buckets_json(again_file),
+        # the A/B per bucket (and its re-measurement's, under "reverify"), as kern show --json
+        "measured": judgment_view(a, files.judgment).to_dict(),
         "brief": f"runs/attempts/{a.number}/brief.md" if files.brief else None,
         "diff": diff, "diff_missing": diff_missing(a, files) or None,
         "commands": commands(a),

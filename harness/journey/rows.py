@@ -61,6 +61,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from gates.results import ScorerView
 from gates.summary import AccuracySummary, GateSummary, GuardSummary, ReverifySummary, ScorerSummary
 
 from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, IN_FLIGHT, INTERRUPTED, MERGED, NOT_DONE,
@@ -195,13 +196,29 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def ledger_view(a: Attempt) -> ScorerView:
+    """``a``'s A/B as its ledger row keeps it (the per-bucket medians, the score's B − A with
+    its interval, the re-measurement's), in the one form every reader shows an A/B."""
+    again = a.gate.reverify if a.gate is not None else None
+    return ScorerView.of_ledger(a.delta_ms, a.ci_low, a.ci_high, a.delta_pct, a.medians_a,
+                                a.medians_b, reverify=None if again is None else again.view())
+
+
+def judgment_view(a: Attempt, judgment: dict | None = None) -> ScorerView:
+    """``a``'s A/B: from its judgment's file (``runs/attempts/<n>/judgment-<k>.json``, its
+    ``bench``) where that measured one, else from its ledger row; its re-measurement likewise.
+    ``kern show``, the page and the JSON export all read this one view."""
+    bench = judgment.get("bench") if isinstance(judgment, dict) else None
+    report = ScorerView.of(bench)
+    return ledger_view(a) if report is None else report.or_ledger(ledger_view(a))
+
+
 def headline_ms(a: Attempt) -> float | None:
     """The score change a row counts (its change column, a phase's gain): the re-measured
     B − A where the gain was measured again, else the judgment's; None unless judged."""
     if a.state not in (MERGED, ABANDONED):
         return None
-    again = remeasured(a)
-    return float(again.delta_ms) if again is not None else a.delta_ms
+    return ledger_view(a).counted.delta_ms
 
 
 def interval_text(delta: float, ci) -> str:
@@ -401,6 +418,6 @@ def not_shown_line(sec: Section, lang: str) -> str:
 
 __all__ = ["JourneyRow", "MINUS", "SCORER_CHECK", "Section", "accuracy_tag", "change", "check_lang",
            "clip", "describe", "fmt_delta", "fmt_estimate", "fmt_gain", "headline_ms",
-           "interval_text", "measured", "not_shown_line", "phase_map", "reason_word", "remeasured",
-           "result", "rows", "sections", "shown", "signed", "state_word", "summary",
-           "tried_nothing"]
+           "interval_text", "judgment_view", "ledger_view", "measured", "not_shown_line",
+           "phase_map", "reason_word", "remeasured", "result", "rows", "sections", "shown",
+           "signed", "state_word", "summary", "tried_nothing"]

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import pytest
 
-from gates.scorer import BenchRequest, report_lines, run_bench
+from gates.scorer import BenchRequest, run_bench
+from harness.terminal import scorer_report
 from harness.pipeline import check_scope, decide_outcome
 from tests.adversarial import hacks as H
 from tests.adversarial.test_scorer_only import FIRST_DIFFERENCE
@@ -70,7 +71,7 @@ def _checked(benches, hack):
     sc, bench, out = benches[hack.name]
     assert sc.ok, sc.problems  # the scope gate cannot see these: the run must
     assert bench["outcome"] == "ok", bench.get("error")
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     return bench["analysis"]["sides"]["B"]
 
 

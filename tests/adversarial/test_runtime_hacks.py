@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from gates.accuracy import AccuracyRequest, run_test
-from gates.scorer import BenchRequest, report_lines, run_bench
+from gates.scorer import BenchRequest, run_bench
+from harness.terminal import scorer_report
 from gates.protocol import Hidden
 from harness.pipeline import check_scope, decide_outcome
 from tests.adversarial import hacks as H
@@ -189,7 +190,7 @@ def test_result_cache_by_pointer_is_caught_by_changed_inputs(results):
     after it: a cache keyed on the buffers returns the same logits twice."""
     bench, out = _bench(results, H.POINTER_MEMO)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     assert failed and all(c["repeated_outputs"] >= 1 for c in failed), failed
 
 
@@ -201,7 +202,7 @@ def test_work_in_a_thread_is_caught_after_the_replay(results):
     output not yet written when the op returned."""
     bench, out = _bench(results, H.LAZY_THREAD)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     visits = [c for c in failed if "replays" in c]
     assert visits and all(c["threads_left_running"] >= 1 for c in visits), failed
     assert "moe.situ" in [c for c in failed if c.get("check") == "ops_match_reference"][0]["ops"]
@@ -215,7 +216,7 @@ def test_replaced_clock_is_caught_by_the_seal_and_the_coordinators_clock(results
     clock times nothing (CUDA events do), so only the seal speaks there."""
     bench, out = _bench(results, H.SLOW_CLOCK)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     visits = [c for c in failed if "tampered" in c]
     assert visits and all(any(t.startswith("time.perf_counter was replaced") for t in c["tampered"])
                           for c in visits), failed
@@ -232,7 +233,7 @@ def test_skipping_work_under_the_scorer_passes_the_tap_and_fails_the_bench(resul
     test, _ = _tap(results, H.BENCH_ONLY_SKIP)
     assert test["verdict"] == "PASS bit-identical", _why(test)
     bench, out = _bench(results, H.BENCH_ONLY_SKIP, test)
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
     assert [c["check"] for c in failed if "check" in c] == ["ops_match_reference"], failed
     assert failed[-1]["ops"] == ["moe.situ"], failed
@@ -244,7 +245,7 @@ def test_a_result_cache_by_shape_is_caught_by_changed_inputs(results):
     from the reference (the cache answered for other inputs)."""
     bench, out = _bench(results, H.SHAPE_MEMO)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     visits = [c for c in failed if "replays" in c]
     assert visits and all(c["repeated_outputs"] >= 1 for c in visits), failed
     assert [c["ops"] for c in failed if c.get("check") == "ops_match_reference"] == [["lm_head.argmax"]], failed
@@ -256,7 +257,7 @@ def test_batch_and_skip_leaves_the_scorers_poison(results):
     the no-op's replays show NaN logits and invalid next tokens."""
     bench, out = _bench(results, H.BATCH_AND_SKIP)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     visits = [c for c in failed if "replays" in c]
     assert visits and all(c["unwritten_or_invalid"] > 0 for c in visits), failed
 
@@ -268,7 +269,7 @@ def test_another_class_bound_to_the_event_name_is_named_by_the_seal(results):
     test_gpu_hacks.py)."""
     bench, out = _bench(results, H.UNTIMED_EVENTS)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     visits = [c for c in failed if "replays" in c]
     assert visits and all(c["tampered"] == ["torch.cuda.Event was replaced by the candidate's code "
                                             "(expected the one sealed before the tree loaded)"] for c in visits), failed
@@ -285,7 +286,7 @@ def test_lazy_outputs_are_read_as_the_memory_they_are(results):
     assert any("output not fully written: lm_head.argmax.logits" in r for r in test["reasons"]), _why(test)
     bench, out = _bench(results, H.LAZY_OUTPUTS)
     failed = bench["analysis"]["sides"]["B"]["failed_checks"]
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), report_lines(bench)
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), scorer_report(bench)
     visits = [c for c in failed if "replays" in c]
     assert visits and all(c["unwritten_or_invalid"] > 0 for c in visits), failed
 
@@ -346,8 +347,8 @@ def test_a_cache_of_one_rows_outputs_keyed_on_its_inputs_never_hits_in_the_timed
     from kernels.k31.workload import Workload
 
     bench, out = _bench(results, H.ROW_MEMO)
-    assert bench["analysis"]["sides"]["B"]["failed_checks"] == [], report_lines(bench)
-    assert out.state != "merged", report_lines(bench)
+    assert bench["analysis"]["sides"]["B"]["failed_checks"] == [], scorer_report(bench)
+    assert out.state != "merged", scorer_report(bench)
     log = (Path(bench["work_dir"]) / "sideB.log").read_text()
     timed, untimed, inside = [], [], False
     for line in log.splitlines():

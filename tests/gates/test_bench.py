@@ -5,7 +5,8 @@ from the same state); work skipped only in the timed replays is judged from thei
 import pytest
 import torch
 
-from gates.scorer import BenchRequest, bench_settings, report_lines, run_bench
+from gates.scorer import BenchRequest, bench_settings, run_bench
+from harness.terminal import scorer_report
 from harness.settings import load
 from tests.gates.candidates import ROOT, candidate, make_repo
 from tests.gates.cpu_load import classifications
@@ -65,8 +66,8 @@ def test_added_work_is_slower_and_guarded(repo):
     res = _bench(repo, sha, SLOWER_SHAPE)
     assert res["outcome"] == "ok", res.get("error")
     ab = res["analysis"]["ab"]
-    assert ab["classification"] == "slower" and not ab["guard_ok"], report_lines(res)
-    assert report_lines(res)[-1].startswith("delta +") and "slower" in report_lines(res)[-1]
+    assert ab["classification"] == "slower" and not ab["guard_ok"], scorer_report(res)
+    assert scorer_report(res)[-1].startswith("delta +") and "slower" in scorer_report(res)[-1]
     b = res["analysis"]["sides"]["B"]
     assert b["graph_matches_eager"] and not b["failed_checks"]
 
@@ -79,16 +80,16 @@ def test_identical_revisions_are_within_noise_in_alternating_processes(repo):
     assert res["outcome"] == "ok", res.get("error")
     assert res["alternating"] and res["processes"] == {"A": 3, "B": 2}
     assert len(res["prepare"]["A"]) == 3 and set(res["verify"]) == {"A", "B"}
-    assert "sides alternate" in report_lines(res)[1]
-    assert res["analysis"]["ab"]["classification"] == "within noise", report_lines(res)
-    assert res["cpu_note"] and "not GPU" in report_lines(res)[0].replace("never GPU", "not GPU")
+    assert "sides alternate" in scorer_report(res)[1]
+    assert res["analysis"]["ab"]["classification"] == "within noise", scorer_report(res)
+    assert res["cpu_note"] and "not GPU" in scorer_report(res)[0].replace("never GPU", "not GPU")
     # three processes of A and two of B, each from a fresh start: every timed replay's outputs
     # and recurrent state equal main's on the same input set
     timed = res["timed"]
     rounds, replays = IDENTICAL_SHAPE
     assert set(timed) == {"2"} and timed["2"]["replays"] == 2 * rounds * replays, timed
     assert timed["2"]["first_raw_difference"] is None and timed["2"]["logits"]["identical"]
-    assert any("equal main's byte for byte" in ln for ln in report_lines(res))
+    assert any("equal main's byte for byte" in ln for ln in scorer_report(res))
     assert not list((repo / "runs" / "bench").glob("*/timed-*"))  # GBs at full size: removed
 
 

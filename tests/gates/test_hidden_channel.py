@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gates.accuracy import AccuracyRequest, report_lines, run_test
+from gates.accuracy import AccuracyRequest, run_test
+from harness.terminal import accuracy_report
 from gates.scorer import BenchRequest, run_bench
 from gates.protocol import Hidden
 from harness.settings import load
@@ -70,7 +71,7 @@ def test_the_sides_ran_the_hidden_inputs(ran):
     assert record["workload"]["seed"] == HIDDEN.input_seed and record["rows"] == [1, 8, 5, 6]
     assert sorted(record["pass"]["runs"]) == ["r1", "r5", "r6", "r8"]
     assert test["evidence"]["logits"]["rows"] == 1 + 8 + 5 + 6  # one step at each size
-    assert report_lines(test)[-2] == ("hidden     input seed 2718281828, extra batch sizes 5, 6 "
+    assert accuracy_report(test)[-2] == ("hidden     input seed 2718281828, extra batch sizes 5, 6 "
                                       "(drawn for this judgment)")
     assert bench["outcome"] == "ok", bench.get("error")
     assert bench["workload"]["seed"] == HIDDEN.input_seed and bench["hidden"] == HIDDEN.to_dict()

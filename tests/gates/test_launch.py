@@ -19,7 +19,8 @@ import torch
 
 from gates import launch
 from gates.accuracy import AccuracyRequest, run_test
-from gates.scorer import BenchRequest, report_lines, run_bench
+from gates.scorer import BenchRequest, run_bench
+from harness.terminal import scorer_report
 from harness import faults
 from harness.pipeline import decide_outcome
 from gates.scope import ScopeResult
@@ -133,7 +134,7 @@ def _pass():
 def test_a_segfault_in_the_scorer_is_a_recorded_crash(ran):
     res = ran[1]["bench segfault"]
     assert res["outcome"] == "crash (signal SIGSEGV)", res.get("error")
-    assert report_lines(res)[-1].startswith("FAILED     crash (signal SIGSEGV)")
+    assert scorer_report(res)[-1].startswith("FAILED     crash (signal SIGSEGV)")
     out = decide_outcome(ScopeResult(True), _pass(), res)
     assert (out.state, out.reason) == ("crashed", "scorer: crash (signal SIGSEGV)")
 

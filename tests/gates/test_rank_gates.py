@@ -86,21 +86,23 @@ def _settings(repo):
 
 
 def _bench(repo, rev, base=None):
-    from gates.scorer import BenchRequest, report_lines, run_bench
+    from gates.scorer import BenchRequest, run_bench
+    from harness.terminal import scorer_report
 
     s, prof = _settings(repo)
     res = run_bench(BenchRequest(repo, rev, base, s.data, prof, repo / "runs", False,
                                  world=2, layout="tp2"), progress=lambda m: None).report
-    return res, report_lines(res)
+    return res, scorer_report(res)
 
 
 def _test(repo, rev, base_world=None):
-    from gates.accuracy import AccuracyRequest, report_lines, run_test
+    from gates.accuracy import AccuracyRequest, run_test
+    from harness.terminal import accuracy_report
 
     s, prof = _settings(repo)
     res = run_test(AccuracyRequest(repo, rev, "main", s.data, prof, repo / "runs", False, 2, "tp2",
                                    base_world, "tp1" if base_world else None)).report
-    return res, report_lines(res)
+    return res, accuracy_report(res)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gates.results import BucketTimes, BucketView, ScorerView
 from gates.summary import GateSummary
 from harness import journey
 from harness.ledger import Attempt, Phase, Score
@@ -287,15 +288,19 @@ def test_page_detail_of_a_judged_attempt():
                 delta_pct=-16.7, phase_id=1, commit_sha="c" * 40, base_sha="d" * 40,
                 created_at="2026-01-10T08:00:00+00:00", finished_at="2026-01-10T08:04:12+00:00",
                 tokens=12345, cost_usd=0.5, gate=G({"reverify": {"delta_ms": -5.1, "ci": [-5.4, -4.8]}}))
-    bs, full = journey.bucket_changes(a, judgment)
-    assert full and [(b.rows, b.a_ms, b.b_ms, b.delta_ms, b.low, b.high) for b in bs] == \
+    view = journey.judgment_view(a, judgment)
+    bs = view.buckets
+    assert view.from_judgment and [(b.rows, b.a_ms, b.b_ms, b.delta_ms, b.low, b.high) for b in bs] == \
         [(16, 20.0, 16.0, -4.0, -4.5, -3.5), (32, 40.0, 34.0, -6.0, -6.2, -5.8)]
     assert bs[0].ratio is None  # an unpaired judgment: B − A is the medians' difference
     assert bs[0].floor_ms == pytest.approx(10.0) and bs[0].pct_of_floor(16.0) == pytest.approx(62.5)
+    # the file holds no re-measurement: the ledger row's (its score's B − A alone)
+    assert (view.reverify.from_judgment, view.reverify.delta_ms, view.reverify.buckets) == (False, -5.1, ())
     # without the file: the ledger's medians, and no per-bucket B − A (the row has no pairs)
     led = Attempt(4, state="merged", medians_a={"16": 20.0}, medians_b={"16": 17.0})
-    assert journey.bucket_changes(led, None) == (
-        [journey.BucketChange(16, None, 20.0, 17.0, None, None, None, None, None)], False)
+    assert journey.judgment_view(led, None) == ScorerView(
+        from_judgment=False, paired=True,
+        buckets=(BucketView(16, a=BucketTimes(20.0), b=BucketTimes(17.0), paired=True),))
     diff = "diff --git a/k.py b/k.py\n--- a/k.py\n+++ b/k.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n+y = 3\n"
     assert journey.diff_stats(diff) == (1, 2, 1)
     page = journey.html([a], [Phase(1, {"buckets": [16, 32], "weights": [1, 1]}, "", "")],

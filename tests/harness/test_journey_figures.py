@@ -268,7 +268,7 @@ def test_the_json_carries_every_field_the_csv_and_the_page_show(tmp_path):
     one = rows[1]
     assert one["score_change_ms"] == -2244.64 and one["remeasured"]["delta_ms"] == -2244.64
     assert one["measured"]["buckets"][0]["ratio"] == pytest.approx(1 - 2511.59 / 5046.4)
-    assert one["remeasured_buckets"]["score"]["delta_ms"] == -2244.64
+    assert one["measured"]["reverify"]["score"]["delta_ms"] == -2244.64
     assert one["hidden_text"] == "input seed 12345, extra batch sizes 3"
     assert one["commands"]["replay"] == ["kern test 000000000000 --vs bbbbbbbbbbbb --replay-attempt 1",
                                         "kern bench 000000000000 --vs bbbbbbbbbbbb --replay-attempt 1"]
@@ -276,3 +276,127 @@ def test_the_json_carries_every_field_the_csv_and_the_page_show(tmp_path):
     assert obj["phases"][0]["gain_ms"] == 2244.64
     assert "paired median of log ratios" in obj["estimator"]
 
+
+
+# --------------------------------------------------------------------------- one view, three readers
+@pytest.fixture
+def h200_repo(tmp_path) -> Path:
+    """This repository's history (shared, not copied) with the H200 journey's ledger and every
+    judgment file it kept (#4's as kern try wrote it, bench/results/), as ``kern show`` reads
+    them under runs/."""
+    import subprocess
+
+    repo = tmp_path / "h200"
+    subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(ROOT), str(repo)], check=True)
+    (repo / "runs").mkdir()
+    for f in JOURNEY.glob("ledger.sqlite*"):
+        shutil.copy(f, repo / "runs" / f.name)
+    for d in JOURNEY.glob("attempts/*"):
+        for j in d.glob("judgment-*.json"):
+            (repo / "runs/attempts" / d.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy(j, repo / "runs/attempts" / d.name / j.name)
+    (repo / "runs/attempts/4").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "bench/results/2026-12-01-h200-kern-try-experts-judgment.json",
+                repo / "runs/attempts/4/judgment-1.json")
+    return repo
+
+
+def _show(capsys, repo, n, *flags) -> str:
+    from harness import cli
+
+    assert cli.main(["--repo", str(repo), "show", str(n), *flags]) == 0
+    return capsys.readouterr().out
+
+
+def _journey_of(repo):
+    with Ledger(repo / "runs/ledger.sqlite") as led:
+        attempts, phases, scores = led.attempts(), led.phases(), led.scores()
+    files = {}
+    for a in attempts:
+        found = sorted((repo / "runs/attempts" / str(a.number)).glob("judgment-*.json"),
+                       key=lambda p: int(p.stem.split("-")[1]))
+        if found:
+            files[a.number] = journey.AttemptFiles(judgment=json.loads(found[-1].read_text()))
+    return attempts, phases, scores, files
+
+
+def _printed(x: float, fmt: str) -> str:
+    return format(x, fmt).replace("-", "\u2212")
+
+
+def test_show_the_page_and_the_json_export_agree_on_each_judgment(h200_repo, capsys):
+    """On the H200 journey as kept: for every judged attempt ``kern show --json``'s scorer and
+    the JSON export's are one object; the page's bucket tables and ``kern show``'s lines print
+    the same numbers; and those are the judgment file's own (each side's median, B − A with
+    its interval, B/A = 1 + (B − A) / A, the score's change), first and re-measured."""
+    attempts, phases, scores, files = _journey_of(h200_repo)
+    export = json.loads(json.dumps(journey.json_obj(attempts, phases, scores, files=files)))
+    rows = {r["#"]: r for p in export["phases"] for r in p["rows"]}
+    page = journey.html(attempts, phases, scores, files=files)
+    judged = [n for n in sorted(files) if files[n].judgment.get("bench")]
+    assert judged == [4, 5, 7, 8, 9]
+    checked = []
+    for n in judged:
+        shown = json.loads(_show(capsys, h200_repo, n, "--json"))["bench"]
+        assert shown == rows[n]["measured"], n  # one view, one JSON form
+        text = _show(capsys, h200_repo, n).splitlines()
+        tabs = tables(detail_of(page, n))
+        report = files[n].judgment["bench"]
+        for k, (rep, view) in enumerate(((report, shown), (report.get("reverify"), shown["reverify"]))):
+            if rep is None:
+                assert view is None or not view["from_judgment"], n
+                continue
+            sides, per = rep["analysis"]["sides"], rep["analysis"]["ab"]["delta"]["buckets"]
+            head, trs = tabs[k]
+            col = {h: i for i, h in enumerate(head)}
+            assert [b["rows"] for b in view["buckets"]] == [int(b) for b in rep["buckets"]]
+            for b, tr in zip(view["buckets"], trs):
+                key = str(b["rows"])
+                a_ms, b_ms = sides["A"]["buckets"][key]["median"], sides["B"]["buckets"][key]["median"]
+                d = per[key]
+                # the file's numbers, as the view holds them
+                assert (b["a_ms"], b["b_ms"], b["delta_ms"], b["ci_ms"]) == (a_ms, b_ms, d["delta"], [d["low"], d["high"]])
+                assert b["ratio"] == pytest.approx(1 + d["delta"] / a_ms)
+                assert b["ratio_ci"] == pytest.approx([1 + d["low"] / a_ms, 1 + d["high"] / a_ms])
+                # the page's row prints them
+                assert tr[0] == key and tr[col["A (ms)"]] == f"{a_ms:.3f}" and tr[col["B (ms)"]] == f"{b_ms:.3f}"
+                assert tr[col["B/A (paired median)"]] == f"{b['ratio']:.5f}"
+                assert tr[col["B − A (ms) = A × (B/A − 1)"]] == _printed(d["delta"], "+.2f")
+                assert tr[col["95 % interval"]] == f"[{_printed(d['low'], '+.2f')}, {_printed(d['high'], '+.2f')}]"
+                # kern show's line prints them
+                line = f"{b['rows']:>5} {a_ms:>9.3f} {b_ms:>9.3f} {d['delta']:>+9.3f}  " \
+                       f"{'[' + format(d['low'], '+.3f') + ', ' + format(d['high'], '+.3f') + ']':<20}"
+                assert sum(ln.startswith(" " * 11 + line) for ln in text) == 1, (n, line)
+            score = rep["analysis"]["ab"]["delta"]
+            assert view["score"]["delta_ms"] == score["delta"] and view["score"]["ci_ms"] == [score["low"], score["high"]]
+            assert trs[-1][col["B − A (ms) = A × (B/A − 1)"]] == _printed(score["delta"], "+.2f")
+            assert sum(ln.startswith(" " * 11 + f"score {sides['A']['score']:.3f} → {sides['B']['score']:.3f} ms: "
+                                     f"{score['delta']:+.3f} ms") for ln in text) == 1, n
+            checked.append((n, k, len(trs)))
+        # the row counts the last A/B shown: the re-measured where there is one
+        counted = (shown["reverify"] or shown)["score"]["delta_ms"]
+        if attempts[n - 1].state in ("merged", "abandoned") and rows[n]["score_change_ms"] is not None:
+            assert rows[n]["score_change_ms"] == pytest.approx(counted, abs=1e-9), n
+    # every A/B of the files was compared: #4's first and re-measured, then one of each other
+    assert checked == [(4, 0, 6), (4, 1, 6), (5, 0, 6), (7, 0, 6), (8, 0, 6), (9, 0, 6)]
+
+
+def test_without_its_file_show_the_page_and_the_export_read_the_ledger_row(h200_repo, capsys):
+    """#4 with its judgment file gone: all three read the ledger row's medians and the
+    score's change, and its re-measurement's (no per-bucket B − A: the row keeps no pairs)."""
+    (h200_repo / "runs/attempts/4/judgment-1.json").unlink()
+    attempts, phases, scores, files = _journey_of(h200_repo)
+    a = attempts[3]
+    shown = json.loads(_show(capsys, h200_repo, 4, "--json"))["bench"]
+    export = json.loads(json.dumps(journey.json_obj(attempts, phases, scores, files=files)))
+    row = next(r for p in export["phases"] for r in p["rows"] if r["#"] == 4)
+    assert shown == row["measured"] and shown["from_judgment"] is False
+    assert [(b["rows"], b["a_ms"], b["b_ms"], b["delta_ms"]) for b in shown["buckets"]] == \
+        [(int(k), a.medians_a[k], a.medians_b[k], None) for k in sorted(a.medians_b, key=int)]
+    assert shown["score"]["delta_ms"] == a.delta_ms and shown["score"]["ci_ms"] == [a.ci_low, a.ci_high]
+    assert shown["reverify"]["score"]["delta_ms"] == a.gate.reverify.delta_ms == row["score_change_ms"]
+    text = _show(capsys, h200_repo, 4)
+    assert f"scorer     {a.delta_ms:+.3f} ms [{a.ci_low:+.3f}, {a.ci_high:+.3f}] (the ledger's summary" in text
+    (head, trs), = tables(detail_of(journey.html(attempts, phases, scores, files=files), 4))
+    assert [(r[0], r[1], r[2]) for r in trs if not r[0].startswith("score")] == \
+        [(k, f"{a.medians_a[k]:.3f}", f"{a.medians_b[k]:.3f}") for k in sorted(a.medians_b, key=int)]

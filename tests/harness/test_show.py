@@ -74,7 +74,7 @@ def test_show_a_judged_attempt_per_bucket(h200, capsys):
     code, out, _ = kern(capsys, "--repo", h200, "show", 4, "--json")
     v = json.loads(out)
     assert code == 0 and v["bench"]["buckets"][0]["rows"] == 16
-    assert v["bench"]["buckets"][0]["interval"] == [per["16"]["low"], per["16"]["high"]]
+    assert v["bench"]["buckets"][0]["ci_ms"] == [per["16"]["low"], per["16"]["high"]]
     assert v["bench"]["reverify"]["classification"] == "faster" and v["hidden"]["input_seed"] == 1384936183
     code, out, _ = kern(capsys, "--repo", h200, "show", 4, "--diff")
     assert code == 0 and "diff --git a/kernels/k31/moe/experts.py b/kernels/k31/moe/experts.py" in out

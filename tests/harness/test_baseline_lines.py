@@ -1,10 +1,10 @@
 """The scorer's baseline lines: the reference step's median against the tree's, with the first
 call (where torch.compile compiles) reported apart, and a stopped baseline saying why."""
-from gates.scorer import baseline_lines
+from harness.terminal import baseline_lines
 
 
 def _res(baselines):
-    return {"analysis": {"sides": {"A": {"buckets": {16: {"median": 2.0}, 64: {"median": 4.0}}}}},
+    return {"buckets": [16, 64], "analysis": {"sides": {"A": {"buckets": {16: {"median": 2.0}, 64: {"median": 4.0}}}}},
             "baselines": baselines}
 
 
