@@ -9,6 +9,7 @@ shell around the gates, git and the ledger. Every path ends in a ledger state wi
 """
 from __future__ import annotations
 
+import errno
 import json
 import time
 from contextlib import contextmanager
@@ -332,7 +333,17 @@ def keep_evidence(runs: Path, number: int, test, bench, times: JudgmentTimes | N
     doc = {"test": report_of(test), "bench": report_of(bench)}
     if times is not None:
         doc["times"] = times.to_dict()
-    path.write_text(json.dumps(doc, indent=1, default=str))
+    tmp = path.with_suffix(".json.tmp")
+    try:
+        tmp.write_text(json.dumps(doc, indent=1, default=str))
+        tmp.replace(path)
+    except OSError as e:  # a full disk is the environment's: named, never a traceback
+        tmp.unlink(missing_ok=True)
+        if e.errno == errno.ENOSPC:
+            raise disk.DiskShort(f"{disk.REASON}: {d} is full: the judgment's evidence "
+                                 f"({path.name}) could not be written; the operator must free "
+                                 f"space on that disk", str(d)) from e
+        raise
     return path
 
 

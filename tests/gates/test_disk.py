@@ -209,3 +209,20 @@ def test_a_report_written_before_last_words_gives_them_from_its_tails():
            "b_log_tail": "Traceback\nRuntimeError: boom", "b_dir": "/r/runs/tap/c-vs-m"}
     (w,) = AccuracyResult.of(old).last_words
     assert (w.side, w.kind, w.last, w.log) == ("B replay", "error", "RuntimeError: boom", "/r/runs/tap/c-vs-m")
+
+
+def test_a_full_disk_while_keeping_a_judgments_evidence_is_environment_disk(tmp_path, monkeypatch):
+    """The judgment's evidence file meets a full disk: a named ``environment: disk`` reason,
+    no half-written judgment file (the pipeline's write, not a side's)."""
+    from pathlib import Path
+
+    from harness.pipeline import keep_evidence
+
+    def full(self, *a, **k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(disk.DiskShort) as e:
+        keep_evidence(tmp_path, 7, None, None)
+    assert str(e.value).startswith(disk.REASON) and "judgment-1.json" in str(e.value)
+    assert list((tmp_path / "attempts" / "7").iterdir()) == []
