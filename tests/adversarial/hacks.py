@@ -27,7 +27,7 @@ SITU = "kernels/k31/moe/situ.py"
 HEAD = "kernels/k31/lm_head/head.py"
 
 # anchors in moe/situ.py
-SITU_IMPORTS = "from .. import platform, tunables\n"
+SITU_IMPORTS = "from .. import tunables\n"
 SITU_EMPTY = "    if rows == 0:\n        return\n"
 SITU_LAUNCH = ('    _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](\n'
                '        gu, gu.stride(0), out, out.stride(0), rows, inter, BLOCK=block, BLOCK_R=block_r,\n'
@@ -143,7 +143,7 @@ BENCH_ROWS_ONLY = Hack(4, "bench-rows-fast-path", "a fast path for the bench's b
                               "        out.copy_((25 * torch.tanh(gu[:, inter:].float() / 25)).to(out.dtype))\n"
                               "        return\n")))
 UNINITIALISED = Hack(5, "uninitialised-scratch", "add a term read from scratch that was never written",
-                     _situ((SITU_IMPORTS, "from .. import platform, scratch, tunables\n"),
+                     _situ((SITU_IMPORTS, "from .. import scratch, tunables\n"),
                            (SITU_LAUNCH, SITU_LAUNCH + "    # the residual term lives in a staging buffer (torch.empty: zeros, the author thought)\n"
                             '    staging = scratch.empty("moe.situ.staging", out.device, (1 << 23,), torch.float32)\n'
                             "    out.add_(staging[:out.numel()].view(out.shape).to(out.dtype))\n")))
