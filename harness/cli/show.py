@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..ledger import Ledger, LedgerError
+from ..progress import fmt_duration
 from .shared import MAX_ATTEMPT, whole
 
 def register(sub) -> None:
@@ -262,11 +263,7 @@ def _ms(x, sign: bool = False) -> str:
 
 
 def _dur(s: float | None) -> str:
-    if s is None:
-        return "?"
-    m, sec = divmod(int(round(s)), 60)
-    h, m = divmod(m, 60)
-    return f"{h} h {m:02d} min" if h else (f"{m} min {sec:02d} s" if m else f"{sec} s")
+    return "?" if s is None else fmt_duration(round(s), ("s", "min", "h"), " ")
 
 
 def _indent(text: str, pad: str = "           ") -> list[str]:

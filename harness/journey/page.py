@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 from gates.summary import GateSummary
 
 from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
+from ..progress import fmt_duration
 from .plot import KINDS, legend_swatch, outcome_kind, plot_panels, svg
 from .rows import (MINUS, describe, not_shown_line, phase_map, remeasured, result, sections, shown,
                    signed, summary)
@@ -177,12 +178,7 @@ def fmt_wall(s: float | None, lang: str = "en") -> str:
     if s is None:
         return ""
     u = TEXT[lang]["units"]
-    s = round(s)
-    if s < 60:
-        return f"{s} {u['s']}"
-    if s < 3600:
-        return f"{s // 60} {u['min']} {s % 60:02d} {u['s']}"
-    return f"{s // 3600} {u['h']} {s % 3600 // 60:02d} {u['min']}"
+    return fmt_duration(round(s), (u["s"], u["min"], u["h"]), " ")
 
 
 _CSS = """
