@@ -574,18 +574,10 @@ def _ask(url: str, key: str, model: str, timeout_s: float = 10.0) -> dict:
 
 
 def _probe_lock(runs: Path) -> dict:
-    import fcntl
+    from ..processes import loop_holder
 
-    path = runs / "loop.lock"
-    if not path.exists():
-        return {"held": False}
-    with open(path, "r") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return {"held": True, "holder": f.read().strip() or "another process"}
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return {"held": False}
+    holder = loop_holder(runs)
+    return {"held": False} if holder is None else {"held": True, "holder": holder}
 
 
 # --------------------------------------------------------------------------- the verb
