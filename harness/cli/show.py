@@ -17,6 +17,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from ..gitcmd import git_or_none
 from ..ledger import Ledger, LedgerError
 from ..progress import fmt_duration
 from .shared import MAX_ATTEMPT, whole
@@ -439,13 +440,6 @@ def _read_json(path: Path):
         return None
 
 
-def _git(repo: Path, *args: str) -> str | None:
-    import subprocess
-
-    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 else None
-
-
 def gather(repo: Path, attempt, want_diff: bool) -> dict:
     """What lies beside attempt ``attempt`` (its ledger row) under ``repo``: the files of
     :func:`attempt_view`."""
@@ -466,9 +460,9 @@ def gather(repo: Path, attempt, want_diff: bool) -> dict:
     stat = diff = None
     sha, base = attempt.commit_sha, attempt.base_sha
     if sha and base and sha != base:
-        stat = _git(repo, "diff", "--stat=100", base, sha)
+        stat = git_or_none(repo, "diff", "--stat=100", base, sha)
         if want_diff and stat is not None:
-            diff = _git(repo, "diff", base, sha)
+            diff = git_or_none(repo, "diff", base, sha)
     return {"dir": str(d), "brief": brief.read_text(encoding="utf-8", errors="replace") if brief.is_file() else None,
             "proposal": proposal, "transcript": transcript,
             "judgments": [j for j in (_read_json(p) for p in judgments) if isinstance(j, dict)],
