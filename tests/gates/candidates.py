@@ -120,3 +120,8 @@ def side_dumps(root: Path, marker: str) -> list[dict]:
             if line.startswith(marker + " "):
                 out.append({"log": str(log), **json.loads(line[len(marker) + 1:])})
     return out
+
+
+def reasons(verdict: dict) -> str:
+    """An accuracy verdict's reasons on one line: the message of an assertion about it."""
+    return " | ".join(verdict["reasons"])
