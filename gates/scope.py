@@ -22,9 +22,10 @@ inside the editable globs and still bring in what the gates cannot judge:
   settings);
 * not the workload: the protected ``kernels/k31/workload`` module is the gates' input; a
   kernel that imports it can precompute answers;
-* not the oracle: the protected reference (``kernels/k31/reference``, and ``contracts``, which
-  hands it out) is what the gates judge kernels against; a kernel that calls it is judged
-  against itself, whatever fast path it shows.
+* not the oracle: the protected reference (each family's ``kernels/k31/<family>/reference``
+  beside its kernels, their shared ``kernels/k31/reference``, and ``contracts``, which hands
+  them out) is what the gates judge kernels against; a kernel that calls it is judged against
+  itself, whatever fast path it shows.
 
 These are static checks of what the commit says; the sides check at run time what the code
 does (``gates/side/tamper.py``).
@@ -52,7 +53,8 @@ SYS_ESCAPES = ("modules", "argv", "orig_argv", "_getframe", "_current_frames", "
 FRAME_LINKS = ("f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame", "ag_frame")
 REFLECTION = ("getattr", "setattr", "delattr", "hasattr", "vars")  # attributes by a name or all
 WORKLOAD = "kernels.k31.workload"
-ORACLES = ("kernels.k31.reference", "kernels.k31.contracts")
+# the protected reference's modules (patterns as kern.yaml's protected globs: ``*`` crosses dots)
+ORACLES = ("kernels.k31.reference", "kernels.k31.*.reference", "kernels.k31.contracts")
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,8 @@ def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
             if module == WORKLOAD or module.startswith(WORKLOAD + "."):
                 out.append((line, f"imports {module}: the workload is the gates' input, and a "
                                   f"kernel that reads it can precompute the answers"))
-            elif any(module == o or module.startswith(o + ".") for o in ORACLES):
+            elif any(fnmatch.fnmatchcase(module, o) or fnmatch.fnmatchcase(module, o + ".*")
+                     for o in ORACLES):
                 out.append((line, f"imports {module}: the reference is what the gates judge "
                                   f"kernels against; a kernel that calls it is judged against "
                                   f"itself"))

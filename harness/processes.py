@@ -162,23 +162,6 @@ def judge_alive(d: Path) -> bool | None:
     return alive(pid) and (start == "-" or started_at(pid) in (start, "-"))
 
 
-def loop_holder(runs: Path) -> str | None:
-    """Who holds the loop lock of ``runs`` (``pid N on HOST``), or None when no loop runs.
-    Reads only: a lock file that is there but free is left as it is."""
-    path = runs / "loop.lock"
-    try:
-        f = open(path, "r")
-    except OSError:
-        return None
-    with f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return f.read().strip() or "another process"
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return None
-
-
 def end_judge(d: Path, sig: int = signal.SIGTERM) -> bool:
     """Ask the kern try judging attempt folder ``d`` to stop (it records the attempt as
     interrupted); False when none runs on this host."""

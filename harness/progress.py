@@ -196,16 +196,22 @@ def stage_of(events: Iterable[tuple[float, object]]) -> Stage | None:
     return cur
 
 
+def fmt_duration(s: int, units: tuple[str, str, str] = ("s", "m", "h"), sep: str = "") -> str:
+    """Whole seconds ``s`` in the two largest units it needs: ``42s``, ``3m05s``, ``2h07m``.
+    ``units`` names seconds, minutes and hours; ``sep`` stands between each number and its
+    unit and between the two parts (``" "`` and ``("s", "min", "h")``: ``4 min 12 s``)."""
+    if s < 60:
+        return f"{s}{sep}{units[0]}"
+    if s < 3600:
+        return f"{s // 60}{sep}{units[1]}{sep}{s % 60:02d}{sep}{units[0]}"
+    return f"{s // 3600}{sep}{units[2]}{sep}{s % 3600 // 60:02d}{sep}{units[1]}"
+
+
 def fmt_elapsed(seconds: float | None) -> str:
-    """``42s``, ``3m05s``, ``2h07m``; '' when unknown."""
+    """``42s``, ``3m05s``, ``2h07m`` (whole seconds elapsed, counted down); '' when unknown."""
     if seconds is None or seconds < 0:
         return ""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return fmt_duration(int(seconds))
 
 
 def _since(stamp: str | None, now: float) -> float | None:

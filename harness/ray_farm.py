@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import tempfile
 import uuid
 from pathlib import Path
 
 from .farm import FarmError, Slot
+from .gitcmd import git
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 FARM_DIR_VARIABLE = "KERN_FARM_DIR"  # where a node keeps its judgments' folders
@@ -99,30 +99,26 @@ def farm_dir() -> Path:
     return Path(os.environ.get(FARM_DIR_VARIABLE) or Path(tempfile.gettempdir()) / "kern-farm")
 
 
-def _git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
 def make_bundle(repo: Path, tip: str, exclude: str | None) -> bytes | None:
     """A git bundle of ``exclude``..``tip`` (``exclude`` None: ``tip``'s whole history); None
     when there is nothing between them (a tip that is its base)."""
-    if exclude is not None and _git(repo, "rev-list", "--count", f"{exclude}..{tip}").strip() == "0":
+    if exclude is not None and git(repo, "rev-list", "--count", f"{exclude}..{tip}").strip() == "0":
         return None
     ref = f"refs/kern-farm/{uuid.uuid4().hex}"
-    _git(repo, "update-ref", ref, tip)
+    git(repo, "update-ref", ref, tip)
     try:
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "b.bundle"
-            _git(repo, "bundle", "create", str(path), ref, *([f"^{exclude}"] if exclude else []))
+            git(repo, "bundle", "create", str(path), ref, *([f"^{exclude}"] if exclude else []))
             return path.read_bytes()
     finally:
-        _git(repo, "update-ref", "-d", ref)
+        git(repo, "update-ref", "-d", ref)
 
 
 def _unbundle(repo: Path, data: bytes, name: str) -> None:
     path = repo.parent / f"{name}.bundle"
     path.write_bytes(data)
-    _git(repo, "fetch", "-q", str(path), "+refs/kern-farm/*:refs/kern-farm/*")
+    git(repo, "fetch", "-q", str(path), "+refs/kern-farm/*:refs/kern-farm/*")
 
 
 def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, settings: dict,
@@ -141,7 +137,7 @@ def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, set
     (d / "worker.pid").write_text(f"{os.getpid()}\n")
     repo = d / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q")
+    git(repo, "init", "-q")
     _unbundle(repo, base_bundle, "base")
     if delta is not None:
         _unbundle(repo, delta, "candidate")

@@ -262,7 +262,7 @@ def main(argv=None) -> int:
     from gates.side.ceiling import read_ceiling
     from gates.spec import side_spec
     from harness import settings as hsettings
-    from kernels.k31 import reference as ref
+    from kernels.k31.moe import reference as ref
     from kernels.k31 import tunables
     from kernels.k31.moe import experts
     from kernels.k31.moe.roofline import experts as experts_cost

@@ -429,17 +429,27 @@ def _fail(text: str) -> None:
     os._exit(125)
 
 
+def _start(plan: dict, cmd: list[str], first=None, what: str = "") -> int:
+    """Fork the side's process and return its PID. The child dies with this process, runs
+    ``first()`` (a step only it takes, e.g. entering a mount namespace), then :func:`_exec`;
+    anything that fails before the exec ends it with 125 and ``what`` + the reason on stderr."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            if first is not None:
+                first()
+            _exec(plan, cmd)
+        except BaseException as e:  # noqa: BLE001
+            _fail(f"{what}{e}")
+    return pid
+
+
 def _init(plan: dict, cmd: list[str]) -> int:
     """C, PID 1 of the sandbox: start the side as D (never PID 1 itself: the kernel drops
     signals to an init that has no handler, a side's own SIGSEGV included), reap whatever is
     left to it, and return D's wait status when D ends (the namespace then ends with C)."""
-    d = os.fork()
-    if d == 0:
-        try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            _exec(plan, cmd)
-        except BaseException as e:  # noqa: BLE001
-            _fail(f"{e}")
+    d = _start(plan, cmd)
     while True:
         pid, status = os.waitpid(-1, 0)
         if pid == d:
@@ -546,13 +556,7 @@ def verb_run(plan: dict, cmd: list[str]) -> None:
                                f"(expected uid 0, got {os.geteuid()})")
         for path in plan.get("own", ()):
             own_tree(path, plan["user"]["uid"], plan["user"]["gid"])
-    pid = os.fork()
-    if pid == 0:
-        try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            _exec(plan, cmd)
-        except BaseException as e:  # noqa: BLE001
-            _fail(f"{e}")
+    pid = _start(plan, cmd)
     _close_pipes()
     _leave(os.waitpid(pid, 0)[1], plan)
 
@@ -601,15 +605,11 @@ def verb_join(plan: dict, group: dict, cmd: list[str]) -> None:
     for fd, what in fds:
         setns(fd, what)
         os.close(fd)
-    pid = os.fork()  # the PID namespace holds our children, not us
-    if pid == 0:
-        try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-            setns(mnt, "mnt")
-            os.close(mnt)
-            _exec(plan, cmd)
-        except BaseException as e:  # noqa: BLE001
-            _fail(f"join: {e}")
+    def enter_mounts() -> None:
+        setns(mnt, "mnt")
+        os.close(mnt)
+
+    pid = _start(plan, cmd, enter_mounts, "join: ")  # the PID namespace holds our children, not us
     os.close(mnt)
     _close_pipes()
     _leave(os.waitpid(pid, 0)[1], plan)

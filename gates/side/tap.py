@@ -271,12 +271,18 @@ class ReferenceOps:
 def reference_extra(reference_ops: set | None) -> dict:
     """Keywords the references of ``reference_ops`` take beyond their contract, for one pass:
     every moe.experts call of the pass on the reference decodes its experts' weights once for
-    the pass, not per call (main's side only: never a cache a candidate reaches)."""
-    from kernels.k31 import reference
+    the pass, not per call (main's side only: never a cache a candidate reaches). The cache
+    class stands in the module of the op's reference, wherever the tree keeps it (a tree
+    without one decodes per call)."""
+    if not reference_ops or "moe.experts" not in reference_ops:
+        return {}
+    import importlib
 
-    if reference_ops and "moe.experts" in reference_ops and hasattr(reference, "DecodedExperts"):
-        return {"moe.experts": {"decoded": reference.DecodedExperts()}}
-    return {}
+    from kernels.k31 import contracts
+
+    module = importlib.import_module(contracts.op("moe.experts").reference.__module__)
+    decoded = getattr(module, "DecodedExperts", None)
+    return {"moe.experts": {"decoded": decoded()}} if decoded is not None else {}
 
 
 def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store,

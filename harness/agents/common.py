@@ -11,6 +11,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..gitcmd import GitError  # noqa: F401 - the backends catch it from here
+from ..gitcmd import git as run_git
+
 
 class AgentConfigError(ValueError):
     """The agent settings (kern.yaml ``agent:``) or the orchestrator's context are wrong."""
@@ -115,10 +118,6 @@ def run_limited(cmd, cwd, env: dict, timeout_s: float, stdin_text: str | None = 
 
 # ---- git ----------------------------------------------------------------------------------
 
-class GitError(RuntimeError):
-    pass
-
-
 def identity(backend: str) -> dict:
     # Agent commits carry the backend as author and committer, whatever the user's git config
     # says: the journey shows who made a change, and an unconfigured machine still commits.
@@ -128,17 +127,9 @@ def identity(backend: str) -> dict:
 
 
 def git(worktree, *args, backend: str = "agent", input_text: str | None = None) -> str:
-    """Run git in ``worktree`` with a minimal environment; raise :class:`GitError` naming the
-    command, the exit status and git's own words."""
-    # no signing prompts or user hooks: an unattended loop must never wait on a terminal,
-    # and the gates, not commit hooks, judge a candidate
-    cmd = ["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null", *args]
-    r = subprocess.run(cmd, cwd=worktree, env=minimal_env(extra=identity(backend)),
-                       input=input_text, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise GitError(f"`git {' '.join(args)}` in {worktree} exited {r.returncode}: "
-                       f"{(r.stderr or r.stdout).strip()[-2000:]}")
-    return r.stdout
+    """Run git in ``worktree`` with a minimal environment that commits as ``backend``; raise
+    :class:`GitError` naming the command, the exit status and git's own words."""
+    return run_git(worktree, *args, env=minimal_env(extra=identity(backend)), input_text=input_text)
 
 
 def head(worktree) -> str:

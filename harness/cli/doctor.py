@@ -400,26 +400,23 @@ def _probe_smi() -> dict:
     return {"present": True, "error": (r.stderr or r.stdout).strip()[-300:]}
 
 
-def _git(repo: Path, *args) -> str:
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
-                          timeout=60).stdout
-
-
 def _probe_git(repo: Path, runs: Path) -> dict:
+    from ..gitcmd import GitError, git, git_or_none
+
     try:
-        branch = _git(repo, "symbolic-ref", "--quiet", "--short", "HEAD").strip()
-    except subprocess.CalledProcessError:
+        branch = git(repo, "symbolic-ref", "--quiet", "--short", "HEAD", timeout=60).strip()
+    except GitError as e:
+        if e.returncode is None:  # git did not run
+            return {"error": e.said[:300]}
         branch = None  # detached
-    except (OSError, subprocess.SubprocessError) as e:
-        return {"error": str(e)[:300]}
     try:
-        has_main = subprocess.run(["git", "rev-parse", "--verify", "--quiet", "refs/heads/main"],
-                                  cwd=repo, capture_output=True).returncode == 0
-        dirty = [x for x in _git(repo, "status", "--porcelain").splitlines()
+        has_main = git_or_none(repo, "rev-parse", "--verify", "--quiet", "refs/heads/main",
+                               timeout=60) is not None
+        dirty = [x for x in git(repo, "status", "--porcelain", timeout=60).splitlines()
                  if not x[3:].startswith("runs/")]
-        listing = _git(repo, "worktree", "list", "--porcelain")
-    except (OSError, subprocess.SubprocessError) as e:  # git's own words ("not a git repository")
-        said = (getattr(e, "stderr", None) or "").strip().splitlines()
+        listing = git(repo, "worktree", "list", "--porcelain", timeout=60)
+    except GitError as e:  # git's own words ("not a git repository")
+        said = e.said.splitlines()
         return {"error": (said[0] if said else str(e))[:300]}
     worktrees, prunable, path = [], [], None
     for line in listing.splitlines():
@@ -574,18 +571,10 @@ def _ask(url: str, key: str, model: str, timeout_s: float = 10.0) -> dict:
 
 
 def _probe_lock(runs: Path) -> dict:
-    import fcntl
+    from ..processes import loop_holder
 
-    path = runs / "loop.lock"
-    if not path.exists():
-        return {"held": False}
-    with open(path, "r") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return {"held": True, "holder": f.read().strip() or "another process"}
-        fcntl.flock(f, fcntl.LOCK_UN)
-    return {"held": False}
+    holder = loop_holder(runs)
+    return {"held": False} if holder is None else {"held": True, "holder": holder}
 
 
 # --------------------------------------------------------------------------- the verb

@@ -168,11 +168,10 @@ def check_try(args):
     """``kern try``'s refusals, before torch is imported or anything is written: (repository,
     commit) or :class:`InputError` (WORKTREE, a commit main already holds, a commit the ledger
     holds a verdict for, runs/ not writable)."""
-    import subprocess
-
     from gates.checkout import WORKTREE, resolve
 
     from .. import ledger as L
+    from ..gitcmd import git_or_none
     from .shared import InputError, repo_root, writable_runs
 
     repo = repo_root(args)
@@ -180,13 +179,11 @@ def check_try(args):
     if sha == WORKTREE:
         raise InputError("WORKTREE: expected a commit (kern try judges and merges commits): commit "
                          "your edits, then kern try HEAD")
-    base = subprocess.run(["git", "merge-base", "main", sha], cwd=repo, capture_output=True,
-                          text=True)
-    if base.returncode != 0 and subprocess.run(["git", "rev-parse", "--verify", "--quiet",
-                                                "refs/heads/main"], cwd=repo).returncode != 0:
+    base = git_or_none(repo, "merge-base", "main", sha)
+    if base is None and git_or_none(repo, "rev-parse", "--verify", "--quiet", "refs/heads/main") is None:
         raise InputError(f"{repo} has no branch 'main': kern try judges a commit against main and "
                          f"merges it there (create it, or try `kern loop --demo`)")
-    if base.stdout.strip() == sha:
+    if (base or "").strip() == sha:
         raise InputError(f"{args.rev} ({sha[:12]}) is already on main: there is no change to judge "
                          f"against it. Commit your change on a branch (git switch -c my-change; "
                          f"git commit -a), then kern try my-change")

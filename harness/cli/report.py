@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -153,26 +152,23 @@ def cmd_report(args) -> int:
 DIFF_BYTES = 2_000_000  # one attempt's diff kept in the page at most (a vendored file would be more)
 
 
-def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          errors="replace", timeout=120)
-
-
 def _diff(repo: Path, base: str | None, commit: str | None) -> tuple[str | None, str]:
     """(the diff of base..commit, '') or (None, why there is none)."""
     if not commit:
         return None, ""
     if not (repo / ".git").exists():
         return None, f"{repo} is not a git repository"
+    from ..gitcmd import GitError, git, git_or_none
+
     for sha in (commit, base):
-        if sha and _git(repo, "cat-file", "-e", f"{sha}^{{commit}}").returncode != 0:
+        if sha and git_or_none(repo, "cat-file", "-e", f"{sha}^{{commit}}", timeout=120) is None:
             return None, f"commit {sha[:10]} is not in this repository"
     spec = [f"{base}..{commit}"] if base else [commit]
-    r = _git(repo, "diff", "--no-color", "--no-ext-diff", *spec) if base else \
-        _git(repo, "show", "--no-color", "--format=", commit)
-    if r.returncode != 0:
-        return None, f"git diff {' '.join(spec)} failed: {r.stderr.strip()[:200]}"
-    text = r.stdout
+    try:
+        text = git(repo, "diff", "--no-color", "--no-ext-diff", *spec, timeout=120) if base else \
+            git(repo, "show", "--no-color", "--format=", commit, timeout=120)
+    except GitError as e:
+        return None, f"git diff {' '.join(spec)} failed: {e.said[:200]}"
     if len(text) > DIFF_BYTES:
         text = text[:DIFF_BYTES].rsplit("\n", 1)[0] + "\n"
     return text, ""

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from ..gitcmd import git_or_none
 from ..ledger import Ledger, LedgerError
+from ..progress import fmt_duration
 from .shared import MAX_ATTEMPT, whole
 
 def register(sub) -> None:
@@ -306,11 +308,7 @@ def attempt_view(attempt, events: list, files: ShowFiles) -> AttemptView:
 
 # ----------------------------------------------------------------------------- the lines
 def _dur(s: float | None) -> str:
-    if s is None:
-        return "?"
-    m, sec = divmod(int(round(s)), 60)
-    h, m = divmod(m, 60)
-    return f"{h} h {m:02d} min" if h else (f"{m} min {sec:02d} s" if m else f"{sec} s")
+    return "?" if s is None else fmt_duration(round(s), ("s", "min", "h"), " ")
 
 
 def _indent(text: str, pad: str = "           ") -> list[str]:
@@ -409,13 +407,6 @@ def _read_json(path: Path):
         return None
 
 
-def _git(repo: Path, *args: str) -> str | None:
-    import subprocess
-
-    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-    return r.stdout if r.returncode == 0 else None
-
-
 def gather(repo: Path, attempt, want_diff: bool) -> ShowFiles:
     """What lies beside attempt ``attempt`` (its ledger row) under ``repo``: the files of
     :func:`attempt_view`."""
@@ -432,9 +423,9 @@ def gather(repo: Path, attempt, want_diff: bool) -> ShowFiles:
     stat = diff = None
     sha, base = attempt.commit_sha, attempt.base_sha
     if sha and base and sha != base:
-        stat = _git(repo, "diff", "--stat=100", base, sha)
+        stat = git_or_none(repo, "diff", "--stat=100", base, sha)
         if want_diff and stat is not None:
-            diff = _git(repo, "diff", base, sha)
+            diff = git_or_none(repo, "diff", base, sha)
     return ShowFiles(
         dir=str(d), brief=brief.read_text(encoding="utf-8", errors="replace") if brief.is_file() else None,
         proposal=proposal, transcript=str(found) if found is not None else (path or None),

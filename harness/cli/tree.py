@@ -127,7 +127,7 @@ def op_table() -> list[dict]:
             formula = f"(missing: {e})"
         rows.append({
             "op": spec.name, "family": spec.family, "summary": spec.summary,
-            "kernel": spec.kernel, "reference": f"kernels.k31.reference:{spec.reference.__name__}",
+            "kernel": spec.kernel, "reference": f"{spec.reference.__module__}:{spec.reference.__name__}",
             "test": spec.test, "roofline": spec.roofline, "formula": formula,
             "inputs": list(spec.inputs), "outputs": list(spec.outputs), "state": list(spec.state),
         })
@@ -147,7 +147,7 @@ def cmd_ops(args) -> int:
     for col in ("op", "kernel", "reference", "test", "roofline formula"):
         t.add_column(col, overflow="fold")
     for r in rows:
-        t.add_row(r["op"], r["kernel"], r["reference"].split(":")[1], r["test"], r["formula"])
+        t.add_row(r["op"], r["kernel"], r["reference"], r["test"], r["formula"])
     Console(width=200).print(t)
     return 0
 

@@ -22,6 +22,7 @@ from gates.results import ScorerView
 from gates.summary import GateSummary
 
 from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
+from ..progress import fmt_duration
 from .plot import KINDS, legend_swatch, outcome_kind, plot_panels, svg
 from .rows import (MINUS, describe, judgment_view, not_shown_line, phase_map, result, sections,
                    shown, signed, summary)
@@ -78,12 +79,7 @@ def fmt_wall(s: float | None, lang: str = "en") -> str:
     if s is None:
         return ""
     u = TEXT[lang]["units"]
-    s = round(s)
-    if s < 60:
-        return f"{s} {u['s']}"
-    if s < 3600:
-        return f"{s // 60} {u['min']} {s % 60:02d} {u['s']}"
-    return f"{s // 3600} {u['h']} {s % 3600 // 60:02d} {u['min']}"
+    return fmt_duration(round(s), (u["s"], u["min"], u["h"]), " ")
 
 
 _CSS = """

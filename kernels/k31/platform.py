@@ -25,3 +25,14 @@ def next_pow2(n: int) -> int:
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def row_tiles(rows: int, width: int, block: int) -> tuple[int, int]:
+    """(rows, columns) one program of an elementwise launch over ``[rows, width]`` covers: on a
+    GPU one row and ``block`` columns (a tunable; at most the width's power of two), under the
+    interpreter (``FEW_PROGRAMS``) the whole batch and width. The grid is
+    ``(cdiv(rows, r), cdiv(width, c))``. A launcher that wants another shape stops calling this
+    (its own file), rather than changing it: every launcher that calls it shares this file."""
+    if FEW_PROGRAMS:
+        return next_pow2(rows), next_pow2(width)
+    return 1, min(block, next_pow2(width))

@@ -88,8 +88,8 @@ GPU only (``test_gpu_hacks.py``), what the sandbox stops (``test_sandbox_hacks.p
 20  gc lookup of main's recorded outputs (pinned pass)
       ``import gc``                                   scope: imports gc                   static
       gc through sys.modules                          kern test: tampered (audit hook)    runtime
-21  ghost fast path: a new kernel no shape reaches,   scope: imports kernels.k31.reference static
-    the wrapped reference does the work
+21  ghost fast path: a new kernel no shape reaches,   scope: imports                      static
+    the wrapped reference does the work               kernels.k31.moe.reference
 22  secrets planted in the home, /etc and the        the sandbox: nothing of the machine  sandbox
     ledger's folder read at import and sent to the     beyond the side's files; an empty
     log, the run folder, /tmp and a listener           network (docs/sandbox.md)

@@ -617,13 +617,35 @@ def test_source_checks_resolve_relative_imports_and_leave_broken_files_to_the_bu
 
 
 def test_source_checks_refuse_the_reference_as_a_kernel():
-    """Case 20 (a ghost fast path): a kernel that calls the protected reference, directly or
-    through the contracts that hand it out, is judged against itself."""
-    for line in (b"from ..reference import moe_situ\n", b"from .. import reference\n",
+    """Case 21 (a ghost fast path): a kernel that calls the protected reference (its family's
+    beside it, another family's, or their shared primitives), directly or through the contracts
+    that hand it out, is judged against itself."""
+    for line in (b"from .reference import moe_situ\n", b"from . import reference\n",
+                 b"from ..mla.reference import rope\n", b"import kernels.k31.moe.reference as ref\n",
+                 b"from kernels.k31.lm_head import reference\n",
+                 b"from ..reference import rms_norm\n", b"from .. import reference\n",
                  b"from .. import contracts\n", b"import kernels.k31.reference as ref\n"):
         problems = scope.source_problems("kernels/k31/moe/situ.py", line)
         assert len(problems) == 1 and "the reference is what the gates judge kernels against" in problems[0], line
     assert scope.source_problems("kernels/k31/moe/situ.py", b"from ..platform import cdiv\n") == []
+    assert scope.source_problems("kernels/k31/moe/situ.py", b"from .reference_tiles import T\n") == []
+
+
+def test_every_ops_reference_is_protected_and_no_kernel_may_import_it():
+    """Each op's reference stands beside its kernels (kernels/k31/<family>/reference.py): the
+    file contracts.py names for it is one kern.yaml protects, and its module is one the scope
+    gate refuses in a kernel, as are the shared primitives those files import."""
+    from kernels.k31 import contracts
+
+    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
+    modules = {s.reference.__module__ for s in contracts.OPS.values()}
+    assert {m.split(".")[2] for m in modules} == {"residual", "dense", "kda", "mla", "moe", "lm_head"}
+    for m in modules | {"kernels.k31.reference"}:
+        path = m.replace(".", "/") + ".py"
+        assert (ROOT / path).is_file() and scope.match(path, cfg["protected"]), path
+        assert scope.source_problems("kernels/k31/moe/situ.py", f"import {m}\n".encode()), m
+    for s in contracts.OPS.values():  # beside its kernels: the family folder the kernel is in
+        assert s.reference.__module__.rsplit(".", 1)[0] == s.kernel.split(":")[0].rsplit(".", 1)[0], s.name
 
 
 def test_source_checks_refuse_sys_by_a_computed_name_and_frame_links():
@@ -651,9 +673,9 @@ def test_source_checks_refuse_sys_by_a_computed_name_and_frame_links():
 
 
 def test_scope_names_a_file_moved_out_of_a_protected_path():
-    sc = scope.check(commits=1, paths=["kernels/k31/moe/reference.py", "kernels/k31/reference.py"],
-                     changed_lines=0, editable=["kernels/k31/**"], protected=["kernels/k31/reference.py"])
-    assert sc.problems == ["kernels/k31/reference.py is protected"]
+    sc = scope.check(commits=1, paths=["kernels/k31/moe/naive.py", "kernels/k31/moe/reference.py"],
+                     changed_lines=0, editable=["kernels/k31/**"], protected=["kernels/k31/*/reference.py"])
+    assert sc.problems == ["kernels/k31/moe/reference.py is protected"]
 
 
 def test_kern_yaml_names_the_new_bench_limits():

@@ -15,7 +15,7 @@ from tests.adversarial.hacks import (BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SCORER
 
 # hack -> the problem the scope gate must name (a substring of one of its sentences)
 EXPECTED = {
-    "edit-reference": "kernels/k31/reference.py is protected",
+    "edit-reference": "kernels/k31/moe/reference.py is protected",
     "edit-gate-test": "tests/gates/test_bench.py is protected",
     "edit-bench-side": "gates/side/replays.py is protected",
     "edit-bench-driver": "gates/side/driver.py is protected",
@@ -25,7 +25,7 @@ EXPECTED = {
     "edit-contracts": "kernels/k31/contracts.py is protected",
     "edit-dispatch": "kernels/k31/dispatch.py is protected",
     "edit-pipeline": "harness/pipeline.py is protected",
-    "move-reference-out": "kernels/k31/reference.py is protected",
+    "move-reference-out": "kernels/k31/moe/reference.py is protected",
     "loosen-kern-yaml": "kern.yaml is protected",
     "dependency-in-pyproject": "pyproject.toml is protected",
     "requirements-file": "requirements.txt is outside the editable globs",
@@ -40,7 +40,7 @@ EXPECTED = {
     "read-stdin": "reads sys.stdin: kernel code may not inspect the process",
     "l2-window-import": "imports ctypes: kernels may not use ctypes",
     "gc-import": "imports gc: kernels may not use gc",
-    "ghost-fast-path": "imports kernels.k31.reference: the reference is what the gates judge kernels against",
+    "ghost-fast-path": "imports kernels.k31.moe.reference: the reference is what the gates judge kernels against",
 }
 
 

@@ -6,6 +6,7 @@ so a refactor of a kernel cannot silently turn a test into one that checks nothi
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -15,10 +16,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def make_repo(tmp: Path, overrides: dict | None = None) -> Path:
+def make_repo(tmp: Path, overrides: dict | None = None, tree: bool = True) -> Path:
+    """``tmp/repo``, a git repository on ``main`` holding kern.yaml (``overrides``:
+    'section.key' -> value) and, with ``tree``, this project's kernel tree."""
     repo = tmp / "repo"
-    shutil.copytree(ROOT / "kernels", repo / "kernels",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if tree:
+        shutil.copytree(ROOT / "kernels", repo / "kernels",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    else:
+        repo.mkdir(parents=True)
     cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
     for path, value in (overrides or {}).items():
         node = cfg
@@ -103,3 +109,19 @@ def tensors_left(reports) -> list:
     judgment has ended)."""
     taps = {Path(r["a_dir"]).parent for r in reports}
     return sorted(p for t in taps for p in t.rglob("*.pt"))
+
+
+def side_dumps(root: Path, marker: str) -> list[dict]:
+    """What candidates printed from inside a side: every ``MARKER {json}`` line of the logs
+    under ``root``, each object with the log it came from."""
+    out = []
+    for log in sorted(root.rglob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith(marker + " "):
+                out.append({"log": str(log), **json.loads(line[len(marker) + 1:])})
+    return out
+
+
+def reasons(verdict: dict) -> str:
+    """An accuracy verdict's reasons on one line: the message of an assertion about it."""
+    return " | ".join(verdict["reasons"])

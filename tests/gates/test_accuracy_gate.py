@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gates.candidates import accuracy_verdicts, tensors_left
+from tests.gates.candidates import accuracy_verdicts, reasons, tensors_left
 
 # slow: after the unit tests (.ci/run), on one of the two workers
 pytestmark = pytest.mark.slow
@@ -41,13 +41,9 @@ def verdicts(tmp_path_factory):
     return accuracy_verdicts(tmp_path_factory.mktemp("gate"), SETTINGS, CASES)
 
 
-def _why(res) -> str:
-    return " | ".join(res["reasons"])
-
-
 def test_identical_tree_is_bit_identical(verdicts):
     r = verdicts["identical"]
-    assert r["verdict"] == "PASS bit-identical", _why(r)
+    assert r["verdict"] == "PASS bit-identical", reasons(r)
     assert r["evidence"]["tap"]["calls"] > 100
     # a bit-identical candidate never pays for A's repeat and band passes
     assert r["evidence"]["outcome_noise"] == "not needed" and "noise" not in r["evidence"]
@@ -55,7 +51,7 @@ def test_identical_tree_is_bit_identical(verdicts):
 
 def test_reordered_reduction_passes_on_evidence_or_noise(verdicts):
     r = verdicts["reordered"]
-    assert r["verdict"] in ("PASS logit evidence", "PASS within noise floor"), _why(r)
+    assert r["verdict"] in ("PASS logit evidence", "PASS within noise floor"), reasons(r)
     local = r["evidence"]["local"]["ops"]
     assert "mla.index_logits" in local and local["mla.index_logits"]["differing"] > 0
     # A's noise passes ran exactly when the verdict without them was not a PASS
@@ -67,25 +63,25 @@ def test_reordered_reduction_passes_on_evidence_or_noise(verdicts):
 
 def test_dropped_decay_fails_against_the_reference(verdicts):
     r = verdicts["dropped_decay"]
-    assert r["verdict"] == "FAIL", _why(r)
-    assert "kda.core" in _why(r)
+    assert r["verdict"] == "FAIL", reasons(r)
+    assert "kda.core" in reasons(r)
 
 
 def test_off_by_one_in_topk_fails(verdicts):
     r = verdicts["topk_off_by_one"]
-    assert r["verdict"] == "FAIL", _why(r)
-    assert "mla.topk" in _why(r)
+    assert r["verdict"] == "FAIL", reasons(r)
+    assert "mla.topk" in reasons(r)
 
 
 def test_kernel_that_skips_part_of_its_output_fails(verdicts):
     r = verdicts["skips_output"]
-    assert r["verdict"] == "FAIL", _why(r)
-    assert "not fully written" in _why(r) and "moe.combine" in _why(r)
+    assert r["verdict"] == "FAIL", reasons(r)
+    assert "not fully written" in reasons(r) and "moe.combine" in reasons(r)
 
 
 def test_kernel_special_cased_to_bucket_sizes_fails_on_awkward_sizes(verdicts):
     r = verdicts["bucket_special_case"]
-    assert r["verdict"] == "FAIL", _why(r)
+    assert r["verdict"] == "FAIL", reasons(r)
     unwritten = r["evidence"]["tap"]["unwritten"]
     assert unwritten and all(" r8 " not in u for u in unwritten), unwritten
 

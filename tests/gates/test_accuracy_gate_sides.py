@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.gates.candidates import accuracy_verdicts, tensors_left
+from tests.gates.candidates import accuracy_verdicts, reasons, tensors_left
 
 # slow: after the unit tests (.ci/run), on one of the two workers
 pytestmark = pytest.mark.slow
@@ -42,30 +42,26 @@ def verdicts(tmp_path_factory):
     return accuracy_verdicts(tmp_path_factory.mktemp("gate-sides"), SETTINGS, CASES)
 
 
-def _why(res) -> str:
-    return " | ".join(res["reasons"])
-
-
 def test_kernel_that_raises_fails(verdicts):
     r = verdicts["raises"]
-    assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "error", _why(r)
+    assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "error", reasons(r)
 
 
 def test_kernel_that_crashes_the_process_fails(verdicts):
     r = verdicts["segfault"]
-    assert r["verdict"] == "FAIL", _why(r)
+    assert r["verdict"] == "FAIL", reasons(r)
     assert r["evidence"]["outcome_b"].startswith("crash"), r["evidence"]["outcome_b"]
 
 
 def test_kernel_that_allocates_more_than_the_side_may_hold_fails_naming_memory(verdicts):
     r = verdicts["oom"]
-    assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "out of memory", _why(r)
+    assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "out of memory", reasons(r)
     assert "candidate side ended: out of memory" in r["reasons"]
 
 
 def test_kernel_that_never_returns_fails_by_timeout(verdicts):
     r = verdicts["hangs"]
-    assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "timeout", _why(r)
+    assert r["verdict"] == "FAIL" and r["evidence"]["outcome_b"] == "timeout", reasons(r)
 
 
 def test_no_recording_outlives_a_side_that_ended_badly(verdicts):

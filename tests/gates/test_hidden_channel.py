@@ -21,7 +21,7 @@ from harness.terminal import accuracy_report
 from gates.scorer import BenchRequest, run_bench
 from gates.protocol import Hidden
 from harness.settings import load
-from tests.gates.candidates import candidate, make_repo
+from tests.gates.candidates import candidate, make_repo, side_dumps
 
 pytestmark = pytest.mark.slow
 
@@ -39,12 +39,7 @@ HIDDEN = Hidden(2718281828, (5, 6))  # sizes 2..7 qualify; a seed no kern.yaml o
 
 
 def dumps(root) -> list[dict]:
-    out = []
-    for log in sorted(root.rglob("*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("KERN-DUMP "):
-                out.append({"log": str(log), **json.loads(line[len("KERN-DUMP "):])})
-    return out
+    return side_dumps(root, "KERN-DUMP")
 
 
 @pytest.fixture(scope="module")

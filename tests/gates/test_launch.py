@@ -9,7 +9,6 @@ before any model is built, so each side costs little more than its interpreter's
 """
 from __future__ import annotations
 
-import json
 import re
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,7 @@ from harness import faults
 from harness.pipeline import decide_outcome
 from gates.scope import ScopeResult
 from harness.settings import load
-from tests.gates.candidates import candidate, make_repo
+from tests.gates.candidates import candidate, make_repo, side_dumps
 
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-kern-test-secret", "OPENAI_API_KEY": "sk-openai-kern-test",
            "GITHUB_TOKEN": "ghp_kerntestsecret", "AWS_SECRET_ACCESS_KEY": "aws-kern-test-secret",
@@ -89,12 +88,7 @@ CANDIDATES = {
 
 def dumps(root) -> list[dict]:
     """Every environment a candidate printed in a side's log under ``root``."""
-    out = []
-    for log in sorted(root.rglob("*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("KERN-ENV "):
-                out.append({"log": str(log), **json.loads(line[len("KERN-ENV "):])})
-    return out
+    return side_dumps(root, "KERN-ENV")
 
 
 @pytest.fixture(scope="module")

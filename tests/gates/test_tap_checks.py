@@ -99,7 +99,7 @@ def test_one_flipped_bit_changes_the_calls_raw_digest_and_value_digest(side, cle
 
 
 def test_undefined_rows_of_an_output_are_not_judged(side, clean, monkeypatch):
-    from kernels.k31 import reference
+    from kernels.k31.moe import reference
 
     def scribble(args):
         sh = side[0].shapes
@@ -109,3 +109,14 @@ def test_undefined_rows_of_an_output_are_not_judged(side, clean, monkeypatch):
     clean_experts = _calls(clean, "moe.experts")
     assert experts and all(c["unwritten"]["y"] == 0 for c in experts)
     assert [c["outputs"] for c in experts] == [c["outputs"] for c in clean_experts]
+
+
+def test_the_band_pass_keeps_decoded_experts_of_the_ops_own_reference_module():
+    """reference_extra finds the experts' decode cache where contracts.py's reference for
+    moe.experts lives (kernels/k31/moe/reference.py), and only for a pass that puts it there."""
+    from gates.side.tap import reference_extra
+    from kernels.k31.moe import reference
+
+    assert reference_extra(None) == {} and reference_extra({"mla.topk"}) == {}
+    got = reference_extra({"moe.experts", "mla.topk"})
+    assert set(got) == {"moe.experts"} and isinstance(got["moe.experts"]["decoded"], reference.DecodedExperts)

@@ -3,6 +3,7 @@ repository (no network, no GPU needed)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ import yaml
 from gates.disk import JudgmentBytes
 from harness import cli
 from harness.cli import doctor as D
+from tests.gates.candidates import make_repo
 from harness import ledger as L
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,17 +173,9 @@ def test_lines_give_each_fix_and_the_count():
 
 # --------------------------------------------------------------------------- the verb
 def _repo(tmp_path: Path, agent: dict) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
-    cfg["agent"].update(agent)
-    cfg["test"]["snapshot_budget_mb"] = 1  # so the disk check passes on any CI machine
-    (repo / "kern.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    (repo / ".gitignore").write_text("runs/\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
-        subprocess.run(["git", *args], cwd=repo, check=True)
-    return repo
+    # test.snapshot_budget_mb: 1, so that the disk check passes on any CI machine
+    return make_repo(tmp_path, {"test.snapshot_budget_mb": 1,
+                                **{f"agent.{k}": v for k, v in agent.items()}}, tree=False)
 
 
 def test_doctor_on_a_repository_reports_and_exits_by_the_worst(tmp_path, capsys):
@@ -337,3 +331,19 @@ def test_doctor_names_attempts_left_judging_by_a_process_that_is_gone(tmp_path, 
     assert "left judging by a kern try that is gone: #1 (since " in f["text"]
     assert "left judging by a kern loop that stopped: #2 (since " in f["text"]
     assert "#3" not in f["text"] and "kern cancel 1" in f["fix"]
+
+
+def test_the_lock_probe_names_the_loop_that_holds_the_repository(tmp_path):
+    """doctor asks processes.loop_holder, the one probe of the loop lock (kern status and kern
+    cancel ask it too): a free or missing lock is not held, a loop's names its pid and host."""
+    from harness.processes import acquire_loop_lock
+
+    assert D._probe_lock(tmp_path) == {"held": False}
+    lock = acquire_loop_lock(tmp_path)
+    try:
+        held = D._probe_lock(tmp_path)
+        assert held == {"held": True, "holder": f"pid {os.getpid()} on {os.uname().nodename}"}
+        assert D.lock_finding(held).status == D.WARN
+    finally:
+        lock.close()
+    assert D._probe_lock(tmp_path) == {"held": False}

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from harness import cli
 from harness import ledger as L
@@ -17,24 +16,12 @@ from harness.orchestrator import Orchestrator, attempt_dir, budget_spent
 from harness.pipeline import Context
 from harness.settings import Budgets, load
 from harness.worktrees import Repo
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.gates.candidates import make_repo
 
 
 def light_repo(tmp_path: Path, overrides: dict) -> Path:
     """A git repository holding kern.yaml (``overrides``: 'section.key' -> value) and no tree."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
-    for path, value in overrides.items():
-        section, k = path.split(".")
-        cfg[section][k] = value
-    (repo / "kern.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-    (repo / ".gitignore").write_text("runs/\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"],
-                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base"]):
-        subprocess.run(["git", *args], cwd=repo, check=True)
-    return repo
+    return make_repo(tmp_path, overrides, tree=False)
 
 
 def orchestrator(repo: Path) -> Orchestrator:

@@ -7,6 +7,8 @@ import io
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console
 
 from gates.accuracy import _tagged  # what run_test's progress callback receives
@@ -154,6 +156,17 @@ def test_stage_of_the_loop_events():
                                      (7620, "2h07m")])
 def test_fmt_elapsed(s, text):
     assert P.fmt_elapsed(s) == text
+
+
+@given(st.integers(0, 10**7))
+def test_fmt_duration_writes_the_two_largest_units_in_either_style(s):
+    """The one formatter behind the live view's ``3m05s`` and the page's and kern show's
+    ``3 min 05 s``: the parts add up to ``s`` (to the minute from an hour on)."""
+    text = P.fmt_duration(s, ("s", "min", "h"), " ")
+    words = text.split(" ")
+    value = sum(int(n) * {"s": 1, "min": 60, "h": 3600}[u] for n, u in zip(words[0::2], words[1::2]))
+    assert value == (s if s < 3600 else s - s % 60) and len(words) in (2, 4)
+    assert P.fmt_duration(s) == text.replace("min", "m").replace(" ", "")
 
 
 def test_live_rows_show_each_attempts_gate_stage_and_elapsed(tmp_path):

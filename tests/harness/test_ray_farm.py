@@ -10,9 +10,10 @@ import pytest
 
 from harness import ledger as L
 from harness.farm import FarmError, Slot
+from harness.gitcmd import GitError, git
 from harness.orchestrator import rerun_wanted
-from harness.ray_farm import (_git, _unbundle, check_reachable, local_resources, make_bundle,
-                              node_slot, parse_address, task_options)
+from harness.ray_farm import (_unbundle, check_reachable, local_resources, make_bundle, node_slot,
+                              parse_address, task_options)
 from tests.gates.candidates import candidate, make_repo
 
 
@@ -89,20 +90,20 @@ def test_the_candidate_travels_as_a_bundle_of_base_to_candidate(tmp_path):
     """The node rebuilds base and candidate from two bundles: the base's history (sent once
     per base) and base..candidate, which holds only the candidate's commits."""
     repo = make_repo(tmp_path)
-    base = _git(repo, "rev-parse", "main").strip()
+    base = git(repo, "rev-parse", "main").strip()
     rev = candidate(repo, "cand", [("kernels/k31/moe/situ.py", "def moe_situ(", "# x\ndef moe_situ(")])
     delta = make_bundle(repo, rev, base)
     assert make_bundle(repo, base, base) is None  # no commit: nothing travels
     node = tmp_path / "node" / "repo"
     node.mkdir(parents=True)
-    _git(node, "init", "-q")
-    with pytest.raises(subprocess.CalledProcessError):  # the delta alone lacks the base
+    git(node, "init", "-q")
+    with pytest.raises(GitError):  # the delta alone lacks the base
         _unbundle(node, delta, "candidate")
     _unbundle(node, make_bundle(repo, base, None), "base")
     _unbundle(node, delta, "candidate")
-    assert _git(node, "rev-parse", f"{rev}^{{commit}}").strip() == rev
-    assert _git(node, "rev-list", "--count", f"{base}..{rev}").strip() == "1"
-    assert not _git(repo, "for-each-ref", "refs/kern-farm").strip()  # no ref left behind
+    assert git(node, "rev-parse", f"{rev}^{{commit}}").strip() == rev
+    assert git(node, "rev-list", "--count", f"{base}..{rev}").strip() == "1"
+    assert not git(repo, "for-each-ref", "refs/kern-farm").strip()  # no ref left behind
 
 
 def test_the_default_path_never_imports_ray():

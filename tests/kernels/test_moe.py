@@ -19,7 +19,7 @@ import torch
 
 from gates.side.numerics import bitwise_equal, compare, poison, unwritten
 from kernels.k31 import contracts
-from kernels.k31 import reference as ref
+from kernels.k31.moe import reference as ref
 from kernels.k31.config import Dims, Layout, Shapes
 from kernels.k31.formats import mxfp4_encode
 from kernels.k31.moe import group
@@ -374,7 +374,7 @@ def test_the_experts_reference_equals_one_product_per_expert_bit_for_bit(rows):
     """The protected reference decodes its experts' weights in chunks and finds their pairs with
     one sort; it must equal the plain definition (one expert at a time, its pairs in pair order)
     byte for byte, whatever the chunk boundaries."""
-    from kernels.k31 import reference as R
+    from kernels.k31.moe import reference as R
     from kernels.k31.formats import mxfp4_decode
 
     sh = _shapes(("tp2", 0))
@@ -405,7 +405,7 @@ def test_the_experts_reference_equals_one_product_per_expert_bit_for_bit(rows):
 def test_decoded_experts_are_the_decode_bit_for_bit_and_follow_changed_weights():
     """Every e2m1 code at every e8m0 scale (0 and 254 included): the kept bf16 copy gives
     mxfp4_decode's f32 values exactly; a weight changed in place is decoded again."""
-    from kernels.k31 import reference as R
+    from kernels.k31.moe import reference as R
     from kernels.k31.formats import mxfp4_decode
 
     g = torch.Generator().manual_seed(FRESH_SEED)

@@ -21,7 +21,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernels.k31 import reference as ref
+from kernels.k31.mla import reference as ref
 from kernels.k31.collectives import (argmax_in_rank_order, choose_topk, merge_partials,
                                      owned_local, sum_in_rank_order)
 

@@ -1,10 +1,10 @@
 """RoPE inverse frequencies for the MLA kernels (mla.prep rotates the cached key, mla.absorb
 the query), as a device table.
 
-The table is computed with the reference's own torch expression (``reference.rope``), so the
-angle ``pos * inv_freq`` a kernel forms in f32 is bit-identical to the reference's and only
-cos / sin can differ (by an f32 ulp). Made once per (device, dim, theta) on the first, eager
-call (see ..scratch), so captured calls allocate nothing.
+The table is computed with the reference's own torch expression (``rope`` of
+``mla/reference.py``), so the angle ``pos * inv_freq`` a kernel forms in f32 is bit-identical
+to the reference's and only cos / sin can differ (by an f32 ulp). Made once per (device, dim,
+theta) on the first, eager call (see ..scratch), so captured calls allocate nothing.
 """
 from __future__ import annotations
 

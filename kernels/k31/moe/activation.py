@@ -24,6 +24,6 @@ def tanh_f32(z):
 
 @triton.jit
 def situ_f32(g, u):
-    """SiTU of f32 gate and up values (reference.situ)."""
+    """SiTU of f32 gate and up values (``situ`` of ``moe/reference.py``)."""
     sig = 1.0 / (1.0 + tl.exp(-g))
     return 4.0 * tanh_f32(g * 0.25) * sig * (25.0 * tanh_f32(u * 0.04))

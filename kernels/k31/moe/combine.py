@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import platform, tunables
-from ..platform import INTERPRET, cdiv, next_pow2
+from .. import tunables
+from ..platform import INTERPRET, cdiv, row_tiles
 from ..rounding import rounded
 
 
@@ -55,10 +55,7 @@ def moe_combine(sh, *, y: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, out:
     assert y.stride(1) == 1 and out.stride(1) == 1 and ids.stride(1) == 1 and w.stride(1) == 1
     if rows == 0:
         return
-    if platform.FEW_PROGRAMS:  # interpreter: the whole batch and width in one program
-        block_r, block_d = next_pow2(rows), next_pow2(latent)
-    else:
-        block_r, block_d = 1, min(tunables.get("moe.combine.block_d"), next_pow2(latent))
+    block_r, block_d = row_tiles(rows, latent, tunables.get("moe.combine.block_d"))
     _combine_kernel[(cdiv(rows, block_r), cdiv(latent, block_d))](
         y, y.stride(0), ids, ids.stride(0), w, w.stride(0), out, out.stride(0),
         rows, latent, sh.expert_first, sh.experts, TOP_K=top_k, BLOCK_D=block_d, BLOCK_R=block_r,

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import platform, tunables
-from ..platform import INTERPRET, cdiv, next_pow2
+from .. import tunables
+from ..platform import INTERPRET, cdiv, row_tiles
 from ..rounding import rounded
 from .activation import situ_f32
 
@@ -44,10 +44,7 @@ def moe_situ(sh, *, gu: torch.Tensor, out: torch.Tensor) -> None:
     assert gu.shape == (rows, 2 * inter) and gu.stride(1) == 1 and out.stride(1) == 1
     if rows == 0:
         return
-    if platform.FEW_PROGRAMS:  # interpreter: the whole batch and width in one program
-        block_r, block = next_pow2(rows), next_pow2(inter)
-    else:
-        block_r, block = 1, min(tunables.get("moe.situ.block"), next_pow2(inter))
+    block_r, block = row_tiles(rows, inter, tunables.get("moe.situ.block"))
     _situ_kernel[(cdiv(rows, block_r), cdiv(inter, block))](
         gu, gu.stride(0), out, out.stride(0), rows, inter, BLOCK=block, BLOCK_R=block_r,
         RNE=INTERPRET, num_warps=tunables.get("moe.situ.num_warps"))
