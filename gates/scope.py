@@ -46,11 +46,14 @@ KERNEL_IMPORTS = ("torch", "triton", "numpy", "kernels")
 ESCAPES = ("importlib", "imp", "ctypes", "subprocess", "multiprocessing", "threading", "_thread",
            "concurrent", "asyncio", "socket", "signal", "inspect", "gc", "builtins", "code",
            "runpy", "pickle", "marshal")
-SYS_ESCAPES = ("modules", "argv", "orig_argv", "_getframe", "_current_frames", "settrace",
+SYS_ESCAPES = ("modules", "path", "argv", "orig_argv", "_getframe", "_current_frames", "settrace",
                "setprofile", "addaudithook", "meta_path", "path_hooks", "stdin", "__stdin__",
                "_current_exceptions", "exc_info", "exception", "last_traceback", "__dict__")
 # a frame's, traceback's, generator's or coroutine's links to frames (read on any object)
 FRAME_LINKS = ("f_back", "f_locals", "f_globals", "tb_frame", "gi_frame", "cr_frame", "ag_frame")
+# a module's import state: extending a package's __path__ makes the gates import a file of the
+# candidate's as a protected module
+IMPORT_STATE = ("__path__", "__spec__", "__loader__")
 REFLECTION = ("getattr", "setattr", "delattr", "hasattr", "vars")  # attributes by a name or all
 WORKLOAD = "kernels.k31.workload"
 # the protected reference's modules (patterns as kern.yaml's protected globs: ``*`` crosses dots)
@@ -201,6 +204,12 @@ def _findings(path: str, content: bytes) -> list[tuple[int | None, str]]:
             out.append((line, f"calls {node.func.id}(sys, ...): kernel code may not reach sys's "
                               f"attributes by a computed name (how it would find the process's "
                               f"modules, frames or arguments)"))
+        if (isinstance(node, ast.Name) and node.id in IMPORT_STATE) or \
+                (isinstance(node, ast.Attribute) and node.attr in IMPORT_STATE):
+            name = node.id if isinstance(node, ast.Name) else node.attr
+            out.append((line, f"reads {name}: kernel code may not change where modules are "
+                              f"imported from (a package's search path decides which file is "
+                              f"the protected reference, contracts or workload)"))
         if isinstance(node, ast.Attribute) and node.attr in FRAME_LINKS:
             out.append((line, f"reads .{node.attr}: kernel code may not walk Python's frames "
                               f"(they lead to the gates' variables)"))

@@ -122,6 +122,9 @@ def main(argv=None) -> int:
         from . import replays
 
         result = replays.side_main(opts, device, seal=seal, audit=audit, rank=rank)
+    from .tree import check_sources
+
+    check_sources()  # whatever it imported while it worked came from where its name says
     check_tamper(seal, audit)
     result["phases"] = phase_clock.CLOCK.phases().to_dict()
     out.write_text(json.dumps(result, indent=1, default=str))

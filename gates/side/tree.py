@@ -44,3 +44,34 @@ def import_tree() -> None:
 
     for spec in contracts.OPS.values():
         spec.load_kernel()
+    check_sources()
+
+
+def check_sources() -> None:
+    """:class:`TreeError` unless every module of ``kernels`` this process imported came from
+    the file its name puts it in (:func:`misplaced`): after the tree's import, and again when a
+    side's work is done (a module imported later counts too)."""
+    if "kernels" not in sys.modules:
+        return
+    root = Path(sys.modules["kernels"].__file__).resolve().parent.parent
+    moved = misplaced({n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())
+                       if n == "kernels" or n.startswith("kernels.")}, root)
+    if moved:
+        raise TreeError(f"tree: {len(moved)} module(s) of kernels/ loaded from another file than "
+                        f"their name's: {'; '.join(moved[:3])} (a package's __path__ or the "
+                        f"import system changed: the candidate commit must import its modules "
+                        f"from where their names put them)")
+
+
+def misplaced(modules: dict, root: Path) -> list[str]:
+    """Pure: each module of ``modules`` (``{dotted name: __file__}``, the tree's) whose file is
+    not the one its name puts under ``root`` (``kernels/k31/x.py`` or ``kernels/k31/x/__init__.py``).
+    A package whose ``__path__`` a candidate extended could otherwise have the gates import its
+    own file as the protected contracts, reference or workload."""
+    out = []
+    for name, file in sorted(modules.items()):
+        want = root.joinpath(*name.split("."))
+        ok = (want.with_suffix(".py"), want / "__init__.py")
+        if file is None or Path(file).resolve() not in ok:
+            out.append(f"{name} from {file} (expected {ok[0]} or {ok[1]})")
+    return out

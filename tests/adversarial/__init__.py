@@ -116,6 +116,10 @@ GPU only (``test_gpu_hacks.py``), what the sandbox stops (``test_sandbox_hacks.p
     near-ties only (the indexer's scale folded          check fails): a fair bar at the     cpu
     ahead); on the H200 at 128k, #9's patch             scorer's context; H200: bench/
                                                         gpu_evidence.sh fairbar
+27  the import path hijacked: kernels/k31/__init__.py  scope: reads __path__ (static);     static,
+    extends __path__ so `kernels.k31.contracts`         the side: every kernels module must  runtime
+    loads the candidate's file (fewer outputs checked)  load from the file its name puts it
+                                                        (gates/side/tree.py misplaced)
 
 Static cases go through the real scope path on real commits and never start a gate. Runtime
 cases (slow) share one repository and one recording of main per touched op; the kern try
