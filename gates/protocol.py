@@ -275,7 +275,7 @@ class TapOptions(SideOptions):
     MODE: ClassVar[str] = "tap"
 
     role: str  # TAP_ROLES: main records, main's noise passes, the candidate replays
-    budget_mb: int  # device memory the kept op calls may take
+    budget_mb: float  # device memory the kept op calls may take, MiB (test.snapshot_budget_mb)
     reference_calls_per_op: int  # calls of each op the pinned pass checks against the reference
     touched: list | None = None  # the ops the change touches (kept whole); None: every op
     record: str | None = None  # replay: the folder of main's recording (TapFiles)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gates.disk import DiskShort
+from gates.settings import MachineProfile, Target
 from gates.summary import GateSummary
 
 from . import faults
@@ -91,9 +92,8 @@ def attempt_dir(runs: Path, number: int) -> Path:
 
 
 class Orchestrator:
-    def __init__(self, ctx: Context, settings: dict):
-        # settings: kern.yaml's data (the gates' form); the orchestrator reads self.cfg
-        self.ctx, self.settings = ctx, settings
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
         self.led = ctx.ledger
         self.run_id = None
         self.idle_ticks = 0
@@ -144,7 +144,7 @@ class Orchestrator:
 
     @property
     def cfg(self) -> Resolved:
-        """kern.yaml resolved for this machine, with the context's profile (resolved once)."""
+        """kern.yaml resolved for this machine (the context's)."""
         return self.ctx.cfg
 
     # ------------------------------------------------------------ collect + judge
@@ -369,7 +369,8 @@ class Orchestrator:
         from .step_launch import run_step
 
         sha = self.ctx.repo.main_sha()
-        spec = profile_spec(self.settings, self.ctx.profile, self.ctx.cuda)
+        cfg = self.cfg
+        spec = profile_spec(cfg.target, cfg.machine, self.ctx.cuda)
         rows = spec["profile_rows"]
         path = profile_path(self.ctx.runs, sha, spec, self.ctx.cuda)
         if path.exists():
@@ -379,11 +380,11 @@ class Orchestrator:
         with gpu_lock(self.ctx):
             # a new main (the loop's start, a merge) is compiled from its own source here,
             # before its first side: this profile's and every judgment's against it
-            with sandbox.configured(self.ctx.settings.get("sandbox")):
-                main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, self.ctx.settings,
-                                        self.ctx.profile, self.ctx.cuda, self.cfg.profile.timeout_s)
-            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, self.cfg.profile.timeout_s,
-                           sandbox_mode=self.ctx.settings.get("sandbox"), seed=main.path)
+            with sandbox.configured(cfg.sandbox):
+                main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, cfg.target,
+                                        cfg.machine, self.ctx.cuda, cfg.profile.timeout_s)
+            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, cfg.profile.timeout_s,
+                           sandbox_mode=cfg.sandbox, seed=main.path)
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
         # only a whole result is ever found at ``path``: a loop killed while profiling measures
@@ -551,13 +552,13 @@ def rerun_wanted(a: L.Attempt) -> bool:
         and bool(a.commit_sha)
 
 
-def profile_spec(settings: dict, profile: dict, cuda: bool) -> dict:
+def profile_spec(target: Target, machine: MachineProfile, cuda: bool) -> dict:
     """Pure: the side spec of the loop's profile of main (128 rows on a GPU, the largest
     bucket on the CPU; 5 replays; no leave-one-out column)."""
     from gates.spec import side_spec
 
-    rows = 128 if cuda else max(profile["buckets"])
-    return side_spec(settings, profile, steps=1, rows=[rows], replays=5, profile_rows=rows, free=False)
+    rows = 128 if cuda else max(machine.buckets)
+    return side_spec(target, machine, steps=1, rows=[rows], replays=5, profile_rows=rows, free=False)
 
 
 def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:

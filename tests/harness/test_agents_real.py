@@ -206,7 +206,7 @@ def test_loop_tick_with_claude_code_judges_and_records_tokens_and_cost(tmp_path,
     with MessagesAPI(script) as api:
         cli_env.setenv("ANTHROPIC_BASE_URL", api.url)
         ctx, settings = context(repo)
-        orch = Orchestrator(ctx, settings.data)
+        orch = Orchestrator(ctx)
         first = orch.tick(wait_for_agents=180)
         second = orch.tick(spawn=False)
     check_requests(api)
