@@ -297,7 +297,8 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
     })
 
 
-def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th, band=None):
+def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th: AccuracySettings,
+           band=None):
     """The evidence of both sides as the verdict reads it, and the verdict; ``band``: A's
     repeat and band passes' evidence (:func:`band_evidence`), when they ran."""
     ev = {"outcome_a": a_kind, "outcome_b": b_kind, "outcome_noise": n_kind, "protected_changed": prot,

@@ -262,7 +262,7 @@ def _steps(keys: list[str]) -> str:
     return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
 
 
-def _judge_values(ev, th, tap, lg, local, band, band_kl) -> Verdict:
+def _judge_values(ev, th: Thresholds, tap, lg, local, band, band_kl) -> Verdict:
     """The passing and inconclusive verdicts, once no FAIL applies."""
     compared = tap.get("compared", True)  # False: A ran another layout; only logits compare
     if compared and tap["differ_raw"] == 0 and not tap["sequence"] and lg["identical"]:

@@ -398,20 +398,20 @@ class Orchestrator:
         if slots <= 0:
             return
         measured = self.profile()
-        prof = measured["profile"]
+        main_profile = measured["profile"]
         self.ceiling = ceiling_text(measured)
         attempts = self.led.attempts()
         journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
-        targets = planning.plan(prof["ops"], prof["step_ms"], journey, slots,
+        targets = planning.plan(main_profile["ops"], main_profile["step_ms"], journey, slots,
                                 busy={a.target for a in in_flight}, allowed=self.cfg.loop.targets)
         if self.cfg.agent.backend == "replay":  # each patch names the target it was written for
-            targets = self._replay_targets(prof, journey, targets, slots)
+            targets = self._replay_targets(main_profile, journey, targets, slots)
         for t in targets:
             if self.halt:
                 return
-            self._spawn(t, prof, attempts, tick_id, report)
+            self._spawn(t, main_profile, attempts, tick_id, report)
 
-    def _replay_targets(self, prof: dict, journey: list, planned: list, slots: int) -> list:
+    def _replay_targets(self, main_profile: dict, journey: list, planned: list, slots: int) -> list:
         """The targets of the next ``slots`` replayed patches (the ones their ``Target:`` lines
         name, profile rows or not); a patch that names none, or past the last one, takes the
         planner's pick."""
@@ -428,11 +428,11 @@ class Orchestrator:
                 if i < len(planned):
                     out.append(planned[i])
                 continue
-            row = prof["ops"].get(name, {"ms": 0.0})
-            out.append(planning.target_of(name, row, prof["step_ms"], journey))
+            row = main_profile["ops"].get(name, {"ms": 0.0})
+            out.append(planning.target_of(name, row, main_profile["step_ms"], journey))
         return out
 
-    def _spawn(self, t: planning.OpTarget, prof: dict, attempts: list, tick_id: int,
+    def _spawn(self, t: planning.OpTarget, main_profile: dict, attempts: list, tick_id: int,
                report: TickReport) -> None:
         ctx = self.ctx
         base = ctx.repo.main_sha()
@@ -442,20 +442,20 @@ class Orchestrator:
                                       target=t.name, backend=backend, base_sha=base,
                                       phase_id=phase, tick_id=tick_id)
         try:
-            self._start_agent(number, t, prof, attempts, base, report)
+            self._start_agent(number, t, main_profile, attempts, base, report)
         except Exception as e:  # noqa: BLE001 - recorded; the loop goes on (or stops: disk full)
             reason, stop = failure_reason("starting the agent", e)
             self._final(number, L.CRASHED, reason, report)
             if stop:
                 self.halt = reason
 
-    def _start_agent(self, number: int, t: planning.OpTarget, prof: dict, attempts: list,
+    def _start_agent(self, number: int, t: planning.OpTarget, main_profile: dict, attempts: list,
                      base: str, report: TickReport) -> None:
         cfg, ctx = self.cfg, self.ctx
         d = attempt_dir(ctx.runs, number)
         d.mkdir(parents=True, exist_ok=True)
         wt = ctx.repo.open_attempt(number, base, ctx.runs)
-        brief = make_brief(cfg, t, prof, attempts, number, base, ceiling=self.ceiling)
+        brief = make_brief(cfg, t, main_profile, attempts, number, base, ceiling=self.ceiling)
         text = brief.text
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
