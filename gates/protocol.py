@@ -215,11 +215,11 @@ class OptionsError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class SideOptions:
-    """What every side builds (``gates/spec.side_spec`` makes it from kern.yaml's profile;
-    ``gates.side.session.Spec`` is the model part of it) and, in the subclasses, what each
-    mode of ``gates.side.driver`` does with it. The loop side checks a spec with
-    :func:`parse` before it starts the process, the side parses it again on its end: a key
-    no mode's options define is an error there, never dropped."""
+    """What every side builds (``gates/spec.side_spec`` makes it from kern.yaml's machine
+    profile and target; ``gates.side.session.Spec`` is the model part of it) and, in the
+    subclasses, what each mode of ``gates.side.driver`` does with it. The loop side checks a
+    spec with :func:`parse` before it starts the process, the side parses it again on its
+    end: a key no mode's options define is an error there, never dropped."""
 
     MODE: ClassVar[str] = ""
 

@@ -564,7 +564,7 @@ def profile_spec(target: Target, machine: MachineProfile, cuda: bool) -> dict:
 def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:
     """Pure: where main's profile at ``sha`` is kept. The name holds everything that decides
     the profile's content: the commit, the side's spec (model, layout, rows, replays, context:
-    kern.yaml's profile) and the device kind, so a changed kern.yaml measures again and a
+    kern.yaml's machine profile) and the device kind, so a changed kern.yaml measures again and a
     ``kern profile`` by hand (its own spec) is never taken for the loop's."""
     import hashlib
 

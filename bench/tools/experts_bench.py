@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", choices=("default", "none"), default="default")
     ap.add_argument("--breakdown-rows", type=int, default=128,
                     help="the row count at which every variant gets a per-kernel breakdown")
-    ap.add_argument("--model", default=None, help="default: kern.yaml's profile")
+    ap.add_argument("--model", default=None, help="default: kern.yaml's machine profile's")
     ap.add_argument("--layout", default=None)
     ap.add_argument("--context", type=int, default=None)
     args = ap.parse_args(argv)
