@@ -15,7 +15,8 @@ side process stays the JSON spec made from them (gates/spec.py).
 Each section is a pydantic dataclass (pydantic validates; the annotations are the schema): a
 key is a field, its type the annotation, with no coercion (:data:`Int`, :data:`Float`: ``"8"``
 is no integer, ``true`` no number; a list becomes a tuple), the range of every number it holds
-annotated_types' ``Ge``/``Gt``/``Le``/``Lt`` on that number, ``MinLen(1)`` a non-empty list,
+annotated_types' ``Ge``/``Gt``/``Le``/``Lt`` on that number, ``MinLen(1)`` a non-empty list
+(:data:`LISTED` on every list: a YAML set is refused),
 :class:`Expect` the words an error uses where the type's own would not say it. A key no field
 holds is refused, and building a section validates it (a test's hand-made profile too).
 """
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from annotated_types import Ge, Gt, Le, Lt, MinLen
-from pydantic import ConfigDict, Strict
+from pydantic import BeforeValidator, ConfigDict, Strict
 from pydantic.dataclasses import dataclass as _pydantic_dataclass
 
 # scalars as YAML writes them, never converted from another kind (a float field takes an int)
@@ -34,6 +35,16 @@ Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
 Str = Annotated[str, Strict()]
 Bool = Annotated[bool, Strict()]
+
+
+def _not_a_set(value):
+    # YAML can write a set (!!set): pydantic would take it for a list, in no order of the file's
+    if isinstance(value, (set, frozenset)):
+        raise ValueError("a list, not a set")
+    return value
+
+
+LISTED = BeforeValidator(_not_a_set)  # on every list key: a list (or tuple), never a set
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +80,10 @@ class MachineProfile:
     ``resolve`` applies it; the scorer reads :attr:`ScorerSettings.noise_pct`)."""
     model: Literal["full", "small"]
     layout: Str
-    buckets: Annotated[tuple[Annotated[Int, Ge(1)], ...], MinLen(1)]
-    weights: Annotated[tuple[Annotated[Float, Gt(0)], ...], MinLen(1)]
+    buckets: Annotated[tuple[Annotated[Int, Ge(1)], ...], MinLen(1), LISTED]
+    weights: Annotated[tuple[Annotated[Float, Gt(0)], ...], MinLen(1), LISTED]
     context: Annotated[Int, Ge(1)]
-    test_rows: Annotated[tuple[Annotated[Int, Ge(1)], ...], MinLen(1)]
+    test_rows: Annotated[tuple[Annotated[Int, Ge(1)], ...], MinLen(1), LISTED]
     test_context: Annotated[Int, Ge(1)]
     test_steps: Annotated[Int, Ge(1)]
     rounds: Annotated[Int, Ge(1)]

@@ -33,7 +33,7 @@ import yaml
 from annotated_types import Ge, Gt, Le, Lt, MinLen
 from pydantic import AfterValidator, TypeAdapter, ValidationError
 
-from gates.settings import (AccuracySettings, Bool, Expect, Float, Int, MachineProfile,
+from gates.settings import (LISTED, AccuracySettings, Bool, Expect, Float, Int, MachineProfile,
                             ScorerSettings, SectionProblem, Str, Target, section)
 
 
@@ -162,18 +162,19 @@ class Agent:
     max_budget_usd: Annotated[Float, Gt(0)] | None = 5.0
     max_tokens: Annotated[Int, Ge(1), Le(1_000_000)] = 8192  # anthropic: per response
     # anthropic: USD per million tokens [input, output] by model-name prefix, over its table
-    prices: Annotated[Mapping[str, tuple[Annotated[Float, Ge(0)], Annotated[Float, Ge(0)]]],
+    prices: Annotated[Mapping[str, Annotated[tuple[Annotated[Float, Ge(0)], Annotated[Float, Ge(0)]],
+                                             LISTED]],
                       Expect("a mapping of model-name prefixes to [input, output] USD per "
                              "million tokens, each >= 0")] = field(default_factory=dict)
     base_url: Str = ""  # anthropic: the Messages API's address ("": the SDK's default)
     max_retries: Annotated[Int, Ge(0), Le(20)] = 2  # anthropic: retries of a failed API call
     quick_timeout_s: Seconds = 600.0  # anthropic: one run of the quick test or bench
     command: Str = ""  # command: the shell line (the brief on its stdin)
-    pass_env: Annotated[tuple[Str, ...], rule(_env_names)] = ()  # command: variables it may see
+    pass_env: Annotated[tuple[Str, ...], LISTED, rule(_env_names)] = ()  # command: variables it may see
     timeout_s: Seconds = 3600.0  # every backend: wall-clock limit of one attempt
     replay_dir: Str = ""  # replay: the folder of patches (relative to the repository root)
     # tuner: glob patterns, in order
-    tunables: Annotated[tuple[Str, ...], MinLen(1)] | None = None
+    tunables: Annotated[tuple[Str, ...], MinLen(1), LISTED] | None = None
 
     def __post_init__(self):
         if self.backend == "command" and not self.command.strip():
@@ -205,7 +206,7 @@ class Loop:
     trial_merge_parts: Annotated[Int, Ge(0), rule(_trial_parts)] = 0
     trial_merge_recent: Annotated[Int, Ge(2)] = 12
     # profile rows the planner may brief (op names, or 'dense projections (cuBLAS)'); None: every row
-    targets: Annotated[tuple[Str, ...], MinLen(1)] | None = None
+    targets: Annotated[tuple[Str, ...], MinLen(1), LISTED] | None = None
 
     @property
     def every_s(self) -> float:
@@ -224,7 +225,8 @@ class Loop:
 @section
 class Farm:
     """``farm``: where judgments run (harness/farm.py)."""
-    slots: Annotated[Union[Literal["auto"], Annotated[tuple[Union[Str, Annotated[Int, Ge(0)]], ...], MinLen(1)]],
+    slots: Annotated[Union[Literal["auto"],
+                           Annotated[tuple[Union[Str, Annotated[Int, Ge(0)]], ...], MinLen(1), LISTED]],
                      Expect("'auto' or a non-empty list of GPU ids (\"0\", \"2,3\", or integers "
                             ">= 0) or CPU slot names (\"cpu0\")")] = "auto"
     gpus: Annotated[Int, Ge(1)] = 1
@@ -365,7 +367,7 @@ def _section(cls, raw, where: str, problems: list):
 
 def _explain(cls, raw: dict, where: str, errors: list) -> list[str]:
     """Pydantic's errors on section ``cls`` as one ``key: expected X, found Y`` per key (a key
-    may fail several ways, one per member of a union: its sentence says them all)."""
+    that fails several ways, once per member of a union, gets one sentence: X names them all)."""
     hints = get_type_hints(cls, include_extras=True)
     out, said = [], set()
     for er in errors:
@@ -423,7 +425,7 @@ def _read(data, cuda: bool) -> tuple[Resolved | None, list[str]]:
             problems.append(f"{name}: expected a list of glob patterns, found nothing (key missing)")
             continue
         before = len(problems)
-        out[name] = _value(tuple[Str, ...], data[name], name, problems)
+        out[name] = _value(Annotated[tuple[Str, ...], LISTED], data[name], name, problems)
         if len(problems) > before:
             problems[-1] = f"{name}: expected a list of glob patterns, found {data[name]!r}"
     for name, (typ, default) in _SCALARS.items():

@@ -261,6 +261,9 @@ def test_a_value_outside_its_range_names_the_key_and_states_the_range(where, f, 
                                           "{'claude-x': [3.0]}"),
     ("agent.max_turns", "40", "agent.max_turns: expected an integer >= 1 and <= 1000, found '40'"),
     ("agent.quick_timeout_s", True, "agent.quick_timeout_s: expected a number > 0, found True"),
+    # YAML's !!set: pydantic would take it for a list, in an order that is not the file's
+    ("profiles.cpu.test_rows", {1, 3}, "profiles.cpu.test_rows: expected a list, not a set, found {1, 3}"),
+    ("loop.targets", {"moe.experts"}, "loop.targets: expected a list, not a set, found {'moe.experts'}"),
 ])
 def test_nonsense_values_are_refused_with_the_accepted_range(path, value, message):
     data = copy.deepcopy(DATA)
