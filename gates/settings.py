@@ -16,9 +16,9 @@ Each section is a pydantic dataclass (pydantic validates; the annotations are th
 key is a field, its type the annotation, with no coercion (:data:`Int`, :data:`Float`: ``"8"``
 is no integer, ``true`` no number; a list becomes a tuple), the range of every number it holds
 annotated_types' ``Ge``/``Gt``/``Le``/``Lt`` on that number, ``MinLen(1)`` a non-empty list
-(:data:`LISTED` on every list: a YAML set is refused),
-:class:`Expect` the words an error uses where the type's own would not say it. A key no field
-holds is refused, and building a section validates it (a test's hand-made profile too).
+(:data:`LISTED` on every list: a YAML set is refused), :class:`Expect` the words an error uses
+where the type's own would not say it. A key no field holds is refused, and building a section
+validates it (a test's hand-made profile too).
 """
 from __future__ import annotations
 
