@@ -33,6 +33,7 @@ from .phases import Span, rest, side_spans
 from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED, SAVED, WANT_KEPT,
                        Hidden, TapFiles, handover_line, tap_rows)
 from .results import AccuracyResult, LastWords
+from .settings import AccuracySettings, MachineProfile, Target
 from .spec import side_spec
 
 
@@ -43,12 +44,15 @@ class AccuracyRequest:
     repo: Path
     rev: str
     base: str
-    settings: dict  # the parsed kern.yaml
-    profile: dict  # the profile for this machine
+    target: Target  # kern.yaml's target: the seeds of the model both sides build
+    machine: MachineProfile  # this machine's profile
+    accuracy: AccuracySettings  # kern.yaml's test section: the gate's limits and thresholds
+    protected: tuple[str, ...]  # kern.yaml's protected globs: a change to one FAILs the gate
     runs_dir: Path
     cuda: bool
+    sandbox: str = "auto"  # kern.yaml's sandbox: how every side is confined (gates/sandbox.py)
     world: int = 1  # processes of each side, one per rank (kern test --gpus)
-    layout: str | None = None  # None: the profile's
+    layout: str | None = None  # None: the machine profile's
     base_world: int | None = None  # --base-gpus: A on this many ranks of its own layout
     base_layout: str | None = None
     # the judgment's hidden inputs (gates/hidden.py), the same for A and B; None: none (the
@@ -56,7 +60,7 @@ class AccuracyRequest:
     hidden: Hidden | None = None
 
 
-def protected_changed(paths: list[str], protected: list[str]) -> list[str]:
+def protected_changed(paths: list[str], protected) -> list[str]:
     return [p for p in paths if scope.matches(p, protected)]
 
 
@@ -115,12 +119,12 @@ def touched_ops(paths: list[str], sources) -> set[str] | None:
 
 def tap_spec(req: AccuracyRequest) -> dict:
     """B's tap (and A's, unless A runs on another layout: :func:`base_spec`)."""
-    prof = req.profile
-    return side_spec(req.settings, prof, context=prof["test_context"], steps=prof["test_steps"],
-                     rows=tap_rows(prof["test_rows"], prof["buckets"]),
-                     budget_mb=req.settings["test"]["snapshot_budget_mb"],
-                     reference_calls_per_op=req.settings["test"]["reference_calls_per_op"],
-                     layout=req.layout or prof["layout"], world=req.world)
+    m = req.machine
+    return side_spec(req.target, m, context=m.test_context, steps=m.test_steps,
+                     rows=tap_rows(m.test_rows, m.buckets),
+                     budget_mb=req.accuracy.snapshot_budget_mb,
+                     reference_calls_per_op=req.accuracy.reference_calls_per_op,
+                     layout=req.layout or m.layout, world=req.world)
 
 
 def base_spec(spec: dict, base_world: int | None, base_layout: str | None) -> dict:
@@ -176,12 +180,12 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     ``gates.disk.DiskShort`` before any side starts when runs/tap lacks the room; when it
     returns, no tensor of this judgment's recordings is left (unless another judgment still
     holds the same recording: then that one deletes it)."""
-    with sandbox.configured(sandbox.settings_mode(req.settings)), \
+    with sandbox.configured(req.sandbox), \
             disk.Recordings(req.runs_dir / "tap") as held:
         room_for(req)
         # main's kernels compiled from main alone (once per main); each side starts on a copy
-        main = compiled.prepare(req.repo, req.base, req.runs_dir, req.settings, req.profile, req.cuda,
-                                float(req.settings["test"]["timeout_s"]), _tagged(progress, "main compile"),
+        main = compiled.prepare(req.repo, req.base, req.runs_dir, req.target, req.machine, req.cuda,
+                                req.accuracy.timeout_s, _tagged(progress, "main compile"),
                                 req.base_layout or req.layout, req.base_world or req.world)
         with sandbox.seeded(main.path):
             return _run_test(req, progress, held, main)
@@ -189,7 +193,7 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
 
 def tap_bytes(req: AccuracyRequest) -> int:
     """What this gate's tap writes under runs/tap at most (``gates.disk.judgment_bytes``)."""
-    return disk.judgment_bytes(req.settings, req.profile, world=req.world, layout=req.layout,
+    return disk.judgment_bytes(req.machine, req.accuracy, world=req.world, layout=req.layout,
                                base_world=req.base_world, base_layout=req.base_layout,
                                copies=disk.copied()).tap
 
@@ -207,7 +211,7 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
     paths = checkout.changed_paths(req.repo, base_sha, rev_sha)
-    prot = protected_changed(paths, req.settings["protected"])
+    prot = protected_changed(paths, req.protected)
     tree_paths = [p for p in paths if p.startswith("kernels/")]
     touched = touched_ops(tree_paths, lambda p: (checkout.blob(req.repo, base_sha, p),
                                                  checkout.blob(req.repo, rev_sha, p)))
@@ -217,7 +221,7 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
     if cross:
         b_spec = {**b_spec, "cross_layout": True}
         touched = None  # another layout changes every op's rounding: the band covers every op
-    timeout = float(req.settings["test"]["timeout_s"])
+    timeout = req.accuracy.timeout_s
     t_checkout = time.monotonic()
     a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
     b_tree = checkout.checkout(req.repo, rev_sha, req.runs_dir)
@@ -240,7 +244,7 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
     a_kind, a_wall, a_tail, a_dir = sides.a_kind, sides.a_wall, sides.a_tail, sides.a_dir
     b_kind, b_wall, b_res, b_tail = sides.b_kind, sides.b_wall, sides.b_res, sides.b_tail
     a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
-    th = req.settings["test"]
+    th = req.accuracy
     n_kind, n_wall = "not needed", 0.0
     t_verdict = time.monotonic()
     a_log = sides.a_dir / sides.a_out.log_path.name if sides.a_out is not None and sides.a_out.log_path else None
@@ -293,7 +297,8 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
     })
 
 
-def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th, band=None):
+def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th: AccuracySettings,
+           band=None):
     """The evidence of both sides as the verdict reads it, and the verdict; ``band``: A's
     repeat and band passes' evidence (:func:`band_evidence`), when they ran."""
     ev = {"outcome_a": a_kind, "outcome_b": b_kind, "outcome_noise": n_kind, "protected_changed": prot,
@@ -310,12 +315,12 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th, 
     lb = torch.load(b_files / TapFiles.LOGITS_B)
     ev["tap"] = verdict.own_defects(b_res["pass"]) if cross else \
         verdict.tap_diff(a_res["pass"], b_res["pass"])
-    ev["logits"] = logits.logit_stats(la, lb, th["near_tie_factor"])
+    ev["logits"] = logits.logit_stats(la, lb, th.near_tie_factor)
     if band is not None:
         ev["noise"], ev["noise_tap"] = band["noise"], band["noise_tap"]
         if band.get("band") is not None:
             ev["band"] = band["band"]
-    ev["local"] = verdict.local_summary(b_res.get("pinned"), th["reference"])
+    ev["local"] = verdict.local_summary(b_res.get("pinned"), th)
     return ev, verdict.judge(ev, th)
 
 
@@ -583,7 +588,7 @@ def _record_and_replay(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
 BAND = "band.json"  # the band folder's evidence (band_evidence), once its passes ran
 
 
-def band_inputs(settings: dict, profile: dict) -> Hidden:
+def band_inputs(target: Target, machine: MachineProfile, accuracy: AccuracySettings) -> Hidden:
     """The inputs of main's repeat and band passes: the target's visible seed, and as many
     extra batch sizes as a judgment draws (``test.hidden_rows``), drawn from that seed. The
     same for every judgment, so the passes are made once per main commit, touched ops and
@@ -604,9 +609,9 @@ def band_inputs(settings: dict, profile: dict) -> Hidden:
 
     from . import hidden as draws
 
-    seed = int(settings["target"]["seed"])
-    extra = draws.draw(random.Random(f"band/{seed}"), profile["buckets"], profile["test_rows"],
-                       int(settings["test"]["hidden_rows"])).extra_rows
+    seed = target.seed
+    extra = draws.draw(random.Random(f"band/{seed}"), machine.buckets, machine.test_rows,
+                       accuracy.hidden_rows).extra_rows
     return Hidden(seed, extra)
 
 
@@ -646,7 +651,7 @@ class _Band:
 def _band(req, base_sha, a_tree, spec, touched, timeout, progress, held: disk.Recordings) -> _Band:
     """Main's repeat and band passes on :func:`band_inputs`, made once per (main, touched
     ops, spec) and kept as their evidence (``band.json``; their logits go once it is made)."""
-    inputs = band_inputs(req.settings, req.profile).to_dict()
+    inputs = band_inputs(req.target, req.machine, req.accuracy).to_dict()
     folder = req.runs_dir / "tap" / f"{base_sha[:12]}-band-{band_key(spec, touched, req.cuda, inputs)}"
     held.hold(folder)  # no other judgment's sweep takes its logits while they are read
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -663,7 +668,7 @@ def _band(req, base_sha, a_tree, spec, touched, timeout, progress, held: disk.Re
             (files / TapFiles.NOISE).unlink(missing_ok=True)
             return _Band(n.kind, n.wall_s, n.log_tail, folder, out=n)
         evidence = band_evidence(json.loads((files / TapFiles.NOISE).read_text()), files,
-                                 req.settings["test"]["near_tie_factor"])
+                                 req.accuracy.near_tie_factor)
         tmp = folder / f"{BAND}.tmp"
         tmp.write_text(json.dumps({**evidence, "inputs": inputs}, indent=1))
         os.replace(tmp, folder / BAND)

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from . import checkout, launch_ranks, sandbox
 from .protocol import tap_rows
+from .settings import MachineProfile, Target
 from .spec import side_spec
 
 # what the compile side does (gates/side/driver.py's compile_mode): a change that would
@@ -69,15 +70,16 @@ class CompiledCache:
         return asdict(self)
 
 
-def compile_spec(settings: dict, profile: dict, layout: str | None = None, world: int = 1) -> dict:
+def compile_spec(target: Target, machine: MachineProfile, layout: str | None = None,
+                 world: int = 1) -> dict:
     """Pure: the compile side's spec: the tap's build (its context, every visible batch size)
     and, where the scorer's differs, the scorer's (the profile's context, the buckets). The
     hidden batch sizes a judgment adds are drawn later: their kernels compile in the sides."""
-    tap = tap_rows(profile["test_rows"], profile["buckets"])
-    more = [] if (profile["context"] == profile["test_context"] and set(profile["buckets"]) <= set(tap)) \
-        else [[profile["context"], list(profile["buckets"])]]
-    return side_spec(settings, profile, context=profile["test_context"], steps=1, rows=tap,
-                     layout=layout or profile["layout"], world=world, more=more)
+    tap = tap_rows(machine.test_rows, machine.buckets)
+    more = [] if (machine.context == machine.test_context and set(machine.buckets) <= set(tap)) \
+        else [[machine.context, list(machine.buckets)]]
+    return side_spec(target, machine, context=machine.test_context, steps=1, rows=tap,
+                     layout=layout or machine.layout, world=world, more=more)
 
 
 def cache_key(kernels_tree: str, spec: dict, cuda: bool, triton_version: str) -> str:
@@ -87,7 +89,7 @@ def cache_key(kernels_tree: str, spec: dict, cuda: bool, triton_version: str) ->
          "protocol": COMPILE_PROTOCOL}, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def prepare(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cuda: bool,
+def prepare(repo: Path, rev: str, runs: Path, target: Target, machine: MachineProfile, cuda: bool,
             timeout_s: float, progress=None, layout: str | None = None, world: int = 1) -> CompiledCache:
     """``rev``'s compiled cache, compiled now if there is none (one compile side at a time per
     key: concurrent judgments against one main wait for the first). Call it in the caller's
@@ -96,7 +98,7 @@ def prepare(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cud
     tree = _kernels_tree(repo, sha)
     if tree is None:
         return CompiledCache(NONE, detail=f"{rev}: no committed kernels/ tree to key a compiled cache by")
-    spec = compile_spec(settings, profile, layout, world)
+    spec = compile_spec(target, machine, layout, world)
     key = cache_key(tree, spec, cuda, _triton_version())
     root = runs / "compiled"
     root.mkdir(parents=True, exist_ok=True)
@@ -110,7 +112,7 @@ def prepare(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cud
         return _compile(repo, sha, runs, tree, spec, key, timeout_s, progress)
 
 
-def existing(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cuda: bool,
+def existing(repo: Path, rev: str, runs: Path, target: Target, machine: MachineProfile, cuda: bool,
              layout: str | None = None, world: int = 1) -> str | None:
     """``rev``'s compiled cache where one was made before, else None (nothing is compiled:
     ``kern step`` and ``kern profile`` by hand start their side on it when it is there)."""
@@ -118,7 +120,7 @@ def existing(repo: Path, rev: str, runs: Path, settings: dict, profile: dict, cu
     tree = _kernels_tree(repo, sha)
     if tree is None:
         return None
-    key = cache_key(tree, compile_spec(settings, profile, layout, world), cuda, _triton_version())
+    key = cache_key(tree, compile_spec(target, machine, layout, world), cuda, _triton_version())
     dest = runs / "compiled" / key
     return str(dest) if dest.is_dir() and (runs / "compiled" / f"{key}.json").exists() else None
 

@@ -1,7 +1,7 @@
 """The disk a judgment writes on.
 
 * What one judgment of the configured workload writes at most (:func:`judgment_bytes`, pure,
-  from kern.yaml and the machine profile): the tap's logits files (every row of every step,
+  from the machine profile and the gates' sections of kern.yaml): the tap's logits files (every row of every step,
   per rank), main's kept op calls (at most ``test.snapshot_budget_mb`` per rank), the replay's
   copies of main's recording where the sandbox copies rather than links, and the scorer's
   timed-output files of one run.
@@ -31,6 +31,7 @@ from .decision import DISK
 from .hidden import candidates
 from .protocol import tap_rows
 from .results import DISK_FULL, OK, TAMPERED, TIMEOUT
+from .settings import AccuracySettings, MachineProfile, ScorerSettings
 
 MIB = 1 << 20
 # room kept beyond the estimate: the documents (per-call digests), logs and spec files the
@@ -97,52 +98,51 @@ def _vocab(model: str, layout: str, world: int) -> int:
     return d.vocab if world > 1 else Shapes(d, Layout.named(layout)).vocab
 
 
-def kept_mb(settings: dict, profile: dict) -> float:
+def kept_mb(machine: MachineProfile, accuracy: AccuracySettings) -> float:
     """Pure: what main's kept op calls take on one rank, in MiB: the machine profile's measured
     ``recording_mb`` where kern.yaml gives one, never more than ``test.snapshot_budget_mb`` (the
     tap's own cap). A recording larger than the measured figure still ends named: its side
     runs out of disk and is classed ``disk full``."""
-    budget = float(settings["test"]["snapshot_budget_mb"])
-    measured = profile.get("recording_mb")
-    return float(measured) if isinstance(measured, (int, float)) and measured < budget else budget
+    budget, measured = accuracy.snapshot_budget_mb, machine.recording_mb
+    return measured if measured is not None and measured < budget else budget
 
 
-def judgment_bytes(settings: dict, profile: dict, *, world: int = 1, layout: str | None = None,
-                   base_world: int | None = None, base_layout: str | None = None,
-                   copies: bool = True) -> JudgmentBytes:
-    """Pure: what one judgment of ``profile`` (kern.yaml's machine profile, as the gates take
-    it) under ``settings`` (kern.yaml's data) writes at most. ``world``/``layout``: the
-    candidate's processes (``kern test --gpus``), ``base_*``: main's when they differ;
-    ``copies``: the sandbox shows B main's recording by copying it (landlock, user) rather
-    than by hard links (namespaces) or in place (off)."""
+def judgment_bytes(machine: MachineProfile, accuracy: AccuracySettings,
+                   scorer: ScorerSettings | None = None, *, world: int = 1,
+                   layout: str | None = None, base_world: int | None = None,
+                   base_layout: str | None = None, copies: bool = True) -> JudgmentBytes:
+    """Pure: what one judgment on ``machine`` (kern.yaml's machine profile) under the accuracy
+    gate's and the scorer's settings writes at most (``scorer`` None: its re-measurement is
+    not counted). ``world``/``layout``: the candidate's processes (``kern test --gpus``),
+    ``base_*``: main's when they differ; ``copies``: the sandbox shows B main's recording by
+    copying it (landlock, user) rather than by hard links (namespaces) or in place (off)."""
     from kernels.k31.config import Dims
 
-    test, bench = settings["test"], settings["bench"]
-    layout = layout or profile["layout"]
+    layout = layout or machine.layout
     a_world, a_layout = base_world or world, base_layout or layout
-    buckets = list(profile["buckets"])
-    rows = tap_rows(profile["test_rows"], buckets)
+    buckets = list(machine.buckets)
+    rows = tap_rows(machine.test_rows, buckets)
     # the hidden extra sizes are drawn per judgment: the largest ones it may draw
-    pool = candidates(buckets, profile["test_rows"])
-    extra = sorted(pool)[len(pool) - min(int(test["hidden_rows"]), len(pool)):]
-    per_row = int(profile["test_steps"]) * F32
-    logits_a = (sum(rows) + sum(extra)) * per_row * _vocab(profile["model"], a_layout, a_world)
-    logits_b = (sum(rows) + sum(extra)) * per_row * _vocab(profile["model"], layout, world)
-    kept = int(kept_mb(settings, profile) * MIB) * a_world
+    pool = candidates(buckets, machine.test_rows)
+    extra = sorted(pool)[len(pool) - min(accuracy.hidden_rows, len(pool)):]
+    per_row = machine.test_steps * F32
+    logits_a = (sum(rows) + sum(extra)) * per_row * _vocab(machine.model, a_layout, a_world)
+    logits_b = (sum(rows) + sum(extra)) * per_row * _vocab(machine.model, layout, world)
+    kept = int(kept_mb(machine, accuracy) * MIB) * a_world
     # A: logits_a, kept_a, then (B not identical) logits_a2 and logits_aref; B: logits_b and,
     # copied, every file of main's recording it reads
     tap = a_world * 3 * logits_a + kept + world * logits_b
     if copies:
         tap += kept + a_world * logits_a
-    d = Dims.named(profile["model"])
+    d = Dims.named(machine.model)
     recurrent = 2 * d.n_layers  # KDA state and conv window per layer, an upper bound
-    vocab = _vocab(profile["model"], layout, world)
+    vocab = _vocab(machine.model, layout, world)
     replay = sum(b * (vocab * F32 + ROW_EXTRA + recurrent * 2 * F32) for b in buckets) \
         + recurrent * TENSOR_EXTRA
-    rounds = max(int(profile["rounds"]), int(bench.get("reverify_rounds", 1)))
+    rounds = max(machine.rounds, scorer.reverify_rounds if scorer is not None else 1)
     # A B B A per round; every visit's file written when the sides alternate
-    scorer = 4 * rounds * int(profile["replays"]) * replay * world
-    return JudgmentBytes(logits=logits_a, kept=kept, tap=tap, scorer=scorer)
+    timed = 4 * rounds * machine.replays * replay * world
+    return JudgmentBytes(logits=logits_a, kept=kept, tap=tap, scorer=timed)
 
 
 def copied(mode: str | None = None) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 
 from .protocol import SEED_BOUND, Hidden
+from .settings import AccuracySettings, MachineProfile
 
 
 def candidates(buckets, test_rows) -> list[int]:
@@ -54,6 +55,6 @@ def fresh(buckets, test_rows, count: int = 2) -> Hidden:
     return draw(random.SystemRandom(), buckets, test_rows, count)
 
 
-def for_profile(settings: dict, profile: dict) -> Hidden:
+def for_machine(machine: MachineProfile, accuracy: AccuracySettings) -> Hidden:
     """:func:`fresh` for a machine profile of kern.yaml (``test.hidden_rows`` extra sizes)."""
-    return fresh(profile["buckets"], profile["test_rows"], int(settings["test"]["hidden_rows"]))
+    return fresh(machine.buckets, machine.test_rows, accuracy.hidden_rows)

@@ -215,11 +215,11 @@ class OptionsError(ValueError):
 
 @dataclass(frozen=True, kw_only=True)
 class SideOptions:
-    """What every side builds (``gates/spec.side_spec`` makes it from kern.yaml's profile;
-    ``gates.side.session.Spec`` is the model part of it) and, in the subclasses, what each
-    mode of ``gates.side.driver`` does with it. The loop side checks a spec with
-    :func:`parse` before it starts the process, the side parses it again on its end: a key
-    no mode's options define is an error there, never dropped."""
+    """What every side builds (``gates/spec.side_spec`` makes it from kern.yaml's machine
+    profile and target; ``gates.side.session.Spec`` is the model part of it) and, in the
+    subclasses, what each mode of ``gates.side.driver`` does with it. The loop side checks a
+    spec with :func:`parse` before it starts the process, the side parses it again on its
+    end: a key no mode's options define is an error there, never dropped."""
 
     MODE: ClassVar[str] = ""
 
@@ -275,7 +275,7 @@ class TapOptions(SideOptions):
     MODE: ClassVar[str] = "tap"
 
     role: str  # TAP_ROLES: main records, main's noise passes, the candidate replays
-    budget_mb: int  # device memory the kept op calls may take
+    budget_mb: float  # device memory the kept op calls may take, MiB (test.snapshot_budget_mb)
     reference_calls_per_op: int  # calls of each op the pinned pass checks against the reference
     touched: list | None = None  # the ops the change touches (kept whole); None: every op
     record: str | None = None  # replay: the folder of main's recording (TapFiles)

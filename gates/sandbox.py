@@ -456,10 +456,6 @@ def configured(mode: str | None):
         _MODE.reset(token)
 
 
-def settings_mode(settings: dict | None) -> str:
-    return str((settings or {}).get("sandbox", "auto"))
-
-
 def machine(env: dict | None = None) -> Machine:
     """This machine's facts for a plan (``env``: the side's environment)."""
     import site

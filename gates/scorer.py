@@ -21,6 +21,7 @@ from .phases import Span, rest, side_spans
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
                        SaveRecord, Time, Verify)
 from .results import BenchResult, LastWords
+from .settings import MachineProfile, ScorerSettings, Target, Thresholds
 from .spec import side_spec
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
@@ -46,17 +47,20 @@ class BenchRequest:
     repo: Path
     rev: str
     base: str | None  # None: score REV alone
-    settings: dict
-    profile: dict
+    target: Target  # kern.yaml's target: the seeds of the model both sides build
+    machine: MachineProfile  # this machine's profile: buckets, weights, rounds, replays
+    scorer: ScorerSettings  # kern.yaml's bench section (its noise_pct resolved)
+    thresholds: Thresholds  # the accuracy verdict's (test): the timed replays' outputs are judged on them
     runs_dir: Path
     cuda: bool
+    sandbox: str = "auto"  # kern.yaml's sandbox: how every side is confined (gates/sandbox.py)
     baselines: tuple = ()  # "eager", "compile"
     rounds: int | None = None
     replays: int | None = None
     peers: bool = False
     alternate: bool | None = None  # sides in alternating processes; None: when they cannot share
     world: int = 1  # processes per side, one per rank (kern bench --gpus)
-    layout: str | None = None  # None: the profile's
+    layout: str | None = None  # None: the machine profile's
     # the accuracy gate's verdict on this commit and the evidence it weighed (verdict, band,
     # noise, noise_tap): the bar the timed replays' outputs are held to; None: scored alone
     accuracy: dict | None = None
@@ -98,25 +102,18 @@ def pattern(rounds: int) -> list[str]:
     return ["A", "B", "B", "A"] * rounds
 
 
-PROFILE_OVERRIDES = ("noise_pct",)
-FIRST_SET = 2  # the first input set a timed replay runs (prepare compiled on set 1)  # bench-section statistics a machine profile may set
-
-
-def bench_settings(bench: dict, profile: dict) -> dict:
-    """The bench section with the machine profile's own statistics on top (pure). The cpu
-    profile raises the noise floor: CPU times carry a per-process effect (see kern.yaml)."""
-    return {**bench, **{k: profile[k] for k in PROFILE_OVERRIDES if k in profile}}
+FIRST_SET = 2  # the first input set a timed replay runs (prepare compiled on set 1)
 
 
 def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
     sample, check and timing) as ``.report``. ``progress`` is called with each
     ``gates.events.ScorerEvent`` as it happens (``print`` shows their lines)."""
-    with sandbox.configured(sandbox.settings_mode(req.settings)):
+    with sandbox.configured(req.sandbox):
         # main's kernels compiled from main alone (the accuracy gate's, when it ran first);
         # without a base the revision scored is main here
-        main = compiled.prepare(req.repo, req.base or req.rev, req.runs_dir, req.settings, req.profile,
-                                req.cuda, float(req.settings["bench"]["timeout_s"]),
+        main = compiled.prepare(req.repo, req.base or req.rev, req.runs_dir, req.target, req.machine,
+                                req.cuda, req.scorer.timeout_s,
                                 layout=req.layout, world=req.world)
         with sandbox.seeded(main.path):
             return _run_bench(req, progress, main)
@@ -124,18 +121,18 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
 
 def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache | None = None) -> BenchResult:
     t0 = time.monotonic()
-    b_cfg, prof = req.settings["bench"], req.profile
-    rounds = req.rounds or prof["rounds"]  # rounds and replays: the machine profile's (kern.yaml)
-    replays = req.replays or prof["replays"]
-    buckets, weights = list(prof["buckets"]), list(prof["weights"])
-    timeout = float(b_cfg["timeout_s"])
+    m = req.machine
+    rounds = req.rounds or m.rounds  # rounds and replays: the machine profile's (kern.yaml)
+    replays = req.replays or m.replays
+    buckets, weights = list(m.buckets), list(m.weights)
+    timeout = req.scorer.timeout_s
     revs = {"B": checkout.resolve(req.repo, req.rev)}
     if req.base:
         revs["A"] = checkout.resolve(req.repo, req.base)
     trees = {k: checkout.checkout(req.repo, sha, req.runs_dir) for k, sha in revs.items()}
     per_side = pattern(rounds).count("A") if req.base else rounds
-    spec = side_spec(req.settings, prof, rows=buckets, steps=per_side * replays + 8 * len(buckets) + 16,
-                     layout=req.layout or prof["layout"], world=req.world)
+    spec = side_spec(req.target, m, rows=buckets, steps=per_side * replays + 8 * len(buckets) + 16,
+                     layout=req.layout or m.layout, world=req.world)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     work = req.runs_dir / "bench" / f"{stamp}-{revs['B'][:12] if revs['B'] != checkout.WORKTREE else 'worktree'}"
     digests = {k: model_digest(t) for k, t in trees.items()}
@@ -250,7 +247,7 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
             if i == last_visit[k]:  # the side's untimed work, while its process still lives
                 t_v = time.monotonic()
                 result["verify"][k] = _verify(side, k, buckets, timeout,
-                                              int(b_cfg["reference_calls_per_op"]),
+                                              req.scorer.reference_calls_per_op,
                                               random.Random(secrets["sample_seed"]))
                 spent["verify"] += time.monotonic() - t_v
                 if k == extra_key:
@@ -265,11 +262,11 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
                     gate_rows = (req.accuracy or {}).get("rows")
                     # main's band at this context (a few replays per bucket again, the touched
                     # ops on the reference), after every timed round: verdict.judge_band
-                    band = {"ops": band_ops(req.accuracy), "kl_pass": req.settings["test"]["kl_pass"]} \
+                    band = {"ops": band_ops(req.accuracy), "kl_pass": req.thresholds.kl_pass} \
                         if needs_timed_band(req.accuracy, gate_rows) else None
                     r = side.request(
                         JudgeOutputs(mine=result["timed_files"]["A"], theirs=result["timed_files"]["B"],
-                                     near_tie_factor=req.settings["test"]["near_tie_factor"],
+                                     near_tie_factor=req.thresholds.near_tie_factor,
                                      sample={"rows": gate_rows, "seed": secrets["sample_seed"]}
                                      if gate_rows else None, band=band), timeout)
                     result["timed"] = r["timed"]
@@ -315,9 +312,8 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
             result["rank_samples"] = rank_samples
             result["rank_medians"] = {k: {b: [stats.median(t) for t in per] for b, per in sb.items()}
                                       for k, sb in rank_samples.items()}
-        result["analysis"] = analyse(samples, blocks, checks, result, bench_settings(b_cfg, prof),
-                                     buckets, weights,
-                                     judging={"accuracy": req.accuracy, "test": req.settings["test"]})
+        result["analysis"] = analyse(samples, blocks, checks, result, req.scorer, buckets, weights,
+                                     judging=Judging(req.accuracy, req.thresholds))
     result["work_dir"] = str(work)
     return BenchResult.of(result)
 
@@ -396,23 +392,32 @@ def _extras(req: BenchRequest, side: Interactive, buckets, timeout, result) -> N
             per = result.setdefault("baselines", {}).setdefault(kind, {})
             for b in base_buckets:
                 per[b] = side.request(Baseline(kind=kind, bucket=b, n=3 if req.cuda else 1),
-                                      float(req.settings["bench"][f"{kind}_baseline_timeout_s"]))
+                                      req.scorer.baseline_timeout_s(kind))
     except SideError as e:  # a baseline or peer that fails or hangs is a result, not a failed bench
         result["extras_error"] = str(e)
 
 
-def analyse(samples, blocks, checks, result, cfg, buckets, weights, judging=None) -> dict:
-    """Pure: medians, score, checks, and (with two sides) the A/B decision inputs.
+@dataclass(frozen=True)
+class Judging:
+    """The bar for the timed replays' outputs (``verdict.judge_timed``): the accuracy gate's
+    verdict on this commit and the evidence it weighed (None: scored alone), and the
+    thresholds of kern.yaml's test section."""
+    accuracy: dict | None
+    thresholds: Thresholds
 
-    ``judging`` (``{"accuracy": ..., "test": kern.yaml's test section}``): the bar for the
-    timed replays' outputs (``verdict.judge_timed``); without it they are not judged."""
+
+def analyse(samples, blocks, checks, result, cfg: ScorerSettings, buckets, weights,
+            judging: Judging | None = None) -> dict:
+    """Pure: medians, score, checks, and (with two sides) the A/B decision inputs, on the
+    scorer's settings ``cfg``. ``judging``: the bar for the timed replays' outputs; without it
+    they are not judged."""
     out = {"sides": {}}
     cost, bw = result.get("cost") or {}, (result.get("bandwidth") or {}).get("Bps")
     for k, sm in samples.items():
         summ = {b: stats.bucket_summary(sm[b]) for b in buckets}
         bad = stats.failed_checks(checks[k])
         ops = [v["ops"] for v in result.get("verify", {}).get(k, {}).values() if "ops" in v]
-        far = stats.far_from_reference(stats.worst_ops(ops), cfg["max_op_rel_rms"]) if ops else None
+        far = stats.far_from_reference(stats.worst_ops(ops), cfg.max_op_rel_rms) if ops else None
         if far:
             bad.append(far)
         floor = stats.below_floor({b: summ[b]["median"] for b in buckets},
@@ -421,17 +426,17 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights, judging=None
             bad.append(floor)
         if k == "B" and judging is not None and result.get("timed"):
             band = result.get("timed_band")
-            alpha = cfg["timed_band_alpha"] if band is not None else None
-            timed = verdict.judge_timed(result["timed"], judging["accuracy"], judging["test"],
-                                        cfg["state_sketch_rel"], band=band, alpha=alpha,
-                                        iters=cfg["bootstrap"])
+            alpha = cfg.timed_band_alpha if band is not None else None
+            timed = verdict.judge_timed(result["timed"], judging.accuracy, judging.thresholds,
+                                        cfg.state_sketch_rel, band=band, alpha=alpha,
+                                        iters=cfg.bootstrap)
             if timed:
                 bad.append(timed)
             if band is not None:  # the band rule's own outcome, whichever rule decided
                 tb = verdict.TimedBand.of(band)
                 out["timed_band"] = verdict.band_summary(tb, verdict.judge_band(
-                    tb, alpha, judging["test"]["band_factor"], judging["test"]["kl_pass"],
-                    cfg["bootstrap"]))
+                    tb, alpha, judging.thresholds.band_factor, judging.thresholds.kl_pass,
+                    cfg.bootstrap))
         ver = result.get("verify", {}).get(k, {})
         visit_scores = [stats.score({b: stats.median(v[b]) for b in buckets}, buckets, weights)
                         for v in blocks[k]]
@@ -443,17 +448,17 @@ def analyse(samples, blocks, checks, result, cfg, buckets, weights, judging=None
     if "A" in samples:
         a, b = samples["A"], samples["B"]
         # the scorer's contract: a side's n-th replay of a bucket ran input set n (see stats)
-        d = stats.paired_delta(a, b, buckets, weights, iters=cfg["bootstrap"], seed=0)
+        d = stats.paired_delta(a, b, buckets, weights, iters=cfg.bootstrap, seed=0)
         visits = {bk: [j for j, v in enumerate(blocks["A"]) for _ in v[bk]] for bk in buckets}
-        band = stats.paired_noise_band(a, b, visits, buckets, weights, floor_pct=cfg["noise_pct"],
-                                       iters=cfg["bootstrap"], seed=1)
+        band = stats.paired_noise_band(a, b, visits, buckets, weights, floor_pct=cfg.noise_pct,
+                                       iters=cfg.bootstrap, seed=1)
         cls = stats.classify(d["low"], d["high"], band)
-        g = stats.guard(a, b, buckets, cfg["guard_pct"], d["buckets"])
+        g = stats.guard(a, b, buckets, cfg.guard_pct, d["buckets"])
         a_score = out["sides"]["A"]["score"]
         out["ab"] = {"delta": d, "band": band, "classification": cls, "guard_ok": g.ok,
                      "guard": g.text(), "delta_pct": d["delta"] / a_score * 100, "paired": True}
         # no time may pass that B's clock did not see (beyond main's untimed work)
-        hidden = stats.hidden_time(checks["A"], checks["B"], cfg["max_hidden_pct"])
+        hidden = stats.hidden_time(checks["A"], checks["B"], cfg.max_hidden_pct)
         if hidden:
             out["sides"]["B"]["failed_checks"].append(hidden)
         l2 = stats.persisting_l2(checks["A"], checks["B"])

@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 from .logits import merge_logit_stats
+from .settings import Thresholds, Tolerance
 
 EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
 
@@ -111,8 +112,9 @@ def _values(call: dict) -> tuple:
 
 
 # ------------------------------------------------------------------ cut-local + reference
-def local_summary(pinned: dict | None, tolerances: dict) -> dict:
-    """Per op: worst cut-local difference vs A and vs the reference; defects; tolerance breaks."""
+def local_summary(pinned: dict | None, th: Thresholds | None) -> dict:
+    """Per op: worst cut-local difference vs A and vs the reference; defects; tolerance breaks
+    (each op's tolerance: ``th.tolerance(op)``; ``th`` None only where nothing was pinned)."""
     if not pinned:
         return {"ops": {}, "defects": [], "reference_breaks": [], "diverged": []}
     ops: dict = {}
@@ -145,7 +147,7 @@ def local_summary(pinned: dict | None, tolerances: dict) -> dict:
                 o["worst_site"] = where
             o["max_ulp"] = max(o["max_ulp"], d["max_ulp"])
             o["rel_rms"] = max(o["rel_rms"], d["rel_rms"])
-        tol = {**tolerances.get("default", {}), **tolerances.get(c["op"], {})}
+        tol = th.tolerance(c["op"])
         for name, d in c["reference"].items():
             o["ref_rel_rms"] = max(o["ref_rel_rms"], d["rel_rms"])
             o["ref_max_ulp"] = max(o["ref_max_ulp"], d["max_ulp"])
@@ -155,30 +157,30 @@ def local_summary(pinned: dict | None, tolerances: dict) -> dict:
     return {"ops": ops, "defects": defects, "reference_breaks": breaks, "diverged": diverged}
 
 
-def _breaks(name: str, d: dict, tol: dict) -> str | None:
+def _breaks(name: str, d: dict, tol: Tolerance) -> str | None:
     if d["nan"] or d["inf"]:
         return f"NaN/Inf against the reference ({d['nan']} NaN, {d['inf']} Inf)"
-    exact = tol.get("exact") or tol.get("exact_output") == name
+    exact = tol.exact or tol.exact_output == name
     if exact and d["differing"]:
         return f"{d['differing']} of {d['numel']} elements differ, expected exact"
-    frac = tol.get("max_differing_frac")
+    frac = tol.max_differing_frac
     if frac is not None and not d.get("float", True) and d["differing"] > frac * max(1, d["numel"]):
         return f"{d['differing']} of {d['numel']} elements differ (> {frac:g} of them)"
-    limit = tol.get("rel_rms")
+    limit = tol.rel_rms
     if limit is not None and not exact and d["rel_rms"] > limit:
         return f"relative RMS {d['rel_rms']:.3g} > tolerance {limit:g}"
     return None
 
 
 # ------------------------------------------------------------------ judge
-def judge(ev: dict, th: dict) -> Verdict:
+def judge(ev: dict, th: Thresholds) -> Verdict:
     """``ev``: outcome_b, outcome_a, outcome_noise, protected_changed, same_setup, tap (tap_diff,
     or own_defects when A ran another layout), logits (logit_stats B vs A), noise (logit_stats
     A vs A2), noise_tap (tap_diff A vs A2), local (local_summary), ranks (``a_disagree`` /
     ``b_disagree``: the steps after which a side's ranks held different replicated bytes; the
     base's make the test INCONCLUSIVE, the candidate's FAIL it), cross_layout (None, or why
-    only logits compare: no bit-identical or value-identical verdict then). ``th``: kern.yaml's
-    test section."""
+    only logits compare: no bit-identical or value-identical verdict then). ``th``: the
+    thresholds of kern.yaml's test section."""
     r: list[str] = []
     if ev.get("protected_changed"):
         r.append("protected files changed: " + ", ".join(ev["protected_changed"]))
@@ -200,7 +202,7 @@ def judge(ev: dict, th: dict) -> Verdict:
     if not ev.get("same_setup", True):
         r.append("the candidate built different weights or state than the base "
                  "(protected generation changed)")
-    tap, lg, local = ev["tap"], ev["logits"], ev.get("local") or local_summary(None, {})
+    tap, lg, local = ev["tap"], ev["logits"], ev.get("local") or local_summary(None, None)
     r += [f"output not fully written: {u}" for u in tap["unwritten"][:8]]
     r += [f"non-finite output: {u}" for u in tap["nonfinite"][:8]]
     r += [f"wrote outside its declared outputs: {u}" for u in tap["outside"][:8]]
@@ -215,12 +217,12 @@ def judge(ev: dict, th: dict) -> Verdict:
         return Verdict("INCONCLUSIVE", [f"the base side's noise passes did not finish: {noise_outcome}"])
     band = ev.get("band")  # A with the touched ops on the reference: the model's own sensitivity
     band_kl = band["kl_max"] if band else 0.0
-    kl_limit = max(th["kl_fail"], th["band_factor"] * band_kl)
+    kl_limit = max(th.kl_fail, th.band_factor * band_kl)
     if lg["flips_confident"] and not (band and band["flips_confident"]):
         r.append(f"{lg['flips_confident']} confident argmax flip(s)")
     if lg["kl_max"] > kl_limit:
         r.append(f"KL(A||B) max {lg['kl_max']:.3g} > limit {kl_limit:.3g} "
-                 f"(max of kl_fail and {th['band_factor']:g} x the reference band)")
+                 f"(max of kl_fail and {th.band_factor:g} x the reference band)")
     r += [f"reference tolerance exceeded: {b}" for b in local["reference_breaks"][:8]]
     if lg["missing"]:
         r.append(f"candidate produced no logits for {lg['missing'][:4]}")
@@ -232,7 +234,7 @@ def judge(ev: dict, th: dict) -> Verdict:
     return v
 
 
-def needs_noise(ev: dict, th: dict) -> bool:
+def needs_noise(ev: dict, th: Thresholds) -> bool:
     """Pure: whether A's repeat and band passes could change the verdict on ``ev`` (evidence
     gathered without them). They only raise limits: the band lifts the KL limit above
     ``kl_fail`` and excuses confident flips it shows too, the floor admits 'PASS within noise
@@ -260,7 +262,7 @@ def _steps(keys: list[str]) -> str:
     return shown + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
 
 
-def _judge_values(ev, th, tap, lg, local, band, band_kl) -> Verdict:
+def _judge_values(ev, th: Thresholds, tap, lg, local, band, band_kl) -> Verdict:
     """The passing and inconclusive verdicts, once no FAIL applies."""
     compared = tap.get("compared", True)  # False: A ran another layout; only logits compare
     if compared and tap["differ_raw"] == 0 and not tap["sequence"] and lg["identical"]:
@@ -276,33 +278,33 @@ def _judge_values(ev, th, tap, lg, local, band, band_kl) -> Verdict:
     if lg["flips_confident"]:
         return Verdict("INCONCLUSIVE", [f"{lg['flips_confident']} confident flip(s), but the "
                                         f"reference band flips too ({band['flips_confident']})"])
-    if lg["kl_max"] <= th["kl_pass"] and near_frac <= th["max_near_tie_flips"]:
-        why = [f"KL max {lg['kl_max']:.3g} <= {th['kl_pass']:g}",
+    if lg["kl_max"] <= th.kl_pass and near_frac <= th.max_near_tie_flips:
+        why = [f"KL max {lg['kl_max']:.3g} <= {th.kl_pass:g}",
                f"{lg['flips_near_tie']} near-tie flip(s) of {lg['rows']} rows, no confident flip"]
         if not clean:
             return Verdict("INCONCLUSIVE", why + ["cut-local could not pin every differing call: "
                                                   + "; ".join(local["diverged"][:2])])
         return Verdict("PASS logit evidence", why)
-    if not compared and lg["kl_max"] <= th["layout_kl_pass"] and near_frac <= th["max_near_tie_flips"]:
+    if not compared and lg["kl_max"] <= th.layout_kl_pass and near_frac <= th.max_near_tie_flips:
         # another split of the same model rounds its partial sums elsewhere (bf16 per rank
         # before the cross-rank sum): a bug in the split (a shard, a merge, a top-k) moves the
         # logits by orders of magnitude more
         return Verdict("PASS logit evidence", [
-            f"KL max {lg['kl_max']:.3g} <= layout_kl_pass {th['layout_kl_pass']:g}",
+            f"KL max {lg['kl_max']:.3g} <= layout_kl_pass {th.layout_kl_pass:g}",
             f"{lg['flips_near_tie']} near-tie flip(s) of {lg['rows']} rows, no confident flip"])
     noise = ev.get("noise")
     noise_tap = ev.get("noise_tap") or {}
     floor = max(band_kl, noise["kl_max"] if noise and noise_tap.get("differ_raw", 0) else 0.0)
     if floor > 0 and clean:
-        limit = th["band_factor"] * floor
+        limit = th.band_factor * floor
         band_near = (band["flips_near_tie"] / max(1, band["rows"])) if band else 0.0
-        if lg["kl_max"] <= limit and near_frac <= max(th["max_near_tie_flips"], th["band_factor"] * band_near):
+        if lg["kl_max"] <= limit and near_frac <= max(th.max_near_tie_flips, th.band_factor * band_near):
             return Verdict("PASS within noise floor",
-                           [f"KL max {lg['kl_max']:.3g} within {th['band_factor']:g} x the floor {floor:.3g} "
+                           [f"KL max {lg['kl_max']:.3g} within {th.band_factor:g} x the floor {floor:.3g} "
                             f"(A with the touched ops on the reference{', and A vs A' if noise_tap.get('differ_raw') else ''})"])
-    reasons = [f"KL max {lg['kl_max']:.3g} between kl_pass {th['kl_pass']:g} and kl_fail {th['kl_fail']:g}"
-               if lg["kl_max"] > th["kl_pass"] else
-               f"{lg['flips_near_tie']} near-tie flips ({near_frac:.1%} > {th['max_near_tie_flips']:.1%})"]
+    reasons = [f"KL max {lg['kl_max']:.3g} between kl_pass {th.kl_pass:g} and kl_fail {th.kl_fail:g}"
+               if lg["kl_max"] > th.kl_pass else
+               f"{lg['flips_near_tie']} near-tie flips ({near_frac:.1%} > {th.max_near_tie_flips:.1%})"]
     return Verdict("INCONCLUSIVE", reasons)
 
 
@@ -448,7 +450,7 @@ def band_summary(band: TimedBand, checks: list[BandCheck]) -> dict:
                                   "confident flips": band.candidate_vs_main.share("flips")}}
 
 
-def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: float,
+def judge_timed(timed: dict, accuracy: dict | None, th: Thresholds, sketch_limit: float,
                 band: dict | None = None, alpha: float | None = None, iters: int = 2000) -> dict | None:
     """The outputs of the scorer's timed replays against main's on the same inputs
     (``gates/side/timed.py``): None when they pass, else the failed check ``{check, why}``.
@@ -516,7 +518,7 @@ def judge_timed(timed: dict, accuracy: dict | None, th: dict, sketch_limit: floa
                       if key == "logits_sample" else "")}
 
 
-def _judge_band_timed(timed: dict, band: dict, alpha: float, th: dict, iters: int) -> dict | None:
+def _judge_band_timed(timed: dict, band: dict, alpha: float, th: Thresholds, iters: int) -> dict | None:
     """The band rule on the timed outputs (:func:`judge_timed` with a band): every timed row
     finite and present, and the candidate not shown further from the reference than main."""
     lg = merge_logit_stats([timed[b]["logits"] for b in sorted(timed, key=int)])
@@ -526,7 +528,7 @@ def _judge_band_timed(timed: dict, band: dict, alpha: float, th: dict, iters: in
                        + (f" and miss {lg['missing'][:4]}" if lg["missing"] else "")
                        + " (no band excuses them)"}
     tb = TimedBand.of(band)
-    checks = judge_band(tb, alpha, th["band_factor"], th["kl_pass"], iters)
+    checks = judge_band(tb, alpha, th.band_factor, th.kl_pass, iters)
     if all(c.ok for c in checks):
         return None
     return {"check": "timed_outputs_accuracy", "rule": "band",

@@ -7,8 +7,11 @@ import re
 import statistics
 from pathlib import Path
 
+from gates.settings import MachineProfile
+
 from . import planning
 from .agents.base import Brief
+from .settings import Resolved
 
 PROMPTS = Path(__file__).resolve().parent.parent / "prompts"
 
@@ -39,14 +42,14 @@ def render(template: str, values: dict) -> str:
     return template.format_map(Missing(values))
 
 
-def target_for(name: str, profile: dict, attempts: list) -> planning.OpTarget:
+def target_for(name: str, main_profile: dict, attempts: list) -> planning.OpTarget:
     """The planner's view of profile row ``name`` (even when the planner would skip it now),
     or :class:`BriefError` naming the rows there are."""
-    ops = profile["ops"]
+    ops = main_profile["ops"]
     if name not in ops:
         raise BriefError(f"no row {name!r} in the profile of main; its rows: {', '.join(sorted(ops))}")
     journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
-    return planning.target_of(name, ops[name], profile["step_ms"], journey)
+    return planning.target_of(name, ops[name], main_profile["step_ms"], journey)
 
 
 def cycle_text(attempts: list) -> str:
@@ -79,8 +82,8 @@ def quick_test(target: str) -> str:
         return "python -m pytest -q tests/kernels"
 
 
-def shapes_text(m) -> str:
-    """The brief's shapes line of machine profile ``m`` (harness.settings.Profile)."""
+def shapes_text(m: MachineProfile) -> str:
+    """The brief's shapes line of machine profile ``m``."""
     return (f"model {m.model}, layout {m.layout} (rank 0's shapes), buckets {list(m.buckets)} rows, "
             f"context {m.context} tokens per request")
 
@@ -104,16 +107,17 @@ def measured_on_gpu(result: dict) -> bool:
     return (result.get("environment") or {}).get("device") == "cuda"
 
 
-def make_brief(cfg, t: planning.OpTarget, profile: dict, attempts: list, number: int, base: str,
+def make_brief(cfg: Resolved, t: planning.OpTarget, main_profile: dict, attempts: list, number: int, base: str,
                template: str | None = None, ceiling: str = "") -> Brief:
     """Attempt ``number``'s brief on target ``t``, briefed on main ``base``. ``cfg``: kern.yaml
-    resolved (harness.settings.Resolved); ``profile``: the profile of main ({rows, step_ms, ops});
+    resolved for the machine the profile was measured on; ``main_profile``: the (op-time) profile
+    of main ({rows, step_ms, ops});
     ``ceiling``: :func:`ceiling_text` of the profile's result."""
     tried = tried_lines(attempts, t.name)
     m = cfg.machine
     values = {
         "attempt": number, "target": t.name, "base_short": base[:10], "ms": f"{t.ms:.3f}",
-        "step_ms": f"{profile['step_ms']:.3f}", "rows": profile["rows"], "share": f"{t.share_pct:.1f}",
+        "step_ms": f"{main_profile['step_ms']:.3f}", "rows": main_profile["rows"], "share": f"{t.share_pct:.1f}",
         "floor": f"{t.floor_ms:.3f}" if t.floor_ms else "unknown",
         "roofline": f"{t.roofline_pct:.0f}%" if t.roofline_pct else "unknown",
         "headroom": f"{t.headroom_ms:.3f}", "shapes": shapes_text(m),

@@ -88,11 +88,12 @@ def start_edits(texts: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def demo_settings(cfg: dict) -> dict:
-    """Pure: kern.yaml's parsed data with :data:`SETTINGS` applied."""
-    cfg = copy.deepcopy(cfg)
+def demo_settings(data: dict) -> dict:
+    """Pure: kern.yaml's parsed data (the file's text, as YAML reads it: the demo writes it back)
+    with :data:`SETTINGS` applied."""
+    data = copy.deepcopy(data)
     for key, value in SETTINGS.items():
-        node = cfg
+        node = data
         *head, last = key.split(".")
         for h in head:
             if not isinstance(node.get(h), dict):
@@ -100,7 +101,7 @@ def demo_settings(cfg: dict) -> dict:
                                 f"{key.rsplit('.', 1)[0]!r}, found {node.get(h)!r}; edit kern.yaml")
             node = node[h]
         node[last] = value
-    return cfg
+    return data
 
 
 def make_repo(src: Path, stamp: str | None = None) -> Path:

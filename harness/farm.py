@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .settings import Farm
+
 AUTO = "auto"
 _CPU_NAME = re.compile(r"^cpu[0-9]+$")
 _GPU_IDS = re.compile(r"^[A-Za-z0-9-]+(,[A-Za-z0-9-]+)*$")  # indices or GPU-<uuid>
@@ -128,16 +130,15 @@ def judging_width(jobs: int, slots: int) -> int:
     return max(1, min(jobs, slots))
 
 
-def slots_for(settings: dict, cuda: bool, host: str | None = None, env=None,
+def slots_for(farm: Farm, cuda: bool, host: str | None = None, env=None,
               device_count: int | None = None) -> list[Slot]:
-    """The slots of this machine for ``settings`` (kern.yaml's data)."""
-    farm = settings.get("farm") or {}
+    """The slots of this machine for kern.yaml's ``farm`` section."""
     env = os.environ if env is None else env
     if device_count is None:
         device_count = _device_count() if cuda else 0
-    return resolve_slots(farm.get("slots", AUTO), cuda=cuda,
+    return resolve_slots(farm.slots if farm.slots == AUTO else list(farm.slots), cuda=cuda,
                          visible=visible_gpus(env, device_count) if cuda else [],
-                         gpus_per_slot=farm.get("gpus", 1), host=host or os.uname().nodename)
+                         gpus_per_slot=farm.gpus, host=host or os.uname().nodename)
 
 
 def _device_count() -> int:

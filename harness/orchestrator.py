@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gates.disk import DiskShort
+from gates.settings import MachineProfile, Target
 from gates.summary import GateSummary
 
 from . import faults
@@ -91,9 +92,8 @@ def attempt_dir(runs: Path, number: int) -> Path:
 
 
 class Orchestrator:
-    def __init__(self, ctx: Context, settings: dict):
-        # settings: kern.yaml's data (the gates' form); the orchestrator reads self.cfg
-        self.ctx, self.settings = ctx, settings
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
         self.led = ctx.ledger
         self.run_id = None
         self.idle_ticks = 0
@@ -144,7 +144,7 @@ class Orchestrator:
 
     @property
     def cfg(self) -> Resolved:
-        """kern.yaml resolved for this machine, with the context's profile (resolved once)."""
+        """kern.yaml resolved for this machine (the context's)."""
         return self.ctx.cfg
 
     # ------------------------------------------------------------ collect + judge
@@ -369,7 +369,8 @@ class Orchestrator:
         from .step_launch import run_step
 
         sha = self.ctx.repo.main_sha()
-        spec = profile_spec(self.settings, self.ctx.profile, self.ctx.cuda)
+        cfg = self.cfg
+        spec = profile_spec(cfg.target, cfg.machine, self.ctx.cuda)
         rows = spec["profile_rows"]
         path = profile_path(self.ctx.runs, sha, spec, self.ctx.cuda)
         if path.exists():
@@ -379,11 +380,11 @@ class Orchestrator:
         with gpu_lock(self.ctx):
             # a new main (the loop's start, a merge) is compiled from its own source here,
             # before its first side: this profile's and every judgment's against it
-            with sandbox.configured(self.ctx.settings.get("sandbox")):
-                main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, self.ctx.settings,
-                                        self.ctx.profile, self.ctx.cuda, self.cfg.profile.timeout_s)
-            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, self.cfg.profile.timeout_s,
-                           sandbox_mode=self.ctx.settings.get("sandbox"), seed=main.path)
+            with sandbox.configured(cfg.sandbox):
+                main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, cfg.target,
+                                        cfg.machine, self.ctx.cuda, cfg.profile.timeout_s)
+            res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, cfg.profile.timeout_s,
+                           sandbox_mode=cfg.sandbox, seed=main.path)
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
         # only a whole result is ever found at ``path``: a loop killed while profiling measures
@@ -397,20 +398,20 @@ class Orchestrator:
         if slots <= 0:
             return
         measured = self.profile()
-        prof = measured["profile"]
+        main_profile = measured["profile"]
         self.ceiling = ceiling_text(measured)
         attempts = self.led.attempts()
         journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
-        targets = planning.plan(prof["ops"], prof["step_ms"], journey, slots,
+        targets = planning.plan(main_profile["ops"], main_profile["step_ms"], journey, slots,
                                 busy={a.target for a in in_flight}, allowed=self.cfg.loop.targets)
         if self.cfg.agent.backend == "replay":  # each patch names the target it was written for
-            targets = self._replay_targets(prof, journey, targets, slots)
+            targets = self._replay_targets(main_profile, journey, targets, slots)
         for t in targets:
             if self.halt:
                 return
-            self._spawn(t, prof, attempts, tick_id, report)
+            self._spawn(t, main_profile, attempts, tick_id, report)
 
-    def _replay_targets(self, prof: dict, journey: list, planned: list, slots: int) -> list:
+    def _replay_targets(self, main_profile: dict, journey: list, planned: list, slots: int) -> list:
         """The targets of the next ``slots`` replayed patches (the ones their ``Target:`` lines
         name, profile rows or not); a patch that names none, or past the last one, takes the
         planner's pick."""
@@ -427,11 +428,11 @@ class Orchestrator:
                 if i < len(planned):
                     out.append(planned[i])
                 continue
-            row = prof["ops"].get(name, {"ms": 0.0})
-            out.append(planning.target_of(name, row, prof["step_ms"], journey))
+            row = main_profile["ops"].get(name, {"ms": 0.0})
+            out.append(planning.target_of(name, row, main_profile["step_ms"], journey))
         return out
 
-    def _spawn(self, t: planning.OpTarget, prof: dict, attempts: list, tick_id: int,
+    def _spawn(self, t: planning.OpTarget, main_profile: dict, attempts: list, tick_id: int,
                report: TickReport) -> None:
         ctx = self.ctx
         base = ctx.repo.main_sha()
@@ -441,20 +442,20 @@ class Orchestrator:
                                       target=t.name, backend=backend, base_sha=base,
                                       phase_id=phase, tick_id=tick_id)
         try:
-            self._start_agent(number, t, prof, attempts, base, report)
+            self._start_agent(number, t, main_profile, attempts, base, report)
         except Exception as e:  # noqa: BLE001 - recorded; the loop goes on (or stops: disk full)
             reason, stop = failure_reason("starting the agent", e)
             self._final(number, L.CRASHED, reason, report)
             if stop:
                 self.halt = reason
 
-    def _start_agent(self, number: int, t: planning.OpTarget, prof: dict, attempts: list,
+    def _start_agent(self, number: int, t: planning.OpTarget, main_profile: dict, attempts: list,
                      base: str, report: TickReport) -> None:
         cfg, ctx = self.cfg, self.ctx
         d = attempt_dir(ctx.runs, number)
         d.mkdir(parents=True, exist_ok=True)
         wt = ctx.repo.open_attempt(number, base, ctx.runs)
-        brief = make_brief(cfg, t, prof, attempts, number, base, ceiling=self.ceiling)
+        brief = make_brief(cfg, t, main_profile, attempts, number, base, ceiling=self.ceiling)
         text = brief.text
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
@@ -551,19 +552,19 @@ def rerun_wanted(a: L.Attempt) -> bool:
         and bool(a.commit_sha)
 
 
-def profile_spec(settings: dict, profile: dict, cuda: bool) -> dict:
+def profile_spec(target: Target, machine: MachineProfile, cuda: bool) -> dict:
     """Pure: the side spec of the loop's profile of main (128 rows on a GPU, the largest
     bucket on the CPU; 5 replays; no leave-one-out column)."""
     from gates.spec import side_spec
 
-    rows = 128 if cuda else max(profile["buckets"])
-    return side_spec(settings, profile, steps=1, rows=[rows], replays=5, profile_rows=rows, free=False)
+    rows = 128 if cuda else max(machine.buckets)
+    return side_spec(target, machine, steps=1, rows=[rows], replays=5, profile_rows=rows, free=False)
 
 
 def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:
     """Pure: where main's profile at ``sha`` is kept. The name holds everything that decides
     the profile's content: the commit, the side's spec (model, layout, rows, replays, context:
-    kern.yaml's profile) and the device kind, so a changed kern.yaml measures again and a
+    kern.yaml's machine profile) and the device kind, so a changed kern.yaml measures again and a
     ``kern profile`` by hand (its own spec) is never taken for the loop's."""
     import hashlib
 

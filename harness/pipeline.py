@@ -14,7 +14,6 @@ import json
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from pathlib import Path
 
 from gates import decision, disk, scope, stats
@@ -26,15 +25,16 @@ from gates.summary import GateSummary, TimesSummary, summarize
 from . import farm, faults, processes
 from . import ledger as L
 from . import progress as P
-from .settings import Resolved, resolve
+from .settings import Resolved
 from .worktrees import Repo
 
 
 @dataclass
 class Context:
+    """What judging and the loop work with: the repository, kern.yaml resolved for this
+    machine (``cfg``: each gate is handed its section), the runs folder, the ledger."""
     repo: Repo
-    settings: dict  # kern.yaml's data, as the gates take it
-    profile: dict  # the machine profile, as the gates take it
+    cfg: Resolved
     runs: Path
     cuda: bool
     ledger: L.Ledger
@@ -43,14 +43,9 @@ class Context:
     pool: "farm.Pool | None" = None  # the judging slots (None: kern.yaml's farm.slots, on first use)
     remote: object = None  # farm.kind ray: the harness.ray_farm.RayFarm judgments are sent to
 
-    @cached_property
-    def cfg(self) -> Resolved:
-        """``settings`` and ``profile`` resolved, once (what the harness reads)."""
-        return resolve(self.settings, self.cuda, self.profile)
-
     def slots(self) -> "farm.Pool":
         if self.pool is None:
-            self.pool = farm.Pool(self.runs, farm.slots_for(self.settings, self.cuda))
+            self.pool = farm.Pool(self.runs, farm.slots_for(self.cfg.farm, self.cuda))
         return self.pool
 
 
@@ -143,7 +138,7 @@ def draw_hidden(ctx: Context):
     """One judgment's hidden inputs, from this process's own randomness (gates/hidden.py)."""
     from gates import hidden
 
-    return hidden.for_profile(ctx.settings, ctx.profile)
+    return hidden.for_machine(ctx.cfg.machine, ctx.cfg.test)
 
 
 def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
@@ -177,14 +172,14 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
 def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     """The accuracy gate, then (when it passes) the scorer and its re-measurement, on the
     slot the caller holds. Returns (test, bench); bench is None when the scorer did not run."""
-    from gates.accuracy import AccuracyRequest, run_test
-    from gates.scorer import BenchRequest, run_bench
+    from gates.accuracy import run_test
+    from gates.scorer import run_bench
 
     room_for_judgment(ctx)
     faults.point("test")
     ctx.progress(P.GateStarted("accuracy", rev_sha, base_sha))
-    test = AccuracyResult.of(run_test(AccuracyRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings,
-                                                      ctx.profile, ctx.runs, ctx.cuda, hidden=hidden)))
+    test = AccuracyResult.of(run_test(accuracy_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha,
+                                                       ctx.runs, ctx.cuda, hidden=hidden)))
     ctx.progress(P.AccuracyVerdict(test.verdict))
     for w in test.last_words:
         ctx.progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
@@ -192,8 +187,8 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
         return test, None
     faults.point("bench")
     ctx.progress(P.GateStarted("scorer", rev_sha, base_sha))
-    request = BenchRequest(ctx.repo.root, rev_sha, base_sha, ctx.settings, ctx.profile,
-                           ctx.runs, ctx.cuda, accuracy=test.claim, hidden=hidden)
+    request = bench_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha, ctx.runs, ctx.cuda,
+                            accuracy=test.claim, hidden=hidden)
     with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
         bench = BenchResult.of(run_bench(request, progress=lambda e: ctx.progress(P.InScorer(e))))
     pct = ctx.cfg.bench.reverify_pct
@@ -212,14 +207,32 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     return test, bench
 
 
+def accuracy_request(cfg: Resolved, repo: Path, rev: str, base: str, runs: Path, cuda: bool,
+                     **more):
+    """The accuracy gate's request on ``rev`` against ``base``: its sections of kern.yaml
+    (``more``: the request's other fields, e.g. ``hidden``, ``world``)."""
+    from gates.accuracy import AccuracyRequest
+
+    return AccuracyRequest(repo, rev, base, cfg.target, cfg.machine, cfg.test, cfg.protected,
+                           runs, cuda, cfg.sandbox, **more)
+
+
+def bench_request(cfg: Resolved, repo: Path, rev: str, base: str | None, runs: Path, cuda: bool,
+                  **more):
+    """The scorer's request on ``rev`` (against ``base``; None: alone): its sections of
+    kern.yaml, the verdict's thresholds among them (``more``: the request's other fields)."""
+    from gates.scorer import BenchRequest
+
+    return BenchRequest(repo, rev, base, cfg.target, cfg.machine, cfg.bench, cfg.test, runs,
+                        cuda, cfg.sandbox, **more)
+
+
 def room_for_judgment(ctx: Context) -> None:
     """Before any side of a judgment starts: what a killed earlier run left in runs/tap
     deleted, then :class:`gates.disk.DiskShort` unless runs/ has room for what one judgment of
     the configured workload writes (its tap, then its scorer's timed outputs)."""
-    from gates import sandbox
-
-    need = disk.judgment_bytes(ctx.settings, ctx.profile,
-                               copies=disk.copied(sandbox.settings_mode(ctx.settings)))
+    cfg = ctx.cfg
+    need = disk.judgment_bytes(cfg.machine, cfg.test, cfg.bench, copies=disk.copied(cfg.sandbox))
     disk.sweep(ctx.runs / "tap")
     disk.check({ctx.runs / "tap": need.tap, ctx.runs / "bench": need.scorer})
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .farm import FarmError, Slot
 from .gitcmd import git
+from .settings import Farm, Resolved
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
 FARM_DIR_VARIABLE = "KERN_FARM_DIR"  # where a node keeps its judgments' folders
@@ -121,10 +122,11 @@ def _unbundle(repo: Path, data: bytes, name: str) -> None:
     git(repo, "fetch", "-q", str(path), "+refs/kern-farm/*:refs/kern-farm/*")
 
 
-def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, settings: dict,
-               profile: dict, cuda: bool, hidden: dict, label: str):
+def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, cfg: Resolved,
+               cuda: bool, hidden: dict, label: str):
     """What runs on the node (inside a Ray worker): the base and the candidate from their
-    bundles, then ``pipeline.judgment`` on the slot Ray gave this task."""
+    bundles, then ``pipeline.judgment`` on the slot Ray gave this task (``cfg``: kern.yaml
+    resolved by the orchestrator, typed sections pickled as they are)."""
     import ray
 
     from gates.protocol import Hidden
@@ -144,7 +146,7 @@ def judge_task(base_bundle: bytes, delta: bytes | None, rev: str, base: str, set
     log = open(d / "judgment.log", "a", buffering=1)
     slot = node_slot(socket.gethostname(), ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"),
                      os.getpid())
-    ctx = pipeline.Context(Repo(repo), settings, profile, d / "runs", cuda, None,
+    ctx = pipeline.Context(Repo(repo), cfg, d / "runs", cuda, None,
                            progress=lambda m: log.write(f"{m}\n"))
     # the slot is Ray's: the task holds it while it runs; its sides end if this worker dies
     ctx.pool = farm.Pool(ctx.runs, [slot], die_with_parent=True)
@@ -158,11 +160,10 @@ class RayFarm:
     """The orchestrator's handle on a Ray cluster (``farm.address``; "" starts a local Ray
     instance with one CPU per local slot and the slots' GPUs)."""
 
-    def __init__(self, repo: Path, settings: dict, cuda: bool, local_slots: list[Slot]):
-        cfg = settings.get("farm") or {}
-        self.address = str(cfg.get("address", ""))
-        self.repo, self.settings, self.cuda = Path(repo), settings, cuda
-        self.gpus = int(cfg.get("gpus", 1))
+    def __init__(self, repo: Path, farm: Farm, cuda: bool, local_slots: list[Slot]):
+        self.address = farm.address
+        self.repo, self.cuda = Path(repo), cuda
+        self.gpus = farm.gpus
         check_reachable(self.address)
         ray = _ray()
         env = {"PYTHONPATH": os.pathsep.join([str(HARNESS_ROOT)] + [
@@ -190,8 +191,7 @@ class RayFarm:
         if base not in self._bases:
             self._bases[base] = self._ray.put(make_bundle(self.repo, base, None))
         ref = self._task.remote(self._bases[base], make_bundle(self.repo, rev, base), rev, base,
-                                dict(self.settings), dict(ctx.profile), self.cuda, hidden.to_dict(),
-                                label)
+                                ctx.cfg, self.cuda, hidden.to_dict(), label)
         return lambda: self._result(ref)
 
     def _result(self, ref):

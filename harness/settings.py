@@ -1,19 +1,22 @@
 """``kern.yaml``: load it, and resolve it once into the typed settings of this machine.
 
-The dataclasses below are the schema. A section of kern.yaml is a dataclass and a key is one
-of its fields: the key's type is the field's annotation, its default the field's default (a
-field without one is a required key), its allowed range and any further rule the field's
-metadata (:func:`key`). :func:`resolve` reads the parsed file against them once and reports
-every problem as ``key: expected X, found Y``, so the user knows what to fix; a key no field
-holds is a problem too (a typo, or a setting that was removed: no code would read it).
+Two steps, two types. :func:`load` reads the file into a :class:`SettingsFile`: its parsed
+data with this run's ``kern --set`` applied, validated for both machines, its path and digest.
+``SettingsFile.resolve(cuda)`` gives the :class:`Resolved` settings of one machine: every
+section typed, the machine profile of this machine chosen (``profiles.gpu`` when CUDA is
+available, ``profiles.cpu`` otherwise) and applied. Each consumer takes its own typed section
+of ``Resolved``: the gates theirs (gates/settings.py: ``AccuracySettings``, ``ScorerSettings``,
+``MachineProfile``, ``Target``), the loop, the agents and the farm the ones defined here.
 
-The machine profile (``profiles.gpu`` when CUDA is available, ``profiles.cpu`` otherwise)
-holds what depends on the machine: model, layout, buckets and weights, context, the tap's test
-rows, context and steps, the scorer's rounds and replays and the GPU memory a run needs; those
-live only there. Of the top-level sections a profile may set ``bench.noise_pct`` too, and the
-profile's value wins (``gates.scorer.PROFILE_OVERRIDES`` names the same key). The harness reads
-the typed :class:`Resolved`; the gates still take the parsed data and the profile as plain
-dicts (``Settings.data``, ``Settings.profile``). Loading imports nothing of the gates.
+The sections are pydantic dataclasses: their annotations are the schema (gates/settings.py
+says how a key, its type, range and further rules are written), pydantic converts and checks
+the parsed YAML against them, and this module turns what pydantic found into one sentence per
+key, ``key: expected X, found Y``, the words of X made from the same annotations
+(:func:`describe`). A key no field holds is a problem too (a typo, or a setting that was
+removed: no code would read it). The machine profile holds what depends on the machine; of the
+top-level sections it may set ``bench.noise_pct`` too, and the profile's value wins
+(:func:`resolve`: the one place of that rule). Loading imports nothing of the gates but their
+sections (gates/settings.py, which imports nothing of gates/, torch or the kernels).
 """
 from __future__ import annotations
 
@@ -21,13 +24,17 @@ import dataclasses
 import hashlib
 import re
 import types
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from types import MappingProxyType
 from collections.abc import Mapping
-from typing import Literal, Union, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
+from annotated_types import Ge, Gt, Le, Lt, MinLen
+from pydantic import AfterValidator, TypeAdapter, ValidationError
+
+from gates.settings import (LISTED, AccuracySettings, Bool, Expect, Float, Int, MachineProfile,
+                            ScorerSettings, SectionProblem, Str, Target, section)
 
 
 class SettingsError(ValueError):
@@ -35,21 +42,26 @@ class SettingsError(ValueError):
 
 
 # ----------------------------------------------------------------------- the field rules
-_REQUIRED = dataclasses.MISSING
-
-
 @dataclass(frozen=True)
 class Range:
-    """Where every number of a key's value must lie (the ends: ``lo``/``hi``, excluded when
-    ``*_open``)."""
+    """Where the numbers of a key's value must lie (the ends: ``lo``/``hi``, excluded when
+    ``*_open``), as annotated_types' ``Ge``/``Gt``/``Le``/``Lt`` on the number say: pydantic
+    checks them, this says them in words."""
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
     hi_open: bool = False
 
-    def holds(self, v: float) -> bool:
-        return ((self.lo is None or (v > self.lo if self.lo_open else v >= self.lo))
-                and (self.hi is None or (v < self.hi if self.hi_open else v <= self.hi)))
+    @staticmethod
+    def of(metadata) -> Range | None:
+        """The range the annotated_types bounds among ``metadata`` draw, or None."""
+        r = {}
+        for m in metadata:
+            if isinstance(m, (Ge, Gt)):
+                r.update(lo=m.ge if isinstance(m, Ge) else m.gt, lo_open=isinstance(m, Gt))
+            elif isinstance(m, (Le, Lt)):
+                r.update(hi=m.le if isinstance(m, Le) else m.lt, hi_open=isinstance(m, Lt))
+        return Range(**r) if r else None
 
     def text(self) -> str:
         parts = []
@@ -64,30 +76,16 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def key(default=_REQUIRED, *, ge=None, gt=None, le=None, lt=None, nonempty: bool = False,
-        expect: str | None = None, check=None):
-    """A field of kern.yaml: ``default`` (none: the key is required); every number the value
-    holds within ``ge``/``gt``/``le``/``lt``; ``nonempty``: a list or mapping with at least one
-    entry; ``expect``: the words the error uses for what is expected, where the type's own
-    would not say it; ``check(value) -> None | str``: a further rule, returning what was
-    expected when the value breaks it."""
-    rng = None
-    if (ge, gt, le, lt) != (None,) * 4:
-        rng = Range(lo=gt if gt is not None else ge, hi=lt if lt is not None else le,
-                    lo_open=gt is not None, hi_open=lt is not None)
-    meta = {"range": rng, "nonempty": nonempty, "expect": expect, "check": check}
-    if default is _REQUIRED:
-        return field(metadata=meta)
-    try:
-        hash(default)
-    except TypeError:  # a mapping: each instance gets its own (read-only) copy
-        return field(default_factory=lambda: MappingProxyType(dict(default)), metadata=meta)
-    return field(default=default, metadata=meta)
+def rule(check):
+    """Annotated metadata: a further rule on a key's value, ``check(value) -> None | str``
+    (what was expected, when the value breaks it)."""
+    def run(value):
+        why = check(value)
+        if why:
+            raise ValueError(why)
+        return value
 
-
-def derived():
-    """A field resolve() sets itself; not a key of kern.yaml."""
-    return field(default=None, metadata={"derived": True})
+    return AfterValidator(run)
 
 
 DURATION_FORMS = "90s, 20m, 1h or 1d (a whole number, then s, m, h or d)"
@@ -140,154 +138,75 @@ def _env_names(v: tuple) -> str | None:
     return None if not bad else f"environment variable names such as ANTHROPIC_API_KEY (not {bad[0]!r})"
 
 
-# ----------------------------------------------------------------------- the sections
-@dataclass(frozen=True, kw_only=True)
-class Target:
-    """``target``: the tree the loop optimizes and the seeds of its model."""
-    tree: str = key()
-    seed: int = key(ge=0)
-    weight_sets: int = key(ge=1)
+# ----------------------------------------------------------------------- the harness's sections
+# (the gates' sections, and the rules of writing one, are gates/settings.py's)
+Seconds = Annotated[Float, Gt(0)]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Profile:
-    """One machine profile (``profiles.gpu`` or ``profiles.cpu``), the one this machine uses
-    after :func:`resolve`."""
-    name: str = derived()  # "gpu" or "cpu": which profile of kern.yaml this is
-    model: Literal["full", "small"] = key()
-    layout: str = key()
-    buckets: tuple[int, ...] = key(ge=1, nonempty=True)
-    weights: tuple[float, ...] = key(gt=0, nonempty=True)
-    context: int = key(ge=1)
-    test_rows: tuple[int, ...] = key(ge=1, nonempty=True)
-    test_context: int = key(ge=1)
-    test_steps: int = key(ge=1)
-    rounds: int = key(ge=1)
-    replays: int = key(ge=1)
-    noise_pct: float | None = key(None, ge=0)  # overrides bench.noise_pct (see Bench.noise_pct)
-    memory_gib: float | None = key(None, gt=0)
-    # one side's accuracy recording on this profile, measured (kern doctor's disk need: A and
-    # B, at most test.snapshot_budget_mb each); None: the budget itself
-    recording_mb: float | None = key(None, gt=0)
-
-    def problems(self) -> list[str]:
-        if len(self.buckets) != len(self.weights):
-            return [f"weights: expected one weight per bucket ({len(self.buckets)}), "
-                    f"found {len(self.weights)}"]
-        return []
-
-
-@dataclass(frozen=True, kw_only=True)
-class Tolerance:
-    """One op's tolerance against the protected reference (``test.reference.<op>``)."""
-    rel_rms: float | None = key(None, gt=0)
-    exact: bool = False
-    exact_output: str | None = None  # the one output that must match exactly
-    max_differing_frac: float | None = key(None, ge=0, le=1)  # integer outputs (ids)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TestGate:
-    """``test``: the accuracy gate's thresholds and limits."""
-    __test__ = False  # not a pytest class
-    timeout_s: float = key(gt=0)
-    hidden_rows: int = key(ge=0)
-    snapshot_budget_mb: float = key(gt=0)
-    reference_calls_per_op: int = key(ge=1)
-    kl_pass: float = key(ge=0)
-    kl_fail: float = key(gt=0)
-    band_factor: float = key(gt=0)
-    near_tie_factor: float = key(ge=0)
-    max_near_tie_flips: float = key(ge=0, le=1)
-    layout_kl_pass: float = key(ge=0)
-    reference: Mapping[str, Tolerance] = key()  # op name (or "default") -> its tolerance
-
-    def problems(self) -> list[str]:
-        if self.kl_pass > self.kl_fail:
-            return [f"kl_pass: expected 0 <= kl_pass <= kl_fail ({self.kl_fail}), found {self.kl_pass}"]
-        return []
-
-
-@dataclass(frozen=True, kw_only=True)
-class Bench:
-    """``bench``: the scorer's statistics and limits. ``noise_pct`` is resolved: the machine
-    profile's own value when it sets one, else the section's."""
-    bootstrap: int = key(ge=1)
-    noise_pct: float = key(ge=0)
-    guard_pct: float = key(ge=0)
-    max_op_rel_rms: float = key(gt=0)
-    max_hidden_pct: float = key(ge=0)
-    state_sketch_rel: float = key(gt=0)
-    timed_band_alpha: float = key(gt=0, lt=1)
-    reverify_pct: float = key(gt=0)
-    reverify_rounds: int = key(ge=1)
-    reference_calls_per_op: int = key(ge=1)
-    timeout_s: float = key(gt=0)
-    eager_baseline_timeout_s: float = key(gt=0)
-    compile_baseline_timeout_s: float = key(gt=0)
-
-
-@dataclass(frozen=True, kw_only=True)
+@section
 class Limit:
-    """``step`` / ``profile``: how long one such run may take."""
-    timeout_s: float = key(gt=0)
+    """``step`` / ``profile``: how long one such run may take (``profile``: kern profile's, the
+    op-time profile of a step)."""
+    timeout_s: Seconds
 
 
-@dataclass(frozen=True, kw_only=True)
+@section
 class Agent:
     """``agent``: the backend that proposes changes, and every setting a backend reads (each
     backend reads the ones its comment names; the others are left at their defaults)."""
-    backend: Literal["anthropic", "claude-code", "command", "tuner", "replay"] = key()
-    model: str = "claude-sonnet-4-5"  # anthropic, claude-code
-    max_turns: int = key(40, ge=1, le=1000)  # anthropic: API calls; claude-code: turns
+    backend: Literal["anthropic", "claude-code", "command", "tuner", "replay"]
+    model: Str = "claude-sonnet-4-5"  # anthropic, claude-code
+    max_turns: Annotated[Int, Ge(1), Le(1000)] = 40  # anthropic: API calls; claude-code: turns
     # USD one attempt may cost: claude-code passes it to the CLI, anthropic stops there,
     # command exports it as KERN_MAX_BUDGET_USD for its command line; null: no cap per attempt
-    max_budget_usd: float | None = key(5.0, gt=0)
-    max_tokens: int = key(8192, ge=1, le=1_000_000)  # anthropic: per response
+    max_budget_usd: Annotated[Float, Gt(0)] | None = 5.0
+    max_tokens: Annotated[Int, Ge(1), Le(1_000_000)] = 8192  # anthropic: per response
     # anthropic: USD per million tokens [input, output] by model-name prefix, over its table
-    prices: Mapping[str, tuple[float, float]] = key({}, ge=0,
-                                                     expect="a mapping of model-name prefixes to "
-                                                            "[input, output] USD per million tokens, "
-                                                            "each >= 0")
-    base_url: str = ""  # anthropic: the Messages API's address ("": the SDK's default)
-    max_retries: int = key(2, ge=0, le=20)  # anthropic: retries of a failed API call
-    quick_timeout_s: float = key(600.0, gt=0)  # anthropic: one run of the quick test or bench
-    command: str = ""  # command: the shell line (the brief on its stdin)
-    pass_env: tuple[str, ...] = key((), check=_env_names)  # command: variables it may see
-    timeout_s: float = key(3600.0, gt=0)  # every backend: wall-clock limit of one attempt
-    replay_dir: str = ""  # replay: the folder of patches (relative to the repository root)
-    tunables: tuple[str, ...] | None = key(None, nonempty=True)  # tuner: glob patterns, in order
+    prices: Annotated[Mapping[str, Annotated[tuple[Annotated[Float, Ge(0)], Annotated[Float, Ge(0)]],
+                                             LISTED]],
+                      Expect("a mapping of model-name prefixes to [input, output] USD per "
+                             "million tokens, each >= 0")] = field(default_factory=dict)
+    base_url: Str = ""  # anthropic: the Messages API's address ("": the SDK's default)
+    max_retries: Annotated[Int, Ge(0), Le(20)] = 2  # anthropic: retries of a failed API call
+    quick_timeout_s: Seconds = 600.0  # anthropic: one run of the quick test or bench
+    command: Str = ""  # command: the shell line (the brief on its stdin)
+    pass_env: Annotated[tuple[Str, ...], LISTED, rule(_env_names)] = ()  # command: variables it may see
+    timeout_s: Seconds = 3600.0  # every backend: wall-clock limit of one attempt
+    replay_dir: Str = ""  # replay: the folder of patches (relative to the repository root)
+    # tuner: glob patterns, in order
+    tunables: Annotated[tuple[Str, ...], MinLen(1), LISTED] | None = None
 
-    def problems(self) -> list[str]:
+    def __post_init__(self):
         if self.backend == "command" and not self.command.strip():
-            return ["command: expected the shell command line the command backend runs, found ''"]
+            raise SectionProblem("command: expected the shell command line the command backend "
+                                 "runs, found ''")
         if self.backend == "replay" and not self.replay_dir.strip():
-            return ["replay_dir: expected the folder of patches the replay backend applies, found ''"]
+            raise SectionProblem("replay_dir: expected the folder of patches the replay backend "
+                                 "applies, found ''")
         if self.tunables is not None and not all(x.strip() for x in self.tunables):
-            return [f"tunables: expected a non-empty list of glob patterns (the tuner tries "
-                    f"matching tunables in this order), found {list(self.tunables)!r}"]
-        return []
+            raise SectionProblem(f"tunables: expected a non-empty list of glob patterns (the tuner "
+                                 f"tries matching tunables in this order), found {list(self.tunables)!r}")
 
     def options(self) -> dict:
         """The section as JSON data (what the agent process reads back: :func:`agent_section`)."""
-        return _plain(self)
+        return TypeAdapter(Agent).dump_python(self, mode="json")
 
 
 BACKENDS = get_args(get_type_hints(Agent)["backend"])
 
 
-@dataclass(frozen=True, kw_only=True)
+@section
 class Loop:
     """``loop``: how often it ticks, how many agents at once, when it stops by itself."""
-    every: str = key(expect=f"a duration: {DURATION_FORMS}", check=_duration)
+    every: Annotated[Str, Expect(f"a duration: {DURATION_FORMS}"), rule(_duration)]
     # the shortest time between ticks kern loop --every and loop.every may ask for
-    min_every: str = key("1s", check=_min_every)
-    concurrency: int = key(ge=0, le=256)  # 0: judge what is queued, start no agent
-    stop_after_idle_ticks: int = key(ge=1)
-    trial_merge_parts: int = key(0, ge=0, check=_trial_parts)
-    trial_merge_recent: int = key(12, ge=2)
+    min_every: Annotated[Str, rule(_min_every)] = "1s"
+    concurrency: Annotated[Int, Ge(0), Le(256)]  # 0: judge what is queued, start no agent
+    stop_after_idle_ticks: Annotated[Int, Ge(1)]
+    trial_merge_parts: Annotated[Int, Ge(0), rule(_trial_parts)] = 0
+    trial_merge_recent: Annotated[Int, Ge(2)] = 12
     # profile rows the planner may brief (op names, or 'dense projections (cuBLAS)'); None: every row
-    targets: tuple[str, ...] | None = key(None, nonempty=True)
+    targets: Annotated[tuple[Str, ...], MinLen(1), LISTED] | None = None
 
     @property
     def every_s(self) -> float:
@@ -297,48 +216,51 @@ class Loop:
     def min_every_s(self) -> float:
         return parse_duration(self.min_every)
 
-    def problems(self) -> list[str]:
-        if parse_duration(self.every) is None or parse_duration(self.min_every) is None:
-            return []  # each key's own check said why
+    def __post_init__(self):
         bad = interval_problem(self.every_s, self.min_every_s)
-        return [f"every: {bad}"] if bad else []
+        if bad:
+            raise SectionProblem(f"every: {bad}")
 
 
-@dataclass(frozen=True, kw_only=True)
+@section
 class Farm:
     """``farm``: where judgments run (harness/farm.py)."""
-    slots: Union[Literal["auto"], tuple[Union[str, int], ...]] = key(
-        "auto", ge=0, nonempty=True, expect="'auto' or a non-empty list of GPU ids (\"0\", \"2,3\", "
-                                            "or integers >= 0) or CPU slot names (\"cpu0\")")
-    gpus: int = key(1, ge=1)
+    slots: Annotated[Union[Literal["auto"],
+                           Annotated[tuple[Union[Str, Annotated[Int, Ge(0)]], ...], MinLen(1), LISTED]],
+                     Expect("'auto' or a non-empty list of GPU ids (\"0\", \"2,3\", or integers "
+                            ">= 0) or CPU slot names (\"cpu0\")")] = "auto"
+    gpus: Annotated[Int, Ge(1)] = 1
     kind: Literal["local", "ray"] = "local"
-    address: str = ""
-    isolate: bool = False  # the scorer's rounds of judgments on one host take turns
+    address: Str = ""
+    isolate: Bool = False  # the scorer's rounds of judgments on one host take turns
 
 
 FARM_KINDS = get_args(get_type_hints(Farm)["kind"])
 
 
-@dataclass(frozen=True, kw_only=True)
+@section
 class Budgets:
     """``budgets``: the loop stops when one is spent (attempts in flight finish first)."""
-    attempts: int = key(ge=1)
-    tokens: int = key(ge=1)
-    wall_hours: float = key(gt=0)
-    cost_usd: float = key(50.0, gt=0)  # the agents' recorded cost, summed over the ledger
+    attempts: Annotated[Int, Ge(1)]
+    tokens: Annotated[Int, Ge(1)]
+    wall_hours: Annotated[Float, Gt(0)]
+    cost_usd: Annotated[Float, Gt(0)] = 50.0  # the agents' recorded cost, summed over the ledger
 
 
 @dataclass(frozen=True)
 class Resolved:
-    """kern.yaml for this machine: each section typed, the machine's profile applied."""
-    machine: Profile
+    """kern.yaml resolved for one machine (:func:`resolve`): each section typed, the machine
+    profile of this machine chosen and its ``noise_pct`` applied to ``bench``. Each consumer
+    takes its section: the accuracy gate ``test``, the scorer ``bench`` (with ``test`` as its
+    thresholds), both ``machine`` and ``target``; the loop, the agents, the farm theirs."""
+    machine: MachineProfile
     target: Target
     editable: tuple[str, ...]
     protected: tuple[str, ...]
-    test: TestGate
-    bench: Bench
+    test: AccuracySettings
+    bench: ScorerSettings
     step: Limit
-    profile: Limit
+    profile: Limit  # kern profile's limit (the op-time profile), not the machine profile
     agent: Agent
     loop: Loop
     farm: Farm
@@ -347,8 +269,8 @@ class Resolved:
 
 
 # kern.yaml's top-level keys: the mapping sections, the two lists of globs, the profiles
-_SECTIONS = {"target": Target, "test": TestGate, "bench": Bench, "step": Limit, "profile": Limit,
-             "agent": Agent, "loop": Loop, "farm": Farm, "budgets": Budgets}
+_SECTIONS = {"target": Target, "test": AccuracySettings, "bench": ScorerSettings, "step": Limit,
+             "profile": Limit, "agent": Agent, "loop": Loop, "farm": Farm, "budgets": Budgets}
 _LISTS = ("editable", "protected")
 # how every gate side is confined (gates/sandbox.py MODES: the same names, a test holds them)
 SANDBOX_MODES = ("auto", "namespaces", "landlock", "user", "off")
@@ -361,12 +283,23 @@ TOP_LEVEL = (*_SECTIONS, *_LISTS, *_SCALARS, "profiles")
 _UNIONS = (Union, types.UnionType)
 
 
-class _Bad(Exception):
-    """A value that is not of its field's type."""
+def unwrap(typ) -> tuple[object, list]:
+    """(the type under any ``Annotated``, the metadata it carried)."""
+    if get_origin(typ) is Annotated:
+        base, *meta = get_args(typ)
+        return base, meta
+    return typ, []
 
 
-def _describe(typ, rng: Range | None = None, nonempty: bool = False) -> str:
-    """What a value of ``typ`` is, in words (every number within ``rng``)."""
+def describe(typ) -> str:
+    """What a value of the annotation ``typ`` is, in words: its :class:`Expect` text, else its
+    type's with the range of its numbers (``an integer >= 1``, ``a non-empty list, each a
+    number > 0``, ``a number > 0 or null``)."""
+    typ, meta = unwrap(typ)
+    said = [m.text for m in meta if isinstance(m, Expect)]
+    if said:
+        return said[0]
+    rng = Range.of(meta)
     within = f" {rng.text()}" if rng is not None else ""
     origin, args = get_origin(typ), get_args(typ)
     if typ is bool:
@@ -382,79 +315,30 @@ def _describe(typ, rng: Range | None = None, nonempty: bool = False) -> str:
     if origin is Literal:
         return "one of " + ", ".join(str(a) for a in args)
     if origin in _UNIONS:
-        return " or ".join(_describe(a, rng, nonempty) for a in args)
+        return " or ".join(describe(a) for a in args)
     if origin is tuple:
-        some = "a non-empty list" if nonempty else "a list"
+        some = "a non-empty list" if any(isinstance(m, MinLen) and m.min_length for m in meta) \
+            else "a list"
         if len(args) == 2 and args[1] is Ellipsis:
-            return f"{some}, each {_describe(args[0], rng)}"
-        return f"a list of {len(args)} ({', '.join(_describe(a, rng) for a in args)})"
+            return f"{some}, each {describe(args[0])}"
+        return f"a list of {len(args)} ({', '.join(describe(a) for a in args)})"
     if origin in (Mapping, dict) or dataclasses.is_dataclass(typ):
         return "a mapping"
     return getattr(typ, "__name__", str(typ))
 
 
-def _convert(value, typ):
-    """``value`` (parsed YAML) as ``typ``: lists become tuples, mappings read-only; :class:`_Bad`
-    when it is not one. No coercion: ``"8"`` is not an integer, ``true`` not a number."""
-    origin, args = get_origin(typ), get_args(typ)
-    if origin in _UNIONS:
-        for a in args:
-            try:
-                return _convert(value, a)
-            except _Bad:
-                pass
-        raise _Bad
-    if typ is type(None):
-        if value is None:
-            return None
-        raise _Bad
-    if origin is Literal:
-        if isinstance(value, str) and value in args:
-            return value
-        raise _Bad
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Bad
-    if typ is int or typ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float) if typ is float else int):
-            raise _Bad
-        return typ(value)
-    if typ is str:
-        if isinstance(value, str):
-            return value
-        raise _Bad
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise _Bad
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(v, args[0]) for v in value)
-        if len(value) != len(args):
-            raise _Bad
-        return tuple(_convert(v, a) for v, a in zip(value, args))
-    if origin in (Mapping, dict):
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise _Bad
-        return MappingProxyType({k: _convert(v, args[1]) for k, v in value.items()})
-    raise TypeError(f"harness/settings.py: no reader for the annotation {typ!r}")
+def keys(cls) -> list[str]:
+    """The keys of section ``cls`` (its fields), in order."""
+    return [f.name for f in dataclasses.fields(cls)]
 
 
-def _numbers(value):
-    """Every number a converted value holds (not booleans)."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return
-    if isinstance(value, (int, float)):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _numbers(v)
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _numbers(v)
-
-
-def _keys(cls) -> list:
-    return [f for f in fields(cls) if not f.metadata.get("derived")]
+def _entries(typ):
+    """The section each entry of a ``Mapping[str, <section>]`` key is (``test.reference``'s
+    :class:`~gates.settings.Tolerance`), else None."""
+    typ, _ = unwrap(typ)
+    if get_origin(typ) in (Mapping, dict) and dataclasses.is_dataclass(get_args(typ)[1]):
+        return get_args(typ)[1]
+    return None
 
 
 def _unread(path: str, known) -> str:
@@ -462,71 +346,73 @@ def _unread(path: str, known) -> str:
             f"remove it or correct its spelling")
 
 
-def _section(cls, raw, where: str, problems: list, **derived_values):
+def _section(cls, raw, where: str, problems: list):
     """Section ``cls`` read from ``raw`` (kern.yaml's mapping at ``where``; None: absent),
-    each problem appended to ``problems``; None when there were any."""
+    each problem appended to ``problems`` as one sentence per key; None when there were any."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        problems.append(f"{where}: expected a mapping of {', '.join(f.name for f in _keys(cls))}, "
-                        f"found {raw!r}")
+        problems.append(f"{where}: expected a mapping of {', '.join(keys(cls))}, found {raw!r}")
         return None
-    before = len(problems)
-    hints = get_type_hints(cls)
-    values = {}
-    for f in _keys(cls):
-        path, typ, meta = f"{where}.{f.name}", hints[f.name], f.metadata
-        rng, nonempty = meta.get("range"), meta.get("nonempty", False)
-        expect = meta.get("expect") or _describe(typ, rng, nonempty)
-        if f.name not in raw:
-            if f.default is _REQUIRED and f.default_factory is _REQUIRED:
-                problems.append(f"{path}: expected {expect}, found nothing (key missing)")
-            continue
-        value = raw[f.name]
-        if get_origin(typ) in (Mapping, dict) and dataclasses.is_dataclass(get_args(typ)[1]):
-            if not isinstance(value, dict):
-                problems.append(f"{path}: expected a mapping of names to "
-                                f"{', '.join(x.name for x in _keys(get_args(typ)[1]))}, found {value!r}")
-                continue
-            values[f.name] = MappingProxyType({k: _section(get_args(typ)[1], v, f"{path}.{k}", problems)
-                                               for k, v in value.items()})
-            continue
-        try:
-            got = _convert(value, typ)
-        except _Bad:
-            problems.append(f"{path}: expected {expect}, found {value!r}")
-            continue
-        if (rng is not None and not all(rng.holds(x) for x in _numbers(got))) \
-                or (nonempty and isinstance(got, (tuple, Mapping)) and not got):
-            problems.append(f"{path}: expected {expect}, found {value!r}")
-            continue
-        why = meta.get("check") and meta["check"](got)
-        if why:
-            problems.append(f"{path}: expected {why}, found {value!r}")
-            continue
-        values[f.name] = got
-    known = {f.name for f in _keys(cls)}
-    problems += [_unread(f"{where}.{k}", known) for k in raw if k not in known]
-    if len(problems) > before:
+    strange = [k for k in raw if not isinstance(k, str)]
+    if strange:  # a key YAML read as a number or a list names no field
+        problems += [_unread(f"{where}.{k}", keys(cls)) for k in strange]
         return None
-    obj = cls(**values, **derived_values)
-    more = obj.problems() if hasattr(obj, "problems") else []
-    problems += [f"{where}.{p}" for p in more]
-    return None if more else obj
+    try:
+        return TypeAdapter(cls).validate_python(raw)
+    except ValidationError as e:
+        problems += _explain(cls, raw, where, e.errors())
+        return None
 
 
-def _plain(obj):
-    """A typed section back as JSON data (tuples as lists, mappings as dicts)."""
-    if dataclasses.is_dataclass(obj):
-        return {f.name: _plain(getattr(obj, f.name)) for f in _keys(type(obj))}
-    if isinstance(obj, tuple):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
-    return obj
+def _explain(cls, raw: dict, where: str, errors: list) -> list[str]:
+    """Pydantic's errors on section ``cls`` as one ``key: expected X, found Y`` per key (a key
+    that fails several ways, once per member of a union, gets one sentence: X names them all)."""
+    hints = get_type_hints(cls, include_extras=True)
+    out, said = [], set()
+    for er in errors:
+        loc, kind = er["loc"], er["type"]
+        why = (er.get("ctx") or {}).get("error")
+        if not loc:  # a rule across the section's keys (its __post_init__)
+            out.append(f"{where}.{why}" if isinstance(why, SectionProblem) else
+                       f"{where}: expected a mapping of {', '.join(keys(cls))}, found {raw!r}")
+            continue
+        name, path = loc[0], f"{where}.{loc[0]}"
+        if name not in hints or (kind in ("unexpected_keyword_argument", "extra_forbidden")
+                                 and len(loc) == 1):
+            out.append(_unread(path, keys(cls)))
+            continue
+        entry = _entries(hints[name])
+        if entry is not None and len(loc) > 1 and isinstance(raw.get(name), dict):
+            if (name, loc[1]) not in said:  # each entry a section of its own
+                said.add((name, loc[1]))
+                _section(entry, raw[name][loc[1]], f"{path}.{loc[1]}", out)
+            continue
+        if name in said:
+            continue
+        said.add(name)
+        if kind == "missing" and len(loc) == 1:
+            out.append(f"{path}: expected {describe(hints[name])}, found nothing (key missing)")
+        elif entry is not None:
+            out.append(f"{path}: expected a mapping of names to {', '.join(keys(entry))}, "
+                       f"found {raw[name]!r}")
+        elif kind == "value_error" and isinstance(why, ValueError):  # a rule()'s own words
+            out.append(f"{path}: expected {why}, found {raw[name]!r}")
+        else:
+            out.append(f"{path}: expected {describe(hints[name])}, found {raw[name]!r}")
+    return out
 
 
-def _read(data, cuda: bool, profile: dict | None = None) -> tuple[Resolved | None, list[str]]:
+def _value(typ, value, where: str, problems: list):
+    """A top-level value that is no section (the lists of globs, ``sandbox``), read as ``typ``."""
+    try:
+        return TypeAdapter(typ).validate_python(value)
+    except ValidationError:
+        problems.append(f"{where}: expected {describe(typ)}, found {value!r}")
+        return None
+
+
+def _read(data, cuda: bool) -> tuple[Resolved | None, list[str]]:
     """Pure: (the typed settings of this machine, []) or (None, every problem)."""
     if not isinstance(data, dict):
         return None, [f"kern.yaml: expected a mapping at the top level, found {type(data).__name__}"]
@@ -535,18 +421,15 @@ def _read(data, cuda: bool, profile: dict | None = None) -> tuple[Resolved | Non
     for name, cls in _SECTIONS.items():
         out[name] = _section(cls, data.get(name), name, problems)
     for name in _LISTS:
-        value = data.get(name)
-        try:
-            out[name] = _convert(value, tuple[str, ...])
-        except _Bad:
-            problems.append(f"{name}: expected a list of glob patterns, found "
-                            + ("nothing (key missing)" if name not in data else repr(value)))
+        if name not in data:
+            problems.append(f"{name}: expected a list of glob patterns, found nothing (key missing)")
+            continue
+        before = len(problems)
+        out[name] = _value(Annotated[tuple[Str, ...], LISTED], data[name], name, problems)
+        if len(problems) > before:
+            problems[-1] = f"{name}: expected a list of glob patterns, found {data[name]!r}"
     for name, (typ, default) in _SCALARS.items():
-        value = data.get(name, default)
-        try:
-            out[name] = _convert(value, typ)
-        except _Bad:
-            problems.append(f"{name}: expected {_describe(typ)}, found {value!r}")
+        out[name] = _value(typ, data.get(name, default), name, problems)
     profs = data.get("profiles")
     machines = {}
     if not isinstance(profs, dict):
@@ -559,17 +442,13 @@ def _read(data, cuda: bool, profile: dict | None = None) -> tuple[Resolved | Non
             if n not in profs:
                 problems.append(f"profiles.{n}: expected a machine profile, found nothing (key missing)")
                 continue
-            machines[n] = _section(Profile, profs[n], f"profiles.{n}", problems, name=n)
-    name = "gpu" if cuda else "cpu"
-    if profile is not None:
-        machines[name] = _section(Profile, profile, f"profiles.{name} (as handed over)", problems,
-                                  name=name)
+            machines[n] = _section(MachineProfile, profs[n], f"profiles.{n}", problems)
     problems += [_unread(k, TOP_LEVEL) for k in data if k not in TOP_LEVEL]
     if problems:
         return None, problems
-    machine = machines[name]
+    machine = machines["gpu" if cuda else "cpu"]
     bench = out["bench"]
-    if machine.noise_pct is not None:  # the profile's value wins (gates.scorer.PROFILE_OVERRIDES)
+    if machine.noise_pct is not None:  # the profile's value wins: the one rule across sections
         bench = dataclasses.replace(bench, noise_pct=machine.noise_pct)
     return Resolved(machine=machine, **{**out, "bench": bench}), []
 
@@ -580,13 +459,12 @@ def validate(data) -> list[str]:
     return _read(data, cuda=False)[1]
 
 
-def resolve(data: dict, cuda: bool, profile: dict | None = None) -> Resolved:
+def resolve(data: dict, cuda: bool) -> Resolved:
     """Pure: the typed settings of this machine from parsed kern.yaml data (:class:`SettingsError`
-    lists the problems). ``profile``: the machine profile as handed to the gates when a caller
-    narrowed it (tests do); by default kern.yaml's ``profiles.gpu`` with CUDA, ``profiles.cpu``
-    without. The profile's values win over the top-level sections' (of those only
-    ``bench.noise_pct`` can be set in both)."""
-    resolved, problems = _read(data, cuda, profile)
+    lists the problems): kern.yaml's ``profiles.gpu`` with CUDA, ``profiles.cpu`` without. The
+    profile's values win over the top-level sections' (of those only ``bench.noise_pct`` can be
+    set in both)."""
+    resolved, problems = _read(data, cuda)
     if problems:
         raise SettingsError(f"kern.yaml has {len(problems)} problem(s) (edit it):\n  "
                             + "\n  ".join(problems))
@@ -605,20 +483,17 @@ def agent_section(raw: dict) -> Agent:
 
 # ----------------------------------------------------------------------- the file
 @dataclass(frozen=True)
-class Settings:
-    data: dict  # the parsed file, as the gates take it
+class SettingsFile:
+    """kern.yaml as loaded (:func:`load`): the parsed file with this run's ``--set`` applied
+    (``data``, validated for both machine profiles), its path and digest. What a consumer
+    reads is :meth:`resolve`'s :class:`Resolved`, never ``data``."""
+    data: dict
     path: Path
-    digest: str  # sha256 of the file's bytes (goes into every result JSON)
-
-    def profile(self, cuda: bool) -> dict:
-        """The machine profile as the gates take it (a copy of the parsed mapping)."""
-        return dict(self.data["profiles"]["gpu" if cuda else "cpu"])
+    digest: str  # sha256 of the file's bytes and the --set overrides (goes into every result JSON)
 
     def resolve(self, cuda: bool) -> Resolved:
+        """The typed settings of this machine (``cuda``: the gpu profile, else the cpu one)."""
         return resolve(self.data, cuda)
-
-    def __getitem__(self, key):
-        return self.data[key]
 
 
 def apply_overrides(data: dict, overrides) -> dict:
@@ -676,7 +551,7 @@ def duplicate_keys(node, where: str = "") -> list[tuple[str, int, int]]:
     return out
 
 
-def load(path: str | Path, overrides=()) -> Settings:
+def load(path: str | Path, overrides=()) -> SettingsFile:
     """kern.yaml at ``path``, with ``kern --set`` ``overrides`` (``KEY=VALUE`` each) applied for
     this run only, validated; the digest covers the file and the overrides."""
     path = Path(path)
@@ -707,4 +582,4 @@ def load(path: str | Path, overrides=()) -> Settings:
         where = f"{path} with {' '.join('--set ' + o for o in overrides)}" if overrides else str(path)
         raise SettingsError(f"{where} has {len(problems)} problem(s):\n  " + "\n  ".join(problems))
     digest = hashlib.sha256(raw + b"".join(b"\n--set " + o.encode() for o in overrides))
-    return Settings(data, path, digest.hexdigest()[:16])
+    return SettingsFile(data, path, digest.hexdigest()[:16])

@@ -31,7 +31,7 @@ def test_the_index_logits_block_of_the_patch_replaces_mains_and_nothing_else():
 
 
 def test_a_judgment_is_recorded_with_both_rules_on_the_same_timed_outputs():
-    s = load(ROOT / "kern.yaml").data
+    cfg = load(ROOT / "kern.yaml").resolve(True)
     main = _totals([7] * 64, [2e-4 * 7] * 64, [1 if i % 9 == 0 else 0 for i in range(64)], [0] * 64)
     cand = {**main, "above": [1 if i % 11 == 0 else 0 for i in range(64)]}
     judgment = {"test": {"rev": "b" * 40, "base": "a" * 40, "verdict": "PASS logit evidence",
@@ -41,10 +41,10 @@ def test_a_judgment_is_recorded_with_both_rules_on_the_same_timed_outputs():
                           "timed_band": {"main": main, "candidate": cand, "candidate_vs_main": cand,
                                          "ops": ["mla.index_logits"], "replays": {"64": [0]}},
                           "timed_band_s": 3.5, "analysis": {"sides": {"B": {"failed_checks": []}}}}}
-    got = fair_bar.summarize(judgment, s["test"], s["bench"])
+    got = fair_bar.summarize(judgment, cfg.test, cfg.bench)
     assert got["fixed_rule"]["check"] == "timed_outputs_accuracy"  # what #9 met on the H200
     assert got["band_rule"] == "pass" and got["band"]["ok"] and got["band_s"] == 3.5
     assert got["band"]["replays"] == {"64": [0]} and got["timed"]["64"]["logits"]["rows"] == 64
     alone = fair_bar.summarize({"test": judgment["test"], "bench": {"outcome": "timeout"}},
-                               s["test"], s["bench"])
+                               cfg.test, cfg.bench)
     assert alone["scorer"] == "timeout" and "band" not in alone

@@ -13,9 +13,8 @@ from gates.spec import side_spec
 from harness.settings import load
 
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 16
-s = load("kern.yaml")
-prof = s.profile(True)
-b = CapturedSteps(BenchOptions.parse(side_spec(s.data, prof, rows=[rows], steps=64)), "cuda")
+cfg = load("kern.yaml").resolve(True)
+b = CapturedSteps(BenchOptions.parse(side_spec(cfg.target, cfg.machine, rows=[rows], steps=64)), "cuda")
 t0 = time.monotonic()
 print(json.dumps({"stage": "prepare", **{k: v for k, v in b.prepare().items() if k != "workload"},
                   "s": time.monotonic() - t0}, default=str), flush=True)

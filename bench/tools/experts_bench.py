@@ -252,7 +252,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", choices=("default", "none"), default="default")
     ap.add_argument("--breakdown-rows", type=int, default=128,
                     help="the row count at which every variant gets a per-kernel breakdown")
-    ap.add_argument("--model", default=None, help="default: kern.yaml's profile")
+    ap.add_argument("--model", default=None, help="default: kern.yaml's machine profile's")
     ap.add_argument("--layout", default=None)
     ap.add_argument("--context", type=int, default=None)
     args = ap.parse_args(argv)
@@ -274,12 +274,12 @@ def main(argv=None) -> int:
         args.rounds, args.replays = 1, 1
     rows_list = [int(r) for r in args.rows.split(",")]
     st = hsettings.load(ROOT / "kern.yaml")
-    prof = st.profile(cuda)
+    cfg = st.resolve(cuda)
     fields = {"rows": rows_list, "steps": 1}
     for k in ("model", "layout", "context"):
         if getattr(args, k) is not None:
-            prof[k] = getattr(args, k)
-    spec = Spec.from_dict(side_spec(st.data, prof, **fields))
+            fields[k] = getattr(args, k)
+    spec = Spec.from_dict(side_spec(cfg.target, cfg.machine, **fields))
     result = {"meta": {"date": time.strftime("%Y-%m-%d"), "commit": args.commit,
                        "tool": "bench/tools/experts_bench.py", "argv": sys.argv[1:],
                        "baseline": str(args.baseline)},

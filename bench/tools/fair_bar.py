@@ -52,8 +52,9 @@ def with_block(main_text: str, patched_text: str) -> str:
     return main_text.replace(index_logits_block(main_text), index_logits_block(patched_text), 1)
 
 
-def summarize(judgment: dict, test_th: dict, bench_cfg: dict) -> dict:
-    """Pure: one judgment (``{"test": ..., "bench": ...}``) as the record keeps it."""
+def summarize(judgment: dict, th, scorer) -> dict:
+    """Pure: one judgment (``{"test": ..., "bench": ...}``) as the record keeps it, judged again
+    on ``th`` (the verdict's gates.settings.Thresholds) and ``scorer`` (ScorerSettings)."""
     from gates import verdict
 
     test, bench = judgment.get("test") or {}, judgment.get("bench") or {}
@@ -65,7 +66,7 @@ def summarize(judgment: dict, test_th: dict, bench_cfg: dict) -> dict:
     claim = {"verdict": test.get("verdict"), **{k: (test.get("evidence") or {}).get(k)
                                                for k in ("band", "noise", "noise_tap")},
              "rows": ((test.get("evidence") or {}).get("logits") or {}).get("rows")}
-    fixed = verdict.judge_timed(timed, claim, test_th, bench_cfg["state_sketch_rel"])
+    fixed = verdict.judge_timed(timed, claim, th, scorer.state_sketch_rel)
     out["timed"] = {b: {k: {x: t[k][x] for x in ("rows", "kl_max", "kl_mean", "flips_near_tie",
                                                  "flips_confident")}
                         for k in ("logits", "logits_sample") if k in t}
@@ -74,13 +75,13 @@ def summarize(judgment: dict, test_th: dict, bench_cfg: dict) -> dict:
     band = bench.get("timed_band")
     if band is not None:
         tb = verdict.TimedBand.of(band)
-        checks = verdict.judge_band(tb, bench_cfg["timed_band_alpha"], test_th["band_factor"],
-                                    test_th["kl_pass"], bench_cfg["bootstrap"])
+        checks = verdict.judge_band(tb, scorer.timed_band_alpha, th.band_factor,
+                                    th.kl_pass, scorer.bootstrap)
         out["band"] = verdict.band_summary(tb, checks)
         out["band"]["replays"] = band.get("replays")
-        out["band_rule"] = verdict.judge_timed(timed, claim, test_th, bench_cfg["state_sketch_rel"],
-                                               band=band, alpha=bench_cfg["timed_band_alpha"],
-                                               iters=bench_cfg["bootstrap"]) or "pass"
+        out["band_rule"] = verdict.judge_timed(timed, claim, th, scorer.state_sketch_rel,
+                                               band=band, alpha=scorer.timed_band_alpha,
+                                               iters=scorer.bootstrap) or "pass"
         out["band_s"] = bench.get("timed_band_s")
     checks = ((bench.get("analysis") or {}).get("sides") or {}).get("B", {}).get("failed_checks")
     out["scorer_checks"] = checks
@@ -135,14 +136,14 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from harness.settings import load
 
-    s = load(a.config).data
+    cfg = load(a.config).resolve(True)
     record = {"what": "issue 35: the scorer's band rule on the H200 (bench/tools/fair_bar.py)",
               "date": datetime.date.today().isoformat(), "note": a.note,
               "environment": None, "judgments": []}
     for p in a.judgments:
         j = json.loads(p.read_text())
         record["environment"] = record["environment"] or (j.get("bench") or {}).get("environment")
-        record["judgments"].append({"file": str(p), **summarize(j, s["test"], s["bench"])})
+        record["judgments"].append({"file": str(p), **summarize(j, cfg.test, cfg.bench)})
     a.out.write_text(json.dumps(record, indent=1, default=str))
     for j in record["judgments"]:
         band = j.get("band") or {}

@@ -187,9 +187,8 @@ def main(argv=None) -> int:
     unknown = set().union(*groups.values()) - set(contracts.OPS)
     if unknown:
         raise SystemExit(f"op_bench: no op {sorted(unknown)}; ops: {', '.join(sorted(contracts.OPS))}")
-    st = hsettings.load(ROOT / "kern.yaml")
-    prof = st.profile(cuda)
-    spec = Spec.from_dict(side_spec(st.data, prof, rows=rows_list, steps=1))
+    cfg = hsettings.load(ROOT / "kern.yaml").resolve(cuda)
+    spec = Spec.from_dict(side_spec(cfg.target, cfg.machine, rows=rows_list, steps=1))
     pkgs = {v: load_tree(v, folder) for v, folder in variants.items()}
     result = {"meta": {"date": time.strftime("%Y-%m-%d"), "commit": args.commit, "tool": "bench/tools/op_bench.py",
                        "argv": sys.argv[1:], "variants": {k: str(v) for k, v in variants.items()}},

@@ -32,7 +32,7 @@ class Progress:
 
 @dataclass
 class Spec:
-    """What a side builds, as plain data (from kern.yaml's profile)."""
+    """What a side builds, as plain data (from kern.yaml's machine profile and target)."""
 
     model: str  # "full" | "small"
     layout: str

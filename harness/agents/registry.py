@@ -38,14 +38,22 @@ def agent_class(backend):
     return getattr(importlib.import_module(f"{__package__}.{module}"), cls)
 
 
-def make_agent(settings: Agent | dict, **ctx):
-    """The agent for kern.yaml's ``agent:`` section: typed (``Resolved.agent``), or its mapping
-    as the loop hands it to the agent process, read here by the same rules as kern.yaml."""
-    if isinstance(settings, dict):
-        try:
-            settings = agent_section(settings)
-        except SettingsError as e:
-            raise AgentConfigError(str(e)) from None
+def agent_settings(raw) -> Agent:
+    """kern.yaml's ``agent:`` section from its mapping as the loop hands it to the agent process
+    (JSON: ``Agent.options()``), read by the same rules as kern.yaml; :class:`AgentConfigError`
+    names each problem."""
+    if not isinstance(raw, dict):
+        raise AgentConfigError(f"agent: expected a mapping of agent settings, found "
+                               f"{type(raw).__name__}")
+    try:
+        return agent_section(raw)
+    except SettingsError as e:
+        raise AgentConfigError(str(e)) from None
+
+
+def make_agent(settings: Agent, **ctx):
+    """The agent for kern.yaml's ``agent:`` section (``Resolved.agent``; in the agent process,
+    :func:`agent_settings` of what the loop handed it)."""
     if not isinstance(settings, Agent):
         raise AgentConfigError(f"agent: expected a mapping of agent settings, found "
                                f"{type(settings).__name__}")

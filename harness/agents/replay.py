@@ -28,6 +28,7 @@ import json
 import re
 from pathlib import Path
 
+from ..settings import Agent
 from .base import Brief, Proposal
 from .common import AgentConfigError, GitError, git, subject
 
@@ -88,7 +89,7 @@ def json_proposal(data, name: str) -> Proposal:
 class ReplayAgent:
     name = "replay"
 
-    def __init__(self, settings, *, index: int | None = None, root=None):
+    def __init__(self, settings: Agent, *, index: int | None = None, root=None):
         folder = Path(settings.replay_dir)
         if not str(folder).strip():
             raise AgentConfigError("agent.replay_dir: expected a folder of patches, found ''")

@@ -63,14 +63,14 @@ def write_json(path, data: dict) -> None:
 
 
 def attempt(brief_path, worktree, settings_path) -> Proposal:
-    from .registry import make_agent
+    from .registry import agent_settings, make_agent
 
     backend = "agent"
     try:
         brief = load_brief(brief_path)
-        settings, ctx = load_settings(settings_path)
-        backend = settings.get("backend", backend)
-        agent = make_agent(settings, **ctx)
+        raw, ctx = load_settings(settings_path)
+        backend = raw.get("backend", backend)
+        agent = make_agent(agent_settings(raw), **ctx)
         proposal = agent.propose(brief, Path(worktree))
         if not isinstance(proposal, Proposal) or proposal.kind not in KINDS:
             raise TypeError(f"{backend} returned {proposal!r}; expected a Proposal with kind "

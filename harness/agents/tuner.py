@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from ..settings import Agent
 from .base import Brief, Proposal
 from .common import AgentConfigError, GitError, git
 from .rules import allowed_edit
@@ -277,7 +278,7 @@ def apply_change(source: str, tunable: Tunable, new) -> str:
 class TunerAgent:
     name = "tuner"
 
-    def __init__(self, settings, *, tree: str = "kernels/k31", seed: int = 0):
+    def __init__(self, settings: Agent, *, tree: str = "kernels/k31", seed: int = 0):
         self.settings = settings
         if not isinstance(tree, str) or not tree:
             raise AgentConfigError(f"tuner: expected tree= the kernel tree (kern.yaml "

@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..settings import Agent, Resolved, SettingsFile
 from .shared import examples
 
 OK, WARN, FAIL = "ok", "warn", "fail"
@@ -307,21 +308,21 @@ def sandbox_finding(sb: dict) -> Finding:
     return Finding("sandbox", OK, f"{sb['described']} (kern.yaml sandbox: {sb['mode']})")
 
 
-def diagnose(p: dict, settings: dict) -> list[Finding]:
-    """Pure: every finding, in the order a person reads them."""
-    gpu_prof = settings["profiles"]["gpu"]
-    need = gpu_prof.get("memory_gib")
+def diagnose(p: dict, settings: SettingsFile) -> list[Finding]:
+    """Pure: every finding, in the order a person reads them (the memory one against the gpu
+    profile, the disk one against the profile of the machine the probe found)."""
     from gates.disk import judgment_bytes
 
-    machine = settings["profiles"]["gpu" if p["gpu"].get("devices") else "cpu"]
-    judgment = judgment_bytes(settings, machine,
+    need = settings.resolve(cuda=True).machine.memory_gib
+    cfg = settings.resolve(cuda=bool(p["gpu"].get("devices")))
+    judgment = judgment_bytes(cfg.machine, cfg.test, cfg.bench,
                               copies=(p.get("sandbox") or {}).get("mechanism") in ("landlock", "user"))
     return [gpu_finding(p["gpu"], p["smi"]), clock_finding(p["gpu"], p["smi"]),
-            memory_finding(p["gpu"], float(need) if isinstance(need, (int, float)) else None),
+            memory_finding(p["gpu"], need),
             git_finding(p["git"]), worktree_finding(p["git"], set(p["ledger"].get("in_flight", ()))),
             disk_finding(p["disk"], judgment), ledger_finding(p["ledger"]),
             judging_finding(p["ledger"], bool(p["lock"].get("held"))),
-            agent_finding(settings["agent"]["backend"], p["agent"]), lock_finding(p["lock"]),
+            agent_finding(cfg.agent.backend, p["agent"]), lock_finding(p["lock"]),
             sandbox_finding(p["sandbox"])]
 
 
@@ -338,7 +339,7 @@ def lines(findings: list[Finding]) -> list[str]:
 
 
 # --------------------------------------------------------------------------- probes (shell)
-def probe(repo: Path, settings: dict, *, offline: bool) -> dict:
+def probe(repo: Path, cfg: Resolved, *, offline: bool) -> dict:
     """Every probe; none writes outside a git repository (the ledger's write test is skipped
     there), and inside one nothing is left behind."""
     runs = repo / "runs"
@@ -350,14 +351,13 @@ def probe(repo: Path, settings: dict, *, offline: bool) -> dict:
         ledger = _probe_ledger(repo)
     return {"gpu": _probe_gpu(), "smi": _probe_smi(), "git": g,
             "disk": _probe_disk(runs if runs.exists() else repo), "ledger": ledger,
-            "agent": _probe_agent(settings["agent"], offline), "lock": _probe_lock(runs),
-            "sandbox": _probe_sandbox(settings)}
+            "agent": _probe_agent(cfg.agent, offline), "lock": _probe_lock(runs),
+            "sandbox": _probe_sandbox(cfg.sandbox)}
 
 
-def _probe_sandbox(settings: dict) -> dict:
+def _probe_sandbox(mode: str) -> dict:
     from gates import sandbox
 
-    mode = sandbox.settings_mode(settings)
     try:
         mech = sandbox.chosen(mode)
     except sandbox.SandboxUnavailable as e:
@@ -501,8 +501,8 @@ def _probe_ledger(repo: Path) -> dict:
     return out
 
 
-def _probe_agent(agent: dict, offline: bool) -> dict:
-    backend = agent.get("backend")
+def _probe_agent(agent: Agent, offline: bool) -> dict:
+    backend = agent.backend
     if backend in ("anthropic", "claude-code"):
         out = {}
         if backend == "claude-code":  # Claude Code reads the key and ANTHROPIC_BASE_URL itself
@@ -511,17 +511,17 @@ def _probe_agent(agent: dict, offline: bool) -> dict:
             out["sdk"] = importlib.util.find_spec("claude_agent_sdk") is not None
             url = os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API
         else:
-            url = agent.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API
+            url = agent.base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_API
         key = os.environ.get("ANTHROPIC_API_KEY") or ""
         token = os.environ.get("ANTHROPIC_AUTH_TOKEN") or os.environ.get("CLAUDE_CODE_OAUTH_TOKEN") or ""
         out.update(key=bool(key or token), url=url, checked=not offline and bool(key))
         if token and not key and not offline:
             out["why_unchecked"] = "a bearer token, not an API key: doctor asks with API keys only"
         if out["checked"]:
-            out.update(_ask(url, key, agent.get("model") or "claude-sonnet-4-5"))
+            out.update(_ask(url, key, agent.model))
         return out
     if backend == "command":
-        command = agent.get("command") or ""
+        command = agent.command
         program = command_program(command)
         found = None
         if program:
@@ -607,7 +607,7 @@ def cmd_doctor(args) -> int:
 
     repo = Path(args.repo).resolve()
     settings = settings_of(args, repo)
-    findings = diagnose(probe(repo, settings.data, offline=args.offline), settings.data)
+    findings = diagnose(probe(repo, settings.resolve(cuda=False), offline=args.offline), settings)
     failed = any(f.status == FAIL for f in findings)
     if args.json:
         json.dump({"ok": not failed, "findings": [asdict(f) for f in findings]}, sys.stdout)

@@ -8,6 +8,9 @@ import sys
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
+from gates.settings import MachineProfile
+
+from ..settings import Resolved
 from .shared import (MAX_ATTEMPT, _context, add_mkdir_flag, add_rank_flags, examples, out_file,
                      rank_args, repo_root, whole)
 
@@ -116,17 +119,17 @@ def recorded_hidden(attempt, number: int, ledger_path, buckets, test_rows):
     return h
 
 
-def hidden_inputs(args, repo, settings: dict, prof: dict):
+def hidden_inputs(args, repo, cfg: Resolved):
     """(the hidden inputs of this run, the attempt they are replayed from or None): a fresh
-    draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none).
-    ``settings``, ``prof``: kern.yaml's data and the machine profile as the gates take them."""
+    draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none), for the
+    machine profile and ``test.hidden_rows`` of ``cfg``."""
     from gates import hidden
 
     from .. import ledger as L
 
     n = args.replay_attempt
     if n is None:
-        return hidden.for_profile(settings, prof), None
+        return hidden.for_machine(cfg.machine, cfg.test), None
     path = L.default_path(repo)
     attempt = None
     if path.exists():  # opening a ledger creates one: a replay never does
@@ -135,7 +138,7 @@ def hidden_inputs(args, repo, settings: dict, prof: dict):
                 attempt = led.attempt(n)
             except L.LedgerError:
                 attempt = None
-    return recorded_hidden(attempt, n, path, prof["buckets"], prof["test_rows"]), n
+    return recorded_hidden(attempt, n, path, cfg.machine.buckets, cfg.machine.test_rows), n
 
 
 def _progress(console):
@@ -199,9 +202,9 @@ def gate_progress(console, bars, step, plain):
             sync()
 
 
-def bench_plan(args, machine) -> tuple[list, int]:
+def bench_plan(args, machine: MachineProfile) -> tuple[list, int]:
     """(the visit order, rounds) run_bench will follow for these flags (its own rule) on the
-    machine profile ``machine`` (harness.settings.Profile)."""
+    machine profile ``machine``."""
     from gates.scorer import pattern
 
     rounds = args.rounds or machine.rounds
@@ -230,7 +233,7 @@ def emit(args, res, replayed, settings_digest: str, lines) -> None:
 class GateInputs:
     """What ``kern test`` and ``kern bench`` both resolve before their gate runs: the context,
     the sides' ranks, the judgment's hidden inputs (drawn, or replayed from the ledger)."""
-    v: object  # shared.py's VerbContext: repo, settings, profile, runs, cuda, cfg
+    v: object  # shared.py's VerbContext: repo, settings (the file), cfg (resolved), runs, cuda
     err: object  # rich Console on stderr
     sides: tuple
     hidden: object
@@ -249,7 +252,7 @@ def gate_inputs(args, verb: str) -> "GateInputs | int":
     if sides is None:
         return 2
     try:
-        hidden, replayed = hidden_inputs(args, v.repo, v.settings.data, v.profile)
+        hidden, replayed = hidden_inputs(args, v.repo, v.cfg)
     except ReplayError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)  # one line, never wrapped
         return 2
@@ -272,9 +275,10 @@ def run_gate(args, verb: str, g: GateInputs, run, lines):
 
 def cmd_test(args) -> int:
     from gates import launch_ranks
-    from gates.accuracy import AccuracyRequest, run_test
+    from gates.accuracy import run_test
 
     from .. import progress as P
+    from ..pipeline import accuracy_request
     from ..terminal import accuracy_report
 
     g = gate_inputs(args, "test")
@@ -290,8 +294,10 @@ def cmd_test(args) -> int:
 
     def run():
         with (nullcontext() if args.json else gate_progress(err, (), P.test_step, _progress(err))) as show:
-            return run_test(AccuracyRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
-                                            v.cuda, *g.sides, base_world, base_layout, hidden=g.hidden),
+            world, layout = g.sides
+            return run_test(accuracy_request(v.cfg, v.repo, args.rev, args.base, v.runs, v.cuda,
+                                             world=world, layout=layout, base_world=base_world,
+                                             base_layout=base_layout, hidden=g.hidden),
                             progress=show)
 
     res = run_gate(args, "test", g, run, accuracy_report)
@@ -299,9 +305,10 @@ def cmd_test(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from gates.scorer import BenchRequest, run_bench
+    from gates.scorer import run_bench
 
     from .. import progress as P
+    from ..pipeline import bench_request
     from ..terminal import scorer_report
 
     g = gate_inputs(args, "bench")
@@ -314,9 +321,12 @@ def cmd_bench(args) -> int:
         with gate_progress(err, P.bench_bars(order, rounds),
                            lambda bars, event: P.bench_step(bars, event, rounds),
                            lambda m: err.print(f"[dim]… {m}[/dim]", highlight=False)) as show:
-            return run_bench(BenchRequest(v.repo, args.rev, args.base, v.settings.data, v.profile, v.runs,
-                                          v.cuda, tuple(args.baseline), args.rounds, args.replays,
-                                          args.peers, args.alternate, *g.sides, hidden=g.hidden),
+            world, layout = g.sides
+            return run_bench(bench_request(v.cfg, v.repo, args.rev, args.base, v.runs, v.cuda,
+                                           baselines=tuple(args.baseline), rounds=args.rounds,
+                                           replays=args.replays, peers=args.peers,
+                                           alternate=args.alternate, world=world, layout=layout,
+                                           hidden=g.hidden),
                              progress=show)
 
     res = run_gate(args, "bench", g, run, scorer_report)

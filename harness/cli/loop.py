@@ -131,7 +131,7 @@ def _ctx(args, progress=None):
     v = _context(args)
     repo, settings, cuda = v.repo, v.settings, v.cuda
     led = L.Ledger(L.default_path(repo))
-    ctx = Context(Repo(repo), settings.data, v.profile, v.runs, cuda, led,
+    ctx = Context(Repo(repo), v.cfg, v.runs, cuda, led,
                   progress=progress or (lambda m: print(f"… {m}", file=sys.stderr)),
                   settings_digest=settings.digest)
     if v.cfg.farm.kind == "ray":
@@ -140,7 +140,7 @@ def _ctx(args, progress=None):
         from ..farm import slots_for
         from ..ray_farm import RayFarm
 
-        ctx.remote = RayFarm(ctx.repo.root, settings.data, cuda, slots_for(settings.data, cuda))
+        ctx.remote = RayFarm(ctx.repo.root, v.cfg.farm, cuda, slots_for(v.cfg.farm, cuda))
     else:
         ctx.slots()  # a farm.slots that does not fit this machine is refused now, not mid-judgment
     return ctx, settings
@@ -437,12 +437,12 @@ def _loop(args, say, started: float) -> int:
     from gates import sandbox
 
     try:  # candidate code runs unattended for days: never unconfined unless kern.yaml says so
-        confined = sandbox.chosen(sandbox.settings_mode(settings.data))
+        confined = sandbox.chosen(ctx.cfg.sandbox)
     except sandbox.SandboxUnavailable as e:
         print(f"kern loop: refusing to start: {e}", file=sys.stderr)
         return 2
     progress(f"sandbox: {sandbox.facts().describe(confined) if confined != 'off' else 'off (kern.yaml)'}")
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
     resumed = orch.resume()
     if resumed.requeued:
         say(f"resumed: re-queued attempts {resumed.requeued} left judging by a stopped loop")

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..settings import Resolved, Settings, load
+from ..settings import Resolved, SettingsFile, load
 
 
 def add_rank_flags(p, what: str, timed: bool = True) -> None:
@@ -24,13 +24,12 @@ def add_rank_flags(p, what: str, timed: bool = True) -> None:
 
 @dataclass(frozen=True)
 class VerbContext:
-    """What a verb that runs kernels works with: the repository, kern.yaml as loaded (its
-    ``data`` and ``profile`` are what the gates take) and resolved for this machine (``cfg``:
-    what the verb itself reads), whether CUDA is there, the runs folder."""
+    """What a verb that runs kernels works with: the repository, kern.yaml as loaded
+    (``settings``: its digest goes into every result) and resolved for this machine (``cfg``:
+    each gate is handed its section of it), whether CUDA is there, the runs folder."""
     repo: Path
-    settings: Settings
+    settings: SettingsFile
     cfg: Resolved
-    profile: dict
     cuda: bool
     runs: Path
 
@@ -168,7 +167,7 @@ def examples(*lines: str) -> dict:
     return {"epilog": "examples:\n" + "\n".join(f"  {ln}" for ln in lines), "formatter_class": HelpFormat}
 
 
-def settings_of(args, repo: Path) -> Settings:
+def settings_of(args, repo: Path) -> SettingsFile:
     """kern.yaml (``--config``, relative to ``repo``) with this run's ``--set`` overrides."""
     cfg = Path(args.config)
     return load(cfg if cfg.is_absolute() else repo / cfg, args.set)
@@ -218,7 +217,7 @@ def _context(args) -> VerbContext:
     cuda = torch.cuda.is_available()
     runs = repo / "runs"
     runs.mkdir(exist_ok=True)
-    return VerbContext(repo, settings, settings.resolve(cuda), settings.profile(cuda), cuda, runs)
+    return VerbContext(repo, settings, settings.resolve(cuda), cuda, runs)
 
 
 def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:

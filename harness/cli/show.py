@@ -22,10 +22,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from ..gitcmd import git_or_none
-from ..ledger import Ledger, LedgerError
+from ..ledger import Attempt, Ledger, LedgerError
 from ..progress import fmt_duration
 from .shared import MAX_ATTEMPT, whole
+
+if TYPE_CHECKING:  # what the view holds; read from the gates' modules only where shown
+    from gates.phases import JudgmentTimes
+    from gates.results import AccuracyResult, LastWords, ScorerView
 
 def register(sub) -> None:
     from .shared import examples
@@ -200,7 +206,7 @@ class AttemptView:
     ledger row's summary where there is none). :func:`show_lines` prints it, ``--json`` prints
     :meth:`to_dict`."""
 
-    attempt: object  # harness.ledger.Attempt
+    attempt: Attempt
     events: tuple = ()  # its ledger events (created, transitions)
     files_dir: str | None = None
     brief: str | None = None
@@ -208,10 +214,10 @@ class AttemptView:
     diff: str | None = None
     agent: AgentView | None = None
     judgments: int = 0  # judgment files beside it (more than one: main moved, judged again)
-    accuracy: object = None  # gates.results.AccuracyResult of the judgment file's test report
-    scorer: object = None  # gates.results.ScorerView: the file's A/B, else the ledger row's
-    last_words: tuple = ()  # gates.results.LastWords of each side that ended badly
-    times: object = None  # gates.phases.JudgmentTimes of the judgment file
+    accuracy: AccuracyResult | None = None  # of the judgment file's test report
+    scorer: ScorerView | None = None  # the file's A/B, else the ledger row's
+    last_words: tuple[LastWords, ...] = ()  # of each side that ended badly
+    times: JudgmentTimes | None = None  # of the judgment file
     times_recorded: bool = False  # kept by the judgment itself (else read from its reports)
 
     @property

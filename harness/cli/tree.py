@@ -98,14 +98,14 @@ def step_verb(args, verb: str, spec_for, out_for, limit_for):
     seed = None
     for rev in (sha, Repo(v.repo).main):
         try:
-            seed = seed or compiled.existing(v.repo, rev, v.runs, v.settings.data, v.profile, v.cuda,
-                                             sides[1], sides[0])
+            seed = seed or compiled.existing(v.repo, rev, v.runs, v.cfg.target, v.cfg.machine,
+                                             v.cuda, sides[1], sides[0])
         except checkout.RevisionError:  # no main branch: the revision's own, or none
             pass
     res = run_step(v.repo, sha, v.runs, spec_for(v, *sides), out, limit_for(v.cfg),
                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
                    stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest},
-                   sandbox_mode=v.settings.data.get("sandbox"), seed=seed)
+                   sandbox_mode=v.cfg.sandbox, seed=seed)
     if not res.ok:
         print(f"kern {verb}: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
               file=sys.stderr)
@@ -160,7 +160,7 @@ def cmd_step(args) -> int:
     def spec_for(v, world, layout):
         m = v.cfg.machine
         rows = list(args.rows) if args.rows else list(m.buckets)
-        spec = side_spec(v.settings.data, v.profile, context=args.context or m.context, steps=1,
+        spec = side_spec(v.cfg.target, m, context=args.context or m.context, steps=1,
                          rows=rows, replays=args.replays, profile_rows=args.profile_rows,
                          ref_rows=args.ref_rows, state_dtype=args.state_dtype)
         return spec if layout is None else {**spec, "layout": layout, "world": world}
@@ -204,7 +204,7 @@ def cmd_profile(args) -> int:
 
     def spec_for(v, world, layout):
         rows = args.rows or (128 if v.cuda else max(v.cfg.machine.buckets))
-        return side_spec(v.settings.data, v.profile, steps=1, rows=[rows], replays=10 if v.cuda else 1,
+        return side_spec(v.cfg.target, v.cfg.machine, steps=1, rows=[rows], replays=10 if v.cuda else 1,
                          profile_rows=rows, free=not args.no_free,
                          layout=layout or v.cfg.machine.layout, world=world)
 

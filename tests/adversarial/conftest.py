@@ -37,7 +37,7 @@ def catalogue(tmp_path_factory):
             shas[h.name] = commit_hack(repo, h)
     settings = load(repo / "kern.yaml")
     cuda = torch.cuda.is_available()
-    ctx = Context(Repo(repo), settings.data, settings.profile(cuda), repo / "runs", cuda,
+    ctx = Context(Repo(repo), settings.resolve(cuda), repo / "runs", cuda,
                   L.Ledger(L.default_path(repo)), progress=lambda m: None,
                   settings_digest=settings.digest)
     return repo, shas, ctx
@@ -66,7 +66,7 @@ def scorer_only_judged(tmp_path_factory):
     ledger = L.Ledger(L.default_path(repo))
 
     def judge(name):
-        ctx = Context(Repo(repo), settings.data, settings.profile(cuda), repo / f"runs-{name}", cuda,
+        ctx = Context(Repo(repo), settings.resolve(cuda), repo / f"runs-{name}", cuda,
                       ledger, progress=lambda m: None, settings_digest=settings.digest)
         number, out = try_commit(ctx, shas[name], title=name)
         return number, out, ledger.attempt(number)

@@ -2,6 +2,7 @@
 few process-level effects (a hook, a torch mode) in a subprocess or restored afterwards."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -13,11 +14,12 @@ import torch
 import yaml
 
 from gates import filemarks, scope, stats
-from gates.accuracy import AccuracyRequest, tap_spec
+from gates.accuracy import tap_spec
 from gates.side import tamper
 from gates.side.replays import stray_threads
 from gates.protocol import tap_rows
-from harness.settings import validate
+from harness.pipeline import accuracy_request
+from harness.settings import resolve, validate
 from tests.gates.candidates import ROOT
 
 
@@ -29,9 +31,10 @@ def test_tap_rows_add_every_bucket_not_already_tested():
 
 
 def test_the_tap_runs_the_bench_buckets_whatever_the_profile_says(tmp_path):
-    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
-    prof = {**cfg["profiles"]["cpu"], "test_rows": [1, 3], "buckets": [2, 4]}
-    req = AccuracyRequest(tmp_path, "HEAD", "main", cfg, prof, tmp_path / "runs", False)
+    cfg = resolve(yaml.safe_load((ROOT / "kern.yaml").read_text()), False)
+    machine = dataclasses.replace(cfg.machine, test_rows=(1, 3), buckets=(2, 4))
+    req = accuracy_request(dataclasses.replace(cfg, machine=machine), tmp_path, "HEAD", "main",
+                           tmp_path / "runs", False)
     assert tap_spec(req)["rows"] == [1, 3, 2, 4]
 
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 import pytest
 
-from gates.scorer import BenchRequest, run_bench
+from gates.scorer import run_bench
 from harness.terminal import scorer_report
-from harness.pipeline import check_scope, decide_outcome
+from harness.pipeline import bench_request, check_scope, decide_outcome
 from tests.adversarial import hacks as H
 from tests.adversarial.test_scorer_only import FIRST_DIFFERENCE
 
@@ -56,8 +56,8 @@ class Benches(dict):
         sha = self.shas[name]
         sc = check_scope(ctx, sha, main)
         # against main: some checks (persisting L2) compare the candidate's processes with main's
-        bench = run_bench(BenchRequest(self.repo, sha, main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
-                                       rounds=1, replays=2), progress=lambda m: None).report
+        bench = run_bench(bench_request(ctx.cfg, self.repo, sha, main, ctx.runs, ctx.cuda,
+                                        rounds=1, replays=2), progress=lambda m: None).report
         self[name] = (sc, bench, decide_outcome(sc, TAP_PASSED, bench))
         return self[name]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from gates.accuracy import AccuracyRequest, run_test
-from gates.scorer import BenchRequest, run_bench
+from gates.accuracy import run_test
+from gates.scorer import run_bench
 from harness.terminal import scorer_report
 from gates.protocol import Hidden
-from harness.pipeline import check_scope, decide_outcome
+from harness.pipeline import accuracy_request, bench_request, check_scope, decide_outcome
 from tests.adversarial import hacks as H
 
 # slow: run serially after the unit tests (.ci/run); the work below uses both cores itself
@@ -56,13 +56,13 @@ def results(catalogue):
     main = ctx.repo.main_sha()
 
     def tap(name):
-        return run_test(AccuracyRequest(repo, shas[name], main, ctx.settings, ctx.profile, ctx.runs, ctx.cuda,
-                                        hidden=HIDDEN.get(name))).report
+        return run_test(accuracy_request(ctx.cfg, repo, shas[name], main, ctx.runs, ctx.cuda,
+                                         hidden=HIDDEN.get(name))).report
 
     def bench(name):
         with_main, replays = BENCH[name]
-        return run_bench(BenchRequest(repo, shas[name], main if with_main else None, ctx.settings,
-                                      ctx.profile, ctx.runs, ctx.cuda, rounds=1, replays=replays),
+        return run_bench(bench_request(ctx.cfg, repo, shas[name], main if with_main else None,
+                                       ctx.runs, ctx.cuda, rounds=1, replays=replays),
                          progress=lambda m: None).report
 
     # two at a time (CI has two cores), in submission order: the first tap records main while

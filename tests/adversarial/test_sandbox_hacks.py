@@ -26,6 +26,7 @@ the sides there see the GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import uuid
@@ -36,9 +37,10 @@ import pytest
 import torch
 
 from gates import sandbox
-from gates.accuracy import AccuracyRequest, run_test
-from gates.scorer import BenchRequest, run_bench
+from gates.accuracy import run_test
+from gates.scorer import run_bench
 from gates.protocol import Hidden
+from harness.pipeline import accuracy_request, bench_request
 from harness.step_launch import run_step
 from gates.spec import side_spec
 from tests.adversarial import hacks as H
@@ -110,7 +112,7 @@ def judged(catalogue, request):
     for the leak. The secrets are planted first, the listener runs throughout, and everything
     planted is taken away again."""
     repo, _, ctx = catalogue
-    settings = {**ctx.settings, "sandbox": request.param}
+    cfg = dataclasses.replace(ctx.cfg, sandbox=request.param)
     listener = Listener()
     places = planted(repo)
     for p in places.values():
@@ -121,16 +123,16 @@ def judged(catalogue, request):
         main = ctx.repo.main_sha()
 
         def test(case, hidden=None):
-            return run_test(AccuracyRequest(repo, shas[case], main, settings, ctx.profile, ctx.runs,
-                                        ctx.cuda, hidden=hidden)).report
+            return run_test(accuracy_request(cfg, repo, shas[case], main, ctx.runs, ctx.cuda,
+                                             hidden=hidden)).report
 
         def bench():
-            return run_bench(BenchRequest(repo, shas[22], None, settings, ctx.profile, ctx.runs,
-                                          ctx.cuda, rounds=1, replays=1), progress=lambda m: None).report
+            return run_bench(bench_request(cfg, repo, shas[22], None, ctx.runs, ctx.cuda, rounds=1,
+                                           replays=1), progress=lambda m: None).report
 
         def step():
-            spec = side_spec(ctx.settings, ctx.profile, steps=1, rows=[ctx.profile["buckets"][0]],
-                             replays=1, layout=ctx.profile["layout"])
+            m = cfg.machine
+            spec = side_spec(cfg.target, m, steps=1, rows=[m.buckets[0]], replays=1, layout=m.layout)
             out = repo / f"step-{TOKEN}-{request.param}.json"  # kern step --out: beside the repository's files
             return run_step(repo, shas[22], ctx.runs, spec, out, 300, sandbox_mode=request.param), out
 

@@ -55,7 +55,7 @@ def context(repo: Path):
     settings = load(repo / "kern.yaml")
     cuda = torch.cuda.is_available()
     led = L.Ledger(L.default_path(repo))
-    return Context(Repo(repo), settings.data, settings.profile(cuda), repo / "runs", cuda, led,
+    return Context(Repo(repo), settings.resolve(cuda), repo / "runs", cuda, led,
                    progress=lambda m: None, settings_digest=settings.digest), settings
 
 
@@ -87,17 +87,17 @@ def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict) -> dict:
 
     import torch
 
-    from gates.accuracy import AccuracyRequest, run_test
+    from gates.accuracy import run_test
+    from harness.pipeline import accuracy_request
     from harness.settings import load
 
     repo = make_repo(tmp, overrides)
     shas = {name: candidate(repo, name, edits) for name, edits in cases.items()}
-    settings = load(repo / "kern.yaml")
     cuda = torch.cuda.is_available()
-    prof = settings.profile(cuda)
+    cfg = load(repo / "kern.yaml").resolve(cuda)
 
     def judge(sha):
-        return run_test(AccuracyRequest(repo, sha, "main", settings.data, prof, repo / "runs", cuda)).report
+        return run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", cuda)).report
 
     with ThreadPoolExecutor(2) as pool:
         futures = {n: pool.submit(judge, s) for n, s in shas.items()}

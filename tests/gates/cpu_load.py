@@ -22,6 +22,7 @@ import math
 import random
 
 from gates.scorer import analyse, pattern
+from gates.settings import ScorerSettings
 from harness.pipeline import Outcome, decide_outcome
 from gates.scope import ScopeResult
 
@@ -79,7 +80,7 @@ def simulate(rng: random.Random, load: Load, ms_a: float, ms_b: float, rounds: i
     return samples, blocks
 
 
-def decide(samples: dict, blocks: dict, bench_cfg: dict, bucket: int = 2) -> tuple[Outcome, str]:
+def decide(samples: dict, blocks: dict, bench_cfg: ScorerSettings, bucket: int = 2) -> tuple[Outcome, str]:
     """The pipeline's decision and the scorer's classification (every check passed)."""
     checks = {k: [{"bucket": bucket, "unwritten_or_invalid": 0, "nonfinite": 0, "repeated_outputs": 0}]
               for k in "AB"}
@@ -90,7 +91,7 @@ def decide(samples: dict, blocks: dict, bench_cfg: dict, bucket: int = 2) -> tup
 
 
 def classifications(seed: int, trials: int, ms_a: float, ms_b: float, rounds: int, replays: int,
-                    bench_cfg: dict, steady: int = 1, bursty: int = 3, gap_s: float = 0.0) -> dict:
+                    bench_cfg: ScorerSettings, steady: int = 1, bursty: int = 3, gap_s: float = 0.0) -> dict:
     """How often each classification comes out of ``trials`` simulated A/Bs."""
     rng = random.Random(seed)
     seen: dict = {}

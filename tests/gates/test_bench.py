@@ -5,8 +5,9 @@ from the same state); work skipped only in the timed replays is judged from thei
 import pytest
 import torch
 
-from gates.scorer import BenchRequest, bench_settings, run_bench
+from gates.scorer import run_bench
 from harness.terminal import scorer_report
+from harness.pipeline import accuracy_request, bench_request
 from harness.settings import load
 from tests.gates.candidates import ROOT, candidate, make_repo
 from tests.gates.cpu_load import classifications
@@ -39,19 +40,18 @@ def repo(tmp_path_factory):
 
 
 def _bench(repo, rev, shape, alternate=None, accuracy=None):
-    s = load(repo / "kern.yaml")
+    cuda = torch.cuda.is_available()
     rounds, replays = shape
-    return run_bench(BenchRequest(repo, rev, "main", s.data, s.profile(torch.cuda.is_available()),
-                                  repo / "runs", torch.cuda.is_available(), alternate=alternate,
-                                  rounds=rounds, replays=replays, accuracy=accuracy),
+    return run_bench(bench_request(load(repo / "kern.yaml").resolve(cuda), repo, rev, "main",
+                                   repo / "runs", cuda, alternate=alternate, rounds=rounds,
+                                   replays=replays, accuracy=accuracy),
                      progress=lambda m: None).report
 
 
 def test_the_ab_shapes_stay_decided_on_a_loaded_machine():
     """Each test's A/B shape, simulated on a 2-core machine shared with one busy and three
     bursty processes, decided by the scorer's own statistics: at most 3 of 1000 wrong."""
-    s = load(ROOT / "kern.yaml")
-    cfg = bench_settings(s["bench"], s.profile(False))
+    cfg = load(ROOT / "kern.yaml").resolve(False).bench
     step, per_pass = 869.5, 28.96
     slower = classifications(1, 1000, step + per_pass, step + ADDED * per_pass, *SLOWER_SHAPE, cfg)
     assert slower.get("slower", 0) >= 997, slower
@@ -104,7 +104,7 @@ def test_work_skipped_only_in_the_timed_replays_is_judged_by_their_outputs(repo)
     """The scorer's context (96 tokens, 48 per rank) is longer than the accuracy gate's (80):
     a top-k that keeps the indices an earlier call left there is honest while the gate watches
     (PASS bit-identical) and skips its work in every timed replay."""
-    from gates.accuracy import AccuracyRequest, run_test
+    from gates.accuracy import run_test
 
     sha = candidate(repo, "topk-scorer-only", [(TOPK, TOPK_START, TOPK_START.replace(
         TOPK_LAUNCH,
@@ -112,8 +112,8 @@ def test_work_skipped_only_in_the_timed_replays_is_judged_by_their_outputs(repo)
         "        return  # keep the indices an earlier call left\n"
         "    _SEEN.add(idx.data_ptr())\n" + TOPK_LAUNCH)),
         (TOPK, "def mla_topk(", "_SEEN = set()\n\n\ndef mla_topk(")])
-    s = load(repo / "kern.yaml")
-    test = run_test(AccuracyRequest(repo, sha, "main", s.data, s.profile(False), repo / "runs", False)).report
+    cfg = load(repo / "kern.yaml").resolve(False)
+    test = run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", False)).report
     assert test["verdict"] == "PASS bit-identical", test["reasons"]  # the gate is fooled
     res = _bench(repo, sha, (1, 3), accuracy={"verdict": test["verdict"]})  # outputs, not times
     assert res["outcome"] == "ok", res.get("error")

@@ -3,6 +3,7 @@ them (gates/sandbox.py): the pure decisions, side-like processes under every mec
 real judgments whose kernel trees write into their Triton cache or compile a kernel."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,32 +18,40 @@ import pytest
 from gates import compiled as C
 from gates import sandbox as S
 from gates.launch import side_env
+from gates.settings import MachineProfile, Target
 
-PROFILE = {"model": "small", "layout": "tp2", "context": 96, "test_context": 80, "buckets": [2, 4],
-           "test_rows": [1, 3, 17, 8]}
-SETTINGS = {"target": {"seed": 7, "weight_sets": 1}}
+TARGET = Target(tree="kernels/k31", seed=7, weight_sets=1)
+PROFILE = MachineProfile(model="small", layout="tp2", context=96, test_context=80, buckets=(2, 4),
+                         weights=(1, 1), test_rows=(1, 3, 17, 8), test_steps=1, rounds=1, replays=2)
+
+
+def profile(**changed) -> MachineProfile:
+    """PROFILE with ``changed`` keys (one weight per bucket where the buckets change)."""
+    if "buckets" in changed:
+        changed.setdefault("weights", (1,) * len(changed["buckets"]))
+    return dataclasses.replace(PROFILE, **changed)
 
 
 # --------------------------------------------------------------------------- pure
 def test_the_compile_spec_covers_the_taps_and_the_scorers_builds():
-    spec = C.compile_spec(SETTINGS, PROFILE)
+    spec = C.compile_spec(TARGET, PROFILE)
     assert spec["rows"] == [1, 3, 17, 8, 2, 4] and spec["context"] == 80 and spec["steps"] == 1
     assert spec["more"] == [[96, [2, 4]]]  # the scorer's context differs: built again
-    same = {**PROFILE, "test_context": 96}
-    assert C.compile_spec(SETTINGS, same)["more"] == []  # its buckets are among the tap's rows
-    assert C.compile_spec(SETTINGS, PROFILE, "tp4", 2)["layout"] == "tp4"
+    same = profile(test_context=96)
+    assert C.compile_spec(TARGET, same)["more"] == []  # its buckets are among the tap's rows
+    assert C.compile_spec(TARGET, PROFILE, "tp4", 2)["layout"] == "tp4"
     from gates.protocol import parse
 
     assert parse("compile", spec).more == [[96, [2, 4]]]  # a spec the side accepts
 
 
 def test_the_key_is_the_content_not_the_place():
-    spec = C.compile_spec(SETTINGS, PROFILE)
+    spec = C.compile_spec(TARGET, PROFILE)
     k = C.cache_key("a" * 40, spec, False, "3.6.0")
     assert k == C.cache_key("a" * 40, json.loads(json.dumps(spec)), False, "3.6.0")
     others = {C.cache_key("b" * 40, spec, False, "3.6.0"), C.cache_key("a" * 40, spec, True, "3.6.0"),
               C.cache_key("a" * 40, spec, False, "3.9.0"),
-              C.cache_key("a" * 40, C.compile_spec(SETTINGS, {**PROFILE, "buckets": [2, 8]}), False, "3.6.0")}
+              C.cache_key("a" * 40, C.compile_spec(TARGET, profile(buckets=(2, 8))), False, "3.6.0")}
     assert k not in others and len(others) == 4
 
 
@@ -296,7 +305,8 @@ def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(t
     by a compile side, and main's and the next candidate's sides start on a copy of it: they
     find the compile side's files (its kernel: Triton's cache hit, no compile) and nothing any
     judging side wrote."""
-    from gates.accuracy import AccuracyRequest, run_test
+    from gates.accuracy import run_test
+    from harness.pipeline import accuracy_request
     from harness.settings import load
     from tests.gates.candidates import candidate, make_repo
 
@@ -307,12 +317,11 @@ def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(t
     git.Repo(repo).git.add("-A")
     git.Repo(repo).git.commit("-m", "the probe's kernel (run as a script only)")
     planter = candidate(repo, "planter", [("kernels/k31/moe/combine.py", "def moe_combine(", AT_IMPORT)])
-    settings = load(repo / "kern.yaml")
-    prof, runs = settings.profile(False), repo / "runs"
+    cfg, runs = load(repo / "kern.yaml").resolve(False), repo / "runs"
 
     def judge(sha):
         seen = set(runs.rglob("*.log")) if runs.exists() else set()
-        res = run_test(AccuracyRequest(repo, sha, "main", settings.data, prof, runs, False)).report
+        res = run_test(accuracy_request(cfg, repo, sha, "main", runs, False)).report
         assert res["verdict"].startswith("PASS"), res["reasons"]
         return res, _reports(runs, seen)
 
@@ -358,7 +367,7 @@ def test_the_compile_modes_builds_run_every_row_of_each():
     from gates.protocol import parse
     from gates.side.driver import compile_mode
 
-    spec = C.compile_spec(SETTINGS, {**PROFILE, "test_rows": [1], "buckets": [2]})
+    spec = C.compile_spec(TARGET, profile(test_rows=(1,), buckets=(2,)))
     opts = parse("compile", spec)
     got = compile_mode(opts, "cpu")
     assert [(b["context"], b["rows"]) for b in got["builds"]] == [(80, [1, 2]), (96, [2])]

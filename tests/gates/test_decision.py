@@ -129,7 +129,7 @@ def test_a_re_measurement_that_did_not_reproduce_the_gain_says_what_it_found():
 def _report(speedup: float = 0.1) -> dict:
     """A report as ``run_bench`` writes one, analysed by the scorer's own statistics."""
     buckets, weights = [4, 16], [1, 2]
-    cfg = load(ROOT / "kern.yaml").data["bench"]
+    cfg = load(ROOT / "kern.yaml").resolve(True).bench  # the section's own noise floor
     blocks = {k: [{b: [10.0 * b * f] * 3 for b in buckets}] * 2
               for k, f in (("A", 1.0), ("B", 1 - speedup))}
     samples = {k: {b: [x for v in blocks[k] for x in v[b]] for b in buckets} for k in blocks}

@@ -3,7 +3,7 @@ recordings deleted once no judgment holds them (gates/disk.py); a side's last wo
 gates keep them (gates/results.py) and what the merge rule does with a full disk."""
 from __future__ import annotations
 
-import copy
+import dataclasses
 import os
 
 import pytest
@@ -15,51 +15,49 @@ from gates import decision as D
 from gates import disk
 from gates.results import DISK_FULL, AccuracyResult, BenchResult, LastWords, last_lines
 from gates.summary import GateSummary, summarize
+from gates.settings import AccuracySettings, MachineProfile
+from harness.settings import resolve
 from tests.gates.candidates import ROOT
 
-SETTINGS = yaml.safe_load((ROOT / "kern.yaml").read_text())
+DATA = yaml.safe_load((ROOT / "kern.yaml").read_text())
+CPU, GPU = resolve(DATA, False), resolve(DATA, True)
 MIB = disk.MIB
 
 
-def _cpu(**test) -> tuple[dict, dict]:
-    """kern.yaml's cpu profile without its measured recording_mb: main's kept calls are then
-    charged the whole snapshot budget (its cap)."""
-    s = copy.deepcopy(SETTINGS)
-    s["test"].update(test)
-    prof = dict(s["profiles"]["cpu"])
-    prof.pop("recording_mb", None)
-    return s, prof
+def _cpu(**test) -> tuple[AccuracySettings, MachineProfile]:
+    """kern.yaml's test section with ``test`` changed, and its cpu profile without its
+    measured recording_mb: main's kept calls are then charged the whole snapshot budget."""
+    return dataclasses.replace(CPU.test, **test), dataclasses.replace(CPU.machine, recording_mb=None)
 
 
 @given(budget=st.integers(1, 1 << 16), measured=st.floats(0.5, 1 << 17))
 def test_a_measured_recording_is_charged_below_the_budget_never_above(budget, measured):
     s, prof = _cpu(snapshot_budget_mb=budget)
-    assert disk.kept_mb(s, prof) == budget
-    assert disk.kept_mb(s, {**prof, "recording_mb": measured}) == min(measured, budget)
+    assert disk.kept_mb(prof, s) == budget
+    assert disk.kept_mb(dataclasses.replace(prof, recording_mb=measured), s) == min(measured, budget)
 
 
 # --------------------------------------------------------------------------- the estimate
 def test_the_estimate_of_the_small_config_is_its_budget_and_its_logits():
     s, prof = _cpu(snapshot_budget_mb=1)
-    jb = disk.judgment_bytes(s, prof, copies=False)
+    jb = disk.judgment_bytes(prof, s, CPU.bench, copies=False)
     # tap rows [1, 3, 17, 8] and the buckets [2, 4] (no size is left to draw: no hidden
     # extra), one step, layout tp2: rank 0's 512 of the 1024 logits, float32
     assert jb.logits == (1 + 3 + 17 + 8 + 2 + 4) * 1 * 512 * 4
     assert jb.kept == 1 * MIB
     # A records (logits, kept) and repeats twice (noise, band); B replays once
     assert jb.tap == 3 * jb.logits + jb.kept + jb.logits
-    assert disk.judgment_bytes(s, prof, copies=True).tap == jb.tap + jb.kept + jb.logits
+    assert disk.judgment_bytes(prof, s, CPU.bench, copies=True).tap == jb.tap + jb.kept + jb.logits
     assert jb.need == jb.peak + disk.MARGIN_MIN and jb.peak == max(jb.tap, jb.scorer)
 
 
 def test_the_gpu_profile_counts_the_hidden_sizes_it_may_draw():
-    s = copy.deepcopy(SETTINGS)
-    prof = dict(s["profiles"]["gpu"])
-    jb = disk.judgment_bytes(s, prof, copies=False)
-    visible = sum(dict.fromkeys(prof["test_rows"] + prof["buckets"]))
+    prof = GPU.machine
+    jb = disk.judgment_bytes(prof, GPU.test, GPU.bench, copies=False)
+    visible = sum(dict.fromkeys(prof.test_rows + prof.buckets))
     # the two largest sizes 1 .. 256 that are neither a bucket nor a test row: 255 and 254
-    assert jb.logits == (visible + 255 + 254) * prof["test_steps"] * (163840 // 8) * 4
-    assert jb.kept == s["test"]["snapshot_budget_mb"] * MIB
+    assert jb.logits == (visible + 255 + 254) * prof.test_steps * (163840 // 8) * 4
+    assert jb.kept == GPU.test.snapshot_budget_mb * MIB
     assert jb.margin == int(jb.peak * disk.MARGIN_FRACTION)
 
 
@@ -67,13 +65,15 @@ def test_the_gpu_profile_counts_the_hidden_sizes_it_may_draw():
        steps=st.integers(1, 4), world=st.sampled_from([1, 2, 4]), copies=st.booleans())
 def test_the_estimate_grows_with_everything_a_judgment_writes(budget, rows, steps, world, copies):
     s, prof = _cpu(snapshot_budget_mb=budget)
-    prof.update(test_rows=rows, test_steps=steps)
-    base = disk.judgment_bytes(s, prof, world=world, copies=copies)
-    more_rows = disk.judgment_bytes(s, {**prof, "test_rows": rows + [65]}, world=world, copies=copies)
-    more_budget = disk.judgment_bytes(_cpu(snapshot_budget_mb=budget + 1)[0], prof, world=world, copies=copies)
+    prof = dataclasses.replace(prof, test_rows=rows, test_steps=steps)
+    base = disk.judgment_bytes(prof, s, world=world, copies=copies)
+    more_rows = disk.judgment_bytes(dataclasses.replace(prof, test_rows=rows + [65]), s, world=world,
+                                    copies=copies)
+    more_budget = disk.judgment_bytes(prof, _cpu(snapshot_budget_mb=budget + 1)[0], world=world,
+                                      copies=copies)
     assert more_rows.tap > base.tap and more_budget.tap > base.tap
     assert base.kept == budget * MIB * world and base.need > base.peak >= base.tap
-    assert disk.judgment_bytes(s, prof, world=world, copies=True).tap >= base.tap
+    assert disk.judgment_bytes(prof, s, world=world, copies=True).tap >= base.tap
 
 
 # --------------------------------------------------------------------------- room before a judgment

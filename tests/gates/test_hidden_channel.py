@@ -16,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gates.accuracy import AccuracyRequest, run_test
+from gates.accuracy import run_test
 from harness.terminal import accuracy_report
-from gates.scorer import BenchRequest, run_bench
+from gates.scorer import run_bench
+from harness.pipeline import accuracy_request, bench_request
 from gates.protocol import Hidden
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo, side_dumps
@@ -46,14 +47,13 @@ def dumps(root) -> list[dict]:
 def ran(tmp_path_factory):
     repo = make_repo(tmp_path_factory.mktemp("channel"), SETTINGS)
     sha = candidate(repo, "dumps", [("kernels/k31/__init__.py", "", DUMP)])
-    settings = load(repo / "kern.yaml")
     cuda = torch.cuda.is_available()
-    prof = settings.profile(cuda)
+    cfg = load(repo / "kern.yaml").resolve(cuda)
     with ThreadPoolExecutor(2) as pool:
-        test = pool.submit(run_test, AccuracyRequest(repo, sha, sha, settings.data, prof, repo / "runs",
-                                                     cuda, hidden=HIDDEN))
-        bench = pool.submit(run_bench, BenchRequest(repo, sha, sha, settings.data, prof, repo / "runs",
-                                                    cuda, rounds=1, replays=1, hidden=HIDDEN),
+        test = pool.submit(run_test, accuracy_request(cfg, repo, sha, sha, repo / "runs", cuda,
+                                                      hidden=HIDDEN))
+        bench = pool.submit(run_bench, bench_request(cfg, repo, sha, sha, repo / "runs", cuda,
+                                                     rounds=1, replays=1, hidden=HIDDEN),
                             progress=lambda m: None)
         return repo, test.result().report, bench.result().report
 

@@ -86,8 +86,8 @@ def test_mains_band_passes_are_made_once_and_serve_the_next_hidden_draw(judged):
     assert second["noise_wall_s"] == 0.0 and second["noise_cached"]
     assert first["band_dir"] == second["band_dir"]
     band = json.loads((Path(first["band_dir"]) / "band.json").read_text())
-    assert band["inputs"] == band_inputs(ctx.settings, ctx.profile).to_dict()
-    assert band["inputs"]["input_seed"] == ctx.settings["target"]["seed"]  # the visible seed
+    assert band["inputs"] == band_inputs(ctx.cfg.target, ctx.cfg.machine, ctx.cfg.test).to_dict()
+    assert band["inputs"]["input_seed"] == ctx.cfg.target.seed  # the visible seed
     assert band["inputs"]["extra_rows"] and band["band_ops"] == ["moe.combine"]
     for ev in (first["evidence"], second["evidence"]):
         assert ev["band"] == band["band"] and ev["noise"] == band["noise"]

@@ -9,6 +9,8 @@ before any model is built, so each side costs little more than its interpreter's
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +19,10 @@ import pytest
 import torch
 
 from gates import launch
-from gates.accuracy import AccuracyRequest, run_test
-from gates.scorer import BenchRequest, run_bench
+from gates.accuracy import run_test
+from gates.scorer import run_bench
 from harness.terminal import scorer_report
+from harness.pipeline import accuracy_request, bench_request
 from harness import faults
 from harness.pipeline import decide_outcome
 from gates.scope import ScopeResult
@@ -95,19 +98,17 @@ def dumps(root) -> list[dict]:
 def ran(tmp_path_factory):
     repo = make_repo(tmp_path_factory.mktemp("sides"))
     shas = {name: candidate(repo, name, [(INIT, "", text)]) for name, text in CANDIDATES.items()}
-    settings = load(repo / "kern.yaml")
     cuda = torch.cuda.is_available()
-    prof = settings.profile(cuda)
+    cfg = load(repo / "kern.yaml").resolve(cuda)
     # the hanging side is given 3 s (any limit ends the same way); the others finish at once
-    quick = {**settings.data, "bench": {**settings.data["bench"], "timeout_s": 3}}
+    quick = dataclasses.replace(cfg, bench=dataclasses.replace(cfg.bench, timeout_s=3))
 
-    def bench(name, data=settings.data):
-        return run_bench(BenchRequest(repo, shas[name], shas[name], data, prof, repo / "runs", cuda),
+    def bench(name, cfg=cfg):
+        return run_bench(bench_request(cfg, repo, shas[name], shas[name], repo / "runs", cuda),
                          progress=lambda m: None).report
 
     def test(name):
-        return run_test(AccuracyRequest(repo, shas[name], shas[name], settings.data, prof, repo / "runs",
-                                        cuda)).report
+        return run_test(accuracy_request(cfg, repo, shas[name], shas[name], repo / "runs", cuda)).report
 
     with pytest.MonkeyPatch.context() as mp:  # what the orchestrator's own process may hold
         for k, v in SECRETS.items():
@@ -182,8 +183,8 @@ def test_a_candidate_that_hides_the_gpu_at_import_ends_its_side_on_the_environme
     if not torch.cuda.is_available():
         real = launch.side_env
         monkeypatch.setattr(launch, "side_env", lambda extra=None: {**real(extra), EXPECTS_CUDA: "1"})
-    settings = load(repo / "kern.yaml")
-    res = run_bench(BenchRequest(repo, sha, sha, settings.data, settings.profile(False), repo / "runs",
-                                 False), progress=lambda m: None).report
+    cfg = load(repo / "kern.yaml").resolve(False)
+    res = run_bench(bench_request(cfg, repo, sha, sha, repo / "runs", False),
+                    progress=lambda m: None).report
     assert res["outcome"] != "ok"
     assert "the gates see a GPU but this side sees none (expected CUDA, got CPU)" in res["error"], res["error"]

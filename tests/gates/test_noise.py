@@ -23,18 +23,17 @@ from pathlib import Path
 
 import pytest
 
-from gates.scorer import analyse, bench_settings, pattern
+from gates.scorer import analyse, pattern
 from harness.pipeline import decide_outcome
 from gates.scope import ScopeResult
 from harness.settings import load
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = load(ROOT / "kern.yaml")
-GPU = SETTINGS.profile(True)
-BENCH = bench_settings(SETTINGS["bench"], GPU)
-ROUNDS = GPU.get("rounds") or BENCH["rounds"]  # as run_bench picks them
-REPLAYS = GPU.get("replays") or BENCH["replays"]
-BUCKETS, WEIGHTS = GPU["buckets"], GPU["weights"]
+GPU = SETTINGS.resolve(True)
+BENCH = GPU.bench
+ROUNDS, REPLAYS = GPU.machine.rounds, GPU.machine.replays  # as run_bench picks them
+BUCKETS, WEIGHTS = list(GPU.machine.buckets), list(GPU.machine.weights)
 # median step per bucket on the H200 (ms) and the replay-to-replay spread of its inputs
 STEP_MS = {16: 80.9, 32: 121.5, 64: 171.9, 128: 228.7, 256: 293.5}
 INPUT_CV = {16: 0.046, 32: 0.036, 64: 0.021, 128: 0.015, 256: 0.0065}
@@ -125,10 +124,10 @@ def test_two_percent_extra_work_is_abandoned_as_slower(noise):
 
 
 def test_a_machine_profile_sets_its_own_noise_floor():
-    cpu = SETTINGS.profile(False)
-    assert bench_settings(SETTINGS["bench"], cpu)["noise_pct"] == cpu["noise_pct"] >= 7.0
-    assert bench_settings({"noise_pct": 0.5, "guard_pct": 2.0}, {"rounds": 3}) == \
-        {"noise_pct": 0.5, "guard_pct": 2.0}  # a profile without one keeps the section's
+    cpu = SETTINGS.resolve(False)
+    assert cpu.bench.noise_pct == cpu.machine.noise_pct >= 7.0
+    # a profile without one keeps the section's
+    assert GPU.machine.noise_pct is None and GPU.bench.noise_pct == SETTINGS.data["bench"]["noise_pct"]
 
 
 @pytest.mark.parametrize("bad", [-1, "ten", True])

@@ -11,22 +11,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gates import protocol as P
-from gates.accuracy import AccuracyRequest, base_spec, tap_spec
+from gates.accuracy import base_spec, tap_spec
 from gates.spec import side_spec
 from harness.orchestrator import profile_spec
+from harness.pipeline import accuracy_request
 from harness.settings import load
 from tests.gates.candidates import ROOT
 
 
 @pytest.fixture(scope="module")
 def kern():
-    s = load(ROOT / "kern.yaml")
-    return s.data, s.profile(False)
+    return load(ROOT / "kern.yaml").resolve(False)
 
 
 def test_every_spec_the_loop_builds_parses_into_its_modes_options(kern):
-    data, prof = kern
-    req = AccuracyRequest(ROOT, "HEAD", "HEAD", data, prof, ROOT / "runs", False)
+    cfg, prof = kern, kern.machine
+    req = accuracy_request(cfg, ROOT, "HEAD", "HEAD", ROOT / "runs", False)
     b = tap_spec(req)
     a = base_spec(b, 2, "tp2")
     for role, spec in (("record", {**a, "touched": ["moe.experts"]}), ("noise", {**a, "touched": None}),
@@ -34,13 +34,13 @@ def test_every_spec_the_loop_builds_parses_into_its_modes_options(kern):
         opts = P.parse("tap", {**spec, "role": role})
         assert opts.role == role and opts.rows == spec["rows"] and opts.sent == {**spec, "role": role}
     assert P.parse("tap", {**a, "role": "record"}).world == 2
-    bench = side_spec(data, prof, rows=prof["buckets"], steps=40, layout=prof["layout"], world=1)
-    assert P.parse("store", bench).rows == prof["buckets"]
+    bench = side_spec(cfg.target, prof, rows=list(prof.buckets), steps=40, layout=prof.layout, world=1)
+    assert P.parse("store", bench).rows == list(prof.buckets)
     assert P.parse("bench", {**bench, "attach": "/x.ipc"}).attach == "/x.ipc"
-    run = profile_spec(data, prof, False)
+    run = profile_spec(cfg.target, prof, False)
     opts = P.parse("run", run)
     assert (opts.replays, opts.profile_rows, opts.free) == (5, run["profile_rows"], False)
-    step = side_spec(data, prof, context=64, steps=1, rows=[1, 3], replays=None, profile_rows=0,
+    step = side_spec(cfg.target, prof, context=64, steps=1, rows=[1, 3], replays=None, profile_rows=0,
                      ref_rows=0, state_dtype=None)
     assert P.parse("run", {**step, "layout": "tp2", "world": 2}).world == 2
 

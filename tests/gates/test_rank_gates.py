@@ -81,27 +81,27 @@ def repo(tmp_path_factory):
 def _settings(repo):
     from harness.settings import load
 
-    s = load(repo / "kern.yaml")
-    return s, s.profile(torch.cuda.is_available())
+    return load(repo / "kern.yaml").resolve(torch.cuda.is_available())
 
 
 def _bench(repo, rev, base=None):
-    from gates.scorer import BenchRequest, run_bench
+    from gates.scorer import run_bench
+    from harness.pipeline import bench_request
     from harness.terminal import scorer_report
 
-    s, prof = _settings(repo)
-    res = run_bench(BenchRequest(repo, rev, base, s.data, prof, repo / "runs", False,
-                                 world=2, layout="tp2"), progress=lambda m: None).report
+    res = run_bench(bench_request(_settings(repo), repo, rev, base, repo / "runs", False,
+                                  world=2, layout="tp2"), progress=lambda m: None).report
     return res, scorer_report(res)
 
 
 def _test(repo, rev, base_world=None):
-    from gates.accuracy import AccuracyRequest, run_test
+    from gates.accuracy import run_test
+    from harness.pipeline import accuracy_request
     from harness.terminal import accuracy_report
 
-    s, prof = _settings(repo)
-    res = run_test(AccuracyRequest(repo, rev, "main", s.data, prof, repo / "runs", False, 2, "tp2",
-                                   base_world, "tp1" if base_world else None)).report
+    res = run_test(accuracy_request(_settings(repo), repo, rev, "main", repo / "runs", False,
+                                    world=2, layout="tp2", base_world=base_world,
+                                    base_layout="tp1" if base_world else None)).report
     return res, accuracy_report(res)
 
 

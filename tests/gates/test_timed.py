@@ -13,11 +13,12 @@ from gates import stats
 from gates.side import timed
 from gates.scorer import draw_secrets, reference_sample
 from gates.logits import logit_stats
+from gates.settings import Thresholds, Tolerance
 from gates.verdict import judge_timed
 
-TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4.0,
-      "max_near_tie_flips": 0.02, "layout_kl_pass": 1e-2,
-      "reference": {"default": {"rel_rms": 1e-2}}}
+TH = Thresholds(kl_pass=1e-4, kl_fail=5e-2, band_factor=3.0, near_tie_factor=4.0,
+                max_near_tie_flips=0.02, layout_kl_pass=1e-2,
+                reference={"default": Tolerance(rel_rms=1e-2)})
 VOCAB = 37
 
 
@@ -110,7 +111,7 @@ def test_other_claims_are_held_to_the_accuracy_gates_own_rule():
     # a band the gate measured for this commit widens the bar as it widened the gate's
     mid = _timed(delta=0.02)
     kl = mid["8"]["logits"]["kl_max"]
-    assert TH["kl_pass"] < kl < TH["kl_fail"]
+    assert TH.kl_pass < kl < TH.kl_fail
     assert judge_timed(mid, evidence, TH, 0.05)["check"] == "timed_outputs_accuracy"
     band = {**mid["8"]["logits"], "kl_max": kl, "flips_near_tie": 0, "flips_confident": 0}
     assert judge_timed(mid, {"verdict": "PASS within noise floor", "band": band}, TH, 0.05) is None

@@ -16,11 +16,12 @@ from hypothesis import strategies as st
 
 from gates.logits import cluster_totals, logit_stats
 from gates.side import timed
+from gates.settings import Thresholds, Tolerance
 from gates.verdict import BAND_STATISTICS, TimedBand, band_summary, judge_band, judge_timed
 
-TH = {"kl_pass": 1e-4, "kl_fail": 5e-2, "band_factor": 3.0, "near_tie_factor": 4.0,
-      "max_near_tie_flips": 0.02, "layout_kl_pass": 1e-2,
-      "reference": {"default": {"rel_rms": 1e-2}}}
+TH = Thresholds(kl_pass=1e-4, kl_fail=5e-2, band_factor=3.0, near_tie_factor=4.0,
+                max_near_tie_flips=0.02, layout_kl_pass=1e-2,
+                reference={"default": Tolerance(rel_rms=1e-2)})
 ALPHA = 0.05
 
 

@@ -117,7 +117,7 @@ def replay_loop(repo: Path, spawning_ticks: int, between=None):
     agents (waiting for them), then one that only judges. ``between()`` runs before that
     last tick. Returns the loop's Context."""
     ctx, settings = context(repo)
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
     for _ in range(spawning_ticks):
         orch.tick(wait_for_agents=120)
     if between is not None:

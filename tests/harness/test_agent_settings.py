@@ -18,7 +18,7 @@ import yaml
 from harness.agents import claude_code
 from harness.agents import run as agent_run
 from harness.agents.base import Brief, Proposal, parse_proposal
-from harness.agents.registry import make_agent
+from harness.agents.registry import agent_settings, make_agent
 from harness.settings import Resolved, load
 from harness.cli.show import transcript_summary
 from tests.harness.messages_api import (MessagesAPI, Script, any_claude_cli, claude_code_session,
@@ -113,7 +113,7 @@ def test_claude_code_backend_reads_model_turns_and_cost_cap_from_kern_yaml(tmp_p
                                "max_budget_usd": 0.75})
     (tmp_path / "settings.json").write_text(json.dumps({"agent": cfg.agent.options()}))
     settings, _ = agent_run.load_settings(tmp_path / "settings.json")
-    agent = make_agent(settings)
+    agent = make_agent(agent_settings(settings))
     opts = claude_code.build_options(FakeSDK, agent.settings, Brief(attempt=1, target="t", text="b"),
                                      repo)
     assert (opts.model, opts.max_turns, opts.max_budget_usd) == ("claude-opus-4-5", 9, 0.75)

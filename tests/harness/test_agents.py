@@ -20,7 +20,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:Depre
 from harness.agents import claude_code, run as agent_run
 from harness.agents.base import Brief, Proposal
 from harness.agents.common import AgentConfigError
-from harness.agents.registry import make_agent
+from harness.agents.registry import agent_settings, make_agent
 from harness.settings import agent_section
 from harness.agents.rules import allowed_edit, edit_check
 from harness.agents.tuner import (apply_change, candidates, choose_change,
@@ -170,9 +170,9 @@ def test_agent_tunables_orders_and_limits_the_moves():
 def test_agent_tunables_is_checked_and_named_when_nothing_is_left(repo):
     for bad in ("moe.*", [], [""], [3]):
         with pytest.raises(AgentConfigError) as e:
-            make_agent({"backend": "tuner", "tunables": bad})
+            make_agent(agent_settings({"backend": "tuner", "tunables": bad}))
         assert "agent.tunables" in str(e.value) and repr(bad) in str(e.value)
-    agent = make_agent({"backend": "tuner", "tunables": ["lm_head.*"]}, seed=0)
+    agent = make_agent(agent_settings({"backend": "tuner", "tunables": ["lm_head.*"]}), seed=0)
     p = agent.propose(brief(), repo)
     assert p.kind == "declined" and "agent.tunables ['lm_head.*']" in p.message, p
 
@@ -231,7 +231,7 @@ def test_choose_change_properties(table, data, seed, target):
 
 def test_tuner_commits_exactly_one_literal_change(repo):
     before = (repo / "kernels/k31/moe/tunables.py").read_text()
-    p = make_agent({"backend": "tuner"}, seed=0).propose(brief(), repo)
+    p = make_agent(agent_settings({"backend": "tuner"}), seed=0).propose(brief(), repo)
     assert p.kind == "commit" and p.message.startswith("tune: moe.experts.")
     assert commits_since_main(repo) == [p.message]
     assert changed_files(repo) == ["kernels/k31/moe/tunables.py"]
@@ -247,7 +247,7 @@ def test_tuner_commits_exactly_one_literal_change(repo):
 
 def test_tuner_follows_tried_and_declines_when_exhausted(repo):
     tried, seen = [], set()
-    agent = make_agent({"backend": "tuner"}, seed=5)
+    agent = make_agent(agent_settings({"backend": "tuner"}), seed=5)
     for i in range(20):
         sh(repo, "reset", "-q", "--hard", "main")
         p = agent.propose(brief(attempt=i + 1, tried=tried), repo)
@@ -297,7 +297,7 @@ def test_replay_applies_in_order_then_declines(repo, tmp_path):
     out = []
     for i in range(4):
         sh(repo, "reset", "-q", "--hard", "main")
-        agent = make_agent({"backend": "replay", "replay_dir": "patches"}, root=tmp_path,
+        agent = make_agent(agent_settings({"backend": "replay", "replay_dir": "patches"}), root=tmp_path,
                            index=i, seed=0, tree="kernels/k31")
         p = agent.propose(brief(attempt=10 + i), repo)
         out.append((p.kind, p.message, p.estimate_ms,
@@ -311,7 +311,7 @@ def test_replay_applies_in_order_then_declines(repo, tmp_path):
 def test_replay_needs_its_index(tmp_path):
     (tmp_path / "p").mkdir()
     with pytest.raises(AgentConfigError, match="index="):
-        make_agent({"backend": "replay", "replay_dir": str(tmp_path / "p")})
+        make_agent(agent_settings({"backend": "replay", "replay_dir": str(tmp_path / "p")}))
 
 
 # ---- command -------------------------------------------------------------------------------
@@ -331,8 +331,8 @@ def test_command_gets_brief_on_stdin_and_no_api_key(repo, tmp_path, monkeypatch)
     monkeypatch.setenv("SOME_ALLOWED", "yes")
     script = tmp_path / "agent.py"
     script.write_text(AGENT_SCRIPT)
-    agent = make_agent({"backend": "command", "command": f"{sys.executable} {script}",
-                        "pass_env": ["SOME_ALLOWED"]})
+    agent = make_agent(agent_settings({"backend": "command", "command": f"{sys.executable} {script}",
+                        "pass_env": ["SOME_ALLOWED"]}))
     p = agent.propose(brief(), repo)
     assert p.kind == "commit" and p.message == "command: note the brief"
     assert (repo / "kernels/k31/moe/seen.txt").read_text() == "BRIEF: make moe.experts faster"
@@ -344,12 +344,12 @@ def test_command_gets_brief_on_stdin_and_no_api_key(repo, tmp_path, monkeypatch)
 
 
 def test_command_failed_declined_and_timeout(repo):
-    p = make_agent({"backend": "command", "command": "echo thinking; echo oops >&2; exit 3"}).propose(brief(), repo)
+    p = make_agent(agent_settings({"backend": "command", "command": "echo thinking; echo oops >&2; exit 3"})).propose(brief(), repo)
     assert p.kind == "failed" and "exited 3" in p.reason and "oops" in p.reason
-    p = make_agent({"backend": "command", "command": """echo '{"declined": "split K", "estimate_ms": -0.2}'"""}
+    p = make_agent(agent_settings({"backend": "command", "command": """echo '{"declined": "split K", "estimate_ms": -0.2}'"""})
                      ).propose(brief(), repo)
     assert (p.kind, p.message, p.estimate_ms) == ("declined", "split K", -0.2)
-    p = make_agent({"backend": "command", "command": "sleep 30", "timeout_s": 0.5}).propose(brief(), repo)
+    p = make_agent(agent_settings({"backend": "command", "command": "sleep 30", "timeout_s": 0.5})).propose(brief(), repo)
     assert p.kind == "failed" and p.timed_out and "timed out after 0.5s" in p.reason
 
 
@@ -386,8 +386,8 @@ def test_anthropic_loop_edits_refuses_tests_and_commits(repo, monkeypatch):
         [tool_use(7, "finish", kind="commit", message="moe: block_m 32")],
         usage=lambda i: (1000, 50) if i == 5 else (100, 20)))
     try:
-        agent = make_agent({"backend": "anthropic", "model": "claude-sonnet-4-5", "max_turns": 10,
-                            "max_retries": 0}, api_key="test-key", base_url=api.url)
+        agent = make_agent(agent_settings({"backend": "anthropic", "model": "claude-sonnet-4-5", "max_turns": 10,
+                            "max_retries": 0}), api_key="test-key", base_url=api.url)
         quick = (f"{sys.executable} -c \"import os; "
                  f"print('quick ok', os.environ.get('ANTHROPIC_API_KEY'))\"")
         p = agent.propose(brief(quick_test=quick), repo)
@@ -429,15 +429,15 @@ def test_anthropic_declines_and_caps_turns(repo):
         [tool_use(1, "finish", kind="declined", message="no idea")],  # no estimate
         [tool_use(2, "finish", kind="declined", message="split K", estimate_ms=-0.3)]))
     try:
-        p = make_agent({"backend": "anthropic", "max_retries": 0}, api_key="k", base_url=api.url).propose(brief(), repo)
+        p = make_agent(agent_settings({"backend": "anthropic", "max_retries": 0}), api_key="k", base_url=api.url).propose(brief(), repo)
         assert (p.kind, p.message, p.estimate_ms) == ("declined", "split K", -0.3)
         assert tool_results(api.session_requests()[1])["toolu_1"]["is_error"] is True
         api.script = script(*[[{"type": "text", "text": "hmm"}]] * 3)
-        p = make_agent({"backend": "anthropic", "max_turns": 3, "max_retries": 0}, api_key="k",
+        p = make_agent(agent_settings({"backend": "anthropic", "max_turns": 3, "max_retries": 0}), api_key="k",
                            base_url=api.url).propose(brief(attempt=2), repo)
         assert p.kind == "failed" and "max_turns=3" in p.reason and p.tokens_out == 60
         api.script = script()  # no turn: the server answers 400, script exhausted
-        p = make_agent({"backend": "anthropic", "max_retries": 0}, api_key="k", base_url=api.url).propose(
+        p = make_agent(agent_settings({"backend": "anthropic", "max_retries": 0}), api_key="k", base_url=api.url).propose(
             brief(attempt=3), repo)
         assert p.kind == "failed" and "Messages API" in p.reason and "script exhausted" in p.reason
     finally:
@@ -490,7 +490,7 @@ def test_claude_code_options_and_permission_hook(repo):
 
 def test_claude_code_without_sdk(repo, monkeypatch):
     monkeypatch.setitem(sys.modules, "claude_agent_sdk", None)  # import fails as if missing
-    p = make_agent({"backend": "claude-code"}).propose(brief(), repo)
+    p = make_agent(agent_settings({"backend": "claude-code"})).propose(brief(), repo)
     assert p == Proposal(kind="failed",
                          reason="claude-agent-sdk not installed: pip install 'kern-loop[agents]'")
 
@@ -499,12 +499,12 @@ def test_claude_code_without_sdk(repo, monkeypatch):
 
 def test_make_agent_names_the_setting():
     with pytest.raises(AgentConfigError) as e:
-        make_agent({"backend": "gpt"})
+        make_agent(agent_settings({"backend": "gpt"}))
     assert "agent.backend" in str(e.value) and "tuner" in str(e.value) and "'gpt'" in str(e.value)
     with pytest.raises(AgentConfigError, match="agent.command"):
-        make_agent({"backend": "command", "command": ""})
+        make_agent(agent_settings({"backend": "command", "command": ""}))
     with pytest.raises(AgentConfigError, match="bogus"):
-        make_agent({"backend": "tuner"}, bogus=1)
+        make_agent(agent_settings({"backend": "tuner"}), bogus=1)
 
 
 def test_run_turns_an_exception_into_a_failed_proposal(repo, tmp_path, monkeypatch):

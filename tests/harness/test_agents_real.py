@@ -16,7 +16,7 @@ import pytest
 
 from harness.agents.anthropic_agent import PRICES_PER_MTOK
 from harness.agents.base import Brief
-from harness.agents.registry import make_agent
+from harness.agents.registry import agent_settings, make_agent
 from harness.cli.show import transcript_summary
 from tests.harness.messages_api import (MessagesAPI, agent_sdk, claude_cli, claude_code_session,
                                         declined_session, tool_id)
@@ -85,7 +85,7 @@ def test_claude_code_backend_through_the_sdk_and_cli(repo, cli_env):
                                  refused=("kernels/k31/reference.py", "REFERENCE = 1"))
     with MessagesAPI(script) as api:
         cli_env.setenv("ANTHROPIC_BASE_URL", api.url)
-        agent = make_agent({"backend": "claude-code", "model": MODEL, "max_turns": 12})
+        agent = make_agent(agent_settings({"backend": "claude-code", "model": MODEL, "max_turns": 12}))
         p = agent.propose(kernel_brief(), repo)
     check_requests(api)
     assert p.kind == "commit" and p.message == "moe: block_m 32", (p, api.errors)
@@ -117,11 +117,11 @@ def test_claude_code_backend_through_the_sdk_and_cli(repo, cli_env):
 
 
 def command_agent(cli: str, output: str):
-    return make_agent({
+    return make_agent(agent_settings({
         "backend": "command", "timeout_s": 120,
         "command": f"{cli} -p --model {MODEL} --allowedTools Read,Edit,Bash --output-format {output}",
         "pass_env": ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"]})
+                     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER"]}))
 
 
 def test_command_backend_runs_claude_print_mode(repo, cli_env):
@@ -169,7 +169,7 @@ def test_claude_code_backend_declines_through_the_sdk(repo, cli_env):
         pytest.skip(missing)
     with MessagesAPI(declined_session(TUNABLES, "block_m 64 spills registers", 0.3)) as api:
         cli_env.setenv("ANTHROPIC_BASE_URL", api.url)
-        p = make_agent({"backend": "claude-code", "model": MODEL}).propose(kernel_brief(), repo)
+        p = make_agent(agent_settings({"backend": "claude-code", "model": MODEL})).propose(kernel_brief(), repo)
     check_requests(api)
     assert (p.kind, p.message, p.estimate_ms) == ("declined", "block_m 64 spills registers", 0.3), p
     assert commits_since_main(repo) == []
@@ -206,7 +206,7 @@ def test_loop_tick_with_claude_code_judges_and_records_tokens_and_cost(tmp_path,
     with MessagesAPI(script) as api:
         cli_env.setenv("ANTHROPIC_BASE_URL", api.url)
         ctx, settings = context(repo)
-        orch = Orchestrator(ctx, settings.data)
+        orch = Orchestrator(ctx)
         first = orch.tick(wait_for_agents=180)
         second = orch.tick(spawn=False)
     check_requests(api)

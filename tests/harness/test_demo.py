@@ -15,7 +15,6 @@ import git
 import pytest
 import yaml
 
-from gates.scorer import bench_settings
 from harness import demo
 from harness.agents.tuner import candidates, load_tree
 from harness.settings import load, validate
@@ -83,7 +82,7 @@ def test_the_demo_repository_starts_slow_and_the_tuner_tries_the_setting_first(t
     table = {n: (t.value, t.choices) for n, t in load_tree(repo).items()}
     n = demo.START_PASSES
     assert table["moe.experts.passes"] == (n, (0, 1, n))
-    prefer = s["agent"]["tunables"]
+    prefer = s.resolve(False).agent.tunables
     # whatever the seed: the slow start -> 1 first; from 1, the two other moves before any other tunable
     for seed in range(30):
         first = candidates(table, [], "moe.experts", seed, prefer)[0]
@@ -109,8 +108,7 @@ def test_the_demo_ab_shape_stays_decided_on_a_loaded_machine():
     process (the CI's other slow worker and more): 'faster' in at least 997 of 1000 (resp.
     'slower' or 'within noise', the demo's third kind, in all), and the re-measurement of the
     large gain (bench.reverify_rounds, sides in alternating processes) 'faster' in 990."""
-    s = load(ROOT / "kern.yaml")
-    cfg = bench_settings(s["bench"], s.profile(False))
+    cfg = load(ROOT / "kern.yaml").resolve(False).bench
     rounds, replays = demo.SETTINGS["profiles.cpu.rounds"], demo.SETTINGS["profiles.cpu.replays"]
     slow, fast = STEP_MS + (demo.START_PASSES - 1) * PASS_MS, STEP_MS
     load_ = dict(steady=1, bursty=1)
@@ -118,7 +116,7 @@ def test_the_demo_ab_shape_stays_decided_on_a_loaded_machine():
     assert seen.get("faster", 0) >= 997, seen
     seen = classifications(4, 1000, fast, slow, rounds, replays, cfg, **load_)
     assert seen.get("slower", 0) + seen.get("within noise", 0) == 1000, seen
-    again = classifications(5, 1000, slow, fast, int(s["bench"]["reverify_rounds"]), replays, cfg,
+    again = classifications(5, 1000, slow, fast, cfg.reverify_rounds, replays, cfg,
                             gap_s=4.0, **load_)
     assert again.get("faster", 0) >= 990, again
 

@@ -65,7 +65,7 @@ def test_a_short_disk_requeues_the_attempt_and_stops_the_loop_before_any_side(ju
     (stale / "kept_a.pt").write_text("x")
     (stale / "record.log").write_text("x")
     monkeypatch.setattr(disk, "free_bytes", lambda folder: 1000)
-    rep = Orchestrator(ctx, settings.data).tick(spawn=False)
+    rep = Orchestrator(ctx).tick(spawn=False)
     a = ctx.ledger.attempt(n)
     assert a.state == L.QUEUED and a.reason.startswith(f"environment: disk: {ctx.runs / 'tap'} has 1000 bytes free")
     assert "the operator must free space" in a.reason and rep.stop == a.reason
@@ -87,7 +87,7 @@ def test_a_side_that_ran_out_of_disk_requeues_and_its_last_words_reach_kern_show
     repo, sha, ctx, settings, seen = judged
     n = queued(ctx, sha, "cand")
     monkeypatch.setattr("gates.accuracy.run_test", _ended(FULL, "INCONCLUSIVE"))
-    rep = Orchestrator(ctx, settings.data).tick(spawn=False)
+    rep = Orchestrator(ctx).tick(spawn=False)
     a = ctx.ledger.attempt(n)
     assert a.state == L.QUEUED and rep.stop == a.reason == (
         "environment: disk: accuracy gate's A record ran out of disk space writing /r/runs/tap/m-k: the "

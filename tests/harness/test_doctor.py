@@ -2,6 +2,7 @@
 repository (no network, no GPU needed)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sqlite3
@@ -104,15 +105,17 @@ def test_the_disk_need_follows_the_configured_workload():
     GiB free is fine for the demo; a measured figure never goes past the budget."""
     from gates.disk import judgment_bytes
 
-    cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
-    gpu = judgment_bytes(cfg, cfg["profiles"]["gpu"])
-    cpu = judgment_bytes(cfg, cfg["profiles"]["cpu"])
-    assert gpu.kept == cfg["test"]["snapshot_budget_mb"] << 20
+    from harness.settings import load
+
+    g, c = load(ROOT / "kern.yaml").resolve(True), load(ROOT / "kern.yaml").resolve(False)
+    gpu = judgment_bytes(g.machine, g.test, g.bench)
+    cpu = judgment_bytes(c.machine, c.test, c.bench)
+    assert gpu.kept == int(g.test.snapshot_budget_mb) << 20
     assert cpu.kept == 8 << 20 and cpu.need < 1 * D.GIB
     assert D.disk_finding({"path": "/r/runs", "free_bytes": 5 * D.GIB}, cpu).status == D.OK
     assert D.disk_finding({"path": "/r/runs", "free_bytes": 5 * D.GIB}, gpu).status == D.FAIL
-    cfg["profiles"]["cpu"]["recording_mb"] = 10 ** 6
-    assert judgment_bytes(cfg, cfg["profiles"]["cpu"]).kept == gpu.kept
+    big = dataclasses.replace(c.machine, recording_mb=10 ** 6)
+    assert judgment_bytes(big, c.test, c.bench).kept == gpu.kept
 
 
 @pytest.mark.parametrize("probe,status,words", [

@@ -231,14 +231,14 @@ def test_two_slots_judge_two_attempts_at_once_and_apply_them_in_number_order(tmp
 
     def run_bench(req, progress=print):
         gates.calls.append(("bench", req.rev, req.base))
-        return faster(req.profile, req.settings["bench"], 0.1 if req.rev == one else -0.1)
+        return faster(req.machine, req.scorer, 0.12 if req.rev == one else -0.12)
 
     monkeypatch.setattr("gates.accuracy.run_test", run_test)
     monkeypatch.setattr("gates.scorer.run_bench", run_bench)
     ctx, settings_ = context(repo)
     base = git.Repo(repo).head.commit.hexsha
     n1, n2 = queued(ctx, one, "one"), queued(ctx, two, "two")
-    rep = Orchestrator(ctx, settings_.data).tick(spawn=False)
+    rep = Orchestrator(ctx).tick(spawn=False)
     assert [c[0] for c in rep.collected] == [n1, n2]
     rows = [(a.number, a.state, a.reason, a.gate) for a in ctx.ledger.attempts()]
     assert sorted(seen) == sorted([(one, ""), (two, "")]), rows  # CPU slots: no GPU visible

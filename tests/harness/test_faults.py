@@ -22,6 +22,7 @@ import git
 import pytest
 
 from gates.scorer import analyse
+from gates.settings import MachineProfile, ScorerSettings
 from harness import cli, faults
 from harness import ledger as L
 from harness.agents.base import Proposal, ProposalError, parse_proposal
@@ -38,10 +39,11 @@ PIPELINE = [s for s in faults.STEPS if s != "spawn"]
 
 
 # --------------------------------------------------------------------------- stand-ins
-def faster(profile: dict, bench_cfg: dict, speedup: float = 0.1) -> dict:
+def faster(machine: MachineProfile, scorer: ScorerSettings, speedup: float = 0.12) -> dict:
     """A kern bench result: B ``speedup`` faster than A at every bucket, no noise, analysed by
-    the scorer's own statistics (so the decision is the real one)."""
-    buckets, weights = profile["buckets"], profile["weights"]
+    the scorer's own statistics on its settings (so the decision is the real one: the cpu
+    profile's noise floor is 10 %, a gain beyond 15 % would be re-measured)."""
+    buckets, weights = list(machine.buckets), list(machine.weights)
 
     def visit(f):
         return {b: [10.0 * b * f] * 3 for b in buckets}
@@ -52,11 +54,11 @@ def faster(profile: dict, bench_cfg: dict, speedup: float = 0.1) -> dict:
                   for b in buckets] for k in blocks}
     verify = {"verify": {k: {b: {"equal": True} for b in buckets} for k in blocks}}
     return {"outcome": "ok", "buckets": buckets,
-            "analysis": analyse(samples, blocks, checks, verify, bench_cfg, buckets, weights)}
+            "analysis": analyse(samples, blocks, checks, verify, scorer, buckets, weights)}
 
 
 class Gates:
-    """kern test and kern bench stand-ins: PASS, then B 10 % faster. Every call is recorded as
+    """kern test and kern bench stand-ins: PASS, then B 12 % faster. Every call is recorded as
     (gate, rev, base); ``on_bench`` runs inside the scorer (a person acting meanwhile)."""
 
     def __init__(self, monkeypatch, on_bench=None, reasons=("400 op calls bit-identical",)):
@@ -73,7 +75,7 @@ class Gates:
         self.calls.append(("bench", req.rev, req.base))
         if self.on_bench:
             self.on_bench(req)
-        return faster(req.profile, req.settings["bench"])
+        return faster(req.machine, req.scorer)
 
 
 def killed_at(step: str, work) -> None:
@@ -103,7 +105,8 @@ def fake_profile(repo: Path, ops: list[str]) -> None:
     import torch
 
     settings, cuda = load(repo / "kern.yaml"), torch.cuda.is_available()  # as context() picks it
-    path = profile_path(repo / "runs", sha, profile_spec(settings.data, settings.profile(cuda), cuda), cuda)
+    cfg = settings.resolve(cuda)
+    path = profile_path(repo / "runs", sha, profile_spec(cfg.target, cfg.machine, cuda), cuda)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = {name: {"ms": 10.0 - i, "floor_ms": 0.5, "free_ms": None} for i, name in enumerate(ops)}
     path.write_text(json.dumps({"profile": {"rows": 4, "step_ms": 60.0, "ops": rows}}))
@@ -143,7 +146,7 @@ def test_killed_at_every_step_resumes_with_no_lost_row_and_one_merge(step, tmp_p
     assert a.state == (L.MERGED if step == "notes" else L.JUDGING), a
     assert ctx.repo.main_sha() == (sha if after_merge else base)
     assert ctx.repo.note(sha) is None
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
     done = orch.resume()
     if PIPELINE.index(step) < PIPELINE.index("merge"):
         # a kern try's attempt whose process died before its decision reached the ledger: the
@@ -179,7 +182,7 @@ def test_killed_while_starting_an_agent_the_attempt_is_recorded_on_resume(tmp_pa
 
     def tick():
         ctx, settings = context(repo)
-        Orchestrator(ctx, settings.data).tick()
+        Orchestrator(ctx).tick()
 
     killed_at("spawn", tick)
     ctx, settings = context(repo)
@@ -187,7 +190,7 @@ def test_killed_while_starting_an_agent_the_attempt_is_recorded_on_resume(tmp_pa
     d, wt = attempt_dir(ctx.runs, a.number), ctx.repo.worktree_for(a.number, ctx.runs)
     assert (a.state, a.commit_sha) == (L.QUEUED, None)
     assert (d / "brief.json").exists() and not (d / "agent.pid").exists() and wt.exists()
-    done = Orchestrator(ctx, settings.data).resume()
+    done = Orchestrator(ctx).resume()
     a = ctx.ledger.attempt(a.number)
     assert done.stranded == [a.number] and done.requeued == []
     assert a.state == L.CRASHED and "before this attempt's agent started" in a.reason
@@ -242,7 +245,7 @@ def test_agents_that_hang_crash_babble_or_break_the_rules_are_recorded(tmp_path,
     base = git.Repo(repo).head.commit.hexsha
     gates = Gates(monkeypatch)
     ctx, settings = context(repo)
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
     assert [n for n, _ in orch.tick().spawned] == [1, 2, 3, 4, 5, 6, 7]
     orch.wait_agents([2, 3, 4, 5, 6, 7], 60)
     hung = agent_pid(attempt_dir(ctx.runs, 1))
@@ -367,7 +370,7 @@ def test_disk_full_while_writing_a_brief_records_the_attempt_and_stops(tmp_path,
         return write_text(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "write_text", full)
-    rep = Orchestrator(ctx, settings.data).tick()
+    rep = Orchestrator(ctx).tick()
     (a,) = ctx.ledger.attempts()  # the second target was never started
     assert a.state == L.CRASHED and a.reason.startswith("disk full while starting the agent writing ")
     assert a.reason.split(" writing ")[1].startswith(str(attempt_dir(ctx.runs, 1) / "brief.json"))
@@ -390,14 +393,14 @@ def test_disk_full_while_judging_requeues_the_attempt_and_stops(tmp_path, monkey
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(spec))
 
     monkeypatch.setattr("gates.accuracy.run_test", full)
-    rep = Orchestrator(ctx, settings.data).tick(spawn=False)
+    rep = Orchestrator(ctx).tick(spawn=False)
     a1, a2 = ctx.ledger.attempt(n1), ctx.ledger.attempt(n2)
     assert a1.state == L.QUEUED and a1.reason.startswith(f"disk full while judging writing {spec}")
     assert (a2.state, a2.reason) == (L.QUEUED, "re-queued after a restart")  # not touched
     assert rep.stop == a1.reason and len(gates.calls) == 1
 
     monkeypatch.setattr("gates.accuracy.run_test", gates.run_test)  # the operator freed space
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
     orch.resume()
     orch.tick(spawn=False)
     a1, a2 = ctx.ledger.attempt(n1), ctx.ledger.attempt(n2)

@@ -8,6 +8,7 @@ attempt 1's, field for field.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -19,7 +20,8 @@ from harness import cli
 from harness import ledger as L
 from harness.cli.judge import ReplayError, hidden_inputs, recorded_hidden
 from harness.pipeline import Outcome, try_commit, with_hidden
-from tests.gates.candidates import candidate, context, make_repo
+from harness.settings import load
+from tests.gates.candidates import ROOT, candidate, context, make_repo
 
 WHERE = "runs/ledger.sqlite"
 
@@ -50,8 +52,11 @@ def test_hand_runs_draw_afresh_and_the_decision_carries_the_values():
     class Args:
         replay_attempt = None
 
-    settings, prof = {"test": {"hidden_rows": 2}}, {"buckets": [64], "test_rows": [1, 3]}
-    (a, ra), (b, rb) = (hidden_inputs(Args, "/nonexistent", settings, prof) for _ in range(2))
+    cfg = load(ROOT / "kern.yaml").resolve(False)
+    cfg = dataclasses.replace(cfg, test=dataclasses.replace(cfg.test, hidden_rows=2),
+                              machine=dataclasses.replace(cfg.machine, buckets=(64,), weights=(1,),
+                                                          test_rows=(1, 3)))
+    (a, ra), (b, rb) = (hidden_inputs(Args, "/nonexistent", cfg) for _ in range(2))
     assert ra is rb is None and a != b and len(a.extra_rows) == 2
     out = Outcome("abandoned", "accuracy", {"gate": GateSummary(scope_problems=())})
     assert with_hidden(out, None) == out

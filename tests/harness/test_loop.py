@@ -16,7 +16,6 @@ import time
 import git
 import pytest
 
-from gates.scorer import bench_settings
 from harness.orchestrator import Orchestrator
 from harness.settings import load
 from tests.gates.candidates import ROOT, context, make_repo
@@ -35,15 +34,14 @@ def test_the_ab_shape_tells_the_patches_apart_on_a_loaded_machine():
     3 of 1000 A/Bs undecided (at the former 2 rounds x 3 replays: 670 for 'once'); the
     re-measurement of a large gain (one round, alternating processes) at most 5 of 1000 with
     one busy and two bursty processes, 20 of 1000 with three bursty."""
-    s = load(ROOT / "kern.yaml")
-    cfg = bench_settings(s["bench"], s.profile(False))
+    cfg = load(ROOT / "kern.yaml").resolve(False).bench
     rounds, replays = LIGHT["profiles.cpu.rounds"], LIGHT["profiles.cpu.replays"]
     for base, passes, want in ((BASE_PASSES, 1, "faster"), (BASE_PASSES, 2, "faster"),
                                (LIGHT_BASE_PASSES, SLOWER_PASSES, "slower")):
         seen = classifications(passes, 1000, STEP_MS + base * PASS_MS, STEP_MS + passes * PASS_MS,
                                rounds, replays, cfg)
         assert seen.get(want, 0) >= 997, (base, passes, seen)
-    again = int(s["bench"]["reverify_rounds"])
+    again = cfg.reverify_rounds
     for passes in (1, 2):
         # the acceptance load of issue 18 (a busy loop beside the other worker's sides), then
         # the harsher model the A/B shape above is held to
@@ -64,7 +62,7 @@ def test_tuner_pointed_at_the_slow_setting_has_its_commit_judged_faster_and_merg
                                 "agent.tunables": ["moe.situ.passes", "*"]})
     slow_base(repo)
     ctx, settings = context(repo)
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
     orch.tick(wait_for_agents=60)
     orch.tick(spawn=False)
     merged = [a for a in ctx.ledger.attempts() if a.state == "merged"]
@@ -94,7 +92,7 @@ def test_kill_during_a_gate_resumes_without_loss_or_duplicate(tmp_path):
     ctx, settings = context(repo)
     before = ctx.ledger.attempts()
     assert len(before) == 1 and before[0].state == "judging"
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
     assert orch.resume().requeued == [before[0].number]
     orch.tick(spawn=False)
     after = ctx.ledger.attempts()

@@ -26,9 +26,9 @@ def light_repo(tmp_path: Path, overrides: dict) -> Path:
 
 def orchestrator(repo: Path) -> Orchestrator:
     s = load(repo / "kern.yaml")
-    ctx = Context(Repo(repo), s.data, s.profile(False), repo / "runs", False,
+    ctx = Context(Repo(repo), s.resolve(False), repo / "runs", False,
                   L.Ledger(L.default_path(repo)), progress=lambda m: None, settings_digest=s.digest)
-    return Orchestrator(ctx, s.data)
+    return Orchestrator(ctx)
 
 
 def working_agent(orch: Orchestrator) -> tuple[int, subprocess.Popen]:

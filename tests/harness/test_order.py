@@ -88,7 +88,7 @@ def test_a_tick_judges_in_number_order_whichever_agent_finished_first(finish, tm
     fake_profile(repo, ["moe.situ", "moe.combine", "moe.router"])
     gates = Gates(monkeypatch)
     ctx, settings_ = context(repo)
-    orch = Orchestrator(ctx, settings_.data)
+    orch = Orchestrator(ctx)
     assert [n for n, _ in orch.tick().spawned] == [1, 2, 3]
 
     collected = []

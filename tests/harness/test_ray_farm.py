@@ -12,6 +12,7 @@ from harness import ledger as L
 from harness.farm import FarmError, Slot
 from harness.gitcmd import GitError, git
 from harness.orchestrator import rerun_wanted
+from harness.settings import Farm
 from harness.ray_farm import (_unbundle, check_reachable, local_resources, make_bundle, node_slot,
                               parse_address, task_options)
 from tests.gates.candidates import candidate, make_repo
@@ -60,7 +61,7 @@ def test_without_ray_installed_farm_kind_ray_says_how_to_install_it(monkeypatch)
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     with pytest.raises(FarmError, match=r"pip install 'kern-loop\[farm\]' \(or set farm.kind to local\)"):
-        ray_farm.RayFarm(".", {"farm": {"kind": "ray", "address": ""}}, False, [Slot("h", "cpu0")])
+        ray_farm.RayFarm(".", Farm(kind="ray", address=""), False, [Slot("h", "cpu0")])
 
 
 def test_what_a_task_asks_of_ray_and_what_a_local_instance_offers():

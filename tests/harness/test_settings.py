@@ -10,7 +10,7 @@ import pytest
 import yaml
 from hypothesis import given, settings as hsettings, strategies as st
 
-from harness.settings import SettingsError, load, resolve, validate
+from harness.settings import SettingsError, apply_overrides, load, resolve, validate
 
 KERN_YAML = Path(__file__).resolve().parents[2] / "kern.yaml"
 DATA = yaml.safe_load(KERN_YAML.read_text())
@@ -25,13 +25,13 @@ def walk(value, path=""):
         yield path
 
 
-def held(resolved, path: str) -> bool:
-    """Whether ``path`` of kern.yaml reaches a field of the typed settings: sections are
-    dataclasses, ``profiles.<this machine>`` is ``machine``, mappings inside a field (the
-    per-op reference tolerances) are data of that field."""
+def held(resolved, path: str, machine: str = "cpu") -> bool:
+    """Whether ``path`` of kern.yaml reaches a field of the typed settings resolved for
+    ``machine``: sections are dataclasses, ``profiles.<machine>`` is ``machine``, mappings
+    inside a field (the per-op reference tolerances) are data of that field."""
     parts = path.split(".")
     if parts[0] == "profiles":
-        if len(parts) < 3 or parts[1] != resolved.machine.name:
+        if len(parts) < 3 or parts[1] != machine:
             return True  # the other machine's profile: checked by resolving for that machine
         obj, parts = resolved.machine, parts[2:]
     else:
@@ -48,9 +48,12 @@ def held(resolved, path: str) -> bool:
 @pytest.mark.parametrize("cuda", [False, True])
 def test_every_key_of_kern_yaml_is_a_field_of_the_typed_settings(cuda):
     resolved = resolve(DATA, cuda)
-    unread = [p for p in walk(DATA) if not held(resolved, p)]
+    unread = [p for p in walk(DATA) if not held(resolved, p, "gpu" if cuda else "cpu")]
     assert unread == [], f"kern.yaml keys no code reads (remove them or add a field): {unread}"
-    assert resolved.machine.name == ("gpu" if cuda else "cpu")
+    assert resolved.machine == resolve(DATA, cuda).machine
+    assert (resolved.machine.model, resolved.machine.buckets) == \
+        (DATA["profiles"]["gpu" if cuda else "cpu"]["model"],
+         tuple(DATA["profiles"]["gpu" if cuda else "cpu"]["buckets"]))
 
 
 @pytest.mark.parametrize("where", ["bench.warmup", "profiles.cpu.warmup", "step.retries", "timeouts"])
@@ -84,9 +87,11 @@ def test_the_profile_noise_floor_wins_over_the_bench_section():
     cpu, gpu = resolve(DATA, False), resolve(DATA, True)
     assert cpu.bench.noise_pct == DATA["profiles"]["cpu"]["noise_pct"] != DATA["bench"]["noise_pct"]
     assert "noise_pct" not in DATA["profiles"]["gpu"] and gpu.bench.noise_pct == DATA["bench"]["noise_pct"]
-    handed = {**DATA["profiles"]["cpu"], "noise_pct": 3.0, "buckets": [2], "weights": [1]}
-    r = resolve(DATA, False, handed)
+    data = apply_overrides(DATA, ["profiles.cpu.noise_pct=3.0", "profiles.cpu.buckets=[2]",
+                                  "profiles.cpu.weights=[1]"])
+    r = resolve(data, False)
     assert r.bench.noise_pct == 3.0 and r.machine.buckets == (2,)
+    assert resolve(data, True).bench.noise_pct == DATA["bench"]["noise_pct"]
 
 
 def test_each_command_has_its_own_timeout():
@@ -134,9 +139,18 @@ def test_a_profile_value_of_the_wrong_kind_names_key_expected_and_found(key, bad
     assert repr(bad) in problems[0] or str(bad) in problems[0]
 
 
-def test_a_handed_profile_is_validated_too():
-    with pytest.raises(SettingsError, match=r"profiles\.cpu \(as handed over\)\.rounds"):
-        resolve(DATA, False, {**DATA["profiles"]["cpu"], "rounds": 0})
+def test_a_hand_made_section_is_validated_too():
+    """A section built in code (a test's narrowed profile) is checked as kern.yaml's is."""
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    m = resolve(DATA, False).machine
+    with pytest.raises(ValidationError, match="rounds"):
+        dataclasses.replace(m, rounds=0)
+    with pytest.raises(ValidationError, match="one weight per bucket"):
+        dataclasses.replace(m, buckets=(2, 4, 8))
+    assert dataclasses.replace(m, buckets=[2], weights=[1]).buckets == (2,)
 
 
 # ---- the dataclasses are the schema ------------------------------------------------------------
@@ -146,29 +160,56 @@ def sections():
     from harness import settings as S
 
     out = [(name, cls) for name, cls in S._SECTIONS.items()]
-    out += [(f"profiles.{m}", S.Profile) for m in ("gpu", "cpu")]
+    out += [(f"profiles.{m}", S.MachineProfile) for m in ("gpu", "cpu")]
     return out
+
+
+def number_range(typ):
+    """The range of the numbers an annotation holds (the first bound found), or None."""
+    import typing
+
+    from harness import settings as S
+
+    base, meta = S.unwrap(typ)
+    if base in (int, float):
+        return S.Range.of(meta)
+    for arg in typing.get_args(base):
+        found = number_range(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def holds_numbers(typ) -> bool:
+    import typing
+
+    from harness import settings as S
+
+    base, _ = S.unwrap(typ)
+    if base in (int, float):
+        return True
+    if typing.get_origin(base) in (typing.Literal,) or is_dataclass(base):
+        return False
+    return any(holds_numbers(a) for a in typing.get_args(base) if a is not Ellipsis)
 
 
 def numeric_fields():
     """(section path, field, its range) of every key whose value is or holds numbers."""
     import typing
 
-    from harness import settings as S
-
     out = []
     for where, cls in sections():
-        hints = typing.get_type_hints(cls)
-        for f in S._keys(cls):
-            text = str(hints[f.name])
-            if ("int" in text or "float" in text) and "Tolerance" not in text:
-                out.append((where, f, f.metadata.get("range")))
+        hints = typing.get_type_hints(cls, include_extras=True)
+        for f in fields(cls):
+            if holds_numbers(hints[f.name]):
+                out.append((where, f, number_range(hints[f.name])))
     return out
 
 
 def test_every_numeric_key_has_a_range():
     missing = [f"{w}.{f.name}" for w, f, rng in numeric_fields() if rng is None]
-    assert missing == [], f"numeric keys without a range (key(..., ge=/gt=/le=/lt=)): {missing}"
+    assert missing == [], f"numeric keys without a range (Ge/Gt/Le/Lt on the number): {missing}"
+    assert len(numeric_fields()) > 40  # the walk finds them (every section holds some)
 
 
 def outside(rng, is_int: bool):
@@ -184,7 +225,7 @@ def test_a_value_outside_its_range_names_the_key_and_states_the_range(where, f, 
 
     from harness import settings as S
 
-    cls = dict(sections())[where] if not where.startswith("profiles") else S.Profile
+    cls = dict(sections())[where]
     typ = str(typing.get_type_hints(cls)[f.name])
     bad = outside(rng, "int" in typ and "float" not in typ)
     if "tuple" in typ and "Mapping" not in typ:
@@ -220,6 +261,9 @@ def test_a_value_outside_its_range_names_the_key_and_states_the_range(where, f, 
                                           "{'claude-x': [3.0]}"),
     ("agent.max_turns", "40", "agent.max_turns: expected an integer >= 1 and <= 1000, found '40'"),
     ("agent.quick_timeout_s", True, "agent.quick_timeout_s: expected a number > 0, found True"),
+    # YAML's !!set: pydantic would take it for a list, in an order that is not the file's
+    ("profiles.cpu.test_rows", {1, 3}, "profiles.cpu.test_rows: expected a list, not a set, found {1, 3}"),
+    ("loop.targets", {"moe.experts"}, "loop.targets: expected a list, not a set, found {'moe.experts'}"),
 ])
 def test_nonsense_values_are_refused_with_the_accepted_range(path, value, message):
     data = copy.deepcopy(DATA)
@@ -258,7 +302,7 @@ def test_every_key_of_every_section_is_written_and_commented_in_kern_yaml():
 
     lines = KERN_YAML.read_text().splitlines()
     for name, cls in S._SECTIONS.items():
-        assert set(DATA[name]) == {f.name for f in S._keys(cls)}, name
+        assert set(DATA[name]) == set(S.keys(cls)), name
     at = {}
     section = None
     for i, line in enumerate(lines):
@@ -270,7 +314,9 @@ def test_every_key_of_every_section_is_written_and_commented_in_kern_yaml():
         assert "#" in lines[i] or lines[i - 1].strip().startswith("#"), f"{section}.{k} has no comment"
 
 
-def test_loading_kern_yaml_imports_no_gate():
+def test_loading_kern_yaml_imports_no_gate_but_their_sections():
+    """Loading is cheap: of gates/ only the sections they take (gates/settings.py), no torch,
+    no kernel tree."""
     import subprocess
     import sys
 
@@ -279,16 +325,18 @@ def test_loading_kern_yaml_imports_no_gate():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('gates', 'torch', 'kernels')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=KERN_YAML.parent, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+    assert out.returncode == 0 and out.stdout.strip() == "['gates', 'gates.settings']", out.stderr
 
 
-def test_the_profile_override_is_the_scorer_s():
-    """The one key a machine profile shares with a section is the one the scorer overrides."""
-    from gates.scorer import PROFILE_OVERRIDES
+def test_the_one_key_a_profile_shares_with_a_section_is_the_scorer_s_noise_floor():
+    """resolve applies a machine profile's value over a gate section's for ``noise_pct`` alone:
+    no other key of a profile is also a key of the gates' sections (it would need a rule of its
+    own; ``agent.model`` names the agent's model, another thing than the profile's)."""
     from harness import settings as S
 
-    shared = {f.name for f in S._keys(S.Profile)} & {f.name for f in S._keys(S.Bench)}
-    assert shared == set(PROFILE_OVERRIDES)
+    shared = {(name, k) for name in ("target", "test", "bench")
+              for k in set(S.keys(S.MachineProfile)) & set(S.keys(S._SECTIONS[name]))}
+    assert shared == {("bench", "noise_pct")}
 
 
 @hsettings(max_examples=60, deadline=None)

@@ -14,7 +14,7 @@ from harness import cli
 from gates.summary import AccuracySummary, GateSummary
 from harness import ledger as L
 from harness.agents.base import Brief
-from harness.agents.registry import make_agent
+from harness.agents.registry import agent_settings, make_agent
 from harness.cli.show import transcript_summary
 from tests.harness.messages_api import MessagesAPI, Script
 from tests.harness.test_agents import EDITABLE, PROTECTED, repo  # noqa: F401 - repo is a fixture
@@ -145,7 +145,7 @@ def test_show_an_agent_attempt_with_its_brief_and_transcript(repo, tmp_path, cap
     (d / "brief.md").write_text(brief.text)
     led.transition(n, L.RUNNING)
     with MessagesAPI(session) as api:
-        p = make_agent({"backend": "anthropic", "model": "claude-sonnet-4-5", "max_retries": 0},
+        p = make_agent(agent_settings({"backend": "anthropic", "model": "claude-sonnet-4-5", "max_retries": 0}),
                        api_key="k", base_url=api.url).propose(brief, repo)
     (d / "proposal.json").write_text(json.dumps(p.as_dict()))
     tip = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()

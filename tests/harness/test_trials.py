@@ -70,7 +70,7 @@ def test_two_near_misses_are_tried_together_judged_merged_and_shown_in_the_journ
     n1 = _near_miss(ctx, one, "moe.situ: a comment", -0.5)
     n2 = _near_miss(ctx, two, "moe.combine: a comment", -0.2)
     n3 = _near_miss(ctx, clash, "moe.situ: another comment", -0.4)  # conflicts with #1
-    orch = Orchestrator(ctx, settings.data)
+    orch = Orchestrator(ctx)
 
     formed = orch.tick()  # judged nothing, a slot free: the trial is queued, not yet judged
     trial = ctx.ledger.attempt(4)
