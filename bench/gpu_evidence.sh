@@ -33,6 +33,9 @@
 #            bundle of the clone's main and notes (the gates' merges)
 #   judging [OLD] [KINDS...] - issue 34: the same candidates judged by kern try with OLD's gates
 #            (86661fa) and main's, one after the other; one JSON of both (judging_times.py)
+#   judging-start [OLD] [KINDS...] / judging-wait [POLLS] - the same judging phase in its own
+#            process session across device calls on one warm machine (it takes longer than one
+#            call: four judgments); judging-wait waits, then brings back what it wrote to $OUT
 #   hacks [TIMEOUT] [EXPR] - issue 13: the GPU cases of tests/adversarial (small model on the
 #            GPU); EXPR, when given, is pytest's -k (each case runs only its own scorer)
 #   fairbar [WHICH] [TIMEOUT] - issue 35: the scorer's band rule at 128k. WHICH: attempt-9 (#9's
@@ -52,6 +55,8 @@ ROOT=$PWD
 phase=${1:?phase}
 if { [ "$phase" = try-wait ] || [ "$phase" = loop-wait ]; } && [ -d /tmp/r/.git ]; then
   cd /tmp/r  # the clone try-start made on this warm machine, with its runs/
+elif [ "$phase" = judging-start ] || [ "$phase" = judging-wait ]; then
+  :  # the judging phase it starts (a second run of this script) makes its own clone
 elif command -v git >/dev/null; then
   rm -rf /tmp/r && git clone -q "$ROOT/.carry/repo.bundle" /tmp/r && cd /tmp/r && git checkout -q main
   for b in $(git for-each-ref --format='%(refname:short)' refs/remotes/origin | sed 's|^origin/||'); do
@@ -214,6 +219,21 @@ doc = {s: json.load(open(f'/tmp/judging-{s}.json')) for s in ('before', 'after')
 doc['walls'] = open('/tmp/judging.txt').read().splitlines()
 json.dump(doc, open(sys.argv[1], 'w'), indent=1)" $OUT/judging.json
   cat /tmp/judging.txt
+  ;;
+judging-start)
+  rm -rf /tmp/judging.rc /tmp/judging-out; mkdir -p /tmp/judging-out; date +%s > /tmp/judging.t0
+  setsid bash -c "OUT=/tmp/judging-out bash '$ROOT/bench/gpu_evidence.sh' judging ${*:2} > /tmp/judging.log 2>&1; echo \$? > /tmp/judging.rc" < /dev/null &
+  for i in $(seq 1 ${JUDGING_POLLS:-110}); do [ -f /tmp/judging.rc ] && break; sleep 5; done
+  tail -30 /tmp/judging.log
+  echo "judging: $( [ -f /tmp/judging.rc ] && echo "rc $(cat /tmp/judging.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/judging.t0) ))s"
+  [ -f /tmp/judging.rc ] && cp -r /tmp/judging-out/. $OUT/
+  ;;
+judging-wait)
+  for i in $(seq 1 ${2:-110}); do [ -f /tmp/judging.rc ] && break; sleep 5; done
+  tail -40 /tmp/judging.log; cp /tmp/judging.log $OUT/
+  echo "judging: $( [ -f /tmp/judging.rc ] && echo "rc $(cat /tmp/judging.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/judging.t0) ))s"
+  cp -r /tmp/judging-out/. $OUT/ 2>/dev/null
+  tar -czf $OUT/judging-logs.tgz /tmp/j-*/runs/attempts /tmp/j-*/runs/tap/*/*.log /tmp/j-*/runs/bench/*/*.log 2>/dev/null
   ;;
 fairbar)
   which=${2:-attempt-9}

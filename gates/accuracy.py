@@ -14,11 +14,13 @@ harness/terminal.py prints it as lines by section, the last starting with the ve
 from __future__ import annotations
 
 import ast
+import contextvars
 import fcntl
 import hashlib
 import json
 import os
 import shutil
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -398,7 +400,11 @@ class MainKeeper(Dialogue):
         return None
 
     def start(self, run) -> None:
-        """Run ``run(self)`` (the launcher, returning its SideOutcome) in a thread."""
+        """Run ``run(self)`` (the launcher, returning its SideOutcome) in a thread, in the
+        caller's context: the judging slot's GPUs, the sandbox mode and main's compiled cache
+        are context variables (a new thread would start without them)."""
+        caller = contextvars.copy_context()
+
         def go():
             try:
                 self.outcome = run(self)
@@ -408,7 +414,7 @@ class MainKeeper(Dialogue):
                 with self._cond:
                     self._cond.notify_all()
 
-        self._thread = threading.Thread(target=go, daemon=True)
+        self._thread = threading.Thread(target=caller.run, args=(go,), daemon=True)
         self._thread.start()
 
     def _ended(self) -> bool:
@@ -448,6 +454,18 @@ class MainKeeper(Dialogue):
         """Ask every rank to write its kept op calls; True once all said SAVED in time."""
         self._tell(KEEP_SAVE)
         return self.asked == KEEP_SAVE and self._wait(lambda: self.saved >= self.world, timeout_s)
+
+    def kill(self) -> None:
+        """End every rank now (the judgment was interrupted: no rank may outlive it)."""
+        self.stop.set()
+        with self._cond:
+            procs = list(self.procs)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def finish(self, timeout_s: float):
         """Let the side end (KEEP_DROP unless it was asked to save) and return its outcome
@@ -496,15 +514,29 @@ class KeptOnDemand(AfterImport, Dialogue):
 def _record_and_replay(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
                        progress, hidden, stamp) -> _Sides:
     """Main's recording (or the one cached in ``a_dir``), then the candidate's replay against
-    it, main's side alive meanwhile (:class:`MainKeeper`); the caller holds ``a_dir``'s lock."""
+    it, main's side alive meanwhile (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
+    Whatever ends it early (Ctrl-C, a gate error) ends main's side too: it runs in a thread
+    that an exception in this one would never reach."""
+    keeper = MainKeeper(hidden, int(spec.get("world", 1)))
+    try:
+        return _sides(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
+                      progress, stamp, keeper)
+    except BaseException:
+        keeper.kill()
+        raise
+
+
+def _sides(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout, progress, stamp,
+           main_side: MainKeeper) -> _Sides:
     files = TapFiles(a_dir)
-    a_world = int(spec.get("world", 1))
+    a_world = main_side.world
+    hidden = main_side.hidden
     keeper = None
     if files.recorded:  # cached with its kept calls (a replayed judgment, another caller's)
         a_kind, a_wall, a_tail = "ok", 0.0, ""
     else:
         a_dir.mkdir(parents=True, exist_ok=True)
-        keeper = MainKeeper(hidden, a_world)
+        keeper = main_side
         a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
         ticks = _tagged(progress, "A record")
         quiet = None if ticks is None else (
