@@ -184,7 +184,7 @@ judging)  # issue 34's before/after: the same candidates judged by `kern try` wi
   # rounded (moe.combine's weights rounded to bf16: not identical). Usage: judging [OLD] [KINDS...]
   old=${2:-86661fa}; kinds="${*:3}"; kinds=${kinds:-identical rounded}
   python3 -c "import torch; torch.zeros(1, device='cuda')" || exit 3
-  for side in before after; do
+  for side in after before; do  # main's first: its rows are the ones the goals are read on
     rm -rf /tmp/j-$side && git clone -q /tmp/r /tmp/j-$side && cd /tmp/j-$side || exit 3
     git config user.email kern@loop; git config user.name kern-loop
     [ $side = before ] && git checkout -q -B main "$old"
