@@ -184,7 +184,9 @@ judging)  # issue 34's before/after: the same candidates judged by `kern try` wi
   # rounded (moe.combine's weights rounded to bf16: not identical). Usage: judging [OLD] [KINDS...]
   old=${2:-86661fa}; kinds="${*:3}"; kinds=${kinds:-identical rounded}
   python3 -c "import torch; torch.zeros(1, device='cuda')" || exit 3
-  for side in after before; do  # main's first: its rows are the ones the goals are read on
+  # main's first: its rows are the ones the goals are read on (JUDGING_SIDES=after: main's alone)
+  sides=${JUDGING_SIDES:-after before}
+  for side in $sides; do
     rm -rf /tmp/j-$side && git clone -q /tmp/r /tmp/j-$side && cd /tmp/j-$side || exit 3
     git config user.email kern@loop; git config user.name kern-loop
     [ $side = before ] && git checkout -q -B main "$old"
@@ -208,16 +210,16 @@ PY
     done
     cd /tmp/r
   done
-  for side in before after; do
+  for side in $sides; do
     python3 bench/tools/judging_times.py --ledger /tmp/j-$side/runs/ledger.sqlite \
       --attempts /tmp/j-$side/runs/attempts --out /tmp/judging-$side.json \
       --note "kern try of $kinds with the gates of $( [ $side = before ] && echo $old || git rev-parse --short main) (bench/gpu_evidence.sh judging)"
   done
   python3 -c "
 import json, sys
-doc = {s: json.load(open(f'/tmp/judging-{s}.json')) for s in ('before', 'after')}
+doc = {s: json.load(open(f'/tmp/judging-{s}.json')) for s in sys.argv[2:]}
 doc['walls'] = open('/tmp/judging.txt').read().splitlines()
-json.dump(doc, open(sys.argv[1], 'w'), indent=1)" $OUT/judging.json
+json.dump(doc, open(sys.argv[1], 'w'), indent=1)" $OUT/judging.json $sides
   cat /tmp/judging.txt
   ;;
 judging-start)
