@@ -9,7 +9,7 @@ needs them, main's repeat and band passes (once per main, touched ops and spec: 
 load what they measured; the recordings' tensors are deleted once the verdict is made. Core:
 ``verdict.judge`` over that evidence. Output: the typed result and its report (one JSON object;
 harness/terminal.py prints it as lines by section, the last starting with the verdict); its
-``phases`` are where the judgment's time went (gates/phases.py).
+``phases`` are where the judgment's time went (gates/rules/phases.py).
 """
 from __future__ import annotations
 
@@ -26,13 +26,14 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, compiled, disk, filemarks, launch_ranks, logits, sandbox, scope, verdict
+from . import checkout, compiled, disk, filemarks, launch_ranks, logits, sandbox
 from .after_import import AfterImport, Dialogue
 from .events import PassTick, SideEnded
-from .phases import Span, rest, side_spans
 from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED, SAVED, WANT_KEPT,
                        Hidden, TapFiles, handover_line, tap_rows)
 from .results import AccuracyResult, LastWords
+from .rules import footprint, scope, verdict
+from .rules.phases import Span, rest, side_spans
 from .settings import AccuracySettings, MachineProfile, Target
 from .spec import side_spec
 
@@ -55,7 +56,7 @@ class AccuracyRequest:
     layout: str | None = None  # None: the machine profile's
     base_world: int | None = None  # --base-gpus: A on this many ranks of its own layout
     base_layout: str | None = None
-    # the judgment's hidden inputs (gates/hidden.py), the same for A and B; None: none (the
+    # the judgment's hidden inputs (gates/rules/hidden.py), the same for A and B; None: none (the
     # target seed, the visible rows). The pipeline and the CLI draw one per judgment.
     hidden: Hidden | None = None
 
@@ -177,7 +178,7 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass, and a ``SideEnded`` for each side that ended badly. Raises
-    ``gates.disk.DiskShort`` before any side starts when runs/tap lacks the room; when it
+    ``gates.rules.footprint.DiskShort`` before any side starts when runs/tap lacks the room; when it
     returns, no tensor of this judgment's recordings is left (unless another judgment still
     holds the same recording: then that one deletes it)."""
     with sandbox.configured(req.sandbox), \
@@ -192,15 +193,15 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
 
 
 def tap_bytes(req: AccuracyRequest) -> int:
-    """What this gate's tap writes under runs/tap at most (``gates.disk.judgment_bytes``)."""
-    return disk.judgment_bytes(req.machine, req.accuracy, world=req.world, layout=req.layout,
+    """What this gate's tap writes under runs/tap at most (``gates.rules.footprint.judgment_bytes``)."""
+    return footprint.judgment_bytes(req.machine, req.accuracy, world=req.world, layout=req.layout,
                                base_world=req.base_world, base_layout=req.base_layout,
                                copies=disk.copied()).tap
 
 
 def room_for(req: AccuracyRequest) -> None:
     """Before any side starts: what a killed earlier run left in runs/tap deleted, then
-    :class:`~gates.disk.DiskShort` unless the disk has room for this tap."""
+    :class:`~gates.rules.footprint.DiskShort` unless the disk has room for this tap."""
     disk.sweep(req.runs_dir / "tap")
     disk.check({req.runs_dir / "tap": tap_bytes(req)}, "this accuracy gate")
 
@@ -607,7 +608,7 @@ def band_inputs(target: Target, machine: MachineProfile, accuracy: AccuracySetti
     agent the band itself, which it could estimate from the visible seed before."""
     import random
 
-    from . import hidden as draws
+    from .rules import hidden as draws
 
     seed = target.seed
     extra = draws.draw(random.Random(f"band/{seed}"), machine.buckets, machine.test_rows,

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from . import checkout, launch_ranks, sandbox
 from .protocol import tap_rows
+from .rules import confinement
 from .settings import MachineProfile, Target
 from .spec import side_spec
 
@@ -133,7 +134,7 @@ def _compile(repo, sha, runs, tree, spec, key, timeout_s, progress) -> CompiledC
     worktree = checkout.checkout(repo, sha, runs)
     with sandbox.seeded(None):
         res = launch_ranks.run("compile", worktree, spec, work / "compile.json", timeout_s, progress)
-    built = work / sandbox.COMPILED_CACHE
+    built = work / confinement.COMPILED_CACHE
     if not res.ok:
         shutil.rmtree(built, ignore_errors=True)
         last = [ln for ln in res.log_tail.strip().splitlines() if ln.strip()][-1:]

@@ -3,7 +3,7 @@ minimal environment and a wall-clock limit (several ranks: ``gates/launch_ranks.
 crash, hang or illegal memory access of a candidate ends its process, never the caller's.
 
 The hand-over: a side's spec file, argv and environment hold only what kern.yaml says; the
-judgment's hidden inputs (``gates/hidden.py``) reach it on its stdin, and only after it has
+judgment's hidden inputs (``gates/rules/hidden.py``) reach it on its stdin, and only after it has
 imported the candidate's tree: the side writes ``protocol.IMPORTED`` as its first line on stdout,
 the coordinator answers with ``protocol.handover_line`` (run and tap modes: :func:`hand_over`,
 then stdin closes; bench sides: inside their ``prepare`` request). So no

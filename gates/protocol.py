@@ -44,7 +44,7 @@ class HiddenError(ValueError):
 
 @dataclass(frozen=True)
 class Hidden:
-    """One judgment's hidden inputs (plain data; drawn by ``gates/hidden.py``)."""
+    """One judgment's hidden inputs (plain data; drawn by ``gates/rules/hidden.py``)."""
 
     input_seed: int
     extra_rows: tuple[int, ...] = ()

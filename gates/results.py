@@ -1,7 +1,7 @@
 """What ``kern test`` and ``kern bench`` found, as the loop decides on it.
 
 ``run_test`` and ``run_bench`` return a :class:`AccuracyResult` and a :class:`BenchResult`: the
-facts the merge rule (``gates/decision.py``), the ledger row and the CLI read, as typed
+facts the merge rule (``gates/rules/decision.py``), the ledger row and the CLI read, as typed
 attributes, with the full report attached (``.report``: the JSON object ``--out`` writes, the
 ledger's judgment files keep, and the report lines are printed from).
 
@@ -259,7 +259,7 @@ class BucketTimes:
 @dataclass(frozen=True)
 class BucketView:
     """One bucket of one A/B: its weight in the score, each side's times, B − A with its 95 %
-    interval and the roofline floor. With paired replays (gates/stats.py ``paired_delta``)
+    interval and the roofline floor. With paired replays (gates/rules/stats.py ``paired_delta``)
     B − A is A's median × (B/A − 1), B/A the median over the pairs of B's time over A's, so
     :attr:`ratio` is B − A's own estimate read back, its interval likewise; unpaired, B − A is
     B's median − A's median and there is no ratio."""

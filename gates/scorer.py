@@ -14,13 +14,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, compiled, disk, launch_ranks, sandbox, stats, verdict
+from . import checkout, compiled, disk, launch_ranks, sandbox
 from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
 from .launch import Interactive, SideError
-from .phases import Span, rest, side_spans
 from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
                        SaveRecord, Time, Verify)
 from .results import BenchResult, LastWords
+from .rules import ranks, stats, verdict
+from .rules.phases import Span, rest, side_spans
 from .settings import MachineProfile, ScorerSettings, Target, Thresholds
 from .spec import side_spec
 
@@ -64,7 +65,7 @@ class BenchRequest:
     # the accuracy gate's verdict on this commit and the evidence it weighed (verdict, band,
     # noise, noise_tap): the bar the timed replays' outputs are held to; None: scored alone
     accuracy: dict | None = None
-    # the judgment's hidden inputs (gates/hidden.py): both sides decode the workload of its
+    # the judgment's hidden inputs (gates/rules/hidden.py): both sides decode the workload of its
     # input seed (replay n of each side on input set n); None: the target seed
     hidden: Hidden | None = None
 
@@ -154,11 +155,11 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores",
               "compiled": main.to_dict() if main else None}
     if req.world > 1:
-        result["ranks"] = launch_ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
+        result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
     attach_spec = dict(spec)
 
     now = {"side": None}  # the side being asked, for errors that name who acts
-    # where the run's time goes (gates/phases.py): each process's start and own phases, and
+    # where the run's time goes (gates/rules/phases.py): each process's start and own phases, and
     # the coordinator's requests by kind
     spans: list = []
     spent = {"rounds": 0.0, "save": 0.0, "verify": 0.0, "extras": 0.0, "judge": 0.0}

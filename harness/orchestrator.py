@@ -28,15 +28,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.disk import DiskShort
+from gates.rules.footprint import DiskShort
 from gates.settings import MachineProfile, Target
 from gates.summary import GateSummary
 
 from . import faults
 from . import ledger as L
 from . import planning, trials
-from .briefs import ceiling_text, make_brief
 from .agents.base import ProposalError, parse_proposal
+from .briefs import ceiling_text, make_brief
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 from .processes import (agent_pid, agent_started, alive, end_agent, judge_alive, judge_of,
                         start_agent)

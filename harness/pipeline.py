@@ -2,7 +2,7 @@
 decision -> ledger row -> merge (serialized, fast-forward only; rebase and re-judge when main
 moved; a conflict is an outcome). ``kern try`` and the loop's ticks both come here.
 
-The decisions are pure: the merge rule is ``gates.decision.decide`` over the gates' typed
+The decisions are pure: the merge rule is ``gates.rules.decision.decide`` over the gates' typed
 results (``gates.results``), what the row keeps of them ``gates.summary.summarize`` (a typed
 ``GateSummary``), ``decide_outcome`` adds the measured numbers the ledger records; the rest is
 shell around the gates, git and the ledger. Every path ends in a ledger state with a reason.
@@ -16,10 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gates import decision, disk, scope, stats
+from gates import disk
 from gates.events import SideEnded
-from gates.phases import JudgmentTimes
 from gates.results import AccuracyResult, BenchResult, report_of
+from gates.rules import decision, footprint, scope, stats
+from gates.rules.phases import JudgmentTimes
 from gates.summary import GateSummary, TimesSummary, summarize
 
 from . import farm, faults, processes
@@ -103,7 +104,7 @@ REPLAY_PROTOCOL = 3
 
 def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
     """Pure: gate results (typed, or their reports: ``gates.results``) -> final state, reason
-    and the fields the ledger records. The rule itself is ``gates.decision.decide``, what the
+    and the fields the ledger records. The rule itself is ``gates.rules.decision.decide``, what the
     row keeps of the gates ``gates.summary.summarize``; this adds the measured numbers."""
     test = None if test_res is None else AccuracyResult.of(test_res)
     bench = None if bench_res is None else BenchResult.of(bench_res)
@@ -135,8 +136,8 @@ def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
 
 
 def draw_hidden(ctx: Context):
-    """One judgment's hidden inputs, from this process's own randomness (gates/hidden.py)."""
-    from gates import hidden
+    """One judgment's hidden inputs, from this process's own randomness (gates/rules/hidden.py)."""
+    from gates.rules import hidden
 
     return hidden.for_machine(ctx.cfg.machine, ctx.cfg.test)
 
@@ -229,10 +230,10 @@ def bench_request(cfg: Resolved, repo: Path, rev: str, base: str | None, runs: P
 
 def room_for_judgment(ctx: Context) -> None:
     """Before any side of a judgment starts: what a killed earlier run left in runs/tap
-    deleted, then :class:`gates.disk.DiskShort` unless runs/ has room for what one judgment of
+    deleted, then :class:`gates.rules.footprint.DiskShort` unless runs/ has room for what one judgment of
     the configured workload writes (its tap, then its scorer's timed outputs)."""
     cfg = ctx.cfg
-    need = disk.judgment_bytes(cfg.machine, cfg.test, cfg.bench, copies=disk.copied(cfg.sandbox))
+    need = footprint.judgment_bytes(cfg.machine, cfg.test, cfg.bench, copies=disk.copied(cfg.sandbox))
     disk.sweep(ctx.runs / "tap")
     disk.check({ctx.runs / "tap": need.tap, ctx.runs / "bench": need.scorer})
 
@@ -274,11 +275,11 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         faults.point("decision")
         out = with_times(with_slot(with_hidden(decide_outcome(sc, test, bench),
                                                hidden if test is not None else None), j), times)
-        if (out.reason or "").startswith(disk.REASON):
+        if (out.reason or "").startswith(footprint.REASON):
             # the environment's, not the candidate's: the row keeps the side's last words, the
             # caller re-queues it (the loop, which stops) or ends it (kern try)
             led.update(number, gate=out.fields["gate"])
-            raise disk.DiskShort(out.reason)
+            raise footprint.DiskShort(out.reason)
         if out.state != "merged":
             # no commit: the tip is the base, whose note belongs to whoever made main
             return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
@@ -338,7 +339,7 @@ def keep_evidence(runs: Path, number: int, test, bench, times: JudgmentTimes | N
     """The gates' full results of one judgment, beside the attempt's other files
     (``runs/attempts/<n>/``, one file per judgment: a rebase judges again). The ledger row holds
     the decision's summary; these hold every sample, check and timing behind it, and the
-    judgment's phases (``times``: gates/phases.py)."""
+    judgment's phases (``times``: gates/rules/phases.py)."""
     d = runs / "attempts" / str(number)
     d.mkdir(parents=True, exist_ok=True)
     n = len(list(d.glob("judgment-*.json"))) + 1
@@ -353,7 +354,7 @@ def keep_evidence(runs: Path, number: int, test, bench, times: JudgmentTimes | N
     except OSError as e:  # a full disk is the environment's: named, never a traceback
         tmp.unlink(missing_ok=True)
         if e.errno == errno.ENOSPC:
-            raise disk.DiskShort(f"{disk.REASON}: {d} is full: the judgment's evidence "
+            raise footprint.DiskShort(f"{footprint.REASON}: {d} is full: the judgment's evidence "
                                  f"({path.name}) could not be written; the operator must free "
                                  f"space on that disk", str(d)) from e
         raise
@@ -451,7 +452,7 @@ def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str
     processes.mark_judge(folder)  # kern doctor and kern cancel find this process by it
     try:
         return number, judge_and_record(ctx, number, rev_sha, base_sha)
-    except disk.DiskShort as e:  # the row ends saying so; kern's main says it and exits 4
+    except footprint.DiskShort as e:  # the row ends saying so; kern's main says it and exits 4
         ctx.ledger.transition(number, L.CRASHED, reason=str(e)[:600])
         ctx.progress(P.AttemptEnded(number, L.CRASHED, str(e)))
         raise

@@ -156,8 +156,8 @@ def test_the_walk_sees_the_real_edges():
     g = graph()
     assert {"gates.side.tap", "gates.side.replays", "gates.side.rank", "gates.interpreter",
             "gates.protocol"} <= g["gates.side.driver"]  # function-level, '.x', '..x', 'from .. import x'
-    assert "gates.scope" in g["harness.pipeline"]  # from gates import scope
-    assert "gates.scope" in g["harness.agents.rules"]
+    assert "gates.rules.scope" in g["harness.pipeline"]  # from gates import scope
+    assert "gates.rules.scope" in g["harness.agents.rules"]
     assert "harness.cli.shared" in g["harness.cli.loop"] and "harness.ledger" in g["harness.cli.loop"]
     assert len(g) > 40 and sum(map(len, g.values())) > 80
 

@@ -96,10 +96,10 @@ def test_each_gate_receives_its_section():
         ("gates.scorer", "BenchRequest", "thresholds"): "Thresholds",
         ("gates.scorer", "BenchRequest", "machine"): "MachineProfile",
         ("gates.scorer", "analyse", "cfg"): "ScorerSettings",
-        ("gates.verdict", "judge", "th"): "Thresholds",
-        ("gates.verdict", "judge_timed", "th"): "Thresholds",
+        ("gates.rules.verdict", "judge", "th"): "Thresholds",
+        ("gates.rules.verdict", "judge_timed", "th"): "Thresholds",
         ("gates.spec", "side_spec", "machine"): "MachineProfile",
-        ("gates.disk", "judgment_bytes", "accuracy"): "AccuracySettings",
+        ("gates.rules.footprint", "judgment_bytes", "accuracy"): "AccuracySettings",
         ("harness.pipeline", "Context", "cfg"): "Resolved",
     }
     got = {k: annotation(*k) for k in want}

@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from gates import sandbox  # noqa: E402
 from gates.launch import side_env  # noqa: E402
+from gates.rules import confinement  # noqa: E402
 
 PROBE = '''
 import os, sys, time
@@ -63,7 +64,7 @@ def probe(mechanism: str, work: Path) -> dict:
     try:
         with sandbox.configured(mechanism):
             cmd = sandbox.wrap(cmd, env)
-    except sandbox.SandboxUnavailable as e:  # the gates would refuse to start the side too
+    except confinement.SandboxUnavailable as e:  # the gates would refuse to start the side too
         return {"mechanism": mechanism, "rc": 125, "wall_s": 0.0, "stdout": "", "stderr": str(e)}
     t0 = time.time()
     try:

@@ -38,11 +38,12 @@ import torch
 
 from gates import sandbox
 from gates.accuracy import run_test
-from gates.scorer import run_bench
 from gates.protocol import Hidden
+from gates.rules import confinement
+from gates.scorer import run_bench
+from gates.spec import side_spec
 from harness.pipeline import accuracy_request, bench_request
 from harness.step_launch import run_step
-from gates.spec import side_spec
 from tests.adversarial import hacks as H
 from tests.gates.test_sandbox import Listener
 
@@ -100,7 +101,7 @@ def logs(root: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.log")))
 
 
-MECHANISMS = [m for m in sandbox.MECHANISMS if m == "namespaces" and not sandbox.facts().namespaces
+MECHANISMS = [m for m in confinement.MECHANISMS if m == "namespaces" and not sandbox.facts().namespaces
               or m == "landlock" and sandbox.facts().landlock_abi >= 4]
 MISSING = {"FileNotFoundError", "PermissionError"}  # absent (namespaces) or refused (landlock)
 

@@ -18,6 +18,7 @@ import pytest
 from gates import compiled as C
 from gates import sandbox as S
 from gates.launch import side_env
+from gates.rules import confinement
 from gates.settings import MachineProfile, Target
 
 TARGET = Target(tree="kernels/k31", seed=7, weight_sets=1)
@@ -60,11 +61,11 @@ def test_a_group_file_names_the_copies_and_nothing_outside_the_cache():
     lookup misses), and a member outside the cache (a side's planted path) is dropped."""
     text = json.dumps({"child_paths": {"k.json": "/srv/c/main/KEY/k.json", "k.cubin": "/srv/c/main/KEY/k.cubin",
                                        "evil": "/srv/repo/runs/ledger.sqlite", "up": "/srv/c/main/../x"}})
-    got = json.loads(S.moved_group(text, "/srv/c/main", "/run/a/.sandbox-r/triton"))
+    got = json.loads(confinement.moved_group(text, "/srv/c/main", "/run/a/.sandbox-r/triton"))
     assert got == {"child_paths": {"k.json": "/run/a/.sandbox-r/triton/KEY/k.json",
                                    "k.cubin": "/run/a/.sandbox-r/triton/KEY/k.cubin"}}
-    assert S.moved_group("not json", "/a", "/b") is None
-    assert S.moved_group(json.dumps({"child_paths": ["x"]}), "/a", "/b") is None
+    assert confinement.moved_group("not json", "/a", "/b") is None
+    assert confinement.moved_group(json.dumps({"child_paths": ["x"]}), "/a", "/b") is None
 
 
 def test_mains_recording_shown_to_the_replay_holds_nothing_of_a_sides_private_folder(tmp_path):
@@ -207,7 +208,7 @@ def test_a_side_cannot_write_the_cache_of_a_side_sharing_its_run_folder(mechanis
     with S.configured(mechanism), box:
         a = subprocess.Popen(S.wrap(side("import time; time.sleep(30)", "A")), cwd=S.HARNESS_ROOT, env=side_env())
         try:
-            mains = S.side_of(side("", "A"), None).triton_cache
+            mains = confinement.side_of(side("", "A"), None).triton_cache
             assert os.path.isdir(mains)
             r = subprocess.run(S.wrap(side(WRITE_OTHERS, "B", mains)), capture_output=True, text=True,
                                timeout=60, cwd=S.HARNESS_ROOT, env=side_env())

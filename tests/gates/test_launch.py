@@ -20,13 +20,13 @@ import torch
 
 from gates import launch
 from gates.accuracy import run_test
+from gates.rules.scope import ScopeResult
 from gates.scorer import run_bench
-from harness.terminal import scorer_report
-from harness.pipeline import accuracy_request, bench_request
 from harness import faults
+from harness.pipeline import accuracy_request, bench_request
 from harness.pipeline import decide_outcome
-from gates.scope import ScopeResult
 from harness.settings import load
+from harness.terminal import scorer_report
 from tests.gates.candidates import candidate, make_repo, side_dumps
 
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-kern-test-secret", "OPENAI_API_KEY": "sk-openai-kern-test",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import DISK_FULL, NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, AccuracyResult, LastWords
+from ..results import DISK_FULL, NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, AccuracyResult, LastWords
 
 MERGED, ABANDONED, CRASHED, TIMED_OUT = "merged", "abandoned", "crashed", "timed out"
 # which step of the rule decided: the ledger row records the gates up to that one
@@ -57,7 +57,7 @@ def side_ended(gate: str, kind: str) -> Decision:
     return Decision(CRASHED, f"{crashed}{kind}", gate)
 
 
-DISK = "environment: disk"  # how a reason for a side that ran out of disk starts (gates/disk.py)
+DISK = "environment: disk"  # how a reason for a side that ran out of disk starts (gates/rules/footprint.py)
 
 
 def disk_reason(gate: str, words: LastWords | None) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import random
 
-from .protocol import SEED_BOUND, Hidden
-from .settings import AccuracySettings, MachineProfile
+from ..protocol import SEED_BOUND, Hidden
+from ..settings import AccuracySettings, MachineProfile
 
 
 def candidates(buckets, test_rows) -> list[int]:
