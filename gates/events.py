@@ -72,7 +72,7 @@ class SideEnded:
     ``gates.results.LastWords`` of that side, as plain fields)."""
     gate: str  # "accuracy gate" or "scorer"
     side: str  # a pass of PASSES, or the scorer's "side A" / "side B"
-    kind: str  # how it ended (gates/launch.py's kinds)
+    kind: str  # how it ended (gates/launch/process.py's kinds)
     last: str  # its log's last line ('' when it said nothing)
     log: str | None
 
@@ -82,7 +82,7 @@ class SideEnded:
 
 
 # the accuracy gate's passes, in the order they run ("main compile": only where main's compiled
-# kernels were not made before, gates/compiled.py)
+# kernels were not made before, gates/launch/compiled.py)
 PASSES = ("main compile", "A record", "B replay", "A noise")
 
 ScorerEvent = StoreReady | SideReady | VisitDone | JudgingTimedOutputs

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-# how a side process may end (gates/launch.py); "not run": the gate never started it
+# how a side process may end (gates/launch/process.py); "not run": the gate never started it
 OK, NOT_RUN, TIMEOUT, TAMPERED = "ok", "not run", "timeout", "tampered"
-DISK_FULL = "disk full"  # the side's write failed and its folder's disk had no room (gates/disk.py)
+DISK_FULL = "disk full"  # the side's write failed and its folder's disk had no room (gates/launch/disk.py)
 # kinds that say a side did not end badly (or never ran)
 _NOT_FAILED = (OK, NOT_RUN, "not needed", None)
 
@@ -79,7 +79,7 @@ class AccuracyResult:
 
     verdict: str  # "PASS bit-identical", "FAIL", "INCONCLUSIVE", ...
     reasons: tuple[str, ...]  # the verdict's reasons, the decisive one first
-    outcome_a: str = OK  # how main's recording ended (gates/launch.py's kinds)
+    outcome_a: str = OK  # how main's recording ended (gates/launch/process.py's kinds)
     outcome_b: str | None = OK  # how the candidate's replay ended; "not run" when A failed
     outcome_noise: str = "not needed"  # A's repeat and band passes
     # the bar the scorer holds the timed replays' outputs to (``verdict.judge_timed``): the
@@ -152,7 +152,7 @@ class Comparison:
 class BenchResult:
     """``kern bench REV [--vs BASE]``: how the run ended and, when it ran, what it measured."""
 
-    outcome: str  # "ok", or how a side ended (gates/launch.py's kinds)
+    outcome: str  # "ok", or how a side ended (gates/launch/process.py's kinds)
     error: str | None = None
     buckets: tuple[int, ...] = ()
     sides: dict = field(default_factory=dict)  # {"A" | "B": SideScore}, when outcome is ok

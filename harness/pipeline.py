@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gates import disk
 from gates.events import SideEnded
+from gates.launch import disk
+from gates.requests import AccuracyRequest, BenchRequest, Placement
 from gates.results import AccuracyResult, BenchResult, report_of
 from gates.rules import decision, footprint, scope, stats
 from gates.rules.phases import JudgmentTimes
@@ -48,6 +49,10 @@ class Context:
         if self.pool is None:
             self.pool = farm.Pool(self.runs, farm.slots_for(self.cfg.farm, self.cuda))
         return self.pool
+
+    def placement(self, slot: "farm.Slot") -> Placement:
+        """Where the sides of a judgment on ``slot`` (held) run, under kern.yaml's sandbox."""
+        return self.slots().placement(slot, self.cfg.sandbox)
 
 
 @dataclass
@@ -158,7 +163,7 @@ def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> Judgment
     if not sc.ok:
         return Judgment(sc, None, None, hidden, seconds=time.monotonic() - t0)
     with gpu_lock(ctx) as slot:
-        test, bench = run_gates(ctx, rev_sha, base_sha, hidden)
+        test, bench = run_gates(ctx, rev_sha, base_sha, hidden, ctx.placement(slot))
     return Judgment(sc, test, bench, hidden, slot.host, slot.name, time.monotonic() - t0)
 
 
@@ -170,9 +175,9 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
     return judgment(ctx, rev_sha, base_sha, hidden)
 
 
-def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
-    """The accuracy gate, then (when it passes) the scorer and its re-measurement, on the
-    slot the caller holds. Returns (test, bench); bench is None when the scorer did not run."""
+def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden, place: Placement) -> tuple:
+    """The accuracy gate, then (when it passes) the scorer and its re-measurement, at ``place``
+    (the slot the caller holds). Returns (test, bench); bench is None when the scorer did not run."""
     from gates.accuracy import run_test
     from gates.scorer import run_bench
 
@@ -180,7 +185,7 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
     faults.point("test")
     ctx.progress(P.GateStarted("accuracy", rev_sha, base_sha))
     test = AccuracyResult.of(run_test(accuracy_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha,
-                                                       ctx.runs, ctx.cuda, hidden=hidden)))
+                                                       ctx.runs, ctx.cuda, place, hidden=hidden)))
     ctx.progress(P.AccuracyVerdict(test.verdict))
     for w in test.last_words:
         ctx.progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
@@ -188,7 +193,7 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
         return test, None
     faults.point("bench")
     ctx.progress(P.GateStarted("scorer", rev_sha, base_sha))
-    request = bench_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha, ctx.runs, ctx.cuda,
+    request = bench_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha, ctx.runs, ctx.cuda, place,
                             accuracy=test.claim, hidden=hidden)
     with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
         bench = BenchResult.of(run_bench(request, progress=lambda e: ctx.progress(P.InScorer(e))))
@@ -209,23 +214,21 @@ def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
 
 
 def accuracy_request(cfg: Resolved, repo: Path, rev: str, base: str, runs: Path, cuda: bool,
-                     **more):
-    """The accuracy gate's request on ``rev`` against ``base``: its sections of kern.yaml
-    (``more``: the request's other fields, e.g. ``hidden``, ``world``)."""
-    from gates.accuracy import AccuracyRequest
-
+                     place: Placement | None = None, **more) -> AccuracyRequest:
+    """The accuracy gate's request on ``rev`` against ``base``: its sections of kern.yaml, its
+    sides at ``place`` (None: outside a slot, under kern.yaml's sandbox; ``more``: the
+    request's other fields, e.g. ``hidden``, ``world``)."""
     return AccuracyRequest(repo, rev, base, cfg.target, cfg.machine, cfg.test, cfg.protected,
-                           runs, cuda, cfg.sandbox, **more)
+                           runs, cuda, place or Placement(sandbox=cfg.sandbox), **more)
 
 
 def bench_request(cfg: Resolved, repo: Path, rev: str, base: str | None, runs: Path, cuda: bool,
-                  **more):
+                  place: Placement | None = None, **more) -> BenchRequest:
     """The scorer's request on ``rev`` (against ``base``; None: alone): its sections of
-    kern.yaml, the verdict's thresholds among them (``more``: the request's other fields)."""
-    from gates.scorer import BenchRequest
-
+    kern.yaml, the verdict's thresholds among them, its sides at ``place`` (None: outside a
+    slot, under kern.yaml's sandbox; ``more``: the request's other fields)."""
     return BenchRequest(repo, rev, base, cfg.target, cfg.machine, cfg.bench, cfg.test, runs,
-                        cuda, cfg.sandbox, **more)
+                        cuda, place or Placement(sandbox=cfg.sandbox), **more)
 
 
 def room_for_judgment(ctx: Context) -> None:
@@ -426,7 +429,7 @@ def _finish(ctx: Context, number: int, out: Outcome, sha: str, note: bool = True
 def change_target(ctx: Context, base_sha: str, rev_sha: str) -> str:
     """The profile row(s) a commit works on, from the ops its files belong to ('' when it
     touches what no single op owns)."""
-    from gates.checkout import changed_paths
+    from gates.launch.checkout import changed_paths
     from kernels.k31 import contracts
 
     from .planning import row_of_change

@@ -33,7 +33,7 @@ def _secs(x: float | None) -> str:
 
 # ----------------------------------------------------------------------------- kern test
 def _short(sha: str) -> str:
-    from gates import checkout
+    from gates.launch import checkout
 
     return sha[:12] if sha != checkout.WORKTREE else "worktree"
 

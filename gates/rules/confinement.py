@@ -39,7 +39,7 @@ MECHANISMS = ("namespaces", "landlock", "user")
 SANDBOX_USER = "nobody"
 
 
-# what a side under ``user`` keeps of the environment it was started with (gates/launch.py's
+# what a side under ``user`` keeps of the environment it was started with (gates/launch/process.py's
 # side_env and a rank's variables; a test holds them): nothing else of the launcher's
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE",
             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "CUDA_HOME", "LD_LIBRARY_PATH",
@@ -74,7 +74,7 @@ PROC = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loa
 OWN_FOLDER_MODES = ("tap", "bench", "store", "compile")
 
 
-# the side that compiles main's kernels (gates/compiled.py): its Triton cache is the one it
+# the side that compiles main's kernels (gates/launch/compiled.py): its Triton cache is the one it
 # builds, in its run folder (COMPILED_CACHE), kept when it ends for the harness to install
 COMPILE_MODE = "compile"
 

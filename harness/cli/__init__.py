@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kern: --repo {args.repo}: expected a directory (a clone of the repository), found "
               f"{'a file' if Path(args.repo).exists() else 'nothing'} there", file=sys.stderr)
         return 2
-    from gates.checkout import RevisionError
+    from gates.launch.checkout import RevisionError
 
     from ..ledger import LedgerError
 

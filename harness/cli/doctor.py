@@ -356,7 +356,7 @@ def probe(repo: Path, cfg: Resolved, *, offline: bool) -> dict:
 
 
 def _probe_sandbox(mode: str) -> dict:
-    from gates import sandbox
+    from gates.launch import sandbox
     from gates.rules.confinement import SandboxUnavailable
 
     try:

@@ -262,7 +262,7 @@ def gate_inputs(args, verb: str) -> "GateInputs | int":
 def run_gate(args, verb: str, g: GateInputs, run, lines):
     """Run the gate (``run()`` returns its typed result) and print and write its report; None
     when a revision could not be checked out (the user's REV or BASE; printed)."""
-    from gates.checkout import RevisionError
+    from gates.launch.checkout import RevisionError
 
     try:
         res = run()

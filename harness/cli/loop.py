@@ -168,7 +168,7 @@ def check_try(args):
     """``kern try``'s refusals, before torch is imported or anything is written: (repository,
     commit) or :class:`InputError` (WORKTREE, a commit main already holds, a commit the ledger
     holds a verdict for, runs/ not writable)."""
-    from gates.checkout import WORKTREE, resolve
+    from gates.launch.checkout import WORKTREE, resolve
 
     from .. import ledger as L
     from ..gitcmd import git_or_none
@@ -434,7 +434,7 @@ def _loop(args, say, started: float) -> int:
     except FarmError as e:
         say(f"kern loop: {e}", err=True)
         return 2
-    from gates import sandbox
+    from gates.launch import sandbox
     from gates.rules.confinement import SandboxUnavailable
 
     try:  # candidate code runs unattended for days: never unconfined unless kern.yaml says so

@@ -13,8 +13,8 @@ import pytest
 import torch
 import yaml
 
-from gates import filemarks
 from gates.accuracy import tap_spec
+from gates.launch import filemarks
 from gates.protocol import tap_rows
 from gates.rules import scope, stats
 from gates.side import tamper
@@ -574,7 +574,7 @@ def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_p
 
 
 def test_a_side_that_was_caught_tampering_is_rejected_not_crashed():
-    from gates import launch
+    from gates.launch import process as launch
     from gates.rules.scope import ScopeResult
     from harness.pipeline import decide_outcome
 

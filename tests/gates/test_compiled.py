@@ -1,5 +1,5 @@
-"""Main's compiled kernels (gates/compiled.py) and every side's private Triton cache seeded from
-them (gates/sandbox.py): the pure decisions, side-like processes under every mechanism, and
+"""Main's compiled kernels (gates/launch/compiled.py) and every side's private Triton cache seeded from
+them (gates/launch/sandbox.py): the pure decisions, side-like processes under every mechanism, and
 real judgments whose kernel trees write into their Triton cache or compile a kernel."""
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gates import compiled as C
-from gates import sandbox as S
-from gates.launch import side_env
+from gates.launch import compiled as C
+from gates.launch import sandbox as S
+from gates.launch.process import side_env
+from gates.requests import Placement
 from gates.rules import confinement
 from gates.settings import MachineProfile, Target
 
@@ -149,10 +150,9 @@ def test_a_side_starts_on_a_private_copy_of_mains_compiled_cache_gone_when_it_en
                "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "record.json")]
         got = []
         for _ in range(2):
-            with S.configured(mechanism), S.seeded(mains):
-                wrapped = S.wrap(cmd)
+            wrapped = S.wrap(cmd, Placement(sandbox=mechanism, seed=str(mains)))
             r = subprocess.run(wrapped, capture_output=True, text=True, timeout=120,
-                               cwd=S.HARNESS_ROOT, env=side_env())
+                               cwd=S.HARNESS_ROOT, env=side_env(Placement()))
             assert r.returncode == 0, r.stderr
             got.append(json.loads(r.stdout.strip().splitlines()[-1]))
             assert not (runs / "tap" / ".triton-a").exists()  # its private cache went with it
@@ -205,13 +205,15 @@ def test_a_side_cannot_write_the_cache_of_a_side_sharing_its_run_folder(mechanis
 
     box = S.group("store", trees["A"], work / "store.json", peers=False,
                   more=[("bench", t, work / "side.json") for t in trees.values()]) if grouped else contextlib.nullcontext()
-    with S.configured(mechanism), box:
-        a = subprocess.Popen(S.wrap(side("import time; time.sleep(30)", "A")), cwd=S.HARNESS_ROOT, env=side_env())
+    place = Placement(sandbox=mechanism)
+    with box as group:
+        a = subprocess.Popen(S.wrap(side("import time; time.sleep(30)", "A"), place, group), cwd=S.HARNESS_ROOT,
+                             env=side_env(place))
         try:
             mains = confinement.side_of(side("", "A"), None).triton_cache
             assert os.path.isdir(mains)
-            r = subprocess.run(S.wrap(side(WRITE_OTHERS, "B", mains)), capture_output=True, text=True,
-                               timeout=60, cwd=S.HARNESS_ROOT, env=side_env())
+            r = subprocess.run(S.wrap(side(WRITE_OTHERS, "B", mains), place, group), capture_output=True, text=True,
+                               timeout=60, cwd=S.HARNESS_ROOT, env=side_env(place))
         finally:
             a.kill()
             a.wait()

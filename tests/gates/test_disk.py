@@ -1,5 +1,5 @@
 """What a judgment writes, whether the disk has room, a side that ran out of it, and the tap
-recordings deleted once no judgment holds them (gates/disk.py); a side's last words as the
+recordings deleted once no judgment holds them (gates/launch/disk.py); a side's last words as the
 gates keep them (gates/results.py) and what the merge rule does with a full disk."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates import disk
+from gates.launch import disk
 from gates.results import DISK_FULL, AccuracyResult, BenchResult, LastWords, last_lines
 from gates.rules import decision as D
 from gates.rules import footprint

@@ -1,4 +1,4 @@
-"""The multi-process launcher (gates/launch_ranks.py): its decisions directly; its teardown on small
+"""The multi-process launcher (gates/launch/ranks.py): its decisions directly; its teardown on small
 stand-in processes (a rank that fails takes the others down, process groups included; a time
 limit ends all); and, slow, ``kern step --gpus 2 --emulate 4`` end to end over gloo."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import launch_ranks
+from gates.launch import ranks as launch_ranks
 from gates.rules import ranks
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The sandbox of a side (gates/sandbox.py, gates/side/confine.py): the pure decisions (which
+"""The sandbox of a side (gates/launch/sandbox.py, gates/side/confine.py): the pure decisions (which
 mechanism kern.yaml's ``sandbox`` gets, what a side's plan shows and lets it write), then
 side-like processes really confined on this machine: what they can read, write and reach.
 
@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from gates import sandbox as S
-from gates.launch import side_env
+from gates.launch import sandbox as S
+from gates.launch.process import side_env
+from gates.requests import Placement
 from gates.rules import confinement as C
 
 M = C.Machine(uid=1000, gid=1000, home="/home/u", python=("/home/u/.venv", "/opt/py3.11"),
@@ -233,12 +234,12 @@ def test_the_user_plan_owns_its_folder_keeps_no_environment_and_no_network():
 
 
 def test_a_side_keeps_every_variable_the_launcher_gives_it_under_user():
-    """ENV_KEEP holds every variable gates/launch.py's side environment and a rank's carry
+    """ENV_KEEP holds every variable gates/launch/process.py's side environment and a rank's carry
     (the rest of the launcher's environment never reaches a side under ``user``)."""
-    from gates.launch import side_env
+    from gates.launch.process import side_env
     from gates.rules.ranks import rank_env
 
-    given_ = set(rank_env(side_env({"LANG": "C", "CUDA_HOME": "/x"}), 1, 2, 29500))
+    given_ = set(rank_env(side_env(Placement(), {"LANG": "C", "CUDA_HOME": "/x"}), 1, 2, 29500))
     assert given_ - {"HOME", "TMPDIR", "TRITON_CACHE_DIR"} <= set(C.ENV_KEEP)
 
 
@@ -353,10 +354,9 @@ def confined(tmp_path, mode, mechanism):
                     str(tmp_path / "runs" / "planted.txt"), f"{os.getpid()},{os.getppid()}",
                     str(listener.udp_port),
                     "gates.side.driver", mode, "--tree", str(tree), "--out", str(run / "out.json")]
-        with S.configured(mechanism):
-            cmd = S.wrap(side_cmd)
+        cmd = S.wrap(side_cmd, Placement(sandbox=mechanism))
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
-                           env=side_env())
+                           env=side_env(Placement()))
     finally:
         listener.close()
     assert r.returncode == 0, r.stderr
@@ -416,7 +416,7 @@ def test_a_run_sides_stage_hands_back_only_its_documents(tmp_path, home):
             "open(os.path.join(os.path.dirname(out), 'pyproject.toml'), 'w').write('hacked')")
     cmd = [sys.executable, "-c", code, "gates.side.driver", "run", "--tree", str(tree), "--spec", str(spec),
            "--out", str(out_dir / "step.json")]
-    r = subprocess.run(S.wrap(cmd), capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT)
+    r = subprocess.run(S.wrap(cmd, Placement()), capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT)
     assert r.returncode == 0, r.stderr
     assert json.loads((out_dir / "step.json").read_text()) == {"rows": [1]}
     assert (out_dir / "pyproject.toml").read_text() == "mine"
@@ -442,7 +442,7 @@ def test_the_wrapper_adds_a_fraction_of_a_second_to_a_side(tmp_path, home):
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    plain, boxed = best(cmd), best(S.wrap(cmd))
+    plain, boxed = best(cmd), best(S.wrap(cmd, Placement()))
     assert boxed - plain < 0.5, (plain, boxed)
 
 
@@ -481,13 +481,13 @@ def test_a_group_shares_one_sandbox_and_keeps_its_members_apart(tmp_path, home):
 
     for peers, mem in ((False, "PermissionError"), (True, "read")):
         with S.group("store", trees["A"], work / "store.json", peers=peers,
-                     more=[("bench", trees["B"], work / "sideB.json")]):
-            a = subprocess.Popen(S.wrap(side(first, "A", "store")), stdout=subprocess.PIPE, text=True,
-                                 cwd=S.HARNESS_ROOT, env=side_env())
+                     more=[("bench", trees["B"], work / "sideB.json")]) as box:
+            a = subprocess.Popen(S.wrap(side(first, "A", "store"), Placement(), box), stdout=subprocess.PIPE, text=True,
+                                 cwd=S.HARNESS_ROOT, env=side_env(Placement()))
             try:
                 a.stdout.readline()
-                r = subprocess.run(S.wrap(side(second, "B", "sideB", str(trees["A"]))), capture_output=True,
-                                   text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env())
+                r = subprocess.run(S.wrap(side(second, "B", "sideB", str(trees["A"])), Placement(), box), capture_output=True,
+                                   text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env(Placement()))
             finally:
                 a.kill()
                 a.wait()
@@ -604,10 +604,9 @@ def test_a_side_as_the_sandbox_user_reads_no_secret_reaches_no_listener_and_writ
         cmd = [SYSTEM_PYTHON, "-c", USER_PROBE, json.dumps(secrets), str(listener.port),
                str(listener.udp_port), str(os.getpid()), str(runs / "tap"), str(tree),
                "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "out.json")]
-        with S.configured("user"):
-            wrapped = S.wrap(cmd)
+        wrapped = S.wrap(cmd, Placement(sandbox="user"))
         r = subprocess.run(wrapped, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
-                           env={**side_env(), "ANTHROPIC_API_KEY": SECRET_ENV})
+                           env={**side_env(Placement()), "ANTHROPIC_API_KEY": SECRET_ENV})
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout.strip().splitlines()[-1])
         nobody = pwd.getpwnam(C.SANDBOX_USER)
@@ -690,9 +689,8 @@ def test_a_confined_process_names_its_own_threads_as_cuda_does(tmp_path, home, m
     run.mkdir(parents=True)
     side_cmd = [sys.executable, "-c", THREAD_NAMER,
                 "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "out.json")]
-    with S.configured(mechanism):
-        cmd = S.wrap(side_cmd)
+    cmd = S.wrap(side_cmd, Placement(sandbox=mechanism))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
-                       env=side_env())
+                       env=side_env(Placement()))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "kern-named"

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import disk, sandbox
-from .launch import (HARNESS_ROOT, _die_with_parent, Interactive, SideError, SideOutcome, _last_line,
-                     classify, reply_kind, run_side, side_env, start_hand_over)
-from .protocol import BenchCommand, Quit, parse as check_options, rank_document
-from .rules.ranks import combine, merge_digests, merge_replies, rank_env
+from ..protocol import BenchCommand, Quit, parse as check_options, rank_document
+from ..requests import Placement
+from ..rules.ranks import combine, merge_digests, merge_replies, rank_env
+from .process import (HARNESS_ROOT, Interactive, SideError, SideOutcome, _die_with_parent, _last_line, classify,
+                      reply_kind, run_side, side_env, start_hand_over)
 
 
 def free_port() -> int:
@@ -108,17 +109,17 @@ def rank_out(out: Path, rank: int) -> Path:
     return rank_document(out, rank)
 
 
-def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, progress=None,
+def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, place: Placement, progress=None,
         hidden: dict | None = None, stop=None) -> SideOutcome:
-    """One side of ``mode`` as one process (world 1) or as its ranks (:func:`launch`);
+    """One side of ``mode`` at ``place``, as one process (world 1) or as its ranks (:func:`launch`);
     ``hidden`` reaches every process over its stdin (``sides.hand_over``); ``stop`` (an
     event) ends it as timed out once set."""
     if int(spec.get("world", 1)) == 1:
-        return run_side(mode, tree, spec, out, timeout_s, progress, hidden, stop)
-    return launch(mode, tree, spec, out, timeout_s, progress, hidden, stop)
+        return run_side(mode, tree, spec, out, timeout_s, place, progress, hidden, stop)
+    return launch(mode, tree, spec, out, timeout_s, place, progress, hidden, stop)
 
 
-def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
+def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, place: Placement,
            progress=None, hidden: dict | None = None, stop=None) -> SideOutcome:
     """Run ``gates.side.driver MODE`` as ``spec["world"]`` ranks and merge their results into
     ``out`` (``run``: :func:`combine`; ``tap``: :func:`merge_digests`) and the SideOutcome. A
@@ -131,7 +132,7 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps(spec, indent=1))
     port = free_port()
-    base = side_env()
+    base = side_env(place)
     cmds, envs, logs = [], [], []
     for r in range(world):
         cmds.append([sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
@@ -139,9 +140,9 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
         envs.append(rank_env(base, r, world, port))
         logs.append(out.with_name(f"{out.stem}.rank{r}.log"))
     t0 = time.monotonic()
-    with sandbox.group(mode, tree, out, spec):  # the ranks meet in one sandbox
-        ended = run_all([sandbox.wrap(c) for c in cmds], envs, logs, timeout_s, progress, hidden=hidden,
-                        stop=stop)
+    with sandbox.group(mode, tree, out, spec) as box:  # the ranks meet in one sandbox
+        ended = run_all([sandbox.wrap(c, place, box) for c in cmds], envs, logs, timeout_s, progress,
+                        hidden=hidden, stop=stop)
     wall = time.monotonic() - t0
     tails = [log.read_text(errors="replace")[-4000:] for log in logs]
     kinds = [classify(e.returncode, e.timed_out, t) for e, t in zip(ended, tails)]
@@ -178,13 +179,14 @@ class RankGroup:
     (:func:`merge_replies`). A rank that ends, errs or falls silent ends the group, so no rank
     is left blocked in a collective on a dead peer."""
 
-    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str, world: int):
-        port, base = free_port(), side_env()
+    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str, world: int,
+                 place: Placement):
+        port, base = free_port(), side_env(place)
         self.name, self.world = name, world
-        self.box = sandbox.side_group(mode, tree, workdir / f"{name}.json", spec).open()
-        self.members = [Interactive(mode, tree, spec, workdir, f"{name}.rank{r}",
-                                    env=rank_env(base, r, world, port)) for r in range(world)]
-        self.box.leave()  # its ranks are in; the group's sandbox lives until close or kill
+        # its ranks share one sandbox, which lives until close or kill
+        self.box = sandbox.side_group(mode, tree, workdir / f"{name}.json", spec)
+        self.members = [Interactive(mode, tree, spec, workdir, f"{name}.rank{r}", place,
+                                    env=rank_env(base, r, world, port), group=self.box) for r in range(world)]
         self.log_path = self.members[0].log_path
 
     def wait_imported(self, timeout_s: float) -> None:

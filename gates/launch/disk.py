@@ -20,16 +20,16 @@ import fcntl
 import os
 from pathlib import Path
 
-from .results import DISK_FULL, OK, TAMPERED, TIMEOUT
-from .rules.footprint import DiskShort, Space, disk_line, ran_out, short_message, shortfall
+from ..results import DISK_FULL, OK, TAMPERED, TIMEOUT
+from ..rules.footprint import DiskShort, Space, disk_line, ran_out, short_message, shortfall
 
 
-def copied(mode: str | None = None) -> bool:
-    """Whether the replay is shown main's recording as copies (sandbox landlock or user)
-    rather than hard links or main's folder itself; True (the larger estimate) when no
-    mechanism can be chosen here (the first side will say why)."""
+def copied(mode: str) -> bool:
+    """Whether the replay is shown main's recording as copies under kern.yaml's ``sandbox``
+    ``mode`` (landlock or user) rather than hard links or main's folder itself; True (the
+    larger estimate) when no mechanism can be chosen here (the first side will say why)."""
     from . import sandbox
-    from .rules import confinement
+    from ..rules import confinement
 
     try:
         return sandbox.chosen(mode) in ("landlock", "user")

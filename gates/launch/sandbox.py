@@ -6,14 +6,13 @@ Every side (main's and the candidate's: tap, bench, store, step and profile side
 through :func:`wrap`, which puts ``gates/side/confine.py`` in front of its command with the
 side's plan (``confinement.plan``), after gathering this machine's facts (:func:`machine`,
 :func:`facts`: probed once per process). The Triton cache is a copy of main's compiled kernels
-(:func:`seeded`, gates/compiled.py) made before the side starts and removed when it ends,
+(the request's ``Placement.seed``, gates/launch/compiled.py; :func:`fresh_cache`) made before the side starts and removed when it ends,
 under every mechanism and ``off`` too: nothing a side writes there is read by another.
 Processes that must talk to each other (the ranks of one side; the model store and the bench
 sides that attach to it) share one sandbox: :func:`group`, started by a holder process.
 """
 from __future__ import annotations
 
-import contextvars
 import glob
 import json
 import os
@@ -26,27 +25,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .rules.confinement import (COMPILE_MODE, SANDBOX_USER, ConfinedSide, Facts, Machine, SandboxUnavailable,
-                                inside, blocked, choose, moved_group, plan, side_of, staged)
+from ..requests import Placement
+from ..rules.confinement import (COMPILE_MODE, SANDBOX_USER, ConfinedSide, Facts, Machine, SandboxUnavailable,
+                                 blocked, choose, inside, moved_group, plan, side_of, staged)
 
-CONFINE = str(Path(__file__).resolve().parent / "side" / "confine.py")
-HARNESS_ROOT = Path(__file__).resolve().parent.parent
-
-
-_MODE: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_mode", default="auto")
-_GROUP: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_group", default=None)
-_SEED: contextvars.ContextVar = contextvars.ContextVar("kern_sandbox_seed", default=None)
-
-
-@contextmanager
-def seeded(cache):
-    """Within the block, each side this thread starts gets a private Triton cache that is a
-    copy of ``cache`` (main's compiled kernels, gates/compiled.py; None: an empty one)."""
-    token = _SEED.set(str(cache) if cache else None)
-    try:
-        yield
-    finally:
-        _SEED.reset(token)
+HARNESS_ROOT = Path(__file__).resolve().parents[2]
+CONFINE = str(HARNESS_ROOT / "gates" / "side" / "confine.py")
 
 
 def copy_cache(src: str, dst: str, known_as: str | None = None) -> int:
@@ -85,17 +69,6 @@ def fresh_cache(side: ConfinedSide, seed: str | None) -> None:
     if seed and side.mode != COMPILE_MODE and os.path.isdir(seed):
         copy_cache(seed, side.triton_cache)
     os.makedirs(side.triton_cache, exist_ok=True)
-
-
-@contextmanager
-def configured(mode: str | None):
-    """Within the block, sides started by this thread use kern.yaml's ``sandbox`` ``mode``
-    (None: the default, ``auto``)."""
-    token = _MODE.set(mode or "auto")
-    try:
-        yield
-    finally:
-        _MODE.reset(token)
 
 
 def machine(env: dict | None = None) -> Machine:
@@ -210,9 +183,8 @@ def facts() -> Facts:
     return Facts(_probe_namespaces(), _probe_landlock(), _probe_user())
 
 
-def chosen(mode: str | None = None) -> str:
-    """The mechanism sides get now (this thread's kern.yaml ``sandbox``)."""
-    mode = mode or _MODE.get()
+def chosen(mode: str) -> str:
+    """The mechanism sides get on this machine under kern.yaml's ``sandbox`` ``mode``."""
     return "off" if mode == "off" else choose(mode, facts())
 
 
@@ -228,15 +200,16 @@ def _confine(verb: str, *args: str) -> list[str]:
     return [sys.executable, "-I", "-S", CONFINE, verb, *args]
 
 
-def wrap(cmd: list[str], env: dict | None = None) -> list[str]:
-    """``cmd`` (a ``gates.side.driver`` command line) as it must start: in this thread's
-    sandbox, joining the group's where one is open; with ``sandbox: off`` confined in nothing
-    but its Triton cache. Its private Triton cache is made first (:func:`fresh_cache`)."""
-    mech = chosen()
+def wrap(cmd: list[str], place: Placement, group: "Group | None" = None, env: dict | None = None) -> list[str]:
+    """``cmd`` (a ``gates.side.driver`` command line) as it must start at ``place``: in the
+    sandbox of ``place.sandbox``, joining ``group``'s where one is given; with ``sandbox: off``
+    confined in nothing but its Triton cache. Its private Triton cache is made first, a copy of
+    ``place.seed`` (:func:`fresh_cache`)."""
+    mech = chosen(place.sandbox)
     side = side_of(cmd, _spec_of(cmd))
     m = machine(env)
-    fresh_cache(side, _SEED.get())
-    g = _GROUP.get()
+    fresh_cache(side, place.seed)
+    g = group
     if mech == "off":
         return _confine("run", json.dumps(plan("off", side, m, g.sides if g is not None else None)),
                         "--", *cmd)
@@ -344,13 +317,12 @@ def _prepare(side: ConfinedSide, m: Machine, cmd: list[str] | None = None) -> No
 @dataclass
 class Group:
     """One sandbox for several processes (:func:`group`): started by a ``hold`` process the
-    first time a side joins it, ended by :meth:`close`."""
+    first time a side joins it (:func:`wrap` with it), ended by :meth:`close`."""
     sides: list
     peers: bool
     mechanism: str = ""  # "user" once a side joined under it: its folders are given back at close
     _holder: subprocess.Popen | None = None
     _held: dict | None = None
-    _token: object = None
 
     def admits(self, side: ConfinedSide) -> None:
         if not any(side.tree == s.tree and side.writes == s.writes for s in self.sides):
@@ -375,24 +347,9 @@ class Group:
             self._held = json.loads(line)
         return self._held
 
-    def open(self) -> "Group":
-        """From now on, sides this thread starts join this group (until :meth:`leave` or
-        :meth:`close`); an enclosing group already open wins (its sandbox must show what these
-        sides need)."""
-        if _GROUP.get() is None:
-            self._token = _GROUP.set(self)
-        return self
-
-    def leave(self) -> None:
-        """Sides this thread starts from now on no longer join (the sandbox stays)."""
-        if self._token is not None:
-            _GROUP.reset(self._token)
-            self._token = None
-
     def close(self) -> None:
         """End the group's sandbox (its processes must have ended: whatever is left dies) and
         its run sides' stages (each side handed its documents back when it ended)."""
-        self.leave()
         if self._holder is not None:
             try:
                 self._holder.stdin.close()
@@ -416,15 +373,6 @@ class Group:
                 except OSError:
                     pass
 
-    @contextmanager
-    def active(self):
-        """:meth:`open` for the block, then :meth:`leave`."""
-        self.open()
-        try:
-            yield self
-        finally:
-            self.leave()
-
 
 def side_group(mode: str, tree, out, spec: dict | None = None, peers: bool = True,
                more=()) -> Group:
@@ -438,11 +386,10 @@ def side_group(mode: str, tree, out, spec: dict | None = None, peers: bool = Tru
 
 @contextmanager
 def group(mode: str, tree, out, spec: dict | None = None, peers: bool = True, more=()):
-    """Within the block, the sides this thread starts share one sandbox (with
-    ``sandbox: off`` or landlock alone, each side is confined by itself)."""
+    """A :func:`side_group` for the block (sides join it through ``wrap``'s ``group``; with
+    ``sandbox: off`` or landlock alone each side is confined by itself), closed after it."""
     g = side_group(mode, tree, out, spec, peers, more)
     try:
-        with g.active():
-            yield g
+        yield g
     finally:
         g.close()
