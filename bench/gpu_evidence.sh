@@ -31,6 +31,11 @@
 #            (bench/journey/ledger.sqlite) as its ledger, in its own process session across
 #            device calls; loop-wait waits, then brings back the ledger, the exports and a
 #            bundle of the clone's main and notes (the gates' merges)
+#   judging [OLD] [KINDS...] - issue 34: the same candidates judged by kern try with OLD's gates
+#            (86661fa) and main's, one after the other; one JSON of both (judging_times.py)
+#   judging-start [OLD] [KINDS...] / judging-wait [POLLS] - the same judging phase in its own
+#            process session across device calls on one warm machine (it takes longer than one
+#            call: four judgments); judging-wait waits, then brings back what it wrote to $OUT
 #   hacks [TIMEOUT] [EXPR] - issue 13: the GPU cases of tests/adversarial (small model on the
 #            GPU); EXPR, when given, is pytest's -k (each case runs only its own scorer)
 #   fairbar [WHICH] [TIMEOUT] - issue 35: the scorer's band rule at 128k. WHICH: attempt-9 (#9's
@@ -50,6 +55,8 @@ ROOT=$PWD
 phase=${1:?phase}
 if { [ "$phase" = try-wait ] || [ "$phase" = loop-wait ]; } && [ -d /tmp/r/.git ]; then
   cd /tmp/r  # the clone try-start made on this warm machine, with its runs/
+elif [ "$phase" = judging-start ] || [ "$phase" = judging-wait ]; then
+  :  # the judging phase it starts (a second run of this script) makes its own clone
 elif command -v git >/dev/null; then
   rm -rf /tmp/r && git clone -q "$ROOT/.carry/repo.bundle" /tmp/r && cd /tmp/r && git checkout -q main
   for b in $(git for-each-ref --format='%(refname:short)' refs/remotes/origin | sed 's|^origin/||'); do
@@ -169,6 +176,64 @@ judged)  # issue 13: a plain A/B with the judged outputs (REV vs main), then the
   echo "kern bench $2 --vs main (plain A/B, judged outputs): wall $(( $(date +%s)-t0 ))s"
   t0=$(date +%s); timeout ${4:-200} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial \
     2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
+  ;;
+judging)  # issue 34's before/after: the same candidates judged by `kern try` with the gates of
+  # OLD (default 86661fa, before issue 34) and of main, each in a clone of its own with its own
+  # ledger, one after the other on this GPU; then bench/tools/judging_times.py (main's) over
+  # both ledgers into one record. KINDS: identical (a comment in moe.experts: bit-identical),
+  # rounded (moe.combine's weights rounded to bf16: not identical). Usage: judging [OLD] [KINDS...]
+  old=${2:-86661fa}; kinds="${*:3}"; kinds=${kinds:-identical rounded}
+  python3 -c "import torch; torch.zeros(1, device='cuda')" || exit 3
+  for side in after before; do  # main's first: its rows are the ones the goals are read on
+    rm -rf /tmp/j-$side && git clone -q /tmp/r /tmp/j-$side && cd /tmp/j-$side || exit 3
+    git config user.email kern@loop; git config user.name kern-loop
+    [ $side = before ] && git checkout -q -B main "$old"
+    cp -r /tmp/r/.whl . 2>/dev/null; mkdir -p runs
+    for k in $kinds; do
+      git checkout -q -B "cand-$k" main
+      python3 - "$k" <<'PY'
+import pathlib, sys
+kind = sys.argv[1]
+edits = {"identical": ("kernels/k31/moe/experts.py", "@triton.jit\n", "# a comment that changes no instruction\n@triton.jit\n"),
+         "rounded": ("kernels/k31/moe/combine.py", "other=0.0).to(tl.float32)[:, None]",
+                     "other=0.0).to(tl.bfloat16).to(tl.float32)[:, None]")}
+path, old, new = edits[kind]
+p = pathlib.Path(path); text = p.read_text()
+assert old in text, f"{kind}: {path} no longer holds the edit's anchor"
+p.write_text(text.replace(old, new, 1))
+PY
+      git commit -qam "judging $k: $side" && git checkout -q main
+      t0=$(date +%s); timeout ${JUDGING_TIMEOUT:-600} python3 -m harness.cli try "cand-$k" 2>&1 | tail -12
+      echo "judging $side $k: kern try rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s" | tee -a /tmp/judging.txt
+    done
+    cd /tmp/r
+  done
+  for side in before after; do
+    python3 bench/tools/judging_times.py --ledger /tmp/j-$side/runs/ledger.sqlite \
+      --attempts /tmp/j-$side/runs/attempts --out /tmp/judging-$side.json \
+      --note "kern try of $kinds with the gates of $( [ $side = before ] && echo $old || git rev-parse --short main) (bench/gpu_evidence.sh judging)"
+  done
+  python3 -c "
+import json, sys
+doc = {s: json.load(open(f'/tmp/judging-{s}.json')) for s in ('before', 'after')}
+doc['walls'] = open('/tmp/judging.txt').read().splitlines()
+json.dump(doc, open(sys.argv[1], 'w'), indent=1)" $OUT/judging.json
+  cat /tmp/judging.txt
+  ;;
+judging-start)
+  rm -rf /tmp/judging.rc /tmp/judging-out; mkdir -p /tmp/judging-out; date +%s > /tmp/judging.t0
+  setsid bash -c "OUT=/tmp/judging-out bash '$ROOT/bench/gpu_evidence.sh' judging ${*:2} > /tmp/judging.log 2>&1; echo \$? > /tmp/judging.rc" < /dev/null &
+  for i in $(seq 1 ${JUDGING_POLLS:-110}); do [ -f /tmp/judging.rc ] && break; sleep 5; done
+  tail -30 /tmp/judging.log
+  echo "judging: $( [ -f /tmp/judging.rc ] && echo "rc $(cat /tmp/judging.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/judging.t0) ))s"
+  [ -f /tmp/judging.rc ] && cp -r /tmp/judging-out/. $OUT/
+  ;;
+judging-wait)
+  for i in $(seq 1 ${2:-110}); do [ -f /tmp/judging.rc ] && break; sleep 5; done
+  tail -40 /tmp/judging.log; cp /tmp/judging.log $OUT/
+  echo "judging: $( [ -f /tmp/judging.rc ] && echo "rc $(cat /tmp/judging.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/judging.t0) ))s"
+  cp -r /tmp/judging-out/. $OUT/ 2>/dev/null
+  tar -czf $OUT/judging-logs.tgz /tmp/j-*/runs/attempts /tmp/j-*/runs/tap/*/*.log /tmp/j-*/runs/bench/*/*.log 2>/dev/null
   ;;
 fairbar)
   which=${2:-attempt-9}

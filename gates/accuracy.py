@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -376,7 +377,9 @@ class MainKeeper(Dialogue):
         return None
 
     def start(self, run) -> None:
-        """Run ``run(self)`` (the launcher, returning its SideOutcome) in a thread."""
+        """Run ``run(self)`` (the launcher, returning its SideOutcome) in a thread. The slot's
+        GPUs, the sandbox mode and main's compiled cache travel in ``run``'s Placement (a
+        context variable would not reach the new thread)."""
         def go():
             try:
                 self.outcome = run(self)
@@ -427,6 +430,18 @@ class MainKeeper(Dialogue):
         self._tell(KEEP_SAVE)
         return self.asked == KEEP_SAVE and self._wait(lambda: self.saved >= self.world, timeout_s)
 
+    def kill(self) -> None:
+        """End every rank now (the judgment was interrupted: no rank may outlive it)."""
+        self.stop.set()
+        with self._cond:
+            procs = list(self.procs)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
     def finish(self, timeout_s: float):
         """Let the side end (KEEP_DROP unless it was asked to save) and return its outcome
         (or raise what its launcher raised)."""
@@ -471,18 +486,32 @@ class KeptOnDemand(AfterImport, Dialogue):
         return json.dumps(KEPT_READY if self.kept else KEPT_MISSING) + "\n"
 
 
-def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
-                       progress, hidden, stamp) -> _Sides:
+def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
+                       timeout, progress, hidden, stamp) -> _Sides:
     """Main's recording (or the one cached in ``a_dir``), then the candidate's replay against
-    it, main's side alive meanwhile (:class:`MainKeeper`); the caller holds ``a_dir``'s lock."""
+    it, main's side alive meanwhile (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
+    Whatever ends it early (Ctrl-C, a gate error) ends main's side too: it runs in a thread
+    that an exception in this one would never reach."""
+    keeper = MainKeeper(hidden, int(spec.get("world", 1)))
+    try:
+        return _sides(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
+                      progress, stamp, keeper)
+    except BaseException:
+        keeper.kill()
+        raise
+
+
+def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
+           progress, stamp, main_side: MainKeeper) -> _Sides:
     files = TapFiles(a_dir)
-    a_world = int(spec.get("world", 1))
+    a_world = main_side.world
+    hidden = main_side.hidden
     keeper = None
     if files.recorded:  # cached with its kept calls (a replayed judgment, another caller's)
         a_kind, a_wall, a_tail = "ok", 0.0, ""
     else:
         a_dir.mkdir(parents=True, exist_ok=True)
-        keeper = MainKeeper(hidden, a_world)
+        keeper = main_side
         a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
         ticks = _tagged(progress, "A record")
         quiet = None if ticks is None else (
@@ -626,7 +655,8 @@ class _Band:
     out: object = None
 
 
-def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progress, held: disk.Recordings) -> _Band:
+def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progress,
+          held: disk.Recordings) -> _Band:
     """Main's repeat and band passes on :func:`band_inputs`, made once per (main, touched
     ops, spec) and kept as their evidence (``band.json``; their logits go once it is made)."""
     inputs = band_inputs(req.target, req.machine, req.accuracy).to_dict()

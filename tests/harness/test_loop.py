@@ -17,6 +17,7 @@ import git
 import pytest
 
 from harness.orchestrator import Orchestrator
+from harness.pipeline import try_commit
 from harness.settings import load
 from tests.gates.candidates import ROOT, context, make_repo
 from tests.gates.cpu_load import classifications
@@ -93,10 +94,16 @@ def test_kill_during_a_gate_resumes_without_loss_or_duplicate(tmp_path):
     before = ctx.ledger.attempts()
     assert len(before) == 1 and before[0].state == "judging"
     orch = Orchestrator(ctx)
-    assert orch.resume().requeued == [before[0].number]
+    done = orch.resume()  # a kern try's attempt: recorded as interrupted, never judged by the loop
+    assert (done.interrupted, done.requeued) == ([before[0].number], [])
     orch.tick(spawn=False)
+    (a,) = ctx.ledger.attempts()
+    assert a.state == "interrupted" and "--again" in a.reason
+    # the user's `kern try --again` judges the same commit anew over what the killed side left
+    number, out = try_commit(ctx, "cand")
+    assert number == a.number + 1 and out.state == "abandoned"
     after = ctx.ledger.attempts()
-    assert len(after) == 1 and after[0].state == "abandoned" and after[0].reason == "accuracy"
-    kinds = [e.kind for e in ctx.ledger.events(after[0].number)]
-    assert kinds.count("transition") >= 3  # judging -> queued -> judging -> abandoned
+    assert [x.state for x in after] == ["interrupted", "abandoned"] and after[1].reason == "accuracy"
+    kinds = [e.kind for e in ctx.ledger.events(a.number)]
+    assert kinds.count("transition") >= 2  # judging -> interrupted
     assert ctx.ledger.integrity() == "ok"

@@ -202,7 +202,7 @@ def test_ctrl_c_and_kern_cancel_end_a_real_kern_try_as_interrupted(tmp_path, cap
     assert took < 5, f"Ctrl-C took {took:.1f} s"
     assert (f"kern try: attempt #1 interrupted: SIGINT (Ctrl-C) to kern try while judging; "
             f"`kern try {sha[:12]} --again` judges it again\nkern: interrupted\n") in err
-    assert not sides_of(repo), "a side process outlived its kern try"
+    assert not sides_of(repo), ["a side process outlived its kern try"] + [Path(f"/proc/{p}/cmdline").read_bytes()[:300] for p in sides_of(repo)]
     with L.Ledger(L.default_path(repo), readonly=True) as led:
         (a,) = led.attempts()
     assert (a.state, a.commit_sha) == ("interrupted", sha) and a.finished_at
