@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .protocol import Hidden
+from .rules.scope import ScopeResult
 from .settings import AccuracySettings, MachineProfile, ScorerSettings, Target, Thresholds
 
 
@@ -83,3 +84,21 @@ class BenchRequest:
     # the judgment's hidden inputs (gates/rules/hidden.py): both sides decode the workload of its
     # input seed (replay n of each side on input set n); None: the target seed
     hidden: Hidden | None = None
+
+
+@dataclass
+class JudgmentRequest:
+    """One judgment of a commit (``kern try``, each of ``kern loop``'s): the accuracy gate's
+    request, then the scorer's, both on one commit, base, placement and hidden draw
+    (gates/judging.py checks they agree). The scorer's ``accuracy`` is filled in from the
+    accuracy gate's verdict; ``bench.scorer``'s reverify_pct and reverify_rounds say when and
+    how the scorer measures a large gain again. Hidden inputs None on both: drawn by the gates
+    for this judgment (``gates.rules.hidden.for_machine``)."""
+
+    scope: ScopeResult  # the scope gate's answer on the commit (passed: the gates run after it)
+    test: AccuracyRequest
+    bench: BenchRequest
+    isolate: bool = False  # kern.yaml's farm.isolate: the scorer rounds take turns on this host
+    # when the judgment began (time.monotonic() of this process, before its scope gate): its
+    # total seconds run from there (None: not measured)
+    started_s: float | None = None

@@ -81,10 +81,10 @@ def pattern(rounds: int) -> list[str]:
 FIRST_SET = 2  # the first input set a timed replay runs (prepare compiled on set 1)
 
 
-def run_bench(req: BenchRequest, progress=print) -> BenchResult:
+def run_bench(req: BenchRequest, progress=None) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
     sample, check and timing) as ``.report``. ``progress`` is called with each
-    ``gates.events.ScorerEvent`` as it happens (``print`` shows their lines)."""
+    ``gates.events.ScorerEvent`` as it happens (None: none is told; harness/ shows them)."""
     # main's kernels compiled from main alone (the accuracy gate's, when it ran first);
     # without a base the revision scored is main here
     main = compiled.prepare(req.repo, req.base or req.rev, req.runs_dir, req.target, req.machine,
@@ -92,8 +92,9 @@ def run_bench(req: BenchRequest, progress=print) -> BenchResult:
     return _run_bench(req, req.placement.seeded(main.path), progress, main)
 
 
-def _run_bench(req: BenchRequest, place: Placement, progress=print,
+def _run_bench(req: BenchRequest, place: Placement, progress=None,
                main: compiled.CompiledCache | None = None) -> BenchResult:
+    progress = progress or (lambda event: None)
     t0 = time.monotonic()
     m = req.machine
     rounds = req.rounds or m.rounds  # rounds and replays: the machine profile's (kern.yaml)

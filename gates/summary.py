@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
 from .results import NOT_RUN, OK, AccuracyResult, BenchResult, LastWords, ScorerView
-from .rules.decision import BY_ACCURACY, BY_CHECKS, BY_SCOPE, BY_SCORER, Decision
+from .rules.decision import BY_ACCURACY, BY_CHECKS, BY_SCOPE, BY_SCORER, Decision, decide
 
 
 def _plain(x):
@@ -204,6 +204,13 @@ def reverify_summary(again: "BenchResult | dict") -> ReverifySummary:
         medians_b={str(b): m for b, m in sb.medians.items()},
         checks=tuple(c.get("check") for c in sb.failed_checks), processes=again.processes,
         secrets=again.secrets, hidden=again.hidden)
+
+
+def decided(scope, test: AccuracyResult | None, bench: BenchResult | None) -> tuple[Decision, "GateSummary"]:
+    """Pure: the merge rule over a judgment's results (``scope``: the scope gate's
+    ``ScopeResult``) and what the ledger row keeps of them."""
+    d = decide(scope.ok, test, bench)
+    return d, summarize(d, scope.problems, test, bench)
 
 
 def summarize(d: Decision, scope_problems, test: AccuracyResult | None,

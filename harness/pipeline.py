@@ -15,20 +15,23 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gates.events import SideEnded
-from gates.launch import disk
-from gates.requests import AccuracyRequest, BenchRequest, Placement
+from gates.events import GateStarted
+from gates.requests import AccuracyRequest, BenchRequest, JudgmentRequest, Placement
 from gates.results import AccuracyResult, BenchResult, report_of
 from gates.rules import decision, footprint, scope, stats
 from gates.rules.phases import JudgmentTimes
-from gates.summary import GateSummary, TimesSummary, summarize
+from gates.summary import GateSummary, TimesSummary, decided
 
 from . import farm, faults, processes
 from . import ledger as L
 from . import progress as P
 from .settings import Resolved
 from .worktrees import Repo
+
+if TYPE_CHECKING:  # gates.judging imports torch: kern's verbs that judge nothing never load it
+    from gates.judging import GatesRun
 
 
 @dataclass
@@ -68,6 +71,7 @@ class Judgment:
     host: str | None = None
     slot: str | None = None
     seconds: float | None = None  # the whole judgment's wall, scope gate to last gate (its slot's clock)
+    run: GatesRun | None = None  # the gates' whole answer (None: the scope gate rejected it)
 
 
 @dataclass
@@ -110,11 +114,16 @@ REPLAY_PROTOCOL = 3
 def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
     """Pure: gate results (typed, or their reports: ``gates.results``) -> final state, reason
     and the fields the ledger records. The rule itself is ``gates.rules.decision.decide``, what the
-    row keeps of the gates ``gates.summary.summarize``; this adds the measured numbers."""
+    row keeps of the gates ``gates.summary.summarize`` (both: ``gates.summary.decided``, which a
+    judgment's ``GatesRun`` carries already); :func:`outcome_of` adds the measured numbers."""
     test = None if test_res is None else AccuracyResult.of(test_res)
     bench = None if bench_res is None else BenchResult.of(bench_res)
-    d = decision.decide(scope_res.ok, test, bench)
-    gate = summarize(d, scope_res.problems, test, bench)
+    return outcome_of(*decided(scope_res, test, bench), bench)
+
+
+def outcome_of(d: decision.Decision, gate: GateSummary, bench: BenchResult | None) -> Outcome:
+    """Pure: the merge rule's decision ``d`` and the row's summary ``gate`` as the ledger's
+    state, reason and fields, with the measured numbers of a decision made by the score."""
     if d.by != decision.BY_SCORE:
         return Outcome(d.state, d.reason, {"gate": gate})
     sa, sb, ab = bench.a, bench.b, bench.ab
@@ -155,16 +164,18 @@ def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
 
 
 def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> Judgment:
-    """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine."""
+    """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine. The
+    walk crosses into gates/ twice: the scope gate on the commit's facts (a ``ScopeResult``
+    back), then, past it, one :class:`JudgmentRequest` to ``gates.judging.judge`` (a
+    ``GatesRun`` back: the results, the decision, the row's summary, the times)."""
     t0 = time.monotonic()
     faults.point("scope")
     sc = check_scope(ctx, rev_sha, base_sha)
-    hidden = draw_hidden(ctx) if hidden is None else hidden
     if not sc.ok:
         return Judgment(sc, None, None, hidden, seconds=time.monotonic() - t0)
     with gpu_lock(ctx) as slot:
-        test, bench = run_gates(ctx, rev_sha, base_sha, hidden, ctx.placement(slot))
-    return Judgment(sc, test, bench, hidden, slot.host, slot.name, time.monotonic() - t0)
+        run = run_gates(ctx, judgment_request(ctx, sc, rev_sha, base_sha, hidden, ctx.placement(slot), t0))
+    return Judgment(sc, run.test, run.bench, run.hidden, slot.host, slot.name, run.times.total_s, run)
 
 
 def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "") -> Judgment:
@@ -175,42 +186,30 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
     return judgment(ctx, rev_sha, base_sha, hidden)
 
 
-def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden, place: Placement) -> tuple:
-    """The accuracy gate, then (when it passes) the scorer and its re-measurement, at ``place``
-    (the slot the caller holds). Returns (test, bench); bench is None when the scorer did not run."""
-    from gates.accuracy import run_test
-    from gates.scorer import run_bench
+def run_gates(ctx: Context, req: JudgmentRequest) -> GatesRun:
+    """The judgment's gates (``gates.judging.judge``) on the slot the caller holds; their
+    events reach ``ctx.progress`` (:func:`told`)."""
+    from gates import judging
 
-    room_for_judgment(ctx)
-    faults.point("test")
-    ctx.progress(P.GateStarted("accuracy", rev_sha, base_sha))
-    test = AccuracyResult.of(run_test(accuracy_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha,
-                                                       ctx.runs, ctx.cuda, place, hidden=hidden)))
-    ctx.progress(P.AccuracyVerdict(test.verdict))
-    for w in test.last_words:
-        ctx.progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
-    if not test.passed:
-        return test, None
-    faults.point("bench")
-    ctx.progress(P.GateStarted("scorer", rev_sha, base_sha))
-    request = bench_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha, ctx.runs, ctx.cuda, place,
-                            accuracy=test.claim, hidden=hidden)
-    with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
-        bench = BenchResult.of(run_bench(request, progress=lambda e: ctx.progress(P.InScorer(e))))
-    pct = ctx.cfg.bench.reverify_pct
-    if needs_reverify(bench, pct):
-        # a large gain is merged only once an independent measurement reproduces it: fresh
-        # processes, the sides alternating, an input seed of its own (recorded with it)
-        ctx.progress(P.Remeasuring(rev_sha, pct))
-        with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
-            again = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
-                                      rounds=ctx.cfg.bench.reverify_rounds),
-                              progress=lambda e: ctx.progress(P.InScorer(e, again=True)))
-        bench = bench.with_reverify(BenchResult.of(again))
-    for w in (bench.last_words, bench.reverify.last_words if bench.reverify else None):
-        if w is not None:
-            ctx.progress(SideEnded("scorer", w.side, w.kind, w.last, w.log))
-    return test, bench
+    return judging.judge(req, progress=lambda event: told(ctx, event))
+
+
+def told(ctx: Context, event) -> None:
+    """A judgment's event to the loop's progress; where a gate starts, first the fault point
+    of that step (harness/faults.py: the tests kill the process there)."""
+    if isinstance(event, GateStarted):
+        faults.point("test" if event.gate == "accuracy" else "bench")
+    ctx.progress(event)
+
+
+def judgment_request(ctx: Context, sc: scope.ScopeResult, rev_sha: str, base_sha: str, hidden,
+                     place: Placement, started_s: float | None = None) -> JudgmentRequest:
+    """One judgment of ``rev_sha`` against ``base_sha`` past its scope gate ``sc``: both gates'
+    requests at ``place`` on the hidden inputs ``hidden`` (None: the gates draw them)."""
+    cfg, root = ctx.cfg, ctx.repo.root
+    return JudgmentRequest(sc, accuracy_request(cfg, root, rev_sha, base_sha, ctx.runs, ctx.cuda, place, hidden=hidden),
+                           bench_request(cfg, root, rev_sha, base_sha, ctx.runs, ctx.cuda, place, hidden=hidden),
+                           isolate=cfg.farm.isolate, started_s=started_s)
 
 
 def accuracy_request(cfg: Resolved, repo: Path, rev: str, base: str, runs: Path, cuda: bool,
@@ -231,27 +230,6 @@ def bench_request(cfg: Resolved, repo: Path, rev: str, base: str | None, runs: P
                         cuda, place or Placement(sandbox=cfg.sandbox), **more)
 
 
-def room_for_judgment(ctx: Context) -> None:
-    """Before any side of a judgment starts: what a killed earlier run left in runs/tap
-    deleted, then :class:`gates.rules.footprint.DiskShort` unless runs/ has room for what one judgment of
-    the configured workload writes (its tap, then its scorer's timed outputs)."""
-    cfg = ctx.cfg
-    need = footprint.judgment_bytes(cfg.machine, cfg.test, cfg.bench, copies=disk.copied(cfg.sandbox))
-    disk.sweep(ctx.runs / "tap")
-    disk.check({ctx.runs / "tap": need.tap, ctx.runs / "bench": need.scorer})
-
-
-def needs_reverify(bench, pct: float) -> bool:
-    """Pure: the scorer found a gain larger than ``pct`` % with every check clean."""
-    if not bench:
-        return False
-    bench = BenchResult.of(bench)
-    if bench.outcome != "ok" or bench.ab is None:
-        return False
-    return (bench.ab.classification == "faster" and not bench.b.failed_checks
-            and bench.ab.delta_pct < -pct)
-
-
 def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
                      max_rebases: int = 3, first=None) -> Outcome:
     """Judge attempt ``number`` and bring it to a final state; merge when it wins.
@@ -270,14 +248,18 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         if first is not None:
             j, first = first(), None
         else:  # every judgment its own hidden inputs, a re-judgment after a rebase too
-            j = judge_once(ctx, rev_sha, base_sha, draw_hidden(ctx), f"{number}-{rev_sha[:10]}")
+            # (a Ray task is handed its draw; on this machine the gates draw it)
+            j = judge_once(ctx, rev_sha, base_sha, draw_hidden(ctx) if ctx.remote is not None else None,
+                           f"{number}-{rev_sha[:10]}")
         sc, test, bench, hidden = j.scope, j.test, j.bench, j.hidden
-        times = JudgmentTimes.of(report_of(test), report_of(bench), j.seconds)
+        # the gates' own answer where they ran; a scope rejection is decided here
+        times = j.run.times if j.run is not None else JudgmentTimes(None, None, None, j.seconds)
         keep_evidence(ctx.runs, number, test, bench, times)
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
-        out = with_times(with_slot(with_hidden(decide_outcome(sc, test, bench),
-                                               hidden if test is not None else None), j), times)
+        out = decide_outcome(sc, test, bench) if j.run is None else \
+            outcome_of(j.run.decision, j.run.summary, j.run.bench)
+        out = with_times(with_slot(with_hidden(out, hidden if test is not None else None), j), times)
         if (out.reason or "").startswith(footprint.REASON):
             # the environment's, not the candidate's: the row keeps the side's last words, the
             # caller re-queues it (the loop, which stops) or ends it (kern try)

@@ -68,6 +68,18 @@ def disk_reason(gate: str, words: LastWords | None) -> str:
             f"disk holding runs/, then judge it again")
 
 
+def needs_reverify(bench: BenchResult | dict | None, pct: float) -> bool:
+    """The scorer found a gain larger than ``pct`` % with every check clean: a large gain is
+    merged only once an independent measurement reproduces it (gates/judging.py)."""
+    if not bench:
+        return False
+    bench = BenchResult.of(bench)
+    if bench.outcome != "ok" or bench.ab is None:
+        return False
+    return (bench.ab.classification == "faster" and not bench.b.failed_checks
+            and bench.ab.delta_pct < -pct)
+
+
 def reverify_check(bench: BenchResult) -> dict | None:
     """None when the re-measurement of a large gain (``bench.reverify``) reproduced it (it
     ran, its checks are clean and it also finds the candidate faster) or none ran, else the

@@ -171,7 +171,7 @@ def _bench_result(pct: float, cls: str = "faster", checks=()) -> dict:
 
 
 def test_only_a_clean_gain_above_the_bar_is_measured_again():
-    from harness.pipeline import needs_reverify
+    from gates.rules.decision import needs_reverify
 
     assert needs_reverify(_bench_result(-20.0), 15.0)
     assert not needs_reverify(_bench_result(-10.0), 15.0)

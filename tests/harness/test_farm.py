@@ -9,6 +9,7 @@ import pytest
 
 from gates import protocol
 from gates.launch import process as launch
+from gates.launch.turn import scorer_turn
 from gates.requests import Placement
 from gates.summary import GateSummary
 from harness import farm
@@ -107,7 +108,7 @@ def test_isolated_scorer_rounds_take_turns_and_others_never_wait(tmp_path, isola
 
     def judge(name):
         both_arrived.wait()
-        with farm.scorer_turn(tmp_path, isolate, said.append):
+        with scorer_turn(tmp_path, isolate, said.append):
             with lock:
                 inside.append(name)
                 most[0] = max(most[0], len(inside))
@@ -125,7 +126,7 @@ def test_isolated_scorer_rounds_take_turns_and_others_never_wait(tmp_path, isola
     for th in threads:
         th.join(10)
     assert most[0] == (1 if isolate else 2)
-    assert said == (["farm.isolate: waiting for another judgment's scorer rounds"] if isolate else [])
+    assert [str(e) for e in said] == (["farm.isolate: waiting for another judgment's scorer rounds"] if isolate else [])
 
 
 def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
