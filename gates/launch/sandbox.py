@@ -6,8 +6,8 @@ Every side (main's and the candidate's: tap, bench, store, step and profile side
 through :func:`wrap`, which puts ``gates/side/confine.py`` in front of its command with the
 side's plan (``confinement.plan``), after gathering this machine's facts (:func:`machine`,
 :func:`facts`: probed once per process). The Triton cache is a copy of main's compiled kernels
-(the request's ``Placement.seed``, gates/launch/compiled.py; :func:`fresh_cache`) made before the side starts and removed when it ends,
-under every mechanism and ``off`` too: nothing a side writes there is read by another.
+(the request's ``Placement.seed``, gates/launch/compiled.py; :func:`fresh_cache`) made before
+the side starts and removed when it ends, under every mechanism and ``off`` too: nothing a side writes there is read by another.
 Processes that must talk to each other (the ranks of one side; the model store and the bench
 sides that attach to it) share one sandbox: :func:`group`, started by a holder process.
 """
@@ -51,7 +51,8 @@ def copy_cache(src: str, dst: str, known_as: str | None = None) -> int:
             path, to = os.path.join(root, name), os.path.normpath(os.path.join(dst, rel, name))
             if not st.S_ISREG(os.lstat(path).st_mode):
                 continue
-            group = moved_group(Path(path).read_text(errors="replace"), src, known_as or dst) \
+            group = moved_group(Path(path).read_text(errors="replace"), (src, os.path.realpath(src)),
+                                known_as or dst) \
                 if name.startswith("__grp__") and name.endswith(".json") else None
             if group is None:
                 shutil.copyfile(path, to, follow_symlinks=False)

@@ -373,10 +373,11 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
     return out
 
 
-def moved_group(text: str, src: str, dst: str) -> str | None:
+def moved_group(text: str, src: str | tuple[str, ...], dst: str) -> str | None:
     """Pure: a Triton group file's text with its members' paths moved from ``src`` to
     ``dst`` (members outside ``src`` left out); None where it is not a group file (copied
-    as it is: Triton reads what it wrote)."""
+    as it is: Triton reads what it wrote). ``src``: the cache's folder, or every path it is
+    known by (as named and its real path: the shell resolves links, this reads no file)."""
     try:
         data = json.loads(text)
         children = data["child_paths"]
@@ -384,7 +385,7 @@ def moved_group(text: str, src: str, dst: str) -> str | None:
             return None
     except (ValueError, TypeError, KeyError):
         return None
-    roots = {os.path.normpath(src), os.path.realpath(src)}
+    roots = {os.path.normpath(s) for s in ((src,) if isinstance(src, str) else src)}
     moved = {}
     for name, p in children.items():
         p = os.path.normpath(str(p))

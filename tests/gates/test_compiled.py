@@ -65,6 +65,10 @@ def test_a_group_file_names_the_copies_and_nothing_outside_the_cache():
     got = json.loads(confinement.moved_group(text, "/srv/c/main", "/run/a/.sandbox-r/triton"))
     assert got == {"child_paths": {"k.json": "/run/a/.sandbox-r/triton/KEY/k.json",
                                    "k.cubin": "/run/a/.sandbox-r/triton/KEY/k.cubin"}}
+    # known by its real path too (the shell resolves a linked cache folder)
+    real = json.dumps({"child_paths": {"k.json": "/data/c/KEY/k.json", "evil": "/data/x"}})
+    assert json.loads(confinement.moved_group(real, ("/srv/c/main", "/data/c"), "/b")) == \
+        {"child_paths": {"k.json": "/b/KEY/k.json"}}
     assert confinement.moved_group("not json", "/a", "/b") is None
     assert confinement.moved_group(json.dumps({"child_paths": ["x"]}), "/a", "/b") is None
 
