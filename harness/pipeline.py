@@ -158,7 +158,7 @@ def draw_hidden(ctx: Context):
 
 def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
     """Run the gates on one commit against its base, both gates on the same hidden inputs
-    (``hidden``; None: drawn here). Returns (scope, test, bench) results."""
+    (``hidden``; None: the gates draw them). Returns (scope, test, bench) results."""
     j = judgment(ctx, rev_sha, base_sha, hidden)
     return j.scope, j.test, j.bench
 
