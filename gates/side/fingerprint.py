@@ -350,7 +350,8 @@ class Pending:
     Each :meth:`check` adds into a slot of a preallocated buffer: one kernel per tensor."""
 
     def __init__(self, device, key: tuple[int, int]):
-        self.device = torch.device(device)
+        # the device as tensors report it ('cuda' names no index; a tensor's is 'cuda:0')
+        self.device = torch.empty(0, device=device).device
         self._triton = self.device.type == "cuda" or TRITON_ON_CPU
         self._key = torch.tensor(key, dtype=torch.int64, device=self.device)
         self._coef = None if self._triton else _Coefficients(key, self.device)

@@ -189,3 +189,16 @@ def test_pending_checks_read_back_in_order_across_buffer_chunks(path, monkeypatc
     i32, f32 = p.resolve()
     assert i32.raw == i32.value and f32.raw != f32.value
     assert i32.nonfinite == 0
+
+
+@pytest.mark.gpu
+def test_pending_on_the_gpu_takes_the_tensors_of_the_device_it_was_named_with():
+    """'cuda' (no index: what a side's spec says) and a tensor's 'cuda:0' are one device; the
+    tap's checks must agree with the torch path there too."""
+    p = F.Pending("cuda", KEY)
+    t = torch.arange(1000, dtype=torch.float32, device="cuda").reshape(10, 100)
+    i = p.check(t)
+    on_gpu = p.resolve()[i]
+    q = F.Pending("cpu", KEY)
+    j = q.check(t.cpu())
+    assert q.resolve()[j] == on_gpu
