@@ -1,7 +1,7 @@
 """``kern test REV --vs BASE``: the accuracy gate, end to end.
 
-Shell: check the disk has room for the tap (``gates/disk.py``), have main's kernels compiled
-from main alone (``gates/compiled.py``), resolve revisions, check protected paths, check out
+Shell: check the disk has room for the tap (``gates/launch/disk.py``), have main's kernels compiled
+from main alone (``gates/launch/compiled.py``), resolve revisions, check protected paths, check out
 worktrees, run side A (record; named by the base commit, the tap definition and the hidden draw;
 kept alive while B replays, writing its kept op calls only when B's pass differs:
 :class:`MainKeeper`) and side B (replay) in their own subprocesses, then, when the verdict
@@ -9,12 +9,11 @@ needs them, main's repeat and band passes (once per main, touched ops and spec: 
 load what they measured; the recordings' tensors are deleted once the verdict is made. Core:
 ``verdict.judge`` over that evidence. Output: the typed result and its report (one JSON object;
 harness/terminal.py prints it as lines by section, the last starting with the verdict); its
-``phases`` are where the judgment's time went (gates/phases.py).
+``phases`` are where the judgment's time went (gates/rules/phases.py).
 """
 from __future__ import annotations
 
 import ast
-import contextvars
 import fcntl
 import hashlib
 import json
@@ -28,38 +27,18 @@ from pathlib import Path
 
 import torch
 
-from . import checkout, compiled, disk, filemarks, launch_ranks, logits, sandbox, scope, verdict
-from .after_import import AfterImport, Dialogue
+from . import logits
 from .events import PassTick, SideEnded
-from .phases import Span, rest, side_spans
+from .launch import checkout, compiled, disk, filemarks, ranks, sandbox
+from .launch.after_import import AfterImport, Dialogue
 from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED, SAVED, WANT_KEPT,
                        Hidden, TapFiles, handover_line, tap_rows)
+from .requests import AccuracyRequest, Placement
 from .results import AccuracyResult, LastWords
+from .rules import footprint, scope, verdict
+from .rules.phases import Span, rest, side_spans
 from .settings import AccuracySettings, MachineProfile, Target
 from .spec import side_spec
-
-
-@dataclass
-class AccuracyRequest:
-    """``kern test REV --vs BASE``: what the accuracy gate is asked to judge."""
-
-    repo: Path
-    rev: str
-    base: str
-    target: Target  # kern.yaml's target: the seeds of the model both sides build
-    machine: MachineProfile  # this machine's profile
-    accuracy: AccuracySettings  # kern.yaml's test section: the gate's limits and thresholds
-    protected: tuple[str, ...]  # kern.yaml's protected globs: a change to one FAILs the gate
-    runs_dir: Path
-    cuda: bool
-    sandbox: str = "auto"  # kern.yaml's sandbox: how every side is confined (gates/sandbox.py)
-    world: int = 1  # processes of each side, one per rank (kern test --gpus)
-    layout: str | None = None  # None: the machine profile's
-    base_world: int | None = None  # --base-gpus: A on this many ranks of its own layout
-    base_layout: str | None = None
-    # the judgment's hidden inputs (gates/hidden.py), the same for A and B; None: none (the
-    # target seed, the visible rows). The pipeline and the CLI draw one per judgment.
-    hidden: Hidden | None = None
 
 
 def protected_changed(paths: list[str], protected) -> list[str]:
@@ -179,35 +158,33 @@ def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass, and a ``SideEnded`` for each side that ended badly. Raises
-    ``gates.disk.DiskShort`` before any side starts when runs/tap lacks the room; when it
+    ``gates.rules.footprint.DiskShort`` before any side starts when runs/tap lacks the room; when it
     returns, no tensor of this judgment's recordings is left (unless another judgment still
     holds the same recording: then that one deletes it)."""
-    with sandbox.configured(req.sandbox), \
-            disk.Recordings(req.runs_dir / "tap") as held:
+    with disk.Recordings(req.runs_dir / "tap") as held:
         room_for(req)
         # main's kernels compiled from main alone (once per main); each side starts on a copy
         main = compiled.prepare(req.repo, req.base, req.runs_dir, req.target, req.machine, req.cuda,
-                                req.accuracy.timeout_s, _tagged(progress, "main compile"),
+                                req.accuracy.timeout_s, req.placement, _tagged(progress, "main compile"),
                                 req.base_layout or req.layout, req.base_world or req.world)
-        with sandbox.seeded(main.path):
-            return _run_test(req, progress, held, main)
+        return _run_test(req, req.placement.seeded(main.path), progress, held, main)
 
 
 def tap_bytes(req: AccuracyRequest) -> int:
-    """What this gate's tap writes under runs/tap at most (``gates.disk.judgment_bytes``)."""
-    return disk.judgment_bytes(req.machine, req.accuracy, world=req.world, layout=req.layout,
-                               base_world=req.base_world, base_layout=req.base_layout,
-                               copies=disk.copied()).tap
+    """What this gate's tap writes under runs/tap at most (``gates.rules.footprint.judgment_bytes``)."""
+    return footprint.judgment_bytes(req.machine, req.accuracy, world=req.world, layout=req.layout,
+                                    base_world=req.base_world, base_layout=req.base_layout,
+                                    copies=disk.copied(req.placement.sandbox)).tap
 
 
 def room_for(req: AccuracyRequest) -> None:
     """Before any side starts: what a killed earlier run left in runs/tap deleted, then
-    :class:`~gates.disk.DiskShort` unless the disk has room for this tap."""
+    :class:`~gates.rules.footprint.DiskShort` unless the disk has room for this tap."""
     disk.sweep(req.runs_dir / "tap")
     disk.check({req.runs_dir / "tap": tap_bytes(req)}, "this accuracy gate")
 
 
-def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
+def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recordings,
               main: compiled.CompiledCache | None = None) -> AccuracyResult:
     t0 = time.monotonic()
     base_sha = checkout.resolve(req.repo, req.base)
@@ -241,7 +218,7 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
         # one recording per base and tap, however many callers; main's side records, then
         # stays alive (holding its kept op calls) while the candidate's replays against it
         fcntl.flock(lock, fcntl.LOCK_EX)
-        sides = _record_and_replay(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
+        sides = _record_and_replay(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
                                    timeout, progress, hidden, stamp)
     a_kind, a_wall, a_tail, a_dir = sides.a_kind, sides.a_wall, sides.a_tail, sides.a_dir
     b_kind, b_wall, b_res, b_tail = sides.b_kind, sides.b_wall, sides.b_res, sides.b_tail
@@ -259,7 +236,7 @@ def _run_test(req: AccuracyRequest, progress, held: disk.Recordings,
     # limits, so they run when the verdict without them is not already a PASS
     band = None
     if a_res and b_res and verdict.needs_noise(ev, th):
-        band = _band(req, base_sha, a_tree, spec, touched, timeout, progress, held)
+        band = _band(req, place, base_sha, a_tree, spec, touched, timeout, progress, held)
         n_kind, n_wall = band.kind, band.wall_s
         if n_kind != "ok":
             n_tail, n_log = band.tail, band.out.log_path if band.out is not None else None
@@ -400,11 +377,9 @@ class MainKeeper(Dialogue):
         return None
 
     def start(self, run) -> None:
-        """Run ``run(self)`` (the launcher, returning its SideOutcome) in a thread, in the
-        caller's context: the judging slot's GPUs, the sandbox mode and main's compiled cache
-        are context variables (a new thread would start without them)."""
-        caller = contextvars.copy_context()
-
+        """Run ``run(self)`` (the launcher, returning its SideOutcome) in a thread. The slot's
+        GPUs, the sandbox mode and main's compiled cache travel in ``run``'s Placement (a
+        context variable would not reach the new thread)."""
         def go():
             try:
                 self.outcome = run(self)
@@ -414,7 +389,7 @@ class MainKeeper(Dialogue):
                 with self._cond:
                     self._cond.notify_all()
 
-        self._thread = threading.Thread(target=caller.run, args=(go,), daemon=True)
+        self._thread = threading.Thread(target=go, daemon=True)
         self._thread.start()
 
     def _ended(self) -> bool:
@@ -487,7 +462,7 @@ class MainKeeper(Dialogue):
 
 
 class KeptOnDemand(AfterImport, Dialogue):
-    """The replay's hand-over (:class:`~gates.after_import.AfterImport`: its hidden inputs
+    """The replay's hand-over (:class:`~gates.launch.after_import.AfterImport`: its hidden inputs
     once every process imported the tree, main's recording shown then, main's kept op calls
     never among it), which goes on: when its free pass differs from main's it says WANT_KEPT,
     and ``fetch()`` (once, for every rank) has main's kept calls written and shown to it."""
@@ -511,23 +486,23 @@ class KeptOnDemand(AfterImport, Dialogue):
         return json.dumps(KEPT_READY if self.kept else KEPT_MISSING) + "\n"
 
 
-def _record_and_replay(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
-                       progress, hidden, stamp) -> _Sides:
+def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
+                       timeout, progress, hidden, stamp) -> _Sides:
     """Main's recording (or the one cached in ``a_dir``), then the candidate's replay against
     it, main's side alive meanwhile (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
     Whatever ends it early (Ctrl-C, a gate error) ends main's side too: it runs in a thread
     that an exception in this one would never reach."""
     keeper = MainKeeper(hidden, int(spec.get("world", 1)))
     try:
-        return _sides(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
+        return _sides(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
                       progress, stamp, keeper)
     except BaseException:
         keeper.kill()
         raise
 
 
-def _sides(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout, progress, stamp,
-           main_side: MainKeeper) -> _Sides:
+def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
+           progress, stamp, main_side: MainKeeper) -> _Sides:
     files = TapFiles(a_dir)
     a_world = main_side.world
     hidden = main_side.hidden
@@ -542,8 +517,8 @@ def _sides(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout, pr
         quiet = None if ticks is None else (
             lambda line, t: None if keeper.recorded_s is not None else ticks(line, t))
         # its own limit is the recording's (wait_recorded); then it waits out the replay
-        keeper.start(lambda k: launch_ranks.run("tap", a_tree, a_spec, files.record, 3 * timeout,
-                                                quiet, k, k.stop))
+        keeper.start(lambda k: ranks.run("tap", a_tree, a_spec, files.record, 3 * timeout,
+                                         place, quiet, k, k.stop))
         if not keeper.wait_recorded(timeout):
             a = keeper.finish(timeout)
             failed = a_dir.with_name(a_dir.name + "-failed-" + _stamp())
@@ -557,7 +532,7 @@ def _sides(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout, pr
         p for r in range(1, a_world) for p in files.recording(r, a_world)]
     kept_files = [files.rank(r) / TapFiles.KEPT_A for r in range(a_world)]
     marks: dict = {}
-    mech = sandbox.chosen()
+    mech = sandbox.chosen(place.sandbox)
     seen = b_dir / "main" if mech != "off" else a_dir
     copies = mech in ("landlock", "user")  # B owns or can write its copies: they are marked
 
@@ -590,8 +565,8 @@ def _sides(req, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout, pr
     if mech != "off":
         seen.mkdir(exist_ok=True)
     handed = KeptOnDemand(hidden, int(b_spec.get("world", 1)), release, fetch)
-    b = launch_ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
-                         TapFiles(b_dir) / TapFiles.RESULT, timeout, _tagged(progress, "B replay"), handed)
+    b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
+                  TapFiles(b_dir) / TapFiles.RESULT, timeout, place, _tagged(progress, "B replay"), handed)
     out = _Sides(a_kind, a_wall, a_tail, a_dir, b.kind, b.wall_s, b.result, b.log_tail, b_out=b)
     moved = filemarks.changed_files(marks, filemarks.file_marks(
         guarded + ([seen] if copies else []), ctime=mech != "namespaces"))
@@ -639,7 +614,7 @@ def band_inputs(target: Target, machine: MachineProfile, accuracy: AccuracySetti
     agent the band itself, which it could estimate from the visible seed before."""
     import random
 
-    from . import hidden as draws
+    from .rules import hidden as draws
 
     seed = target.seed
     extra = draws.draw(random.Random(f"band/{seed}"), machine.buckets, machine.test_rows,
@@ -680,7 +655,8 @@ class _Band:
     out: object = None
 
 
-def _band(req, base_sha, a_tree, spec, touched, timeout, progress, held: disk.Recordings) -> _Band:
+def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progress,
+          held: disk.Recordings) -> _Band:
     """Main's repeat and band passes on :func:`band_inputs`, made once per (main, touched
     ops, spec) and kept as their evidence (``band.json``; their logits go once it is made)."""
     inputs = band_inputs(req.target, req.machine, req.accuracy).to_dict()
@@ -694,8 +670,8 @@ def _band(req, base_sha, a_tree, spec, touched, timeout, progress, held: disk.Re
             return _Band("ok", 0.0, "", folder, json.loads((folder / BAND).read_text()))
         folder.mkdir(exist_ok=True)
         n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-        n = launch_ranks.run("tap", a_tree, n_spec, files / TapFiles.NOISE, timeout,
-                             _tagged(progress, "A noise"), inputs)
+        n = ranks.run("tap", a_tree, n_spec, files / TapFiles.NOISE, timeout, place,
+                      _tagged(progress, "A noise"), inputs)
         if not n.ok:
             (files / TapFiles.NOISE).unlink(missing_ok=True)
             return _Band(n.kind, n.wall_s, n.log_tail, folder, out=n)

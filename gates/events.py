@@ -1,5 +1,6 @@
-"""What a gate says while it runs, as typed events: the scorer's (``run_bench``'s ``progress``)
-and the accuracy gate's passes (``run_test``'s). ``str(event)`` is the line a person reads (the
+"""What a gate says while it runs, as typed events: the scorer's (``run_bench``'s ``progress``),
+the accuracy gate's passes (``run_test``'s) and a whole judgment's (``gates/judging.py``'s: a
+gate starts, the accuracy verdict, a re-measurement, a scorer event inside it). ``str(event)`` is the line a person reads (the
 lines the gates printed before these types existed); ``harness/progress.py`` moves its bars and
 the loop's live stage by an event's type and fields, never by matching its text.
 
@@ -72,7 +73,7 @@ class SideEnded:
     ``gates.results.LastWords`` of that side, as plain fields)."""
     gate: str  # "accuracy gate" or "scorer"
     side: str  # a pass of PASSES, or the scorer's "side A" / "side B"
-    kind: str  # how it ended (gates/launch.py's kinds)
+    kind: str  # how it ended (gates/launch/process.py's kinds)
     last: str  # its log's last line ('' when it said nothing)
     log: str | None
 
@@ -82,7 +83,65 @@ class SideEnded:
 
 
 # the accuracy gate's passes, in the order they run ("main compile": only where main's compiled
-# kernels were not made before, gates/compiled.py)
+# kernels were not made before, gates/launch/compiled.py)
 PASSES = ("main compile", "A record", "B replay", "A noise")
 
 ScorerEvent = StoreReady | SideReady | VisitDone | JudgingTimedOutputs
+
+
+# ----------------------------------------------------------- one judgment (gates/judging.py)
+@dataclass(frozen=True)
+class GateStarted:
+    """A judgment starts a gate (``gate``: "accuracy" or "scorer") on commit ``rev`` (a full
+    SHA) against ``base``."""
+    gate: str
+    rev: str
+    base: str
+
+    @property
+    def label(self) -> str:
+        return "accuracy gate" if self.gate == "accuracy" else self.gate
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.rev:.10} vs {self.base:.10}"
+
+
+@dataclass(frozen=True)
+class AccuracyVerdict:
+    """The judgment's accuracy gate decided."""
+    verdict: str  # "PASS bit-identical", "FAIL", ...
+
+    def __str__(self) -> str:
+        return f"accuracy: {self.verdict}"
+
+
+@dataclass(frozen=True)
+class Remeasuring:
+    """A gain above ``bench.reverify_pct`` %: the scorer measures the commit again."""
+    rev: str
+    pct: float
+
+    def __str__(self) -> str:
+        return f"scorer: a gain above {self.pct:g} %: measuring {self.rev:.10} again"
+
+
+@dataclass(frozen=True)
+class InScorer:
+    """One of the scorer's events (:data:`ScorerEvent`) inside a judgment; ``again``: in its
+    re-measurement."""
+    event: ScorerEvent
+    again: bool = False
+
+    def __str__(self) -> str:
+        return f"  {'again: ' if self.again else ''}{self.event}"
+
+
+@dataclass(frozen=True)
+class ScorerTurnWaits:
+    """``farm.isolate``: another judgment's scorer rounds run on this host; this one waits."""
+
+    def __str__(self) -> str:
+        return "farm.isolate: waiting for another judgment's scorer rounds"
+
+
+JudgmentEvent = GateStarted | AccuracyVerdict | Remeasuring | InScorer | ScorerTurnWaits | SideEnded

@@ -3,7 +3,7 @@ scorer's bench side (``gates/side/timed.py``, in the candidate's process) both c
 logits against B's, row by row.
 
 Pure: tensors in, plain values out; it imports nothing of gates/ (the side may import it:
-tests/test_layers.py). The rules that judge these numbers are ``gates/verdict.py``'s.
+tests/test_layers.py). The rules that judge these numbers are ``gates/rules/verdict.py``'s.
 """
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def cluster_totals(a: torch.Tensor, b: torch.Tensor, clusters: torch.Tensor, n_c
     """B against A over rows grouped in clusters (``clusters[i]`` in ``0 .. n_clusters - 1``):
     per cluster the rows, the sum of KL(A||B), the rows with KL(A||B) > ``kl_pass`` and the
     confident argmax flips (lists of ``n_clusters`` numbers), and the largest KL. The form a
-    cluster bootstrap resamples (``gates/verdict.py``); a non-finite row counts as KL inf."""
+    cluster bootstrap resamples (``gates/rules/verdict.py``); a non-finite row counts as KL inf."""
     kl, flip, near, *_ = row_stats(a, b, near_tie_factor)
     idx = clusters.to(kl.device, torch.int64)
 

@@ -1,7 +1,7 @@
 """The subprocess boundary's shared names: what the loop process and a side process both
 read and write, defined once for both.
 
-Imported by the coordinator (``gates/accuracy.py``, ``gates/launch.py``, ``gates/launch_ranks.py``,
+Imported by the coordinator (``gates/accuracy.py``, ``gates/launch/process.py``, ``gates/launch/ranks.py``,
 ``gates/scorer.py``) and by the side (``gates/side/``); it imports nothing of either (only the
 standard library), so the side reaches no coordinator module through it. gates/side/ imports
 from gates/ only this module, ``gates/interpreter.py`` and ``gates/logits.py``
@@ -44,7 +44,7 @@ class HiddenError(ValueError):
 
 @dataclass(frozen=True)
 class Hidden:
-    """One judgment's hidden inputs (plain data; drawn by ``gates/hidden.py``)."""
+    """One judgment's hidden inputs (plain data; drawn by ``gates/rules/hidden.py``)."""
 
     input_seed: int
     extra_rows: tuple[int, ...] = ()
@@ -157,7 +157,7 @@ def tap_rows(test_rows: list[int], buckets: list[int], extra=()) -> list[int]:
 
 def rank_document(out: Path, rank: int) -> Path:
     """Where rank ``rank`` of a side launched as several ranks writes its document ``out``
-    (``gates/launch_ranks.launch`` merges them into ``out``)."""
+    (``gates.launch.ranks.launch`` merges them into ``out``)."""
     return out.with_name(f"{out.stem}.rank{rank}.json")
 
 
@@ -231,7 +231,7 @@ class SideOptions:
     steps: int
     rows: list  # the batch sizes this side runs
     state_dtype: str | None = "bf16"
-    world: int = 1  # processes, one per rank (gates/launch_ranks.py starts them)
+    world: int = 1  # processes, one per rank (gates/launch/ranks.py starts them)
     collective_timeout_s: float = 600.0  # a rank's wait on the others' collectives
     # the options as sent (echoed in the side's result; compared by nothing)
     sent: dict = field(default_factory=dict, compare=False, repr=False)
@@ -303,7 +303,7 @@ class StoreOptions(SideOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class CompileOptions(SideOptions):
-    """``compile``: main's kernels compiled, nothing judged (gates/compiled.py): the model
+    """``compile``: main's kernels compiled, nothing judged (gates/launch/compiled.py): the model
     built as the spec says and one eager step per row, then again for each of ``more``."""
     MODE: ClassVar[str] = "compile"
 

@@ -1,7 +1,7 @@
 """What ``kern test`` and ``kern bench`` found, as the loop decides on it.
 
 ``run_test`` and ``run_bench`` return a :class:`AccuracyResult` and a :class:`BenchResult`: the
-facts the merge rule (``gates/decision.py``), the ledger row and the CLI read, as typed
+facts the merge rule (``gates/rules/decision.py``), the ledger row and the CLI read, as typed
 attributes, with the full report attached (``.report``: the JSON object ``--out`` writes, the
 ledger's judgment files keep, and the report lines are printed from).
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-# how a side process may end (gates/launch.py); "not run": the gate never started it
+# how a side process may end (gates/launch/process.py); "not run": the gate never started it
 OK, NOT_RUN, TIMEOUT, TAMPERED = "ok", "not run", "timeout", "tampered"
-DISK_FULL = "disk full"  # the side's write failed and its folder's disk had no room (gates/disk.py)
+DISK_FULL = "disk full"  # the side's write failed and its folder's disk had no room (gates/launch/disk.py)
 # kinds that say a side did not end badly (or never ran)
 _NOT_FAILED = (OK, NOT_RUN, "not needed", None)
 
@@ -79,7 +79,7 @@ class AccuracyResult:
 
     verdict: str  # "PASS bit-identical", "FAIL", "INCONCLUSIVE", ...
     reasons: tuple[str, ...]  # the verdict's reasons, the decisive one first
-    outcome_a: str = OK  # how main's recording ended (gates/launch.py's kinds)
+    outcome_a: str = OK  # how main's recording ended (gates/launch/process.py's kinds)
     outcome_b: str | None = OK  # how the candidate's replay ended; "not run" when A failed
     outcome_noise: str = "not needed"  # A's repeat and band passes
     # the bar the scorer holds the timed replays' outputs to (``verdict.judge_timed``): the
@@ -152,7 +152,7 @@ class Comparison:
 class BenchResult:
     """``kern bench REV [--vs BASE]``: how the run ended and, when it ran, what it measured."""
 
-    outcome: str  # "ok", or how a side ended (gates/launch.py's kinds)
+    outcome: str  # "ok", or how a side ended (gates/launch/process.py's kinds)
     error: str | None = None
     buckets: tuple[int, ...] = ()
     sides: dict = field(default_factory=dict)  # {"A" | "B": SideScore}, when outcome is ok
@@ -259,7 +259,7 @@ class BucketTimes:
 @dataclass(frozen=True)
 class BucketView:
     """One bucket of one A/B: its weight in the score, each side's times, B − A with its 95 %
-    interval and the roofline floor. With paired replays (gates/stats.py ``paired_delta``)
+    interval and the roofline floor. With paired replays (gates/rules/stats.py ``paired_delta``)
     B − A is A's median × (B/A − 1), B/A the median over the pairs of B's time over A's, so
     :attr:`ratio` is B − A's own estimate read back, its interval likewise; unpaired, B − A is
     B's median − A's median and there is no ratio."""

@@ -14,14 +14,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import checkout, compiled, disk, launch_ranks, sandbox, stats, verdict
 from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
-from .launch import Interactive, SideError
-from .phases import Span, rest, side_spans
-from .protocol import (Bandwidth, Baseline, Hidden, JudgeOutputs, Peers, Prepare, RooflineCost,
+from .launch import checkout, compiled, disk, sandbox
+from .launch.process import Interactive, SideError
+from .launch.ranks import RankGroup, RanksDisagree
+from .protocol import (Bandwidth, Baseline, JudgeOutputs, Peers, Prepare, RooflineCost,
                        SaveRecord, Time, Verify)
+from .requests import BenchRequest, Placement
 from .results import BenchResult, LastWords
-from .settings import MachineProfile, ScorerSettings, Target, Thresholds
+from .rules import ranks, stats, verdict
+from .rules.phases import Span, rest, side_spans
+from .settings import ScorerSettings, Thresholds
 from .spec import side_spec
 
 # per request (one bucket): the reference step is slow, and compiling it slower still; a
@@ -40,33 +43,6 @@ def model_digest(tree: Path) -> str:
         h.update(name.encode())
         h.update(p.read_bytes() if p.exists() else b"missing")
     return h.hexdigest()[:16]
-
-
-@dataclass
-class BenchRequest:
-    repo: Path
-    rev: str
-    base: str | None  # None: score REV alone
-    target: Target  # kern.yaml's target: the seeds of the model both sides build
-    machine: MachineProfile  # this machine's profile: buckets, weights, rounds, replays
-    scorer: ScorerSettings  # kern.yaml's bench section (its noise_pct resolved)
-    thresholds: Thresholds  # the accuracy verdict's (test): the timed replays' outputs are judged on them
-    runs_dir: Path
-    cuda: bool
-    sandbox: str = "auto"  # kern.yaml's sandbox: how every side is confined (gates/sandbox.py)
-    baselines: tuple = ()  # "eager", "compile"
-    rounds: int | None = None
-    replays: int | None = None
-    peers: bool = False
-    alternate: bool | None = None  # sides in alternating processes; None: when they cannot share
-    world: int = 1  # processes per side, one per rank (kern bench --gpus)
-    layout: str | None = None  # None: the machine profile's
-    # the accuracy gate's verdict on this commit and the evidence it weighed (verdict, band,
-    # noise, noise_tap): the bar the timed replays' outputs are held to; None: scored alone
-    accuracy: dict | None = None
-    # the judgment's hidden inputs (gates/hidden.py): both sides decode the workload of its
-    # input seed (replay n of each side on input set n); None: the target seed
-    hidden: Hidden | None = None
 
 
 def draw_secrets(rng) -> dict:
@@ -105,21 +81,20 @@ def pattern(rounds: int) -> list[str]:
 FIRST_SET = 2  # the first input set a timed replay runs (prepare compiled on set 1)
 
 
-def run_bench(req: BenchRequest, progress=print) -> BenchResult:
+def run_bench(req: BenchRequest, progress=None) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
     sample, check and timing) as ``.report``. ``progress`` is called with each
-    ``gates.events.ScorerEvent`` as it happens (``print`` shows their lines)."""
-    with sandbox.configured(req.sandbox):
-        # main's kernels compiled from main alone (the accuracy gate's, when it ran first);
-        # without a base the revision scored is main here
-        main = compiled.prepare(req.repo, req.base or req.rev, req.runs_dir, req.target, req.machine,
-                                req.cuda, req.scorer.timeout_s,
-                                layout=req.layout, world=req.world)
-        with sandbox.seeded(main.path):
-            return _run_bench(req, progress, main)
+    ``gates.events.ScorerEvent`` as it happens (None: none is told; harness/ shows them)."""
+    # main's kernels compiled from main alone (the accuracy gate's, when it ran first);
+    # without a base the revision scored is main here
+    main = compiled.prepare(req.repo, req.base or req.rev, req.runs_dir, req.target, req.machine,
+                            req.cuda, req.scorer.timeout_s, req.placement, layout=req.layout, world=req.world)
+    return _run_bench(req, req.placement.seeded(main.path), progress, main)
 
 
-def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache | None = None) -> BenchResult:
+def _run_bench(req: BenchRequest, place: Placement, progress=None,
+               main: compiled.CompiledCache | None = None) -> BenchResult:
+    progress = progress or (lambda event: None)
     t0 = time.monotonic()
     m = req.machine
     rounds = req.rounds or m.rounds  # rounds and replays: the machine profile's (kern.yaml)
@@ -154,11 +129,11 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
               "cpu_note": None if req.cuda else "CPU interpreter: times are mechanics only, never GPU scores",
               "compiled": main.to_dict() if main else None}
     if req.world > 1:
-        result["ranks"] = launch_ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
+        result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
     attach_spec = dict(spec)
 
     now = {"side": None}  # the side being asked, for errors that name who acts
-    # where the run's time goes (gates/phases.py): each process's start and own phases, and
+    # where the run's time goes (gates/rules/phases.py): each process's start and own phases, and
     # the coordinator's requests by kind
     spans: list = []
     spent = {"rounds": 0.0, "save": 0.0, "verify": 0.0, "extras": 0.0, "judge": 0.0}
@@ -174,8 +149,8 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
         part = k + (f"-{opened[k] + 1}" if opened[k] else "")
         opened[k] += 1
         t_open = time.monotonic()
-        s = sides[k] = launch_ranks.RankGroup("bench", trees[k], attach_spec, work, label, req.world) \
-            if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label)
+        s = sides[k] = RankGroup("bench", trees[k], attach_spec, work, label, req.world, place) \
+            if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label, place, group=box)
         # the hidden inputs only once the side has imported the candidate's tree
         s.wait_imported(timeout)
         r = s.request(Prepare(hidden=result["hidden"], sketch_seed=secrets["sketch_seed"], claim=claim),
@@ -191,12 +166,12 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
     # the store and the bench sides attached to it (CUDA IPC) share one sandbox
     box = sandbox.side_group("store", trees["A" if "A" in trees else "B"], work / "store.json",
                              peers=False, more=[("bench", t, work / "side.json") for t in trees.values()]
-                             ).open() if shared else None
+                             ) if shared else None
     try:
         if shared:
             first = "A" if "A" in trees else "B"
             t_store = time.monotonic()
-            store = Interactive("store", trees[first], spec, work, "store")
+            store = Interactive("store", trees[first], spec, work, "store", place, group=box)
             ready = store.read(timeout)
             spans.extend(side_spans("scorer", "store", time.monotonic() - t_store, ready.get("phases")))
             attach_spec["attach"] = ready["ready"]
@@ -283,7 +258,7 @@ def _run_bench(req: BenchRequest, progress=print, main: compiled.CompiledCache |
         result["log"] = str(e.log_path)
         words = LastWords.of(f"side {now['side']}" if now["side"] else "store", kind, tail, e.log_path)
         result["last_words"] = words.to_dict() if words else None
-        if isinstance(e, launch_ranks.RanksDisagree):
+        if isinstance(e, RanksDisagree):
             side = now["side"]
             result["error"] += (f"; {'the candidate' if side == 'B' else 'the base'} "
                                 f"{revs[side][:12]} (side {side}) is not deterministic across ranks: "

@@ -117,7 +117,7 @@ class Tolerance:
 
 @section
 class Thresholds:
-    """What the accuracy verdict weighs the evidence against (``gates/verdict.py``): KL limits,
+    """What the accuracy verdict weighs the evidence against (``gates/rules/verdict.py``): KL limits,
     the band and near-tie rules, each op's tolerance against the reference. Part of kern.yaml's
     ``test`` (:class:`AccuracySettings`); the scorer judges its timed outputs on them too."""
     kl_pass: Annotated[Float, Ge(0)]  # max KL(A||B) per row for 'PASS logit evidence'

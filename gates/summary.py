@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import ClassVar
 
-from .decision import BY_ACCURACY, BY_CHECKS, BY_SCOPE, BY_SCORER, Decision
 from .results import NOT_RUN, OK, AccuracyResult, BenchResult, LastWords, ScorerView
+from .rules.decision import BY_ACCURACY, BY_CHECKS, BY_SCOPE, BY_SCORER, Decision, decide
 
 
 def _plain(x):
@@ -132,7 +132,7 @@ class ReverifySummary(_Section):
 
 @dataclass(frozen=True)
 class TimesSummary(_Section):
-    """The judgment's seconds (gates/phases.py): each gate's wall and the whole judgment's;
+    """The judgment's seconds (gates/rules/phases.py): each gate's wall and the whole judgment's;
     the phases themselves are in its file (runs/attempts/<n>/judgment-<k>.json)."""
 
     accuracy_s: float | None = None
@@ -206,10 +206,17 @@ def reverify_summary(again: "BenchResult | dict") -> ReverifySummary:
         secrets=again.secrets, hidden=again.hidden)
 
 
+def decided(scope, test: AccuracyResult | None, bench: BenchResult | None) -> tuple[Decision, "GateSummary"]:
+    """Pure: the merge rule over a judgment's results (``scope``: the scope gate's
+    ``ScopeResult``) and what the ledger row keeps of them."""
+    d = decide(scope.ok, test, bench)
+    return d, summarize(d, scope.problems, test, bench)
+
+
 def summarize(d: Decision, scope_problems, test: AccuracyResult | None,
               bench: BenchResult | None) -> GateSummary:
     """Pure: what the ledger row keeps of the gates up to the one that decided ``d``
-    (gates/decision.py's ``decide`` over the same results)."""
+    (gates/rules/decision.py's ``decide`` over the same results)."""
     if d.by == BY_SCOPE:
         return GateSummary(scope_problems=tuple(scope_problems))
     gate = GateSummary(scope_problems=(), accuracy=None if test is None else AccuracySummary(

@@ -7,7 +7,8 @@ either GPU ids as ``CUDA_VISIBLE_DEVICES`` names them (``"0"``, ``"2,3"``) or a 
 
 Every judgment holds one slot for all its gate processes (the accuracy gate's sides and the
 scorer's A/B rounds: A and B never on different GPUs), and those processes see only the slot's
-GPUs (``gates.launch.judging_slot`` sets ``CUDA_VISIBLE_DEVICES`` in their environment). A lock
+GPUs (the :class:`~gates.requests.Placement` of :meth:`Pool.placement`, which the gates' requests carry
+to every launcher, sets ``CUDA_VISIBLE_DEVICES`` in their environment). A lock
 file per slot under ``runs/slots/`` replaces the single ``runs/gpu.lock``: any process judging
 on this repository (``kern loop``, ``kern try``) takes a slot that no other holds. With one GPU
 there is one slot and nothing changes.
@@ -24,6 +25,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from gates.requests import Placement
 
 from .settings import Farm
 
@@ -189,12 +192,17 @@ class Pool:
             return None
         return f
 
+    def placement(self, slot: Slot, sandbox: str) -> Placement:
+        """Where the sides of a judgment on ``slot`` run (its gate processes see only its
+        GPUs and take their share of this machine's memory), confined by kern.yaml's
+        ``sandbox``: what the gates' requests carry to every launcher."""
+        return Placement(sandbox=sandbox, gpus=slot.visible, judgments=len(self.slots),
+                         die_with_parent=self.die_with_parent)
+
     @contextmanager
     def hold(self, wait_s: float | None = None):
-        """Hold a free slot for the block (yields the :class:`Slot`); its gate processes see
-        only its GPUs. ``wait_s``: give up after this long (TimeoutError), None: wait."""
-        from gates.launch import judging_slot
-
+        """Hold a free slot for the block (yields the :class:`Slot`; :meth:`placement` says how
+        its sides start). ``wait_s``: give up after this long (TimeoutError), None: wait."""
         deadline = None if wait_s is None else time.monotonic() + wait_s
         while True:
             for s in self.slots:
@@ -213,8 +221,7 @@ class Pool:
             f.truncate()
             f.write(f"pid {os.getpid()}\n")
             f.flush()
-            with judging_slot(s.visible, judgments=len(self.slots), die_with_parent=self.die_with_parent):
-                yield s
+            yield s
         finally:
             _release(f)
 
@@ -224,29 +231,4 @@ def _release(f) -> None:
         fcntl.flock(f, fcntl.LOCK_UN)
     finally:
         f.close()
-
-
-@contextmanager
-def scorer_turn(runs: Path, isolate: bool, progress=None):
-    """With ``farm.isolate`` (kern.yaml), the scorer's rounds of every judgment on this host
-    take turns: one host-wide lock (``runs/slots/scorer.lock``) around each A/B, while the
-    accuracy gates of other judgments go on in parallel on their own slots. For hosts where a
-    neighbour's traffic (PCIe, host memory, CPU launch threads) widens the A-vs-A band of a
-    judgment; without it (the default) judgments never wait for each other."""
-    if not isolate:
-        yield
-        return
-    folder = Path(runs) / "slots"
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "scorer.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if progress:
-                progress("farm.isolate: waiting for another judgment's scorer rounds")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 

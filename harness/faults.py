@@ -4,7 +4,7 @@ resumes with no lost row and no duplicate merge.
 
 Inert unless the variable is set. A candidate can never reach it: only harness code (a
 protected path) calls :func:`point`, gate subprocesses get a minimal environment without it
-(``gates/launch.py``), and the orchestrator removes it from an agent's environment.
+(``gates/launch/process.py``), and the orchestrator removes it from an agent's environment.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ STATES = (QUEUED, RUNNING, JUDGING, WAITING, MERGED, ABANDONED, NOT_DONE, CRASHE
 IN_FLIGHT = (QUEUED, RUNNING, JUDGING)
 FINAL = (MERGED, ABANDONED, NOT_DONE, CRASHED, TIMED_OUT, INTERRUPTED)
 
-# Reasons an attempt is abandoned (the merge rule: gates/decision.py). Not enforced — a new gate may
+# Reasons an attempt is abandoned (the merge rule: gates/rules/decision.py). Not enforced — a new gate may
 # add its own — but the journey renders these with their numbers.
 SLOWER = "slower"
 WITHIN_NOISE = "within noise"
@@ -124,7 +124,7 @@ class Attempt:
     updated_at: str | None = None
     finished_at: str | None = None
     merged_sha: str | None = None
-    # the judgment's hidden inputs (gates/hidden.py ``Hidden.to_dict()``), recorded once the
+    # the judgment's hidden inputs (gates/rules/hidden.py ``Hidden.to_dict()``), recorded once the
     # decision is made: ``kern test/bench --replay-attempt N`` runs the gates with them again
     hidden: dict | None = None
     # where the last judgment ran (harness/farm.py): the host and its judging slot (``gpu0``,

@@ -28,15 +28,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.disk import DiskShort
+from gates.rules.footprint import DiskShort
 from gates.settings import MachineProfile, Target
 from gates.summary import GateSummary
 
 from . import faults
 from . import ledger as L
 from . import planning, trials
-from .briefs import ceiling_text, make_brief
 from .agents.base import ProposalError, parse_proposal
+from .briefs import ceiling_text, make_brief
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 from .processes import (agent_pid, agent_started, alive, end_agent, judge_alive, judge_of,
                         start_agent)
@@ -364,9 +364,8 @@ class Orchestrator:
     def profile(self) -> dict:
         """The latest profile of main: measured once per main commit and profile definition
         (:func:`profile_path`), on a judging slot, and reused by every later tick and loop."""
-        from gates import compiled, sandbox
-
-        from .step_launch import run_step
+        from gates.launch import compiled
+        from gates.launch.step import run_step
 
         sha = self.ctx.repo.main_sha()
         cfg = self.cfg
@@ -377,14 +376,14 @@ class Orchestrator:
             return json.loads(path.read_text())
         self.ctx.progress(f"profiling main {sha[:10]} at {rows} rows")
         partial = path.with_name(path.stem + ".partial.json")
-        with gpu_lock(self.ctx):
+        with gpu_lock(self.ctx) as slot:
+            place = self.ctx.placement(slot)
             # a new main (the loop's start, a merge) is compiled from its own source here,
             # before its first side: this profile's and every judgment's against it
-            with sandbox.configured(cfg.sandbox):
-                main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, cfg.target,
-                                        cfg.machine, self.ctx.cuda, cfg.profile.timeout_s)
+            main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, cfg.target,
+                                    cfg.machine, self.ctx.cuda, cfg.profile.timeout_s, place)
             res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, cfg.profile.timeout_s,
-                           sandbox_mode=cfg.sandbox, seed=main.path)
+                           place.seeded(main.path))
         if not res.ok:
             raise RuntimeError(f"profiling main failed ({res.kind}); log {res.log_path}")
         # only a whole result is ever found at ``path``: a loop killed while profiling measures

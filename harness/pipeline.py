@@ -2,7 +2,7 @@
 decision -> ledger row -> merge (serialized, fast-forward only; rebase and re-judge when main
 moved; a conflict is an outcome). ``kern try`` and the loop's ticks both come here.
 
-The decisions are pure: the merge rule is ``gates.decision.decide`` over the gates' typed
+The decisions are pure: the merge rule is ``gates.rules.decision.decide`` over the gates' typed
 results (``gates.results``), what the row keeps of them ``gates.summary.summarize`` (a typed
 ``GateSummary``), ``decide_outcome`` adds the measured numbers the ledger records; the rest is
 shell around the gates, git and the ledger. Every path ends in a ledger state with a reason.
@@ -15,18 +15,23 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gates import decision, disk, scope, stats
-from gates.events import SideEnded
-from gates.phases import JudgmentTimes
+from gates.events import GateStarted
+from gates.requests import AccuracyRequest, BenchRequest, JudgmentRequest, Placement
 from gates.results import AccuracyResult, BenchResult, report_of
-from gates.summary import GateSummary, TimesSummary, summarize
+from gates.rules import decision, footprint, scope, stats
+from gates.rules.phases import JudgmentTimes
+from gates.summary import GateSummary, TimesSummary, decided
 
 from . import farm, faults, processes
 from . import ledger as L
 from . import progress as P
 from .settings import Resolved
 from .worktrees import Repo
+
+if TYPE_CHECKING:  # gates.judging imports torch: kern's verbs that judge nothing never load it
+    from gates.judging import GatesRun
 
 
 @dataclass
@@ -48,6 +53,10 @@ class Context:
             self.pool = farm.Pool(self.runs, farm.slots_for(self.cfg.farm, self.cuda))
         return self.pool
 
+    def placement(self, slot: "farm.Slot") -> Placement:
+        """Where the sides of a judgment on ``slot`` (held) run, under kern.yaml's sandbox."""
+        return self.slots().placement(slot, self.cfg.sandbox)
+
 
 @dataclass
 class Judgment:
@@ -62,6 +71,7 @@ class Judgment:
     host: str | None = None
     slot: str | None = None
     seconds: float | None = None  # the whole judgment's wall, scope gate to last gate (its slot's clock)
+    run: GatesRun | None = None  # the gates' whole answer (None: the scope gate rejected it)
 
 
 @dataclass
@@ -103,12 +113,17 @@ REPLAY_PROTOCOL = 3
 
 def decide_outcome(scope_res, test_res, bench_res) -> Outcome:
     """Pure: gate results (typed, or their reports: ``gates.results``) -> final state, reason
-    and the fields the ledger records. The rule itself is ``gates.decision.decide``, what the
-    row keeps of the gates ``gates.summary.summarize``; this adds the measured numbers."""
+    and the fields the ledger records. The rule itself is ``gates.rules.decision.decide``, what the
+    row keeps of the gates ``gates.summary.summarize`` (both: ``gates.summary.decided``, which a
+    judgment's ``GatesRun`` carries already); :func:`outcome_of` adds the measured numbers."""
     test = None if test_res is None else AccuracyResult.of(test_res)
     bench = None if bench_res is None else BenchResult.of(bench_res)
-    d = decision.decide(scope_res.ok, test, bench)
-    gate = summarize(d, scope_res.problems, test, bench)
+    return outcome_of(*decided(scope_res, test, bench), bench)
+
+
+def outcome_of(d: decision.Decision, gate: GateSummary, bench: BenchResult | None) -> Outcome:
+    """Pure: the merge rule's decision ``d`` and the row's summary ``gate`` as the ledger's
+    state, reason and fields, with the measured numbers of a decision made by the score."""
     if d.by != decision.BY_SCORE:
         return Outcome(d.state, d.reason, {"gate": gate})
     sa, sb, ab = bench.a, bench.b, bench.ab
@@ -135,30 +150,32 @@ def check_scope(ctx: Context, rev_sha: str, base_sha: str) -> scope.ScopeResult:
 
 
 def draw_hidden(ctx: Context):
-    """One judgment's hidden inputs, from this process's own randomness (gates/hidden.py)."""
-    from gates import hidden
+    """One judgment's hidden inputs, from this process's own randomness (gates/rules/hidden.py)."""
+    from gates.rules import hidden
 
     return hidden.for_machine(ctx.cfg.machine, ctx.cfg.test)
 
 
 def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
     """Run the gates on one commit against its base, both gates on the same hidden inputs
-    (``hidden``; None: drawn here). Returns (scope, test, bench) results."""
+    (``hidden``; None: the gates draw them). Returns (scope, test, bench) results."""
     j = judgment(ctx, rev_sha, base_sha, hidden)
     return j.scope, j.test, j.bench
 
 
 def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> Judgment:
-    """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine."""
+    """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine. The
+    walk crosses into gates/ twice: the scope gate on the commit's facts (a ``ScopeResult``
+    back), then, past it, one :class:`JudgmentRequest` to ``gates.judging.judge`` (a
+    ``GatesRun`` back: the results, the decision, the row's summary, the times)."""
     t0 = time.monotonic()
     faults.point("scope")
     sc = check_scope(ctx, rev_sha, base_sha)
-    hidden = draw_hidden(ctx) if hidden is None else hidden
     if not sc.ok:
         return Judgment(sc, None, None, hidden, seconds=time.monotonic() - t0)
     with gpu_lock(ctx) as slot:
-        test, bench = run_gates(ctx, rev_sha, base_sha, hidden)
-    return Judgment(sc, test, bench, hidden, slot.host, slot.name, time.monotonic() - t0)
+        run = run_gates(ctx, judgment_request(ctx, sc, rev_sha, base_sha, hidden, ctx.placement(slot), t0))
+    return Judgment(sc, run.test, run.bench, run.hidden, slot.host, slot.name, run.times.total_s, run)
 
 
 def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "") -> Judgment:
@@ -169,83 +186,48 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
     return judgment(ctx, rev_sha, base_sha, hidden)
 
 
-def run_gates(ctx: Context, rev_sha: str, base_sha: str, hidden) -> tuple:
-    """The accuracy gate, then (when it passes) the scorer and its re-measurement, on the
-    slot the caller holds. Returns (test, bench); bench is None when the scorer did not run."""
-    from gates.accuracy import run_test
-    from gates.scorer import run_bench
+def run_gates(ctx: Context, req: JudgmentRequest) -> GatesRun:
+    """The judgment's gates (``gates.judging.judge``) on the slot the caller holds; their
+    events reach ``ctx.progress`` (:func:`told`)."""
+    from gates import judging
 
-    room_for_judgment(ctx)
-    faults.point("test")
-    ctx.progress(P.GateStarted("accuracy", rev_sha, base_sha))
-    test = AccuracyResult.of(run_test(accuracy_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha,
-                                                       ctx.runs, ctx.cuda, hidden=hidden)))
-    ctx.progress(P.AccuracyVerdict(test.verdict))
-    for w in test.last_words:
-        ctx.progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
-    if not test.passed:
-        return test, None
-    faults.point("bench")
-    ctx.progress(P.GateStarted("scorer", rev_sha, base_sha))
-    request = bench_request(ctx.cfg, ctx.repo.root, rev_sha, base_sha, ctx.runs, ctx.cuda,
-                            accuracy=test.claim, hidden=hidden)
-    with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
-        bench = BenchResult.of(run_bench(request, progress=lambda e: ctx.progress(P.InScorer(e))))
-    pct = ctx.cfg.bench.reverify_pct
-    if needs_reverify(bench, pct):
-        # a large gain is merged only once an independent measurement reproduces it: fresh
-        # processes, the sides alternating, an input seed of its own (recorded with it)
-        ctx.progress(P.Remeasuring(rev_sha, pct))
-        with farm.scorer_turn(ctx.runs, ctx.cfg.farm.isolate, ctx.progress):
-            again = run_bench(replace(request, alternate=True, hidden=draw_hidden(ctx),
-                                      rounds=ctx.cfg.bench.reverify_rounds),
-                              progress=lambda e: ctx.progress(P.InScorer(e, again=True)))
-        bench = bench.with_reverify(BenchResult.of(again))
-    for w in (bench.last_words, bench.reverify.last_words if bench.reverify else None):
-        if w is not None:
-            ctx.progress(SideEnded("scorer", w.side, w.kind, w.last, w.log))
-    return test, bench
+    return judging.judge(req, progress=lambda event: told(ctx, event))
+
+
+def told(ctx: Context, event) -> None:
+    """A judgment's event to the loop's progress; where a gate starts, first the fault point
+    of that step (harness/faults.py: the tests kill the process there)."""
+    if isinstance(event, GateStarted):
+        faults.point("test" if event.gate == "accuracy" else "bench")
+    ctx.progress(event)
+
+
+def judgment_request(ctx: Context, sc: scope.ScopeResult, rev_sha: str, base_sha: str, hidden,
+                     place: Placement, started_s: float | None = None) -> JudgmentRequest:
+    """One judgment of ``rev_sha`` against ``base_sha`` past its scope gate ``sc``: both gates'
+    requests at ``place`` on the hidden inputs ``hidden`` (None: the gates draw them)."""
+    cfg, root = ctx.cfg, ctx.repo.root
+    return JudgmentRequest(sc, accuracy_request(cfg, root, rev_sha, base_sha, ctx.runs, ctx.cuda, place, hidden=hidden),
+                           bench_request(cfg, root, rev_sha, base_sha, ctx.runs, ctx.cuda, place, hidden=hidden),
+                           isolate=cfg.farm.isolate, started_s=started_s)
 
 
 def accuracy_request(cfg: Resolved, repo: Path, rev: str, base: str, runs: Path, cuda: bool,
-                     **more):
-    """The accuracy gate's request on ``rev`` against ``base``: its sections of kern.yaml
-    (``more``: the request's other fields, e.g. ``hidden``, ``world``)."""
-    from gates.accuracy import AccuracyRequest
-
+                     place: Placement | None = None, **more) -> AccuracyRequest:
+    """The accuracy gate's request on ``rev`` against ``base``: its sections of kern.yaml, its
+    sides at ``place`` (None: outside a slot, under kern.yaml's sandbox; ``more``: the
+    request's other fields, e.g. ``hidden``, ``world``)."""
     return AccuracyRequest(repo, rev, base, cfg.target, cfg.machine, cfg.test, cfg.protected,
-                           runs, cuda, cfg.sandbox, **more)
+                           runs, cuda, place or Placement(sandbox=cfg.sandbox), **more)
 
 
 def bench_request(cfg: Resolved, repo: Path, rev: str, base: str | None, runs: Path, cuda: bool,
-                  **more):
+                  place: Placement | None = None, **more) -> BenchRequest:
     """The scorer's request on ``rev`` (against ``base``; None: alone): its sections of
-    kern.yaml, the verdict's thresholds among them (``more``: the request's other fields)."""
-    from gates.scorer import BenchRequest
-
+    kern.yaml, the verdict's thresholds among them, its sides at ``place`` (None: outside a
+    slot, under kern.yaml's sandbox; ``more``: the request's other fields)."""
     return BenchRequest(repo, rev, base, cfg.target, cfg.machine, cfg.bench, cfg.test, runs,
-                        cuda, cfg.sandbox, **more)
-
-
-def room_for_judgment(ctx: Context) -> None:
-    """Before any side of a judgment starts: what a killed earlier run left in runs/tap
-    deleted, then :class:`gates.disk.DiskShort` unless runs/ has room for what one judgment of
-    the configured workload writes (its tap, then its scorer's timed outputs)."""
-    cfg = ctx.cfg
-    need = disk.judgment_bytes(cfg.machine, cfg.test, cfg.bench, copies=disk.copied(cfg.sandbox))
-    disk.sweep(ctx.runs / "tap")
-    disk.check({ctx.runs / "tap": need.tap, ctx.runs / "bench": need.scorer})
-
-
-def needs_reverify(bench, pct: float) -> bool:
-    """Pure: the scorer found a gain larger than ``pct`` % with every check clean."""
-    if not bench:
-        return False
-    bench = BenchResult.of(bench)
-    if bench.outcome != "ok" or bench.ab is None:
-        return False
-    return (bench.ab.classification == "faster" and not bench.b.failed_checks
-            and bench.ab.delta_pct < -pct)
+                        cuda, place or Placement(sandbox=cfg.sandbox), **more)
 
 
 def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
@@ -266,19 +248,23 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         if first is not None:
             j, first = first(), None
         else:  # every judgment its own hidden inputs, a re-judgment after a rebase too
-            j = judge_once(ctx, rev_sha, base_sha, draw_hidden(ctx), f"{number}-{rev_sha[:10]}")
+            # (a Ray task is handed its draw; on this machine the gates draw it)
+            j = judge_once(ctx, rev_sha, base_sha, draw_hidden(ctx) if ctx.remote is not None else None,
+                           f"{number}-{rev_sha[:10]}")
         sc, test, bench, hidden = j.scope, j.test, j.bench, j.hidden
-        times = JudgmentTimes.of(report_of(test), report_of(bench), j.seconds)
+        # the gates' own answer where they ran; a scope rejection is decided here
+        times = j.run.times if j.run is not None else JudgmentTimes(None, None, None, j.seconds)
         keep_evidence(ctx.runs, number, test, bench, times)
         _record_baseline(ctx, base_sha, bench)
         faults.point("decision")
-        out = with_times(with_slot(with_hidden(decide_outcome(sc, test, bench),
-                                               hidden if test is not None else None), j), times)
-        if (out.reason or "").startswith(disk.REASON):
+        out = decide_outcome(sc, test, bench) if j.run is None else \
+            outcome_of(j.run.decision, j.run.summary, j.run.bench)
+        out = with_times(with_slot(with_hidden(out, hidden if test is not None else None), j), times)
+        if (out.reason or "").startswith(footprint.REASON):
             # the environment's, not the candidate's: the row keeps the side's last words, the
             # caller re-queues it (the loop, which stops) or ends it (kern try)
             led.update(number, gate=out.fields["gate"])
-            raise disk.DiskShort(out.reason)
+            raise footprint.DiskShort(out.reason)
         if out.state != "merged":
             # no commit: the tip is the base, whose note belongs to whoever made main
             return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
@@ -338,7 +324,7 @@ def keep_evidence(runs: Path, number: int, test, bench, times: JudgmentTimes | N
     """The gates' full results of one judgment, beside the attempt's other files
     (``runs/attempts/<n>/``, one file per judgment: a rebase judges again). The ledger row holds
     the decision's summary; these hold every sample, check and timing behind it, and the
-    judgment's phases (``times``: gates/phases.py)."""
+    judgment's phases (``times``: gates/rules/phases.py)."""
     d = runs / "attempts" / str(number)
     d.mkdir(parents=True, exist_ok=True)
     n = len(list(d.glob("judgment-*.json"))) + 1
@@ -353,7 +339,7 @@ def keep_evidence(runs: Path, number: int, test, bench, times: JudgmentTimes | N
     except OSError as e:  # a full disk is the environment's: named, never a traceback
         tmp.unlink(missing_ok=True)
         if e.errno == errno.ENOSPC:
-            raise disk.DiskShort(f"{disk.REASON}: {d} is full: the judgment's evidence "
+            raise footprint.DiskShort(f"{footprint.REASON}: {d} is full: the judgment's evidence "
                                  f"({path.name}) could not be written; the operator must free "
                                  f"space on that disk", str(d)) from e
         raise
@@ -425,7 +411,7 @@ def _finish(ctx: Context, number: int, out: Outcome, sha: str, note: bool = True
 def change_target(ctx: Context, base_sha: str, rev_sha: str) -> str:
     """The profile row(s) a commit works on, from the ops its files belong to ('' when it
     touches what no single op owns)."""
-    from gates.checkout import changed_paths
+    from gates.launch.checkout import changed_paths
     from kernels.k31 import contracts
 
     from .planning import row_of_change
@@ -451,7 +437,7 @@ def try_commit(ctx: Context, rev: str, *, title: str | None = None, backend: str
     processes.mark_judge(folder)  # kern doctor and kern cancel find this process by it
     try:
         return number, judge_and_record(ctx, number, rev_sha, base_sha)
-    except disk.DiskShort as e:  # the row ends saying so; kern's main says it and exits 4
+    except footprint.DiskShort as e:  # the row ends saying so; kern's main says it and exits 4
         ctx.ledger.transition(number, L.CRASHED, reason=str(e)[:600])
         ctx.progress(P.AttemptEnded(number, L.CRASHED, str(e)))
         raise

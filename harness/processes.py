@@ -66,7 +66,7 @@ def start_agent(d: Path, worktree: Path) -> int:
     proposal.json and agent.log written there) on ``worktree``, in a session of its own so that
     :func:`end_agent` ends what it started; its pid goes to ``d/agent.pid``."""
     with open(d / "agent.log", "w") as log:
-        # the agent may see API keys; gate subprocesses never do (gates/launch.py)
+        # the agent may see API keys; gate subprocesses never do (gates/launch/process.py)
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.agents.run", "--brief", str(d / "brief.json"),
              "--worktree", str(worktree), "--settings", str(d / "settings.json"),

@@ -3,9 +3,9 @@ and ``kern bench`` draw on a terminal, and the gate and stage of the attempt ``k
 live view shows.
 
 Pure functions over typed events, dispatched on their type (never on their text): the gates'
-(``gates/events.py``: the scorer's rounds, the accuracy gate's passes) and the loop's own
-(below: a gate starts, the accuracy verdict, a re-measurement, a scorer event inside the
-loop, an attempt ends). ``str(event)`` is the line a person reads:
+(``gates/events.py``: the scorer's rounds, the accuracy gate's passes, a judgment's gate
+starting, its accuracy verdict, its re-measurement, a scorer event inside it) and the loop's
+own (below: a rebase, an attempt ends). ``str(event)`` is the line a person reads:
 
     kern bench   side A: ready (build 3s, capture 1s)     a side's process is up
                  round 2: side B done                      one visit of B in round 2
@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import ClassVar, Iterable, Sequence
 
-from gates.events import PASSES, JudgingTimedOutputs, PassTick, ScorerEvent, SideEnded, SideReady, VisitDone
+from gates.events import (PASSES, AccuracyVerdict, GateStarted, InScorer, JudgingTimedOutputs, PassTick,
+                          Remeasuring, SideEnded, SideReady, VisitDone)
 
 
 @dataclass(frozen=True)
@@ -112,47 +113,6 @@ class _Said:
 
     def __str__(self) -> str:
         return self.LINE.format(**{f.name: getattr(self, f.name) for f in fields(self)})
-
-
-@dataclass(frozen=True)
-class GateStarted(_Said):
-    """The loop starts a gate (``gate``: "accuracy" or "scorer") on commit ``rev`` (a full SHA)."""
-    LINE: ClassVar[str] = "{label}: {rev:.10} vs {base:.10}"
-    gate: str
-    rev: str
-    base: str
-
-    @property
-    def label(self) -> str:
-        return "accuracy gate" if self.gate == "accuracy" else self.gate
-
-    def __str__(self) -> str:
-        return self.LINE.format(label=self.label, rev=self.rev, base=self.base)
-
-
-@dataclass(frozen=True)
-class AccuracyVerdict(_Said):
-    LINE: ClassVar[str] = "accuracy: {verdict}"
-    verdict: str  # "PASS bit-identical", "FAIL", ...
-
-
-@dataclass(frozen=True)
-class Remeasuring(_Said):
-    """A gain above ``bench.reverify_pct`` %: the scorer measures the commit again."""
-    LINE: ClassVar[str] = "scorer: a gain above {pct:g} %: measuring {rev:.10} again"
-    rev: str
-    pct: float
-
-
-@dataclass(frozen=True)
-class InScorer:
-    """One of the scorer's events (``gates.events.ScorerEvent``) inside the loop's judgment;
-    ``again``: in its re-measurement."""
-    event: ScorerEvent
-    again: bool = False
-
-    def __str__(self) -> str:
-        return f"  {'again: ' if self.again else ''}{self.event}"
 
 
 @dataclass(frozen=True)

@@ -265,14 +265,14 @@ class Resolved:
     loop: Loop
     farm: Farm
     budgets: Budgets
-    sandbox: str = "auto"  # how candidate code is confined (gates/sandbox.py MODES)
+    sandbox: str = "auto"  # how candidate code is confined (gates/launch/sandbox.py MODES)
 
 
 # kern.yaml's top-level keys: the mapping sections, the two lists of globs, the profiles
 _SECTIONS = {"target": Target, "test": AccuracySettings, "bench": ScorerSettings, "step": Limit,
              "profile": Limit, "agent": Agent, "loop": Loop, "farm": Farm, "budgets": Budgets}
 _LISTS = ("editable", "protected")
-# how every gate side is confined (gates/sandbox.py MODES: the same names, a test holds them)
+# how every gate side is confined (gates/launch/sandbox.py MODES: the same names, a test holds them)
 SANDBOX_MODES = ("auto", "namespaces", "landlock", "user", "off")
 _SCALARS = {"sandbox": (Literal[SANDBOX_MODES], "auto")}
 _MACHINES = ("gpu", "cpu")

@@ -33,7 +33,7 @@ def _secs(x: float | None) -> str:
 
 # ----------------------------------------------------------------------------- kern test
 def _short(sha: str) -> str:
-    from gates import checkout
+    from gates.launch import checkout
 
     return sha[:12] if sha != checkout.WORKTREE else "worktree"
 
@@ -72,7 +72,7 @@ def accuracy_report(res: AccuracyResult | dict, replayed: int | None = None, lim
     """``kern test``: one fact per line by section; equal things counted, different things
     worst first; the verdict last. ``res``: the gate's result (or its report); ``replayed``:
     the attempt whose hidden inputs it replayed (else as its report says)."""
-    from gates import verdict
+    from gates.rules import verdict
 
     res = AccuracyResult.of(res)
     rep = res.report
@@ -245,7 +245,7 @@ def baseline_lines(res: BenchResult | dict) -> list[str]:
     """Pure: one line per baseline bucket of a finished bench: its median step and its ratio to
     the tree's (main's median, else the candidate's), the first call's time apart
     (torch.compile compiles there), or why it failed."""
-    from gates import stats
+    from gates.rules import stats
 
     res = BenchResult.of(res)
     sides = res.view.sides
@@ -268,7 +268,8 @@ def baseline_lines(res: BenchResult | dict) -> list[str]:
 def timed_lines(report: dict) -> list[str]:
     """What the timed replays' outputs showed against main's (one line, two when they differ),
     from a bench's report."""
-    from gates import logits, verdict
+    from gates import logits
+    from gates.rules import verdict
 
     timed = report.get("timed")
     if not timed:
@@ -300,7 +301,7 @@ def timed_lines(report: dict) -> list[str]:
 
 def band_lines(band: dict | None, seconds: float | None) -> list[str]:
     """Pure: main's band at the scorer's context and the band rule's outcome (one line)."""
-    from gates import verdict
+    from gates.rules import verdict
 
     if not band:
         return []
@@ -398,10 +399,10 @@ GATE_NAMES = {"accuracy": "accuracy", "scorer": "scorer", "remeasure": "re-measu
 
 
 def phase_lines(t, recorded: bool) -> list[str]:
-    """Where a judgment's time went (gates.phases.JudgmentTimes; None: no gate ran): one line of
+    """Where a judgment's time went (gates.rules.phases.JudgmentTimes; None: no gate ran): one line of
     each gate's total, then one per part of its phases. ``recorded``: the judgment kept its
     phases (else they are read back from its reports)."""
-    from gates.phases import GATES
+    from gates.rules.phases import GATES
 
     if t is None:
         return []

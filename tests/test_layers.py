@@ -156,8 +156,8 @@ def test_the_walk_sees_the_real_edges():
     g = graph()
     assert {"gates.side.tap", "gates.side.replays", "gates.side.rank", "gates.interpreter",
             "gates.protocol"} <= g["gates.side.driver"]  # function-level, '.x', '..x', 'from .. import x'
-    assert "gates.scope" in g["harness.pipeline"]  # from gates import scope
-    assert "gates.scope" in g["harness.agents.rules"]
+    assert "gates.rules.scope" in g["harness.pipeline"]  # from gates import scope
+    assert "gates.rules.scope" in g["harness.agents.rules"]
     assert "harness.cli.shared" in g["harness.cli.loop"] and "harness.ledger" in g["harness.cli.loop"]
     assert len(g) > 40 and sum(map(len, g.values())) > 80
 
@@ -196,3 +196,119 @@ def test_the_architecture_map_names_every_module_on_its_side():
                          and not re.search(rf"(?<![\w/]){re.escape(p.name)}", part))
         assert missing == [], (f"docs/architecture.md's map does not name {missing} of "
                                f"{folder.relative_to(ROOT)}/")
+
+
+# --------------------------------------------------------------- the layers and the folders' roles
+# top to bottom: a module imports modules of its own layer or of a layer below it
+LAYERS = ("bench", "harness", "gates", "kernels")
+RULES, LAUNCH = "gates.rules", "gates.launch"
+COORDINATORS = ("gates.judging", "gates.accuracy", "gates.scorer")
+# what gates/rules/ may import of gates/ beside itself: typed data and pure statistics
+RULES_MAY_IMPORT = ("gates.protocol", "gates.settings", "gates.results", "gates.logits")
+# modules that start processes, touch files or devices, read a clock or git: never in gates/rules/
+NOT_PURE = ("subprocess", "shutil", "socket", "signal", "fcntl", "tempfile", "glob", "time",
+            "datetime", "git", "ctypes", "resource", "multiprocessing", "pwd", "torch", "io")
+# os.path functions that read the file system (gates/rules/ may join and normalize paths)
+READS_FILES = ("exists", "lexists", "isdir", "isfile", "islink", "ismount", "realpath", "getsize",
+               "getmtime", "getctime", "getatime", "samefile", "expanduser")
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def upward(g: dict[str, set[str]]) -> list[str]:
+    """Imports of a module of a layer above the importer's (:data:`LAYERS`)."""
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    return sorted(f"{m} imports {t}" for m, ts in g.items() for t in ts
+                  if rank[t.split(".")[0]] < rank[m.split(".")[0]])
+
+
+def role_breaches(g: dict[str, set[str]]) -> list[str]:
+    """gates/rules/ imports only itself and :data:`RULES_MAY_IMPORT` of gates/; gates/launch/
+    imports no coordinator (it is their mechanism, below them)."""
+    bad = [f"{m} (pure rules) imports {t}" for m, ts in g.items() if _inside(m, RULES) for t in ts
+           if _inside(t, "gates") and not _inside(t, RULES) and t not in RULES_MAY_IMPORT]
+    bad += [f"{m} (a launcher) imports the coordinator {t}" for m, ts in g.items()
+            if _inside(m, LAUNCH) for t in ts if t in COORDINATORS]
+    return sorted(bad)
+
+
+def impurities(path: Path) -> list[str]:
+    """What in one module of gates/rules/ is not pure: an import of :data:`NOT_PURE`, an
+    ``os`` call other than ``os.path``'s, an ``os.path`` function that reads files."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        out += [f"imports {n}" for n in names if n.split(".")[0] in NOT_PURE]
+        if isinstance(node, ast.ImportFrom) and node.module in ("os", "os.path"):
+            out += [f"imports {a.name} from {node.module}" for a in node.names
+                    if node.module == "os" and a.name != "path" or a.name in READS_FILES]
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os" \
+                and node.attr not in ("path", "sep", "pathsep"):
+            out.append(f"calls os.{node.attr}")
+        if isinstance(node, ast.Attribute) and node.attr in READS_FILES and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "path" and isinstance(node.value.value, ast.Name) and node.value.value.id == "os":
+            out.append(f"calls os.path.{node.attr}")
+    return out
+
+
+def module_names(path: Path) -> set[str]:
+    """Every module ``path`` imports by absolute name (the standard library's too), top level."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def renders(path: Path) -> list[str]:
+    """Where a module prints or draws terminal text: ``print`` named (called, or a default
+    callback), ``rich`` imported."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out = [f"line {n.lineno}: print" for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "print"]
+    return out + (["imports rich"] if "rich" in module_names(path) else [])
+
+
+def test_no_layer_imports_one_above_it():
+    g = graph(ROOT, LAYERS)
+    bad = upward(g)
+    assert bad == [], f"the layers stand {' -> '.join(LAYERS)}; upward imports: " + "; ".join(bad)
+    assert any(_inside(t, "gates") for m, ts in g.items() if m.startswith("bench") for t in ts)  # bench/ is read
+
+
+def test_each_folder_of_gates_keeps_its_role():
+    bad = role_breaches(graph())
+    files = modules(ROOT)
+    bad += [f"{m} {why}" for m, p in files.items() if _inside(m, RULES) for why in impurities(p)]
+    bad += [f"{m} imports contextvars: what a side needs travels on the request (Placement)"
+            for m, p in files.items() if "contextvars" in module_names(p)]
+    bad += [f"{m} renders terminal text ({why}): harness/ renders the gates' typed results"
+            for m, p in files.items() if _inside(m, "gates") and not _inside(m, SIDE) for why in renders(p)]
+    assert bad == [], "; ".join(bad)
+    assert {RULES, LAUNCH} <= set(files) and all(c in files for c in COORDINATORS)
+
+
+def test_a_planted_breach_of_each_role_is_caught(tmp_path):
+    for pkg in ("bench", "harness", "gates", "gates/rules", "gates/launch", "kernels"):
+        (tmp_path / pkg).mkdir(parents=True, exist_ok=True)
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "kernels" / "k.py").write_text("from harness import h\n")
+    (tmp_path / "harness" / "h.py").write_text("import contextvars\n")
+    (tmp_path / "gates" / "scorer.py").write_text("x = 1\n")
+    (tmp_path / "gates" / "rules" / "r.py").write_text(
+        "import os, time\nfrom ..launch import l\nfrom ..results import y\n"
+        "def f(p):\n    return os.path.join(p, 'a'), os.path.realpath(p), os.stat(p)\n")
+    (tmp_path / "gates" / "results.py").write_text("y = 1\n")
+    (tmp_path / "gates" / "launch" / "l.py").write_text("from .. import scorer\ndef f(say=print):\n    say('x')\n")
+    g = graph(tmp_path, LAYERS)
+    assert upward(g) == ["kernels.k imports harness.h"]
+    assert role_breaches(g) == ["gates.launch.l (a launcher) imports the coordinator gates.scorer",
+                                "gates.rules.r (pure rules) imports gates.launch.l"]
+    assert impurities(tmp_path / "gates" / "rules" / "r.py") == ["imports time", "calls os.path.realpath",
+                                                               "calls os.stat"]
+    assert "contextvars" in module_names(tmp_path / "harness" / "h.py")
+    assert renders(tmp_path / "gates" / "launch" / "l.py") == ["line 2: print"]

@@ -89,17 +89,17 @@ def annotation(module: str, owner: str, name: str) -> str:
 
 def test_each_gate_receives_its_section():
     want = {
-        ("gates.accuracy", "AccuracyRequest", "accuracy"): "AccuracySettings",
-        ("gates.accuracy", "AccuracyRequest", "machine"): "MachineProfile",
-        ("gates.accuracy", "AccuracyRequest", "target"): "Target",
-        ("gates.scorer", "BenchRequest", "scorer"): "ScorerSettings",
-        ("gates.scorer", "BenchRequest", "thresholds"): "Thresholds",
-        ("gates.scorer", "BenchRequest", "machine"): "MachineProfile",
+        ("gates.requests", "AccuracyRequest", "accuracy"): "AccuracySettings",
+        ("gates.requests", "AccuracyRequest", "machine"): "MachineProfile",
+        ("gates.requests", "AccuracyRequest", "target"): "Target",
+        ("gates.requests", "BenchRequest", "scorer"): "ScorerSettings",
+        ("gates.requests", "BenchRequest", "thresholds"): "Thresholds",
+        ("gates.requests", "BenchRequest", "machine"): "MachineProfile",
         ("gates.scorer", "analyse", "cfg"): "ScorerSettings",
-        ("gates.verdict", "judge", "th"): "Thresholds",
-        ("gates.verdict", "judge_timed", "th"): "Thresholds",
+        ("gates.rules.verdict", "judge", "th"): "Thresholds",
+        ("gates.rules.verdict", "judge_timed", "th"): "Thresholds",
         ("gates.spec", "side_spec", "machine"): "MachineProfile",
-        ("gates.disk", "judgment_bytes", "accuracy"): "AccuracySettings",
+        ("gates.rules.footprint", "judgment_bytes", "accuracy"): "AccuracySettings",
         ("harness.pipeline", "Context", "cfg"): "Resolved",
     }
     got = {k: annotation(*k) for k in want}

@@ -16,7 +16,7 @@
 ``record`` reads the judgments ``kern try`` kept (``runs/attempts/<n>/judgment-<k>.json``) and
 writes one JSON record for bench/results/: per judgment the accuracy verdict, the timed
 outputs' statistics, main's band at the scorer's context with the band rule's checks
-(``gates.verdict.judge_band``), the verdict of the fixed rule on the same timed outputs
+(``gates.rules.verdict.judge_band``), the verdict of the fixed rule on the same timed outputs
 (``judge_timed`` without the band: what the scorer said before issue 35) and what the band
 cost. ``bash bench/gpu_evidence.sh fairbar`` runs both on the device (docs/results.md).
 """
@@ -55,7 +55,7 @@ def with_block(main_text: str, patched_text: str) -> str:
 def summarize(judgment: dict, th, scorer) -> dict:
     """Pure: one judgment (``{"test": ..., "bench": ...}``) as the record keeps it, judged again
     on ``th`` (the verdict's gates.settings.Thresholds) and ``scorer`` (ScorerSettings)."""
-    from gates import verdict
+    from gates.rules import verdict
 
     test, bench = judgment.get("test") or {}, judgment.get("bench") or {}
     out = {"rev": test.get("rev"), "base": test.get("base"), "accuracy": test.get("verdict"),

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gates.phases import GATES, JudgmentTimes  # noqa: E402
+from gates.rules.phases import GATES, JudgmentTimes  # noqa: E402
 
 
 def verdict_kind(doc: dict) -> str:

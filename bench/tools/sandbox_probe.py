@@ -1,5 +1,5 @@
 """Run a small CUDA + Triton program inside each sandbox mechanism this machine allows, as a
-gate side would start (gates.sandbox's plan, gates/side/confine.py, the gates' side
+gate side would start (gates.launch.sandbox's plan, gates/side/confine.py, the gates' side
 environment), and print what it said: the GPU check the CPU tests cannot make.
 
     python bench/tools/sandbox_probe.py                 every mechanism this machine allows, and off
@@ -23,8 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from gates import sandbox  # noqa: E402
-from gates.launch import side_env  # noqa: E402
+from gates.launch import sandbox  # noqa: E402
+from gates.launch.process import side_env  # noqa: E402
+from gates.requests import Placement  # noqa: E402
+from gates.rules import confinement  # noqa: E402
 
 PROBE = '''
 import os, sys, time
@@ -57,13 +59,12 @@ def probe(mechanism: str, work: Path) -> dict:
     run.mkdir(parents=True, exist_ok=True)
     script = run / "probe.py"
     script.write_text(PROBE)
-    env = side_env()
+    env = side_env(Placement())
     cmd = [sys.executable, str(script), "gates.side.driver", "bench", "--tree", str(tree),
            "--out", str(run / "out.json")]
     try:
-        with sandbox.configured(mechanism):
-            cmd = sandbox.wrap(cmd, env)
-    except sandbox.SandboxUnavailable as e:  # the gates would refuse to start the side too
+        cmd = sandbox.wrap(cmd, Placement(sandbox=mechanism), env=env)
+    except confinement.SandboxUnavailable as e:  # the gates would refuse to start the side too
         return {"mechanism": mechanism, "rc": 125, "wall_s": 0.0, "stdout": "", "stderr": str(e)}
     t0 = time.time()
     try:

@@ -1,4 +1,4 @@
-"""The first code of a side's process: enter the sandbox ``gates/sandbox.py`` decided, then
+"""The first code of a side's process: enter the sandbox ``gates/launch/sandbox.py`` decided, then
 exec the side's command (``python -m gates.side.driver ...``). Run as a script with the
 standard library only (``python -I -S confine.py VERB PLAN [GROUP] -- CMD...``), before the
 candidate's tree exists in any process; it decides nothing: the plan names every path, mount

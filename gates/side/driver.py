@@ -6,7 +6,7 @@ one JSON document to ``--out`` (and tensors next to it where the mode records th
 decides nothing: verdicts and statistics are computed by the harness from what it writes.
 
 Before a mode's work the driver imports the whole tree, says so on stdout and only then
-receives the judgment's hidden inputs on stdin (``gates/launch.py``: the hand-over; bench sides
+receives the judgment's hidden inputs on stdin (``gates/launch/process.py``: the hand-over; bench sides
 get them in their ``prepare`` request): the candidate's import-time code finds nothing there.
 
 Modes:
@@ -15,7 +15,7 @@ Modes:
            against the reference ops at --ref-rows.
   tap      (gates/side/tap.py) record or replay the accuracy gate's tap.
   bench    (gates/side/replays.py) timed rounds for the scorer, driven over stdin.
-  compile  main's kernels compiled into the side's Triton cache (gates/compiled.py): the model
+  compile  main's kernels compiled into the side's Triton cache (gates/launch/compiled.py): the model
            built and one eager step per batch size, nothing measured or kept.
 """
 from __future__ import annotations
@@ -157,7 +157,7 @@ def receive_hidden(seal):
 
 def limit_memory() -> None:
     """Cap this side's address space before the candidate's code loads (hard limit too, so
-    the candidate cannot lift it): see ``gates/launch.py``'s ``memory_limit``."""
+    the candidate cannot lift it): see ``gates/launch/process.py``'s ``memory_limit``."""
     import os
     import resource
 

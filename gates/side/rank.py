@@ -1,6 +1,6 @@
 """One rank of a multi-process side (``kern step --gpus W``), from inside its process: join the
-process group the launcher (``gates/launch_ranks.py``) described, leave it, and the digests every
-rank of a step must share (``gates/launch_ranks.py`` merges and compares them)."""
+process group the launcher (``gates/launch/ranks.py``) described, leave it, and the digests every
+rank of a step must share (``gates/launch/ranks.py`` merges and compares them)."""
 from __future__ import annotations
 
 import os

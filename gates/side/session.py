@@ -42,7 +42,7 @@ class Spec:
     steps: int
     rows: list  # batch sizes this side will run
     state_dtype: str = "bf16"
-    world: int = 1  # processes, one per rank (gates/launch_ranks.py starts them)
+    world: int = 1  # processes, one per rank (gates/launch/ranks.py starts them)
 
     @staticmethod
     def from_dict(d: dict) -> "Spec":

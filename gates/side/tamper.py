@@ -24,7 +24,7 @@ forms of this:
   variables (the tap's pinned pass, main's recording). ``f_back``, ``f_locals`` and
   ``f_globals`` raise no event in CPython 3.10-3.13, but each needs a frame first, and every
   way to get one does raise one.
-* the side's stdin: the gates hand a side its hidden inputs (``gates/hidden.py``) as one line
+* the side's stdin: the gates hand a side its hidden inputs (``gates/rules/hidden.py``) as one line
   on fd 0 after the tree is imported, so nothing is there to read at import. ``Seal`` records
   which pipe fd 0 is before the tree loads, and ``sys.stdin``; a candidate that puts its own
   pipe in their place (to read the line and pass it on) is named.

@@ -17,7 +17,7 @@ Contract (the coordinator, ``gates/scorer.py``, relies on it):
   position advances with the set). So no (row, token, position, state) comes twice within a
   judgment, as in real decode: a cache of one row's outputs keyed on that row's inputs never
   hits (issue 35). And a replay's outputs are a function of (tree, bucket, input set) alone, so
-  A's n-th replay and B's n-th replay (the same input set, see ``gates/stats.py``) are
+  A's n-th replay and B's n-th replay (the same input set, see ``gates/rules/stats.py``) are
   comparable one step from one state — as the accuracy gate's own first step is. Without the
   reset they would not be: the two sides share one model over CUDA IPC and run their visits
   interleaved, so B's n-th replay would start from whatever A's and B's earlier replays left.

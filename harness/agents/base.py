@@ -7,7 +7,7 @@ or a declined idea with an estimate, or a failure. The orchestrator checks the b
 
 Backends run in their own process (``python -m harness.agents.run``) so a hung or crashed
 agent never takes the orchestrator down; only that process sees API keys. Gate subprocesses
-get a minimal environment (``gates/launch.py``).
+get a minimal environment (``gates/launch/process.py``).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Which paths an agent may write, and resolving a path an agent names inside its worktree.
 
 :func:`allowed_edit` is pure: a repository-relative POSIX path and the brief's globs in, a
-decision and a sentence out. Globs match by the gates' own rule (``gates.scope.match``,
+decision and a sentence out. Globs match by the gates' own rule (``gates.rules.scope.match``,
 where ``*`` also crosses ``/``), so a backend refuses at least what the scope gate would
 reject later; the scope gate stays the authority (a backend's word is never
 trusted), this only saves an attempt from being thrown away at the end.
@@ -15,7 +15,7 @@ import os
 import posixpath
 from pathlib import Path
 
-from gates.scope import match
+from gates.rules.scope import match
 
 
 class PathRefused(ValueError):

@@ -11,12 +11,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from gates.disk import DiskShort
-from gates.sandbox import SandboxUnavailable
+from gates.rules.confinement import SandboxUnavailable
+from gates.rules.footprint import DiskShort
 
 from . import doctor, judge, loop, report, show, tree, usage
-from .shared import InputError
 from ..settings import SettingsError
+from .shared import InputError
 
 # the modules whose register(sub) adds verbs, in the order `kern --help` lists their verbs
 VERB_MODULES = (tree, judge, report, show, loop, doctor, usage)
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kern: --repo {args.repo}: expected a directory (a clone of the repository), found "
               f"{'a file' if Path(args.repo).exists() else 'nothing'} there", file=sys.stderr)
         return 2
-    from gates.checkout import RevisionError
+    from gates.launch.checkout import RevisionError
 
     from ..ledger import LedgerError
 

@@ -168,10 +168,10 @@ def worktree_finding(g: dict, in_flight: set) -> Finding:
 
 def disk_finding(d: dict, need) -> Finding:
     """``d``: {path, free_bytes, error}; ``need``: what one judgment of this machine's profile
-    writes at most (``gates.disk.JudgmentBytes``; its recordings are deleted when its verdict
+    writes at most (``gates.rules.footprint.JudgmentBytes``; its recordings are deleted when its verdict
     is made, so a long run holds one judgment's at a time). Every judgment checks the same
     figure before its sides start and stops with ``environment: disk`` when short."""
-    from gates.disk import fmt_bytes
+    from gates.rules.footprint import fmt_bytes
 
     if d.get("error"):
         return Finding("disk", FAIL, f"cannot read free space at {d.get('path')}: {d['error']}",
@@ -311,7 +311,7 @@ def sandbox_finding(sb: dict) -> Finding:
 def diagnose(p: dict, settings: SettingsFile) -> list[Finding]:
     """Pure: every finding, in the order a person reads them (the memory one against the gpu
     profile, the disk one against the profile of the machine the probe found)."""
-    from gates.disk import judgment_bytes
+    from gates.rules.footprint import judgment_bytes
 
     need = settings.resolve(cuda=True).machine.memory_gib
     cfg = settings.resolve(cuda=bool(p["gpu"].get("devices")))
@@ -356,11 +356,12 @@ def probe(repo: Path, cfg: Resolved, *, offline: bool) -> dict:
 
 
 def _probe_sandbox(mode: str) -> dict:
-    from gates import sandbox
+    from gates.launch import sandbox
+    from gates.rules.confinement import SandboxUnavailable
 
     try:
         mech = sandbox.chosen(mode)
-    except sandbox.SandboxUnavailable as e:
+    except SandboxUnavailable as e:
         text, _, fix = str(e).partition("; fix: ")
         return {"mode": mode, "mechanism": None, "error": text, "fix": fix}
     return {"mode": mode, "mechanism": mech, "described": sandbox.facts().describe(mech)}

@@ -96,8 +96,8 @@ class ReplayError(ValueError):
 def recorded_hidden(attempt, number: int, ledger_path, buckets, test_rows):
     """Pure: attempt ``number``'s recorded hidden inputs (``attempt``: its ledger row, None when
     absent), checked against this profile; :class:`ReplayError` says why there are none."""
-    from gates.hidden import misfit
     from gates.protocol import Hidden, HiddenError
+    from gates.rules.hidden import misfit
 
     if attempt is None:
         raise ReplayError(f"--replay-attempt {number}: attempt #{number} is not in the ledger "
@@ -123,7 +123,7 @@ def hidden_inputs(args, repo, cfg: Resolved):
     """(the hidden inputs of this run, the attempt they are replayed from or None): a fresh
     draw, or ``--replay-attempt N``'s record (:class:`ReplayError` when it has none), for the
     machine profile and ``test.hidden_rows`` of ``cfg``."""
-    from gates import hidden
+    from gates.rules import hidden
 
     from .. import ledger as L
 
@@ -262,7 +262,7 @@ def gate_inputs(args, verb: str) -> "GateInputs | int":
 def run_gate(args, verb: str, g: GateInputs, run, lines):
     """Run the gate (``run()`` returns its typed result) and print and write its report; None
     when a revision could not be checked out (the user's REV or BASE; printed)."""
-    from gates.checkout import RevisionError
+    from gates.launch.checkout import RevisionError
 
     try:
         res = run()
@@ -274,8 +274,8 @@ def run_gate(args, verb: str, g: GateInputs, run, lines):
 
 
 def cmd_test(args) -> int:
-    from gates import launch_ranks
     from gates.accuracy import run_test
+    from gates.rules import ranks
 
     from .. import progress as P
     from ..pipeline import accuracy_request
@@ -286,9 +286,9 @@ def cmd_test(args) -> int:
         return g
     v, err = g.v, g.err
     try:
-        base_world, base_layout = launch_ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
+        base_world, base_layout = ranks.base_ranks(args.base_gpus, args.gpus, args.emulate,
                                                           v.cfg.machine.model)
-    except launch_ranks.RanksError as e:
+    except ranks.RanksError as e:
         err.print(f"kern test: {e}")
         return 2
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .shared import MAX_ATTEMPT, add_mkdir_flag, examples, seconds, whole
 from ..ledger import IN_FLIGHT, RUN_HALTED, RUN_INTERRUPTED, RUN_TICKS
 from ..progress import fmt_elapsed
+from .shared import MAX_ATTEMPT, add_mkdir_flag, examples, seconds, whole
 
 
 def register(sub) -> None:
@@ -124,9 +124,9 @@ def _ctx(args, progress=None):
 
     prepare_interpreter()
     from .. import ledger as L
-    from .shared import _context
     from ..pipeline import Context
     from ..worktrees import Repo
+    from .shared import _context
 
     v = _context(args)
     repo, settings, cuda = v.repo, v.settings, v.cuda
@@ -168,7 +168,7 @@ def check_try(args):
     """``kern try``'s refusals, before torch is imported or anything is written: (repository,
     commit) or :class:`InputError` (WORKTREE, a commit main already holds, a commit the ledger
     holds a verdict for, runs/ not writable)."""
-    from gates.checkout import WORKTREE, resolve
+    from gates.launch.checkout import WORKTREE, resolve
 
     from .. import ledger as L
     from ..gitcmd import git_or_none
@@ -329,8 +329,8 @@ def main_profile(runs: Path, sha: str) -> Path | None:
 def cmd_brief(args) -> int:
     from .. import ledger as L
     from ..briefs import BriefError, ceiling_text, make_brief, measured_on_gpu, target_for
-    from .shared import repo_root, settings_of
     from ..worktrees import Repo
+    from .shared import repo_root, settings_of
 
     from .shared import out_file
 
@@ -434,11 +434,12 @@ def _loop(args, say, started: float) -> int:
     except FarmError as e:
         say(f"kern loop: {e}", err=True)
         return 2
-    from gates import sandbox
+    from gates.launch import sandbox
+    from gates.rules.confinement import SandboxUnavailable
 
     try:  # candidate code runs unattended for days: never unconfined unless kern.yaml says so
         confined = sandbox.chosen(ctx.cfg.sandbox)
-    except sandbox.SandboxUnavailable as e:
+    except SandboxUnavailable as e:
         print(f"kern loop: refusing to start: {e}", file=sys.stderr)
         return 2
     progress(f"sandbox: {sandbox.facts().describe(confined) if confined != 'off' else 'off (kern.yaml)'}")

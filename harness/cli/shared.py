@@ -222,13 +222,13 @@ def _context(args) -> VerbContext:
 
 def rank_args(args, cuda: bool, verb: str, model: str | None = None) -> tuple[int, str | None] | None:
     """(processes, layout) from --gpus/--emulate; None after saying why they cannot run."""
-    from gates import launch_ranks
+    from gates.rules import ranks
 
     try:
         import torch
 
-        return launch_ranks.side_ranks(args.gpus, args.emulate, cuda,
+        return ranks.side_ranks(args.gpus, args.emulate, cuda,
                                        torch.cuda.device_count() if cuda else 0, model)
-    except launch_ranks.RanksError as e:
+    except ranks.RanksError as e:
         print(f"kern {verb}: {e}", file=sys.stderr)
         return None

@@ -30,7 +30,7 @@ from ..progress import fmt_duration
 from .shared import MAX_ATTEMPT, whole
 
 if TYPE_CHECKING:  # what the view holds; read from the gates' modules only where shown
-    from gates.phases import JudgmentTimes
+    from gates.rules.phases import JudgmentTimes
     from gates.results import AccuracyResult, LastWords, ScorerView
 
 def register(sub) -> None:
@@ -227,7 +227,7 @@ class AttemptView:
 
     def to_dict(self) -> dict:
         """The JSON ``kern show --json`` prints."""
-        from gates.phases import GATES
+        from gates.rules.phases import GATES
 
         a, gate = self.attempt, self.attempt.gate
         summary = {} if gate is None else gate.to_dict()
@@ -293,8 +293,8 @@ def _agent(a, files: ShowFiles) -> AgentView | None:
 def attempt_view(attempt, events: list, files: ShowFiles) -> AttemptView:
     """Pure: everything ``kern show`` says of one attempt. ``attempt``: its ledger row;
     ``events``: its ledger events; ``files``: what was read beside it."""
-    from gates.phases import JudgmentTimes
     from gates.results import AccuracyResult
+    from gates.rules.phases import JudgmentTimes
 
     from ..journey import judgment_view
 
@@ -442,8 +442,8 @@ def gather(repo: Path, attempt, want_diff: bool) -> ShowFiles:
 
 
 def cmd_show(args) -> int:
-    from .shared import InputError
     from .report import _ledger_path, _no_ledger
+    from .shared import InputError
 
     path = _ledger_path(args)
     if not path.exists():

@@ -1,7 +1,7 @@
 """``kern ops``, ``kern step`` and ``kern profile``: the kernel tree as it is, no judgment (its
 ops and where each one's kernel, reference, test and roofline live; its decode step run and
 timed at every bucket; one step op by op). ``kern step`` and ``kern profile`` share one shell
-(:func:`step_verb`) around a step side (harness/step_launch.py)."""
+(:func:`step_verb`) around a step side (gates/launch/step.py)."""
 from __future__ import annotations
 
 import json
@@ -76,14 +76,15 @@ def register(sub) -> None:
 
 def step_verb(args, verb: str, spec_for, out_for, limit_for):
     """The shell ``kern step`` and ``kern profile`` share: the context, the ``--gpus`` /
-    ``--emulate`` check, the revision, then the verb's step side (harness/step_launch.py) with
+    ``--emulate`` check, the revision, then the verb's step side (gates/launch/step.py) with
     its progress on stderr and its result stamped with the commit and kern.yaml's hash.
     ``spec_for(v, world, layout)``, ``out_for(v, sha)``, ``limit_for(v.cfg)``: what the verb
     measures, where it writes, how long it may take. Returns ``(v, result, out)``, or an exit code
     after saying why there is none (2: the flags do not fit this machine; 1: the step failed)."""
-    from gates import checkout, compiled
+    from gates.launch import checkout, compiled
+    from gates.launch.step import run_step
+    from gates.requests import Placement
 
-    from ..step_launch import run_step
     from ..worktrees import Repo
 
     out_file(args.out, repo_root(args), mkdir=args.mkdir)  # before the step runs, not after
@@ -94,7 +95,7 @@ def step_verb(args, verb: str, spec_for, out_for, limit_for):
     sha = checkout.resolve(v.repo, args.rev)
     out = out_for(v, sha)
     # its Triton cache starts as a copy of the revision's compiled kernels, else main's, where
-    # a judgment made them (gates/compiled.py); nothing is compiled for it
+    # a judgment made them (gates/launch/compiled.py); nothing is compiled for it
     seed = None
     for rev in (sha, Repo(v.repo).main):
         try:
@@ -103,9 +104,9 @@ def step_verb(args, verb: str, spec_for, out_for, limit_for):
         except checkout.RevisionError:  # no main branch: the revision's own, or none
             pass
     res = run_step(v.repo, sha, v.runs, spec_for(v, *sides), out, limit_for(v.cfg),
+                   Placement(sandbox=v.cfg.sandbox, seed=seed),
                    progress=lambda line, t: print(f"… {t:5.0f}s {line[:140]}", file=sys.stderr),
-                   stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest},
-                   sandbox_mode=v.cfg.sandbox, seed=seed)
+                   stamp={"commit": sha, "kern_yaml_sha256_16": v.settings.digest})
     if not res.ok:
         print(f"kern {verb}: the step ended with {res.kind}; log {res.log_path}:\n{res.log_tail[-1500:]}",
               file=sys.stderr)

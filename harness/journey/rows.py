@@ -11,7 +11,7 @@ target is exhausted); the journey leaves it out and says how many it left out, w
 numbers, under the phase's table.
 
 **The estimator** (said once on every rendering, :data:`.text.TEXT` ``estimator``): a score
-change B − A is the scorer's paired estimate (gates/stats.py ``paired_delta``): per bucket A's
+change B − A is the scorer's paired estimate (gates/rules/stats.py ``paired_delta``): per bucket A's
 median × (m − 1), m the median over replay pairs of B's time over A's, the score's B − A the
 buckets' weighted as the score weights them. It is not B's median − A's median. A large gain is
 measured again before it merges; the row's score change (:func:`headline_ms`), and so a phase's
@@ -69,7 +69,7 @@ from ..ledger import (ABANDONED, ACCURACY, CRASHED, GUARD, IN_FLIGHT, INTERRUPTE
                       TIMED_OUT, WAITING, WITHIN_NOISE, Attempt, Phase, mains)
 from .text import TEXT, check_lang
 
-SCORER_CHECK = "scorer check"  # gates.decision.decide's reason when a scorer check failed
+SCORER_CHECK = "scorer check"  # gates.rules.decision.decide's reason when a scorer check failed
 
 MINUS = "\u2212"  # estimates print with a typographic minus, as in the published journey
 
@@ -121,7 +121,7 @@ def fmt_gain(ms: float) -> str:
     return f"{ms:.2f}"
 
 
-# Short tags for the accuracy gate's reason sentences (gates/verdict.judge), first match wins.
+# Short tags for the accuracy gate's reason sentences (gates/rules/verdict.judge), first match wins.
 _TAGS = (
     ("protected files changed", "protected"),
     ("candidate side ended", "crash"),

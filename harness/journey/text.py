@@ -23,7 +23,7 @@ TEXT = {
         "main": "main {first} → {last} ms ({change} ms, main's own scores)",
         "estimator": "How a score change is measured: per bucket, B − A is A's median × (B/A − 1), "
                      "where B/A is the median over the replays both sides ran on the same inputs "
-                     "of B's time over A's (the paired median of log ratios, `gates/stats.py "
+                     "of B's time over A's (the paired median of log ratios, `gates/rules/stats.py "
                      "paired_delta`), so it is not B's median − A's median; the score's B − A is "
                      "the buckets' weighted as the score weights them, and its 95 % interval "
                      "bootstraps the pairs. A gain larger than `bench.reverify_pct` is measured "
@@ -148,7 +148,7 @@ TEXT = {
         "main": "主分支 {first} → {last} ms（{change} ms，主分支自身的分数）",
         "estimator": "分数变化的测法：每个桶的 B − A 为 A 的中位数 ×（B/A − 1），其中 B/A 是两侧在相同"
                      "输入上运行的各次重放中 B 的时间与 A 的时间之比的中位数（对数比的配对中位数，"
-                     "`gates/stats.py paired_delta`），因此它不等于 B 的中位数 − A 的中位数；分数的 B − A "
+                     "`gates/rules/stats.py paired_delta`），因此它不等于 B 的中位数 − A 的中位数；分数的 B − A "
                      "是各桶按分数权重的加权平均，其 95 % 区间对配对样本做自助抽样。超过 "
                      "`bench.reverify_pct` 的收益在合并前会用新进程再测一次，该行计入复测的变化。"
                      "阶段收益是已合并各行变化之和；主分支的分数（首 → 末，以及图中的线）是每次评审"

@@ -72,7 +72,7 @@ GPU only (``test_gpu_hacks.py``), what the sandbox stops (``test_sandbox_hacks.p
       /proc/self/fd/0 reopened to put the line back   audit hook refuses the open         runtime
                                                       (test_defenses.py)
     (nothing is there at import: the gates write the line only once the side says it
-    imported the tree, gates/launch.py)
+    imported the tree, gates/launch/process.py)
 15  CUDA events created with timing disabled: a       bench: tampered (the seal of        runtime,
     subclass bound to torch.cuda.Event (inherits       torch.cuda.Event; the timer keeps   GPU
     every sealed method)                               the class bound before the tree)

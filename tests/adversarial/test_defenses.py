@@ -13,11 +13,12 @@ import pytest
 import torch
 import yaml
 
-from gates import filemarks, scope, stats
 from gates.accuracy import tap_spec
+from gates.launch import filemarks
+from gates.protocol import tap_rows
+from gates.rules import scope, stats
 from gates.side import tamper
 from gates.side.replays import stray_threads
-from gates.protocol import tap_rows
 from harness.pipeline import accuracy_request
 from harness.settings import resolve, validate
 from tests.gates.candidates import ROOT
@@ -534,8 +535,8 @@ def test_kept_calls_hand_each_part_once():
     """A part asked for twice means something took main's recording before the pinned pass."""
     import tempfile
 
-    from gates.side.tap import KeptCalls
     from gates.side.tamper import TamperError
+    from gates.side.tap import KeptCalls
 
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "kept_a.pt"
@@ -573,9 +574,9 @@ def test_file_marks_see_a_rewrite_with_the_same_bytes_and_ignore_new_files(tmp_p
 
 
 def test_a_side_that_was_caught_tampering_is_rejected_not_crashed():
-    from gates import launch
+    from gates.launch import process as launch
+    from gates.rules.scope import ScopeResult
     from harness.pipeline import decide_outcome
-    from gates.scope import ScopeResult
 
     tail = "Traceback ...\nPermissionError: tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/x"
     assert launch.classify(1, False, tail) == "tampered"

@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from gates.accuracy import run_test
-from gates.scorer import run_bench
-from harness.terminal import scorer_report
 from gates.protocol import Hidden
+from gates.scorer import run_bench
 from harness.pipeline import accuracy_request, bench_request, check_scope, decide_outcome
+from harness.terminal import scorer_report
 from tests.adversarial import hacks as H
 
 # slow: run serially after the unit tests (.ci/run); the work below uses both cores itself
@@ -148,7 +148,7 @@ def test_reading_the_corpus_at_import_is_refused(results):
     the candidate's side ends with the refusal as its last words."""
     test, out = _tap(results, H.READS_CORPUS)
     # the refusal reaches the candidate as an exception, but its words name a rule broken,
-    # not a part that failed (gates/launch.py): rejected, not a crash
+    # not a part that failed (gates/launch/process.py): rejected, not a crash
     assert (out.state, out.reason, test["verdict"]) == ("abandoned", "accuracy", "FAIL"), _why(test)
     assert test["evidence"]["outcome_b"] == "tampered", _why(test)
     assert "tamper: kernels/k31/moe/situ.py opened kernels/k31/workload/corpus/" in test["b_log_tail"]

@@ -1,4 +1,4 @@
-"""What the sandbox stops (issue 30; gates/sandbox.py, docs/sandbox.md): real candidate commits
+"""What the sandbox stops (issue 30; gates/launch/sandbox.py, docs/sandbox.md): real candidate commits
 whose kernel module, at import, reaches outside its side through the standard library and libc
 (past the scope gate: through ``sys.modules``), run through the real gates (``kern test``'s
 tap sides, ``kern bench``'s scorer side, ``kern step``'s step side). Each is asserted harmless
@@ -36,13 +36,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from gates import sandbox
 from gates.accuracy import run_test
-from gates.scorer import run_bench
+from gates.launch import sandbox
+from gates.launch.step import run_step
 from gates.protocol import Hidden
-from harness.pipeline import accuracy_request, bench_request
-from harness.step_launch import run_step
+from gates.requests import Placement
+from gates.rules import confinement
+from gates.scorer import run_bench
 from gates.spec import side_spec
+from harness.pipeline import accuracy_request, bench_request
 from tests.adversarial import hacks as H
 from tests.gates.test_sandbox import Listener
 
@@ -100,7 +102,7 @@ def logs(root: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.log")))
 
 
-MECHANISMS = [m for m in sandbox.MECHANISMS if m == "namespaces" and not sandbox.facts().namespaces
+MECHANISMS = [m for m in confinement.MECHANISMS if m == "namespaces" and not sandbox.facts().namespaces
               or m == "landlock" and sandbox.facts().landlock_abi >= 4]
 MISSING = {"FileNotFoundError", "PermissionError"}  # absent (namespaces) or refused (landlock)
 
@@ -134,7 +136,7 @@ def judged(catalogue, request):
             m = cfg.machine
             spec = side_spec(cfg.target, m, steps=1, rows=[m.buckets[0]], replays=1, layout=m.layout)
             out = repo / f"step-{TOKEN}-{request.param}.json"  # kern step --out: beside the repository's files
-            return run_step(repo, shas[22], ctx.runs, spec, out, 300, sandbox_mode=request.param), out
+            return run_step(repo, shas[22], ctx.runs, spec, out, 300, Placement(sandbox=request.param)), out
 
         with ThreadPoolExecutor(2) as pool:
             jobs = {"test 22": pool.submit(test, 22), "test 23": pool.submit(test, 23, Hidden(SEED, ())),

@@ -81,7 +81,7 @@ def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict) -> dict:
     """{case: ``kern test`` report} for each of ``cases`` ({name: edits}) committed on its own
     branch of one repository (``overrides`` on kern.yaml) and judged against main, two at a
     time (the interpreter is CPU-bound; CI has two cores). Each judgment records main itself:
-    a recording's tensors are deleted once no judgment holds it (gates/disk.py), so two cases
+    a recording's tensors are deleted once no judgment holds it (gates/launch/disk.py), so two cases
     judged at once on the same touched ops share one, later ones record it again."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 import random
 
+from gates.rules.scope import ScopeResult
 from gates.scorer import analyse, pattern
 from gates.settings import ScorerSettings
 from harness.pipeline import Outcome, decide_outcome
-from gates.scope import ScopeResult
 
 CORES = 2
 PASSED = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}

@@ -1,5 +1,5 @@
-"""Main's compiled kernels (gates/compiled.py) and every side's private Triton cache seeded from
-them (gates/sandbox.py): the pure decisions, side-like processes under every mechanism, and
+"""Main's compiled kernels (gates/launch/compiled.py) and every side's private Triton cache seeded from
+them (gates/launch/sandbox.py): the pure decisions, side-like processes under every mechanism, and
 real judgments whose kernel trees write into their Triton cache or compile a kernel."""
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gates import compiled as C
-from gates import sandbox as S
-from gates.launch import side_env
+from gates.launch import compiled as C
+from gates.launch import sandbox as S
+from gates.launch.process import side_env
+from gates.requests import Placement
+from gates.rules import confinement
 from gates.settings import MachineProfile, Target
 
 TARGET = Target(tree="kernels/k31", seed=7, weight_sets=1)
@@ -60,11 +62,15 @@ def test_a_group_file_names_the_copies_and_nothing_outside_the_cache():
     lookup misses), and a member outside the cache (a side's planted path) is dropped."""
     text = json.dumps({"child_paths": {"k.json": "/srv/c/main/KEY/k.json", "k.cubin": "/srv/c/main/KEY/k.cubin",
                                        "evil": "/srv/repo/runs/ledger.sqlite", "up": "/srv/c/main/../x"}})
-    got = json.loads(S.moved_group(text, "/srv/c/main", "/run/a/.sandbox-r/triton"))
+    got = json.loads(confinement.moved_group(text, "/srv/c/main", "/run/a/.sandbox-r/triton"))
     assert got == {"child_paths": {"k.json": "/run/a/.sandbox-r/triton/KEY/k.json",
                                    "k.cubin": "/run/a/.sandbox-r/triton/KEY/k.cubin"}}
-    assert S.moved_group("not json", "/a", "/b") is None
-    assert S.moved_group(json.dumps({"child_paths": ["x"]}), "/a", "/b") is None
+    # known by its real path too (the shell resolves a linked cache folder)
+    real = json.dumps({"child_paths": {"k.json": "/data/c/KEY/k.json", "evil": "/data/x"}})
+    assert json.loads(confinement.moved_group(real, ("/srv/c/main", "/data/c"), "/b")) == \
+        {"child_paths": {"k.json": "/b/KEY/k.json"}}
+    assert confinement.moved_group("not json", "/a", "/b") is None
+    assert confinement.moved_group(json.dumps({"child_paths": ["x"]}), "/a", "/b") is None
 
 
 def test_mains_recording_shown_to_the_replay_holds_nothing_of_a_sides_private_folder(tmp_path):
@@ -148,10 +154,9 @@ def test_a_side_starts_on_a_private_copy_of_mains_compiled_cache_gone_when_it_en
                "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "record.json")]
         got = []
         for _ in range(2):
-            with S.configured(mechanism), S.seeded(mains):
-                wrapped = S.wrap(cmd)
+            wrapped = S.wrap(cmd, Placement(sandbox=mechanism, seed=str(mains)))
             r = subprocess.run(wrapped, capture_output=True, text=True, timeout=120,
-                               cwd=S.HARNESS_ROOT, env=side_env())
+                               cwd=S.HARNESS_ROOT, env=side_env(Placement()))
             assert r.returncode == 0, r.stderr
             got.append(json.loads(r.stdout.strip().splitlines()[-1]))
             assert not (runs / "tap" / ".triton-a").exists()  # its private cache went with it
@@ -204,13 +209,15 @@ def test_a_side_cannot_write_the_cache_of_a_side_sharing_its_run_folder(mechanis
 
     box = S.group("store", trees["A"], work / "store.json", peers=False,
                   more=[("bench", t, work / "side.json") for t in trees.values()]) if grouped else contextlib.nullcontext()
-    with S.configured(mechanism), box:
-        a = subprocess.Popen(S.wrap(side("import time; time.sleep(30)", "A")), cwd=S.HARNESS_ROOT, env=side_env())
+    place = Placement(sandbox=mechanism)
+    with box as group:
+        a = subprocess.Popen(S.wrap(side("import time; time.sleep(30)", "A"), place, group), cwd=S.HARNESS_ROOT,
+                             env=side_env(place))
         try:
-            mains = S.side_of(side("", "A"), None).triton_cache
+            mains = confinement.side_of(side("", "A"), None).triton_cache
             assert os.path.isdir(mains)
-            r = subprocess.run(S.wrap(side(WRITE_OTHERS, "B", mains)), capture_output=True, text=True,
-                               timeout=60, cwd=S.HARNESS_ROOT, env=side_env())
+            r = subprocess.run(S.wrap(side(WRITE_OTHERS, "B", mains), place, group), capture_output=True, text=True,
+                               timeout=60, cwd=S.HARNESS_ROOT, env=side_env(place))
         finally:
             a.kill()
             a.wait()

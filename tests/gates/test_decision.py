@@ -1,4 +1,4 @@
-"""The merge rule (``gates.decision.decide``) over every combination of what the gates can
+"""The merge rule (``gates.rules.decision.decide``) over every combination of what the gates can
 report, and the typed results it reads (``gates.results``) parsed from their reports."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates import decision as D
-from gates.scorer import analyse
 from gates.results import AccuracyResult, BenchResult, Comparison, SideScore
-from gates.scope import ScopeResult
+from gates.rules import decision as D
+from gates.rules.scope import ScopeResult
+from gates.scorer import analyse
 from harness.settings import load
 from tests.gates.candidates import ROOT
 

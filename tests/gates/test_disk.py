@@ -1,5 +1,5 @@
 """What a judgment writes, whether the disk has room, a side that ran out of it, and the tap
-recordings deleted once no judgment holds them (gates/disk.py); a side's last words as the
+recordings deleted once no judgment holds them (gates/launch/disk.py); a side's last words as the
 gates keep them (gates/results.py) and what the merge rule does with a full disk."""
 from __future__ import annotations
 
@@ -11,17 +11,18 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates import decision as D
-from gates import disk
+from gates.launch import disk
 from gates.results import DISK_FULL, AccuracyResult, BenchResult, LastWords, last_lines
-from gates.summary import GateSummary, summarize
+from gates.rules import decision as D
+from gates.rules import footprint
 from gates.settings import AccuracySettings, MachineProfile
+from gates.summary import GateSummary, summarize
 from harness.settings import resolve
 from tests.gates.candidates import ROOT
 
 DATA = yaml.safe_load((ROOT / "kern.yaml").read_text())
 CPU, GPU = resolve(DATA, False), resolve(DATA, True)
-MIB = disk.MIB
+MIB = footprint.MIB
 
 
 def _cpu(**test) -> tuple[AccuracySettings, MachineProfile]:
@@ -33,32 +34,32 @@ def _cpu(**test) -> tuple[AccuracySettings, MachineProfile]:
 @given(budget=st.integers(1, 1 << 16), measured=st.floats(0.5, 1 << 17))
 def test_a_measured_recording_is_charged_below_the_budget_never_above(budget, measured):
     s, prof = _cpu(snapshot_budget_mb=budget)
-    assert disk.kept_mb(prof, s) == budget
-    assert disk.kept_mb(dataclasses.replace(prof, recording_mb=measured), s) == min(measured, budget)
+    assert footprint.kept_mb(prof, s) == budget
+    assert footprint.kept_mb(dataclasses.replace(prof, recording_mb=measured), s) == min(measured, budget)
 
 
 # --------------------------------------------------------------------------- the estimate
 def test_the_estimate_of_the_small_config_is_its_budget_and_its_logits():
     s, prof = _cpu(snapshot_budget_mb=1)
-    jb = disk.judgment_bytes(prof, s, CPU.bench, copies=False)
+    jb = footprint.judgment_bytes(prof, s, CPU.bench, copies=False)
     # tap rows [1, 3, 17, 8] and the buckets [2, 4] (no size is left to draw: no hidden
     # extra), one step, layout tp2: rank 0's 512 of the 1024 logits, float32
     assert jb.logits == (1 + 3 + 17 + 8 + 2 + 4) * 1 * 512 * 4
     assert jb.kept == 1 * MIB
     # A records (logits, kept) and repeats twice (noise, band); B replays once
     assert jb.tap == 3 * jb.logits + jb.kept + jb.logits
-    assert disk.judgment_bytes(prof, s, CPU.bench, copies=True).tap == jb.tap + jb.kept + jb.logits
-    assert jb.need == jb.peak + disk.MARGIN_MIN and jb.peak == max(jb.tap, jb.scorer)
+    assert footprint.judgment_bytes(prof, s, CPU.bench, copies=True).tap == jb.tap + jb.kept + jb.logits
+    assert jb.need == jb.peak + footprint.MARGIN_MIN and jb.peak == max(jb.tap, jb.scorer)
 
 
 def test_the_gpu_profile_counts_the_hidden_sizes_it_may_draw():
     prof = GPU.machine
-    jb = disk.judgment_bytes(prof, GPU.test, GPU.bench, copies=False)
+    jb = footprint.judgment_bytes(prof, GPU.test, GPU.bench, copies=False)
     visible = sum(dict.fromkeys(prof.test_rows + prof.buckets))
     # the two largest sizes 1 .. 256 that are neither a bucket nor a test row: 255 and 254
     assert jb.logits == (visible + 255 + 254) * prof.test_steps * (163840 // 8) * 4
     assert jb.kept == GPU.test.snapshot_budget_mb * MIB
-    assert jb.margin == int(jb.peak * disk.MARGIN_FRACTION)
+    assert jb.margin == int(jb.peak * footprint.MARGIN_FRACTION)
 
 
 @given(budget=st.integers(1, 1 << 16), rows=st.lists(st.integers(1, 64), min_size=1, max_size=6),
@@ -66,35 +67,35 @@ def test_the_gpu_profile_counts_the_hidden_sizes_it_may_draw():
 def test_the_estimate_grows_with_everything_a_judgment_writes(budget, rows, steps, world, copies):
     s, prof = _cpu(snapshot_budget_mb=budget)
     prof = dataclasses.replace(prof, test_rows=rows, test_steps=steps)
-    base = disk.judgment_bytes(prof, s, world=world, copies=copies)
-    more_rows = disk.judgment_bytes(dataclasses.replace(prof, test_rows=rows + [65]), s, world=world,
+    base = footprint.judgment_bytes(prof, s, world=world, copies=copies)
+    more_rows = footprint.judgment_bytes(dataclasses.replace(prof, test_rows=rows + [65]), s, world=world,
                                     copies=copies)
-    more_budget = disk.judgment_bytes(prof, _cpu(snapshot_budget_mb=budget + 1)[0], world=world,
+    more_budget = footprint.judgment_bytes(prof, _cpu(snapshot_budget_mb=budget + 1)[0], world=world,
                                       copies=copies)
     assert more_rows.tap > base.tap and more_budget.tap > base.tap
     assert base.kept == budget * MIB * world and base.need > base.peak >= base.tap
-    assert disk.judgment_bytes(prof, s, world=world, copies=True).tap >= base.tap
+    assert footprint.judgment_bytes(prof, s, world=world, copies=True).tap >= base.tap
 
 
 # --------------------------------------------------------------------------- room before a judgment
 def test_a_folder_short_of_room_is_named_with_expected_and_found_bytes():
-    tap = disk.Space("/r/runs/tap", 100 * MIB, device=1, free=140 * MIB)
-    bench = disk.Space("/r/runs/bench", 10 * MIB, device=1, free=140 * MIB)
-    assert disk.shortfall([tap, bench]) is None  # one after the other: the larger + margin
-    short = disk.shortfall([disk.Space(tap.folder, 100 * MIB, 1, 100 * MIB), bench])
-    assert short == disk.Space("/r/runs/tap", 100 * MIB + disk.MARGIN_MIN, 1, 100 * MIB)
+    tap = footprint.Space("/r/runs/tap", 100 * MIB, device=1, free=140 * MIB)
+    bench = footprint.Space("/r/runs/bench", 10 * MIB, device=1, free=140 * MIB)
+    assert footprint.shortfall([tap, bench]) is None  # one after the other: the larger + margin
+    short = footprint.shortfall([footprint.Space(tap.folder, 100 * MIB, 1, 100 * MIB), bench])
+    assert short == footprint.Space("/r/runs/tap", 100 * MIB + footprint.MARGIN_MIN, 1, 100 * MIB)
     # on another device the scorer's folder has its own room
-    assert disk.shortfall([tap, disk.Space(bench.folder, 10 * MIB, 2, 1 * MIB)]).folder == bench.folder
-    text = disk.short_message(short)
+    assert footprint.shortfall([tap, footprint.Space(bench.folder, 10 * MIB, 2, 1 * MIB)]).folder == bench.folder
+    text = footprint.short_message(short)
     assert text.startswith(f"environment: disk: /r/runs/tap has {100 * MIB} bytes free")
-    assert f"up to {100 * MIB + disk.MARGIN_MIN} bytes" in text and "the operator must free space" in text
+    assert f"up to {100 * MIB + footprint.MARGIN_MIN} bytes" in text and "the operator must free space" in text
 
 
 def test_check_raises_a_named_disk_short(tmp_path, monkeypatch):
     monkeypatch.setattr(disk, "free_bytes", lambda folder: 5)
-    with pytest.raises(disk.DiskShort, match=r"^environment: disk: .*/runs/tap has 5 bytes free") as e:
+    with pytest.raises(footprint.DiskShort, match=r"^environment: disk: .*/runs/tap has 5 bytes free") as e:
         disk.check({tmp_path / "runs" / "tap": 1000})  # not made yet: its nearest folder's disk
-    assert (e.value.need, e.value.free) == (1000 + disk.MARGIN_MIN, 5)
+    assert (e.value.need, e.value.free) == (1000 + footprint.MARGIN_MIN, 5)
 
 
 # --------------------------------------------------------------------------- a side that ran out
@@ -102,12 +103,12 @@ def test_check_raises_a_named_disk_short(tmp_path, monkeypatch):
     ("RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534", 0, True),
     ("OSError: [Errno 28] No space left on device: '/r/runs/tap/x/result.json'", 4096, True),
     # the words alone are not believed: the launcher measured room in the folder
-    ("OSError: [Errno 28] No space left on device", 10 * disk.LOW_BYTES, False),
+    ("OSError: [Errno 28] No space left on device", 10 * footprint.LOW_BYTES, False),
     ("RuntimeError: situ kernel refused", 0, False),
     ("unexpected pos 576 vs 534", None, False),
 ])
 def test_a_side_ran_out_of_disk_only_when_its_log_and_its_folder_say_so(tail, free, full):
-    assert disk.ran_out(tail, free) is full
+    assert footprint.ran_out(tail, free) is full
 
 
 def test_the_launcher_names_a_full_disk_and_the_folder(tmp_path, monkeypatch):
@@ -222,7 +223,7 @@ def test_a_full_disk_while_keeping_a_judgments_evidence_is_environment_disk(tmp_
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Path, "write_text", full)
-    with pytest.raises(disk.DiskShort) as e:
+    with pytest.raises(footprint.DiskShort) as e:
         keep_evidence(tmp_path, 7, None, None)
-    assert str(e.value).startswith(disk.REASON) and "judgment-1.json" in str(e.value)
+    assert str(e.value).startswith(footprint.REASON) and "judgment-1.json" in str(e.value)
     assert list((tmp_path / "attempts" / "7").iterdir()) == []

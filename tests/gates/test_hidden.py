@@ -1,4 +1,4 @@
-"""The gates' hidden inputs (gates/hidden.py): what a judgment may draw, over any bucket list."""
+"""The gates' hidden inputs (gates/rules/hidden.py): what a judgment may draw, over any bucket list."""
 from __future__ import annotations
 
 import random
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates.hidden import candidates, draw
 from gates.protocol import SEED_BOUND, Hidden, HiddenError
+from gates.rules.hidden import candidates, draw
 
 buckets = st.lists(st.integers(1, 300), min_size=1, max_size=6, unique=True)
 rows = st.lists(st.integers(1, 300), max_size=10, unique=True)

@@ -53,7 +53,7 @@ def test_a_bit_identical_candidate_never_writes_mains_kept_calls(judged):
     test = docs["identical"]["test"]
     assert test["verdict"] == "PASS bit-identical", test["reasons"]
     a = TapFiles(Path(test["a_dir"]))
-    # main's document stays, every tensor went with the verdict (gates/disk.py): what main's
+    # main's document stays, every tensor went with the verdict (gates/launch/disk.py): what main's
     # side saved is what its document says it saved
     assert a.record.exists() and list((repo / "runs" / "tap").rglob("*.pt")) == []
     assert json.loads(a.record.read_text())["kept_saved"] is False

@@ -18,15 +18,16 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gates import launch
 from gates.accuracy import run_test
+from gates.launch import process as launch
+from gates.requests import Placement
+from gates.rules.scope import ScopeResult
 from gates.scorer import run_bench
-from harness.terminal import scorer_report
-from harness.pipeline import accuracy_request, bench_request
 from harness import faults
+from harness.pipeline import accuracy_request, bench_request
 from harness.pipeline import decide_outcome
-from gates.scope import ScopeResult
 from harness.settings import load
+from harness.terminal import scorer_report
 from tests.gates.candidates import candidate, make_repo, side_dumps
 
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-kern-test-secret", "OPENAI_API_KEY": "sk-openai-kern-test",
@@ -69,7 +70,7 @@ def test_cpu_sides_get_half_the_memory_and_cuda_sides_no_cap():
 def test_a_sides_environment_holds_no_secret(monkeypatch):
     for k, v in SECRETS.items():
         monkeypatch.setenv(k, v)
-    env = launch.side_env()
+    env = launch.side_env(Placement())
     assert not set(SECRETS) & set(env) and not set(SECRETS.values()) & set(env.values())
     assert env["PATH"] and env["PYTHONHASHSEED"] == "0"
 
@@ -182,7 +183,7 @@ def test_a_candidate_that_hides_the_gpu_at_import_ends_its_side_on_the_environme
     sha = candidate(repo, "hide-gpu", [(INIT, "", "import os\nos.environ['CUDA_VISIBLE_DEVICES'] = ''\n")])
     if not torch.cuda.is_available():
         real = launch.side_env
-        monkeypatch.setattr(launch, "side_env", lambda extra=None: {**real(extra), EXPECTS_CUDA: "1"})
+        monkeypatch.setattr(launch, "side_env", lambda place, extra=None: {**real(place, extra), EXPECTS_CUDA: "1"})
     cfg = load(repo / "kern.yaml").resolve(False)
     res = run_bench(bench_request(cfg, repo, sha, sha, repo / "runs", False),
                     progress=lambda m: None).report

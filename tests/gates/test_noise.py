@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from gates.rules.scope import ScopeResult
 from gates.scorer import analyse, pattern
 from harness.pipeline import decide_outcome
-from gates.scope import ScopeResult
 from harness.settings import load
 
 ROOT = Path(__file__).resolve().parents[2]

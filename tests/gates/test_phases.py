@@ -1,4 +1,4 @@
-"""Where a judgment's time went (gates/phases.py): a side's spans from its wall and what it
+"""Where a judgment's time went (gates/rules/phases.py): a side's spans from its wall and what it
 measured itself, a gate's rest, and a whole judgment's times read from its file, the real
 H200 judgment kept before phases were recorded among them; and the side's own clock
 (gates/side/clock.py), which takes Triton's compiles out of the span they fell in."""
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates.phases import JudgmentTimes, Span, rest, side_spans
 from gates.protocol import SidePhases
+from gates.rules.phases import JudgmentTimes, Span, rest, side_spans
 from gates.side.clock import CompileClock, PhaseClock
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gates import launch_ranks
+from gates.rules import ranks
 from gates.side.profile import COLLECTIVES, Collectives, Omit, OpClock
 from tests.gates.candidates import candidate, make_repo
 
@@ -113,7 +113,7 @@ def test_bench_over_two_ranks_reports_the_slowest_rank_per_replay(repo):
                             "emulated": False}
     per_rank = res["rank_samples"]["B"][2]
     assert len(per_rank) == 2 and all(len(t) == 3 for t in per_rank)
-    assert res["samples"]["B"][2] == launch_ranks.slowest_per_replay(per_rank)
+    assert res["samples"]["B"][2] == ranks.slowest_per_replay(per_rank)
     assert len(res["rank_medians"]["B"][2]) == 2
     assert "2 processes per side (gloo)" in lines[2] and " ranks " in lines[3], lines
     assert res["analysis"]["sides"]["B"]["graph_matches_eager"]

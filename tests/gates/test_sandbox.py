@@ -1,4 +1,4 @@
-"""The sandbox of a side (gates/sandbox.py, gates/side/confine.py): the pure decisions (which
+"""The sandbox of a side (gates/launch/sandbox.py, gates/side/confine.py): the pure decisions (which
 mechanism kern.yaml's ``sandbox`` gets, what a side's plan shows and lets it write), then
 side-like processes really confined on this machine: what they can read, write and reach.
 
@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
-from gates import sandbox as S
-from gates.launch import side_env
+from gates.launch import sandbox as S
+from gates.launch.process import side_env
+from gates.requests import Placement
+from gates.rules import confinement as C
 
-M = S.Machine(uid=1000, gid=1000, home="/home/u", python=("/home/u/.venv", "/opt/py3.11"),
+M = C.Machine(uid=1000, gid=1000, home="/home/u", python=("/home/u/.venv", "/opt/py3.11"),
               libraries=("/usr/local/cuda", "/home/u", "/srv/repo", "/srv/repo/runs/tap/x"),
               devices=("/dev/nvidia0", "/dev/nvidiactl"), harness="/srv/repo", user=("nobody", 65534, 65534))
 
@@ -32,29 +34,29 @@ def driver(mode, tree, out, spec=None):
 
 # --------------------------------------------------------------------------- pure
 @pytest.mark.parametrize("mode,facts,got", [
-    ("auto", S.Facts("", 7), "namespaces"),
-    ("auto", S.Facts("unshare(user): Operation not permitted", 7), "landlock"),
-    ("landlock", S.Facts("", 7), "landlock"),
-    ("namespaces", S.Facts("", 0), "namespaces"),
-    ("off", S.Facts("no", 0), "off"),
-    ("auto", S.Facts("unshare(user): Operation not permitted", 0, ""), "user"),
-    ("auto", S.Facts("unshare(user): Operation not permitted", 7, ""), "landlock"),
-    ("user", S.Facts("", 7, ""), "user"),
+    ("auto", C.Facts("", 7), "namespaces"),
+    ("auto", C.Facts("unshare(user): Operation not permitted", 7), "landlock"),
+    ("landlock", C.Facts("", 7), "landlock"),
+    ("namespaces", C.Facts("", 0), "namespaces"),
+    ("off", C.Facts("no", 0), "off"),
+    ("auto", C.Facts("unshare(user): Operation not permitted", 0, ""), "user"),
+    ("auto", C.Facts("unshare(user): Operation not permitted", 7, ""), "landlock"),
+    ("user", C.Facts("", 7, ""), "user"),
 ])
 def test_the_strongest_mechanism_the_machine_allows(mode, facts, got):
-    assert S.choose(mode, facts) == got
+    assert C.choose(mode, facts) == got
 
 
 @pytest.mark.parametrize("mode,facts,words", [
-    ("auto", S.Facts("unshare(user): Operation not permitted", 0), "none available"),
-    ("namespaces", S.Facts("unshare(user): Operation not permitted", 7), "namespaces asked for"),
-    ("landlock", S.Facts("", 0), "landlock asked for"),
-    ("user", S.Facts("", 7, "the launcher is not root (uid 1000)"), "user asked for"),
-    ("bubblewrap", S.Facts("", 7), "expected one of auto, namespaces, landlock, user, off"),
+    ("auto", C.Facts("unshare(user): Operation not permitted", 0), "none available"),
+    ("namespaces", C.Facts("unshare(user): Operation not permitted", 7), "namespaces asked for"),
+    ("landlock", C.Facts("", 0), "landlock asked for"),
+    ("user", C.Facts("", 7, "the launcher is not root (uid 1000)"), "user asked for"),
+    ("bubblewrap", C.Facts("", 7), "expected one of auto, namespaces, landlock, user, off"),
 ])
 def test_no_sandbox_names_who_fixes_it(mode, facts, words):
-    with pytest.raises(S.SandboxUnavailable) as e:
-        S.choose(mode, facts)
+    with pytest.raises(C.SandboxUnavailable) as e:
+        C.choose(mode, facts)
     assert words in str(e.value)
     if mode != "bubblewrap":
         assert "operator:" in str(e.value) and "`sandbox: off`" in str(e.value)
@@ -63,28 +65,28 @@ def test_no_sandbox_names_who_fixes_it(mode, facts, words):
 NS_NO = "unshare(user): Operation not permitted"
 
 
-@given(mode=st.sampled_from([*S.MODES, "bubblewrap", "", "Namespaces"]),
+@given(mode=st.sampled_from([*C.MODES, "bubblewrap", "", "Namespaces"]),
        ns=st.sampled_from(["", NS_NO]), abi=st.integers(0, 7),
        user=st.sampled_from(["", "the launcher is not root (uid 1000)", "no user 'nobody' on this machine"]))
 def test_choose_takes_the_strongest_available_or_names_every_fix(mode, ns, abi, user):
     """Over every machine (namespaces, landlock ABI, the sandbox user) and mode: ``auto`` picks
     namespaces, else landlock, else user; a named mechanism is given exactly where available;
     a refusal names what was asked, why not, and every fix (the operator's and kern.yaml's)."""
-    f = S.Facts(ns, abi, user)
+    f = C.Facts(ns, abi, user)
     available = [m for m, ok in (("namespaces", not ns), ("landlock", abi >= 1), ("user", not user)) if ok]
     if mode == "off":
-        assert S.choose(mode, f) == "off"
+        assert C.choose(mode, f) == "off"
         return
     want = (available[0] if available else None) if mode == "auto" else \
-        (mode if mode in available else None) if mode in S.MECHANISMS else "bad"
+        (mode if mode in available else None) if mode in C.MECHANISMS else "bad"
     if want not in (None, "bad"):
-        assert S.choose(mode, f) == want
+        assert C.choose(mode, f) == want
         return
-    with pytest.raises(S.SandboxUnavailable) as e:
-        S.choose(mode, f)
+    with pytest.raises(C.SandboxUnavailable) as e:
+        C.choose(mode, f)
     text = str(e.value)
     if want == "bad":
-        assert f"expected one of {', '.join(S.MODES)}, found {mode!r}" in text
+        assert f"expected one of {', '.join(C.MODES)}, found {mode!r}" in text
         return
     assert ("none available" if mode == "auto" else f"{mode} asked for") in text
     assert "operator:" in text and "`sandbox: off`" in text and "`sandbox: user`" in text
@@ -94,40 +96,40 @@ def test_choose_takes_the_strongest_available_or_names_every_fix(mode, ns, abi, 
 
 
 def test_a_side_is_read_off_its_command_line():
-    side = S.side_of(driver("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/b/result.json"),
+    side = C.side_of(driver("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/b/result.json"),
                      {"record": "/srv/repo/runs/tap/b/main"})
     assert (side.mode, side.tree, side.run_dir) == ("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/b")
     assert side.readonly == ("/srv/repo/runs/tap/b/main",) and side.writes == side.run_dir
     with pytest.raises(ValueError, match="bug of the launcher"):
-        S.side_of([sys.executable, "-c", "pass"], None)
+        C.side_of([sys.executable, "-c", "pass"], None)
 
 
 def test_a_run_side_writes_into_its_stage_and_only_its_documents_come_back():
     """kern step --out may name any file (the repository's root): a step side never gets that
     folder, only a stage beside it; its document, its ranks' and their partials come back."""
-    side = S.side_of(driver("run", "/t", "/srv/repo/step.rank1.json"), None)
+    side = C.side_of(driver("run", "/t", "/srv/repo/step.rank1.json"), None)
     assert side.stage == "/srv/repo/.sandbox-step" and side.writes == side.stage
-    cmd = S.staged(driver("run", "/t", "/srv/repo/step.rank1.json", "/srv/repo/step.spec.json"), side)
+    cmd = C.staged(driver("run", "/t", "/srv/repo/step.rank1.json", "/srv/repo/step.spec.json"), side)
     assert cmd[cmd.index("--out") + 1] == "/srv/repo/.sandbox-step/step.rank1.json"
     assert cmd[cmd.index("--spec") + 1] == "/srv/repo/.sandbox-step/step.spec.json"
     import re
     ok = [n for n in ("step.json", "step.rank0.json", "step.rank1.partial.json", "step.partial.json",
                       "pyproject.toml", "step.json.bak", "gates", "x.step.json") if re.match(side.outputs, n)]
     assert ok == ["step.json", "step.rank0.json", "step.rank1.partial.json", "step.partial.json"]
-    tap = S.side_of(driver("tap", "/t", "/r/tap/a/record.json"), None)
-    assert S.staged(driver("tap", "/t", "/r/tap/a/record.json"), tap) == driver("tap", "/t", "/r/tap/a/record.json")
+    tap = C.side_of(driver("tap", "/t", "/r/tap/a/record.json"), None)
+    assert C.staged(driver("tap", "/t", "/r/tap/a/record.json"), tap) == driver("tap", "/t", "/r/tap/a/record.json")
 
 
 def test_what_a_side_reads_leaves_out_home_harness_root_and_run_folders():
-    side = S.side_of(driver("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/x/r.json"), None)
-    ro = S.readable([side], M)
+    side = C.side_of(driver("tap", "/srv/repo/runs/worktrees/abc", "/srv/repo/runs/tap/x/r.json"), None)
+    ro = C.readable([side], M)
     assert "/srv/repo/gates" in ro and "/srv/repo/runs/worktrees/abc/kernels" in ro
     assert "/usr/local/cuda" in ro and "/home/u/.venv" in ro  # named: Python, CUDA
     # a library path that would show the home, the harness's root (runs/: the ledger) or a run folder
     assert not {"/home/u", "/srv/repo", "/srv/repo/runs/tap/x", "/"} & set(ro)
     assert not any(p.startswith("/home/u/.triton") for p in ro)
     assert "/etc/passwd" in ro and not any(p in ("/etc", "/etc/shadow", "/root", "/home") for p in ro)
-    assert S.writable([side], M) == ["/srv/repo/runs/tap/x", "/srv/repo/runs/tap/.triton-x/r"]
+    assert C.writable([side], M) == ["/srv/repo/runs/tap/x", "/srv/repo/runs/tap/.triton-x/r"]
 
 
 @pytest.mark.parametrize("mechanism", ["namespaces", "landlock", "user", "off"])
@@ -138,7 +140,7 @@ def test_every_side_has_a_private_triton_cache_removed_when_it_ends(mechanism):
     candidate's bench sides), so no other side's rules let it write there; a compile side's
     is the cache it builds, kept in its run folder."""
     def side(mode, tree, out):
-        return S.side_of(driver(mode, tree, out), None)
+        return C.side_of(driver(mode, tree, out), None)
 
     sides = [side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/x/record.json"),
              side("tap", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/tap/x/noise.json"),
@@ -150,31 +152,31 @@ def test_every_side_has_a_private_triton_cache_removed_when_it_ends(mechanism):
              side("run", "/srv/repo/runs/worktrees/bbb", "/srv/repo/step.json")]
     caches = []
     for s in sides:
-        p = S.plan(mechanism, s, M, landlock_abi=7)
+        p = C.plan(mechanism, s, M, landlock_abi=7)
         cache = p["env"]["TRITON_CACHE_DIR"]
         assert cache == s.triton_cache and cache in p["remove"], (cache, p["remove"])
         assert p["remove_empty"] == [os.path.dirname(cache)]
-        own = S.writable([s], M)
+        own = C.writable([s], M)
         assert cache in own and (mechanism != "landlock" or p["landlock"]["write"] == own)
         for other in sides:
             if other.triton_cache != cache:
-                assert not any(S._inside(other.triton_cache, w) for w in own), (s.out, other.out)
+                assert not any(C.inside(other.triton_cache, w) for w in own), (s.out, other.out)
         caches.append(cache)
     assert len(set(caches)) == len(caches)
     # in a group, the folder of caches stays until the group closes (a member starts later)
-    assert S.plan(mechanism, sides[3], M, sides[3:7], landlock_abi=7)["remove_empty"] == []
+    assert C.plan(mechanism, sides[3], M, sides[3:7], landlock_abi=7)["remove_empty"] == []
     comp = side("compile", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/compiled/k-side/compile.json")
-    p = S.plan(mechanism, comp, M, landlock_abi=7)
+    p = C.plan(mechanism, comp, M, landlock_abi=7)
     assert p["env"]["TRITON_CACHE_DIR"] == "/srv/repo/runs/compiled/k-side/triton" == comp.triton_cache
-    assert not any(S._inside(comp.triton_cache, r) for r in p["remove"])
+    assert not any(C.inside(comp.triton_cache, r) for r in p["remove"])
     if mechanism == "off":
         assert set(p) == {"mechanism", "uid", "gid", "cwd", "env", "stage", "remove", "remove_empty"}  # nothing else
 
 
 def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
-    side = S.side_of(driver("tap", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/tap/b/result.json"),
+    side = C.side_of(driver("tap", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/tap/b/result.json"),
                      {"record": "/srv/repo/runs/tap/b/main"})
-    p = S.plan("namespaces", side, M, landlock_abi=7)
+    p = C.plan("namespaces", side, M, landlock_abi=7)
     paths = [m["path"] for m in p["mounts"]]
     depth = [x.rstrip("/").count("/") for x in paths]
     assert depth == sorted(depth)
@@ -186,25 +188,25 @@ def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
     assert p["env"] == {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": "/srv/repo/runs/tap/.triton-b/result"}
     assert kinds["/srv/repo/runs/tap/.triton-b/result"] == "rw" and "/srv/repo/runs/tap/.triton-b" not in kinds
     # a group's sandbox: the folder of its members' caches (they start later; landlock keeps each to its own)
-    grouped = S.plan("namespaces", side, M, [side], landlock_abi=7)
+    grouped = C.plan("namespaces", side, M, [side], landlock_abi=7)
     assert {m["path"]: m["kind"] for m in grouped["mounts"]}["/srv/repo/runs/tap/.triton-b"] == "rw"
     assert grouped["landlock"]["write"][:2] == ["/srv/repo/runs/tap/b", "/srv/repo/runs/tap/.triton-b/result"]
     assert p["landlock"]["read"] == ["/"] and "/srv/repo/runs/tap/b" in p["landlock"]["write"]
     assert p["landlock"]["tcp"] is False
     # one side's ranks share a sandbox and meet over TCP and shared memory: no landlock between them
-    assert S.plan("namespaces", side, M, [side], peers=True, landlock_abi=7)["landlock"] is None
+    assert C.plan("namespaces", side, M, [side], peers=True, landlock_abi=7)["landlock"] is None
 
 
 def test_the_landlock_plan_names_the_same_paths_and_opens_tcp_to_ranks_only():
-    side = S.side_of(driver("bench", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/bench/w/sideB.json"), None)
-    p = S.plan("landlock", side, M, landlock_abi=7)
-    assert p["landlock"]["read"] == S.readable([side], M) + list(S.PROC)
+    side = C.side_of(driver("bench", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/bench/w/sideB.json"), None)
+    p = C.plan("landlock", side, M, landlock_abi=7)
+    assert p["landlock"]["read"] == C.readable([side], M) + list(C.PROC)
     assert "/proc" not in p["landlock"]["read"]  # another process's environ is not read
-    assert p["landlock"]["write"] == S.writable([side], M) and p["landlock"]["tcp"] is False
+    assert p["landlock"]["write"] == C.writable([side], M) and p["landlock"]["tcp"] is False
     assert p["env"]["HOME"].startswith("/srv/repo/runs/bench/w/.sandbox-sideB/")
     assert p["remove"] == ["/srv/repo/runs/bench/w/.sandbox-sideB", "/srv/repo/runs/bench/.triton-w/sideB"]
     assert p["seccomp"] == {"inet_stream": False}  # sockets landlock does not cover: Unix only
-    ranks = S.plan("landlock", side, M, [side], peers=True, landlock_abi=7)
+    ranks = C.plan("landlock", side, M, [side], peers=True, landlock_abi=7)
     assert ranks["landlock"]["tcp"] is True and "/dev/shm" in ranks["landlock"]["write"]
     assert ranks["seccomp"] == {"inet_stream": True}
 
@@ -214,38 +216,38 @@ def test_the_user_plan_owns_its_folder_keeps_no_environment_and_no_network():
     launcher's again when it ends, unless its group's close does that), keeps a private home,
     /tmp and Triton cache there, only the environment the plan names, and no network but its
     ranks' TCP."""
-    side = S.side_of(driver("bench", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/bench/w/sideB.json"), None)
-    p = S.plan("user", side, M)
+    side = C.side_of(driver("bench", "/srv/repo/runs/worktrees/b", "/srv/repo/runs/bench/w/sideB.json"), None)
+    p = C.plan("user", side, M)
     private = "/srv/repo/runs/bench/w/.sandbox-sideB"
     assert p["user"] == {"name": "nobody", "uid": 65534, "gid": 65534} and p["owner"] == [1000, 1000]
     cache = "/srv/repo/runs/bench/.triton-w/sideB"  # its own, like every side's
     assert p["own"] == ["/srv/repo/runs/bench/w", cache] and p["remove"] == [private, cache]
     assert p["env"] == {"TMPDIR": f"{private}/tmp", "HOME": f"{private}/home", "TRITON_CACHE_DIR": cache}
     assert p["make_as_user"] == [f"{private}/tmp", f"{private}/home", cache]
-    assert p["env_keep"] == list(S.ENV_KEEP) and "ANTHROPIC_API_KEY" not in p["env_keep"]
+    assert p["env_keep"] == list(C.ENV_KEEP) and "ANTHROPIC_API_KEY" not in p["env_keep"]
     assert p["seccomp"] == {"inet_stream": False} and p["landlock"] is None
-    assert S.plan("user", side, M, [side], peers=True)["seccomp"] == {"inet_stream": True}
-    run = S.side_of(driver("run", "/t", "/srv/repo/step.json"), None)
-    assert S.plan("user", run, M)["own"] == ["/srv/repo/.sandbox-step", "/srv/repo/.triton-sandbox-step/step"]  # its stage, not the repository
-    with pytest.raises(S.SandboxUnavailable, match="no user 'nobody' on this machine"):
-        S.plan("user", side, S.Machine(uid=0, gid=0, home="/root", python=()))
+    assert C.plan("user", side, M, [side], peers=True)["seccomp"] == {"inet_stream": True}
+    run = C.side_of(driver("run", "/t", "/srv/repo/step.json"), None)
+    assert C.plan("user", run, M)["own"] == ["/srv/repo/.sandbox-step", "/srv/repo/.triton-sandbox-step/step"]  # its stage, not the repository
+    with pytest.raises(C.SandboxUnavailable, match="no user 'nobody' on this machine"):
+        C.plan("user", side, C.Machine(uid=0, gid=0, home="/root", python=(), harness="/srv/repo"))
 
 
 def test_a_side_keeps_every_variable_the_launcher_gives_it_under_user():
-    """ENV_KEEP holds every variable gates/launch.py's side environment and a rank's carry
+    """ENV_KEEP holds every variable gates/launch/process.py's side environment and a rank's carry
     (the rest of the launcher's environment never reaches a side under ``user``)."""
-    from gates.launch import side_env
-    from gates.launch_ranks import rank_env
+    from gates.launch.process import side_env
+    from gates.rules.ranks import rank_env
 
-    given_ = set(rank_env(side_env({"LANG": "C", "CUDA_HOME": "/x"}), 1, 2, 29500))
-    assert given_ - {"HOME", "TMPDIR", "TRITON_CACHE_DIR"} <= set(S.ENV_KEEP)
+    given_ = set(rank_env(side_env(Placement(), {"LANG": "C", "CUDA_HOME": "/x"}), 1, 2, 29500))
+    assert given_ - {"HOME", "TMPDIR", "TRITON_CACHE_DIR"} <= set(C.ENV_KEEP)
 
 
 def test_a_folder_others_cannot_search_is_named():
     modes = {"/": 0o755, "/root": 0o700, "/root/repo": 0o755, "/srv": 0o711, "/srv/repo": 0o751}
-    assert S.blocked("/root/repo/runs/tap/b", modes.get) == "/root"
-    assert S.blocked("/srv/repo/runs", modes.get) == ""
-    assert S.blocked("/", modes.get) == ""
+    assert C.blocked("/root/repo/runs/tap/b", modes.get) == "/root"
+    assert C.blocked("/srv/repo/runs", modes.get) == ""
+    assert C.blocked("/", modes.get) == ""
 
 
 # --------------------------------------------------------------------------- real processes
@@ -352,10 +354,9 @@ def confined(tmp_path, mode, mechanism):
                     str(tmp_path / "runs" / "planted.txt"), f"{os.getpid()},{os.getppid()}",
                     str(listener.udp_port),
                     "gates.side.driver", mode, "--tree", str(tree), "--out", str(run / "out.json")]
-        with S.configured(mechanism):
-            cmd = S.wrap(side_cmd)
+        cmd = S.wrap(side_cmd, Placement(sandbox=mechanism))
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
-                           env=side_env())
+                           env=side_env(Placement()))
     finally:
         listener.close()
     assert r.returncode == 0, r.stderr
@@ -415,7 +416,7 @@ def test_a_run_sides_stage_hands_back_only_its_documents(tmp_path, home):
             "open(os.path.join(os.path.dirname(out), 'pyproject.toml'), 'w').write('hacked')")
     cmd = [sys.executable, "-c", code, "gates.side.driver", "run", "--tree", str(tree), "--spec", str(spec),
            "--out", str(out_dir / "step.json")]
-    r = subprocess.run(S.wrap(cmd), capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT)
+    r = subprocess.run(S.wrap(cmd, Placement()), capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT)
     assert r.returncode == 0, r.stderr
     assert json.loads((out_dir / "step.json").read_text()) == {"rows": [1]}
     assert (out_dir / "pyproject.toml").read_text() == "mine"
@@ -441,7 +442,7 @@ def test_the_wrapper_adds_a_fraction_of_a_second_to_a_side(tmp_path, home):
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    plain, boxed = best(cmd), best(S.wrap(cmd))
+    plain, boxed = best(cmd), best(S.wrap(cmd, Placement()))
     assert boxed - plain < 0.5, (plain, boxed)
 
 
@@ -450,7 +451,7 @@ def test_the_loop_refuses_to_start_without_a_sandbox_and_names_the_fix(tmp_path,
     from tests.gates.candidates import make_repo
 
     repo = make_repo(tmp_path)
-    monkeypatch.setattr(S, "facts", lambda: S.Facts("unshare(user): Operation not permitted", 0))
+    monkeypatch.setattr(S, "facts", lambda: C.Facts("unshare(user): Operation not permitted", 0))
     assert cli.main(["--repo", str(repo), "loop", "--tick", "--no-live"]) == 2
     err = capsys.readouterr().err
     assert "kern loop: refusing to start: sandbox: none available" in err
@@ -480,13 +481,13 @@ def test_a_group_shares_one_sandbox_and_keeps_its_members_apart(tmp_path, home):
 
     for peers, mem in ((False, "PermissionError"), (True, "read")):
         with S.group("store", trees["A"], work / "store.json", peers=peers,
-                     more=[("bench", trees["B"], work / "sideB.json")]):
-            a = subprocess.Popen(S.wrap(side(first, "A", "store")), stdout=subprocess.PIPE, text=True,
-                                 cwd=S.HARNESS_ROOT, env=side_env())
+                     more=[("bench", trees["B"], work / "sideB.json")]) as box:
+            a = subprocess.Popen(S.wrap(side(first, "A", "store"), Placement(), box), stdout=subprocess.PIPE, text=True,
+                                 cwd=S.HARNESS_ROOT, env=side_env(Placement()))
             try:
                 a.stdout.readline()
-                r = subprocess.run(S.wrap(side(second, "B", "sideB", str(trees["A"]))), capture_output=True,
-                                   text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env())
+                r = subprocess.run(S.wrap(side(second, "B", "sideB", str(trees["A"])), Placement(), box), capture_output=True,
+                                   text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env(Placement()))
             finally:
                 a.kill()
                 a.wait()
@@ -505,7 +506,7 @@ def test_kern_test_without_a_sandbox_says_who_fixes_it(tmp_path, monkeypatch, ca
 
     repo = make_repo(tmp_path)
     sha = candidate(repo, "same", [("kernels/k31/moe/combine.py", "def moe_combine(", "# c\ndef moe_combine(")])
-    monkeypatch.setattr(S, "facts", lambda: S.Facts("unshare(user): Operation not permitted", 0))
+    monkeypatch.setattr(S, "facts", lambda: C.Facts("unshare(user): Operation not permitted", 0))
     assert cli.main(["--repo", str(repo), "test", sha, "--vs", "main"]) == 2
     err = capsys.readouterr().err
     assert "kern test: sandbox: none available" in err and "`sandbox: off` in kern.yaml" in err
@@ -513,10 +514,9 @@ def test_kern_test_without_a_sandbox_says_who_fixes_it(tmp_path, monkeypatch, ca
 
 
 def test_kern_yaml_names_the_sandbox_modes_the_gates_know():
-    from gates import sandbox
     from harness.settings import SANDBOX_MODES
 
-    assert SANDBOX_MODES == sandbox.MODES
+    assert SANDBOX_MODES == C.MODES
 
 
 USER_PROBE = r"""
@@ -567,8 +567,8 @@ print(json.dumps(out))
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
-@pytest.mark.skipif(S._probe_user() != "", reason=f"sides cannot start as {S.SANDBOX_USER} here: {S._probe_user()}")
-@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON) or S.blocked(os.path.realpath(SYSTEM_PYTHON), lambda p: os.stat(p).st_mode) != "",
+@pytest.mark.skipif(S._probe_user() != "", reason=f"sides cannot start as {C.SANDBOX_USER} here: {S._probe_user()}")
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON) or C.blocked(os.path.realpath(SYSTEM_PYTHON), lambda p: os.stat(p).st_mode) != "",
                     reason=f"no {SYSTEM_PYTHON} that others may run")
 def test_a_side_as_the_sandbox_user_reads_no_secret_reaches_no_listener_and_writes_its_result(monkeypatch):
     """``sandbox: user`` forced on this machine (root, ``nobody`` exists): a side-like process
@@ -604,13 +604,12 @@ def test_a_side_as_the_sandbox_user_reads_no_secret_reaches_no_listener_and_writ
         cmd = [SYSTEM_PYTHON, "-c", USER_PROBE, json.dumps(secrets), str(listener.port),
                str(listener.udp_port), str(os.getpid()), str(runs / "tap"), str(tree),
                "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "out.json")]
-        with S.configured("user"):
-            wrapped = S.wrap(cmd)
+        wrapped = S.wrap(cmd, Placement(sandbox="user"))
         r = subprocess.run(wrapped, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
-                           env={**side_env(), "ANTHROPIC_API_KEY": SECRET_ENV})
+                           env={**side_env(Placement()), "ANTHROPIC_API_KEY": SECRET_ENV})
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout.strip().splitlines()[-1])
-        nobody = pwd.getpwnam(S.SANDBOX_USER)
+        nobody = pwd.getpwnam(C.SANDBOX_USER)
         assert got["uid"] == nobody.pw_uid and got["groups"] == [], got
         for name in ("home", "ledger", "planted", "shadow", "list runs", "list tap"):
             assert got[name] == "PermissionError", (name, got)
@@ -618,7 +617,7 @@ def test_a_side_as_the_sandbox_user_reads_no_secret_reaches_no_listener_and_writ
         assert listener.got == []
         assert got["launcher environ"] == "PermissionError", got
         assert "ANTHROPIC_API_KEY" not in got["env"] and set(got["env"]) <= {
-            *S.ENV_KEEP, "HOME", "TMPDIR", "TRITON_CACHE_DIR"}, got["env"]
+            *C.ENV_KEEP, "HOME", "TMPDIR", "TRITON_CACHE_DIR"}, got["env"]
         assert got["wrote ledger folder"] == got["wrote own tree"] == "PermissionError", got
         # its result is there, the launcher's; its folder is the launcher's alone again, its
         # private home and /tmp are gone
@@ -650,8 +649,8 @@ def test_a_folder_the_sandbox_user_cannot_search_is_refused_with_the_operators_f
         (base / "closed").mkdir(mode=0o700)
         python = base / "closed" / "python3"
         python.write_text("")
-        side = S.side_of(["gates.side.driver", "tap", "--tree", str(base), "--out", str(base / "run" / "o.json")], None)
-        with pytest.raises(S.SandboxUnavailable) as e:
+        side = C.side_of(["gates.side.driver", "tap", "--tree", str(base), "--out", str(base / "run" / "o.json")], None)
+        with pytest.raises(C.SandboxUnavailable) as e:
             S.open_way(side, S.machine(), str(python))
         assert f"{base / 'closed'} is mode 0o700 (expected others may search it, o+x)" in str(e.value)
         assert f"operator: `chmod o+x {base / 'closed'}`" in str(e.value)
@@ -690,9 +689,8 @@ def test_a_confined_process_names_its_own_threads_as_cuda_does(tmp_path, home, m
     run.mkdir(parents=True)
     side_cmd = [sys.executable, "-c", THREAD_NAMER,
                 "gates.side.driver", "tap", "--tree", str(tree), "--out", str(run / "out.json")]
-    with S.configured(mechanism):
-        cmd = S.wrap(side_cmd)
+    cmd = S.wrap(side_cmd, Placement(sandbox=mechanism))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=S.HARNESS_ROOT,
-                       env=side_env())
+                       env=side_env(Placement()))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "kern-named"

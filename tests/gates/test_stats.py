@@ -3,7 +3,7 @@ noise, at kern.yaml's defaults, is tests/gates/test_noise.py)."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gates import stats
+from gates.rules import stats
 
 BUCKETS = [16, 32, 64, 128, 256]
 WEIGHTS = [1, 2, 4, 4, 2]

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gates import decision as D
+from gates.rules import decision as D
 from gates.summary import (AccuracySummary, GateSummary, GuardSummary, ReverifySummary,
                            ScorerSummary, TimesSummary, summarize)
 from harness.ledger import Ledger

@@ -1,6 +1,6 @@
 """The scorer judges what it times: the timed replays' outputs of two sides compared replay by
 replay (``gates/side/timed.py``), and the decision on them (``verdict.judge_timed``), the roofline
-floor and the reference sample (``gates/stats.py``, ``gates/scorer.py``) as pure functions."""
+floor and the reference sample (``gates/rules/stats.py``, ``gates/scorer.py``) as pure functions."""
 from __future__ import annotations
 
 import random
@@ -9,12 +9,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gates import stats
-from gates.side import timed
-from gates.scorer import draw_secrets, reference_sample
 from gates.logits import logit_stats
+from gates.rules import stats
+from gates.rules.verdict import judge_timed
+from gates.scorer import draw_secrets, reference_sample
 from gates.settings import Thresholds, Tolerance
-from gates.verdict import judge_timed
+from gates.side import timed
 
 TH = Thresholds(kl_pass=1e-4, kl_fail=5e-2, band_factor=3.0, near_tie_factor=4.0,
                 max_near_tie_flips=0.02, layout_kl_pass=1e-2,
@@ -171,7 +171,7 @@ def _bench_result(pct: float, cls: str = "faster", checks=()) -> dict:
 
 
 def test_only_a_clean_gain_above_the_bar_is_measured_again():
-    from harness.pipeline import needs_reverify
+    from gates.rules.decision import needs_reverify
 
     assert needs_reverify(_bench_result(-20.0), 15.0)
     assert not needs_reverify(_bench_result(-10.0), 15.0)
@@ -181,8 +181,8 @@ def test_only_a_clean_gain_above_the_bar_is_measured_again():
 
 
 def test_a_large_gain_merges_only_when_the_second_measurement_reproduces_it():
+    from gates.rules.scope import ScopeResult
     from harness.pipeline import decide_outcome
-    from gates.scope import ScopeResult
 
     test = {"verdict": "PASS bit-identical", "reasons": [], "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
     guard = {"guard_ok": True, "guard": "guard ok"}
@@ -252,7 +252,7 @@ def test_row_digests_tell_rows_apart_and_name_the_row_that_changed():
 
 
 def test_the_rule_judges_the_sample_when_there_is_one():
-    from gates.verdict import judge_timed
+    from gates.rules.verdict import judge_timed
 
     t = _timed(delta=3.0)
     calm = _timed(delta=1e-6)["8"]["logits"]

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gates.logits import cluster_totals, logit_stats
-from gates.side import timed
+from gates.rules.verdict import BAND_STATISTICS, TimedBand, band_summary, judge_band, judge_timed
 from gates.settings import Thresholds, Tolerance
-from gates.verdict import BAND_STATISTICS, TimedBand, band_summary, judge_band, judge_timed
+from gates.side import timed
 
 TH = Thresholds(kl_pass=1e-4, kl_fail=5e-2, band_factor=3.0, near_tie_factor=4.0,
                 max_near_tie_flips=0.02, layout_kl_pass=1e-2,

@@ -5,8 +5,8 @@ import torch
 from hypothesis import given, settings as hsettings, strategies as st
 
 from gates.logits import logit_stats
+from gates.rules.verdict import judge, needs_noise, own_defects, tap_diff
 from gates.settings import Thresholds, Tolerance
-from gates.verdict import judge, needs_noise, own_defects, tap_diff
 
 TH = Thresholds(kl_pass=1e-4, kl_fail=5e-2, band_factor=3.0, near_tie_factor=4.0,
                 max_near_tie_flips=0.02, layout_kl_pass=1e-2,
@@ -192,7 +192,7 @@ def test_an_ops_tolerance_judges_as_the_merged_mapping_did(default, own, op, nam
     """Every tolerance kern.yaml can write (each key given or left out), every reference
     difference: the typed rule (``Thresholds.tolerance``) breaks exactly where the parsed
     mapping's merge broke, for the same reason."""
-    from gates.verdict import _breaks
+    from gates.rules.verdict import _breaks
 
     th = Thresholds(**{**{k: getattr(TH, k) for k in ("kl_pass", "kl_fail", "band_factor",
                                                       "near_tie_factor", "max_near_tie_flips",

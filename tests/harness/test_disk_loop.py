@@ -2,15 +2,15 @@
 see them (CPU). The gates are stand-ins at the shell boundary (``gates.accuracy.run_test``,
 as in test_faults.py) returning what a real side's failure reports; the disk check before a
 judgment is the real one, on a file system whose free space the test sets
-(``gates.disk.free_bytes``). What real sides do on a full disk is test_disk_sides.py's."""
+(``gates.launch.disk.free_bytes``). What real sides do on a full disk is test_disk_sides.py's."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from gates import disk
 from gates.events import SideEnded
+from gates.launch import disk
 from gates.results import DISK_FULL, LastWords
 from harness import cli
 from harness import ledger as L

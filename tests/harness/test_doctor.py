@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gates.disk import JudgmentBytes
+from gates.rules.footprint import JudgmentBytes
 from harness import cli
+from harness import ledger as L
 from harness.cli import doctor as D
 from tests.gates.candidates import make_repo
-from harness import ledger as L
 
 ROOT = Path(__file__).resolve().parents[2]
 H200 = {"name": "NVIDIA H200", "total_bytes": 140 * D.GIB, "free_bytes": 139 * D.GIB}
@@ -103,7 +103,7 @@ def test_the_disk_need_follows_the_configured_workload():
     """kern.yaml's own profiles: the GPU's full model may fill the snapshot budget, the CPU
     demo's small model keeps its measured recording_mb (8 MiB), so a CPU machine with a few
     GiB free is fine for the demo; a measured figure never goes past the budget."""
-    from gates.disk import judgment_bytes
+    from gates.rules.footprint import judgment_bytes
 
     from harness.settings import load
 
@@ -237,7 +237,7 @@ def test_sandbox_in_force_missing_or_off():
 
 def test_the_user_sandbox_warns_what_it_leaves_readable():
     """The weakest mechanism is in force but said to be so: file permissions only."""
-    from gates import sandbox as S
+    from gates.rules import confinement as S
 
     facts = S.Facts("unshare(user): Operation not permitted", 0, "")
     mech = S.choose("auto", facts)

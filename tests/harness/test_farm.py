@@ -7,7 +7,10 @@ import time
 
 import pytest
 
-from gates import launch, protocol
+from gates import protocol
+from gates.launch import process as launch
+from gates.launch.turn import scorer_turn
+from gates.requests import Placement
 from gates.summary import GateSummary
 from harness import farm
 from harness.farm import FarmError, Pool, Slot, resolve_slots
@@ -105,7 +108,7 @@ def test_isolated_scorer_rounds_take_turns_and_others_never_wait(tmp_path, isola
 
     def judge(name):
         both_arrived.wait()
-        with farm.scorer_turn(tmp_path, isolate, said.append):
+        with scorer_turn(tmp_path, isolate, said.append):
             with lock:
                 inside.append(name)
                 most[0] = max(most[0], len(inside))
@@ -123,7 +126,7 @@ def test_isolated_scorer_rounds_take_turns_and_others_never_wait(tmp_path, isola
     for th in threads:
         th.join(10)
     assert most[0] == (1 if isolate else 2)
-    assert said == (["farm.isolate: waiting for another judgment's scorer rounds"] if isolate else [])
+    assert [str(e) for e in said] == (["farm.isolate: waiting for another judgment's scorer rounds"] if isolate else [])
 
 
 def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
@@ -136,7 +139,7 @@ def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
 
     def judge(i):
         with pool.hold() as slot:
-            env = launch.side_env()
+            env = launch.side_env(pool.placement(slot, "auto"))
             seen[i] = (slot.name, env.get("CUDA_VISIBLE_DEVICES"))
             caps.append(env.get(protocol.MEMORY_VARIABLE))
             holding.wait()
@@ -165,7 +168,7 @@ def test_each_judgment_holds_its_own_slot_and_its_sides_see_only_it(tmp_path):
     assert launch.memory_limit(False, 8 << 30) == 4 << 30
     import os
 
-    assert launch.side_env().get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
+    assert launch.side_env(Placement()).get("CUDA_VISIBLE_DEVICES") == os.environ.get("CUDA_VISIBLE_DEVICES")
 
 
 def test_a_waiting_judgment_takes_the_first_slot_given_back(tmp_path):
@@ -225,7 +228,7 @@ def test_two_slots_judge_two_attempts_at_once_and_apply_them_in_number_order(tmp
     seen = []
 
     def run_test(req, progress=None):
-        seen.append((req.rev, launch.side_env().get("CUDA_VISIBLE_DEVICES")))
+        seen.append((req.rev, launch.side_env(req.placement).get("CUDA_VISIBLE_DEVICES")))
         both_inside.wait()  # a second judgment only after the first ended would break it
         return gates.__class__.run_test(gates, req, progress)
 

@@ -21,15 +21,15 @@ from pathlib import Path
 import git
 import pytest
 
+from gates.rules.scope import ScopeResult
 from gates.scorer import analyse
 from gates.settings import MachineProfile, ScorerSettings
 from harness import cli, faults
 from harness import ledger as L
 from harness.agents.base import Proposal, ProposalError, parse_proposal
 from harness.orchestrator import Orchestrator, attempt_dir, failure_reason
-from harness.processes import acquire_loop_lock, agent_pid, alive
 from harness.pipeline import decide_outcome, merged_unrecorded, phase_definition, try_commit
-from gates.scope import ScopeResult
+from harness.processes import acquire_loop_lock, agent_pid, alive
 from tests.gates.candidates import candidate, context, make_repo
 
 SITU = "kernels/k31/moe/situ.py"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
 from gates.summary import AccuracySummary, GateSummary
+from harness import cli
 from harness import ledger as L
 from harness.agents.base import Brief
 from harness.agents.registry import agent_settings, make_agent
@@ -83,7 +83,7 @@ def test_show_a_judged_attempt_per_bucket(h200, capsys):
 def test_show_prints_where_the_judgments_time_went(h200, capsys):
     """Its phases: each gate's seconds, then per gate each part's. Attempt 4 was judged
     before phases were recorded: each side's wall shows as unmeasured, and the scorer's
-    builds, captures and rounds as its report kept them (gates/phases.py)."""
+    builds, captures and rounds as its report kept them (gates/rules/phases.py)."""
     code, out, err = kern(capsys, "--repo", h200, "show", 4)
     lines = out.splitlines()
     assert code == 0, err
@@ -98,7 +98,7 @@ def test_show_prints_where_the_judgments_time_went(h200, capsys):
     assert ph["recorded"] is False and ph["total_s"] is None and round(ph["accuracy_s"]) == 460
     assert ph["gates"]["accuracy"]["B replay"] == {"unmeasured": pytest.approx(70.773, abs=1e-3)}
 
-    # a judgment that kept its phases (gates/phases.py's form): shown as kept, total included
+    # a judgment that kept its phases (gates/rules/phases.py's form): shown as kept, total included
     doc = json.loads(JUDGMENT.read_text())
     doc["times"] = {"accuracy_s": 52.0, "scorer_s": 96.0, "remeasure_s": None, "total_s": 151.0,
                     "spans": [{"gate": "accuracy", "part": "A record", "phase": p, "seconds": s}

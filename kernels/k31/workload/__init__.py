@@ -1,6 +1,6 @@
 """The decode workload: real-text token ids, per-request positions near the target context.
 Protected (the gates and the scorer must see the same workload for every candidate). Its seed
-is the gates' input seed, drawn per judgment (``gates/hidden.py``), not the model's: the state
+is the gates' input seed, drawn per judgment (``gates/rules/hidden.py``), not the model's: the state
 a model holds is sized by :attr:`Workload.position_bound`, which no seed moves.
 
 Tokenizer (deterministic, no download): the corpus is split into words and single punctuation

@@ -1,49 +1,52 @@
-"""The disk a judgment writes on.
+"""What a judgment writes on disk, decided without touching one (pure; the shell that measures
+folders and deletes tensors is gates/launch/disk.py).
 
-* What one judgment of the configured workload writes at most (:func:`judgment_bytes`, pure,
-  from the machine profile and the gates' sections of kern.yaml): the tap's logits files (every row of every step,
-  per rank), main's kept op calls (at most ``test.snapshot_budget_mb`` per rank), the replay's
-  copies of main's recording where the sandbox copies rather than links, and the scorer's
-  timed-output files of one run.
-* Whether the folders it writes have that room plus a margin (:func:`shortfall`, pure;
-  :func:`check`, the shell: ``statvfs`` of each folder, :class:`DiskShort` when short), before
-  any side starts (``kern test``, ``kern try``, every judgment of ``kern loop``).
-* Whether a side that failed ran out of disk (:func:`ran_out`, pure; :func:`free_bytes`): its
-  log shows a failed write and the folder it wrote has almost nothing left. The folder's free
-  space is measured by the launcher, so a side that only prints the words is not believed.
-* The tap recordings (``runs/tap/<name>/``, :class:`Recordings`): main's recording is keyed by
-  the judgment's hidden draw and never read again once its verdict is made, so its tensors
-  (``*.pt``, GiBs per judgment at full size) are deleted then, the candidate's too; the
-  documents and logs stay (``record.json``, ``result.json``, ``noise.json``, ``*.log``: what
-  ``kern show`` and the judgment files point to). No report reads a ``*.pt`` afterwards: the
-  verdict's numbers are in the judgment's report (``runs/attempts/<n>/judgment-<k>.json``),
-  ``--replay-attempt`` records again from the ledger's hidden inputs.
+* What one judgment of the configured workload writes at most (:func:`judgment_bytes`, from
+  the machine profile and the gates' sections of kern.yaml): the tap's logits files (every row
+  of every step, per rank), main's kept op calls (at most ``test.snapshot_budget_mb`` per
+  rank), the replay's copies of main's recording where the sandbox copies rather than links,
+  and the scorer's timed-output files of one run.
+* Whether the folders it writes have that room plus a margin (:func:`shortfall`, over the
+  :class:`Space` the shell measured; :class:`DiskShort` when short).
+* Whether a side that failed ran out of disk (:func:`ran_out`): its log shows a failed write
+  and the folder it wrote has almost nothing left. The folder's free space is measured by the
+  launcher, so a side that only prints the words is not believed.
 """
 from __future__ import annotations
 
 import errno
-import fcntl
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..protocol import tap_rows
+from ..settings import AccuracySettings, MachineProfile, ScorerSettings
 from .decision import DISK
 from .hidden import candidates
-from .protocol import tap_rows
-from .results import DISK_FULL, OK, TAMPERED, TIMEOUT
-from .settings import AccuracySettings, MachineProfile, ScorerSettings
+
 
 MIB = 1 << 20
+
+
 # room kept beyond the estimate: the documents (per-call digests), logs and spec files the
 # estimate does not count, and whatever else writes to the same disk meanwhile
 MARGIN_FRACTION = 0.10
+
+
 MARGIN_MIN = 32 * MIB
+
+
 # a side whose write failed while its folder had less than this free ran out of disk
 LOW_BYTES = 64 * MIB
+
+
 F32 = 4
+
+
 # what a timed replay keeps beside its logits rows (top values, next token, state digests and
 # sketches: a few words per row and recurrent tensor), bytes per row and per replay, at most
 ROW_EXTRA = 64
+
+
 TENSOR_EXTRA = 48
 
 
@@ -145,18 +148,6 @@ def judgment_bytes(machine: MachineProfile, accuracy: AccuracySettings,
     return JudgmentBytes(logits=logits_a, kept=kept, tap=tap, scorer=timed)
 
 
-def copied(mode: str | None = None) -> bool:
-    """Whether the replay is shown main's recording as copies (sandbox landlock or user)
-    rather than hard links or main's folder itself; True (the larger estimate) when no
-    mechanism can be chosen here (the first side will say why)."""
-    from . import sandbox
-
-    try:
-        return sandbox.chosen(mode) in ("landlock", "user")
-    except sandbox.SandboxUnavailable:
-        return True
-
-
 # ------------------------------------------------------------------ room before a judgment
 @dataclass(frozen=True)
 class Space:
@@ -204,40 +195,6 @@ def short_message(s: Space, what: str = "one judgment") -> str:
             f"go), or lower test.snapshot_budget_mb in kern.yaml")
 
 
-def _existing(folder: Path) -> Path:
-    p = folder
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    return p
-
-
-def free_bytes(folder: Path) -> int | None:
-    """Bytes an unprivileged write may still use on ``folder``'s file system (its nearest
-    existing ancestor's); None when it cannot be read."""
-    try:
-        st = os.statvfs(_existing(folder))
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def spaces(needs: dict[Path, int]) -> list[Space]:
-    """The :class:`Space` of each folder (shell: ``stat`` and ``statvfs``)."""
-    out = []
-    for folder, need in needs.items():
-        p = _existing(folder)
-        out.append(Space(str(folder), int(need), os.stat(p).st_dev, free_bytes(p) or 0))
-    return out
-
-
-def check(needs: dict[Path, int], what: str = "one judgment") -> None:
-    """Raise :class:`DiskShort` when a folder of ``needs`` ({folder: bytes written there at
-    most}) lacks the room (:func:`shortfall`)."""
-    s = shortfall(spaces(needs))
-    if s is not None:
-        raise DiskShort(short_message(s, what), s.folder, s.need, s.free)
-
-
 # ------------------------------------------------------------------ a side that ran out
 # what a failed write says: the OS's words (Python's OSError, a C library's perror), torch's
 # writer (its zip writer checks the position after each write: "unexpected pos N vs M")
@@ -263,79 +220,3 @@ def disk_line(folder: Path, free: int | None) -> str:
 
 def is_enospc(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
-
-
-def classified(kind: str, tail: str, folder: Path) -> tuple[str, str]:
-    """(kind, tail) of a side that ended with ``kind`` after writing in ``folder`` (shell: its
-    free space now): ``disk full``, its tail ending with :func:`disk_line`, when it ran out of
-    disk (:func:`ran_out`); else as it was."""
-    if kind in (OK, TIMEOUT, TAMPERED, DISK_FULL):
-        return kind, tail
-    free = free_bytes(folder)
-    if not ran_out(tail, free):
-        return kind, tail
-    return DISK_FULL, tail.rstrip("\n") + "\n" + disk_line(folder, free)
-
-
-# ------------------------------------------------------------------ the tap recordings
-def _tensors(folder: Path) -> list[Path]:
-    """Every ``*.pt`` file under ``folder``, symbolic links to folders not followed (a
-    candidate's folder may hold one pointing anywhere)."""
-    out = []
-    for root, _dirs, files in os.walk(folder, followlinks=False):
-        out += [Path(root) / f for f in files if f.endswith(".pt")]
-    return out
-
-
-def sweep(tap: Path) -> list[Path]:
-    """Delete the tensors of every folder of ``tap`` that no live judgment holds (this
-    judgment's own, once released, and any a killed run left behind). Returns them."""
-    if not tap.is_dir():
-        return []
-    gone = []
-    for d in sorted(p for p in tap.iterdir() if p.is_dir() and not p.is_symlink()):
-        if not _tensors(d):
-            continue
-        fd = os.open(tap / f"{d.name}.use", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a judgment still reads or writes it
-            for p in _tensors(d):
-                p.unlink(missing_ok=True)
-                gone.append(p)
-        finally:
-            os.close(fd)
-    return gone
-
-
-class Recordings:
-    """The tap folders one judgment uses (``runs/tap/<name>``): each held by a shared lock on
-    ``runs/tap/<name>.use`` (beside it: no candidate's sandbox shows it) from before the
-    folder is made until :meth:`release`, so that no other judgment's :func:`sweep` deletes
-    what this one still reads. Two judgments on the same recording (the same hidden inputs)
-    both hold it: the last to finish deletes it."""
-
-    def __init__(self, tap: Path):
-        self.tap = tap
-        self._fds: list[int] = []
-
-    def hold(self, folder: Path) -> None:
-        self.tap.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.tap / f"{folder.name}.use", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while a sweep deletes a folder of that name
-        self._fds.append(fd)
-
-    def release(self) -> list[Path]:
-        """Let every held folder go and delete the tensors no judgment holds (:func:`sweep`)."""
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
-        return sweep(self.tap)
-
-    def __enter__(self) -> "Recordings":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()

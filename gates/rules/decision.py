@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .results import DISK_FULL, NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, AccuracyResult, LastWords
+from ..results import DISK_FULL, NOT_RUN, OK, TAMPERED, TIMEOUT, BenchResult, AccuracyResult, LastWords
 
 MERGED, ABANDONED, CRASHED, TIMED_OUT = "merged", "abandoned", "crashed", "timed out"
 # which step of the rule decided: the ledger row records the gates up to that one
@@ -57,7 +57,7 @@ def side_ended(gate: str, kind: str) -> Decision:
     return Decision(CRASHED, f"{crashed}{kind}", gate)
 
 
-DISK = "environment: disk"  # how a reason for a side that ran out of disk starts (gates/disk.py)
+DISK = "environment: disk"  # how a reason for a side that ran out of disk starts (gates/rules/footprint.py)
 
 
 def disk_reason(gate: str, words: LastWords | None) -> str:
@@ -66,6 +66,18 @@ def disk_reason(gate: str, words: LastWords | None) -> str:
     side = f"{gate}'s {words.side}" if words else f"a side of the {gate}"
     return (f"{DISK}: {side} ran out of disk space{where}: the operator must free space on the "
             f"disk holding runs/, then judge it again")
+
+
+def needs_reverify(bench: BenchResult | dict | None, pct: float) -> bool:
+    """The scorer found a gain larger than ``pct`` % with every check clean: a large gain is
+    merged only once an independent measurement reproduces it (gates/judging.py)."""
+    if not bench:
+        return False
+    bench = BenchResult.of(bench)
+    if bench.outcome != "ok" or bench.ab is None:
+        return False
+    return (bench.ab.classification == "faster" and not bench.b.failed_checks
+            and bench.ab.delta_pct < -pct)
 
 
 def reverify_check(bench: BenchResult) -> dict | None:

@@ -1,56 +1,35 @@
 """The coordinator's launcher: one side (a revision's driver) in its own subprocess, with a
-minimal environment and a wall-clock limit (several ranks: ``gates/launch_ranks.py``). A
+minimal environment and a wall-clock limit (several ranks: ``gates/launch/ranks.py``). A
 crash, hang or illegal memory access of a candidate ends its process, never the caller's.
 
 The hand-over: a side's spec file, argv and environment hold only what kern.yaml says; the
-judgment's hidden inputs (``gates/hidden.py``) reach it on its stdin, and only after it has
+judgment's hidden inputs (``gates/rules/hidden.py``) reach it on its stdin, and only after it has
 imported the candidate's tree: the side writes ``protocol.IMPORTED`` as its first line on stdout,
 the coordinator answers with ``protocol.handover_line`` (run and tap modes: :func:`hand_over`,
 then stdin closes; bench sides: inside their ``prepare`` request). So no
 code of the candidate's import finds them in any file, argument, variable or pipe."""
 from __future__ import annotations
 
-import contextvars
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import disk, sandbox
+from ..protocol import (EXPECTS_CUDA, IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
+                        parse as check_options, side_request)
+from ..requests import Placement
 from .after_import import AfterImport, Dialogue
-from .protocol import (EXPECTS_CUDA, IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
-                       parse as check_options, side_request)
 
-HARNESS_ROOT = Path(__file__).resolve().parent.parent
+HARNESS_ROOT = Path(__file__).resolve().parents[2]
 # Variables a side may see. API keys and everything else of the user's environment stay out.
 _PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR",
          "TRITON_INTERPRET", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
          "NVSHMEM_DISABLE_NVLS", "CUDA_HOME", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
-
-
-# The judging slot of the calling thread (harness/farm.py): its GPUs as CUDA_VISIBLE_DEVICES
-# names them ('' for a CPU slot) and how many judgments may run at once on this machine. A
-# context variable, so two judgments in two threads of one loop each hand their own sides
-# their own slot; None outside a slot (kern test / kern bench by hand: the caller's GPUs).
-_SLOT: contextvars.ContextVar = contextvars.ContextVar("kern_judging_slot", default=None)
-
-
-@contextmanager
-def judging_slot(visible: str, judgments: int = 1, die_with_parent: bool = False):
-    """Within the block, every side this thread starts sees only the GPUs ``visible`` and
-    gets its share of the machine's memory with ``judgments`` judgments at once.
-    ``die_with_parent``: the sides end when the process that started them dies (a Ray worker
-    killed mid-judgment leaves no side running on its node)."""
-    token = _SLOT.set((visible, max(1, int(judgments)), bool(die_with_parent)))
-    try:
-        yield
-    finally:
-        _SLOT.reset(token)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -62,19 +41,18 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass  # not Linux: the launcher's own teardown still applies
 
 
-def _popen_extra() -> dict:
-    """Popen arguments of a side started in this thread's judging slot."""
-    slot = _SLOT.get()
-    if slot is not None and slot[2]:
-        return {"preexec_fn": _die_with_parent}
-    return {}
+def popen_extra(place: Placement) -> dict:
+    """Popen arguments of a side started at ``place``: one that dies with this process where
+    the placement says so (a Ray worker's judging slot)."""
+    return {"preexec_fn": _die_with_parent} if place.die_with_parent else {}
 
 
-def side_env(extra: dict | None = None) -> dict:
+def side_env(place: Placement, extra: dict | None = None) -> dict:
+    """A side's environment at ``place``: the variables of :data:`_PASS` the caller has, its
+    slot's GPUs, its share of the machine's memory; nothing else of the caller's."""
     env = {k: os.environ[k] for k in _PASS if k in os.environ}
-    slot = _SLOT.get()
-    if slot is not None:
-        env["CUDA_VISIBLE_DEVICES"] = slot[0]
+    if place.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = place.gpus
     # the harness first; then whatever site the user runs the harness from (carried wheels)
     env["PYTHONPATH"] = os.pathsep.join([str(HARNESS_ROOT)] + [
         p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -92,7 +70,7 @@ def side_env(extra: dict | None = None) -> dict:
     elif cuda:
         # a side that finds no GPU where the gates see one must fail, not time the CPU
         env[EXPECTS_CUDA] = "1"
-    limit = memory_limit(cuda, _physical_memory(), slot[1] if slot else 1)
+    limit = memory_limit(cuda, _physical_memory(), place.judgments)
     if limit:
         env[MEMORY_VARIABLE] = str(limit)
     env.update(extra or {})
@@ -102,7 +80,7 @@ def side_env(extra: dict | None = None) -> dict:
 def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     """The coordinator's half of the hand-over (run it in a thread): when ``proc`` says it
     imported the tree, write its hidden inputs as one line and close its stdin; a
-    :class:`~gates.after_import.Dialogue` keeps it open and answers the side's later requests.
+    :class:`~gates.launch.after_import.Dialogue` keeps it open and answers the side's later requests.
     Anything else on its stdout (the driver sends the tree's prints to stderr; a write to fd 1
     is not one) goes to ``log``. Ends when the side closes its stdout."""
     sent = False
@@ -178,7 +156,7 @@ def _has_cuda() -> bool:
 
 @dataclass
 class SideOutcome:
-    """How one side process ended (one process, or W ranks merged: ``gates/launch_ranks.py``)."""
+    """How one side process ended (one process, or W ranks merged: ``gates/launch/ranks.py``)."""
 
     ok: bool
     kind: str  # "ok" | "crash" | "timeout" | "illegal-memory-access" | "out of memory" | "error"
@@ -228,9 +206,9 @@ def _named(text: str) -> str | None:
     return None
 
 
-def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
+def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, place: Placement,
              progress=None, hidden: dict | None = None, stop=None) -> SideOutcome:
-    """Run ``gates.side.driver MODE`` on ``tree`` once (run and tap modes); ``hidden``
+    """Run ``gates.side.driver MODE`` on ``tree`` once at ``place`` (run and tap modes); ``hidden``
     (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree.
     ``stop`` (a ``threading.Event``, or None): once set, the side is ended as timed out (the
     caller's own deadline for part of its work)."""
@@ -244,9 +222,9 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float,
     t0 = time.monotonic()
     timed_out = False
     with open(log_path, "w") as logf:
-        proc = subprocess.Popen(sandbox.wrap(cmd), cwd=HARNESS_ROOT, env=side_env(), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=logf, text=True,
-                                start_new_session=True, **_popen_extra())
+        proc = subprocess.Popen(sandbox.wrap(cmd, place), cwd=HARNESS_ROOT, env=side_env(place),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf, text=True,
+                                start_new_session=True, **popen_extra(place))
         handing = start_hand_over(proc, hidden, logf)
         try:
             while True:
@@ -293,10 +271,12 @@ class SideError(RuntimeError):
 
 
 class Interactive:
-    """A side process driven by JSON lines (bench sides, the model store)."""
+    """A side process driven by JSON lines (bench sides, the model store), started at
+    ``place``; ``env``: its environment (a rank's; default :func:`side_env`), ``group``: the
+    sandbox it joins (``sandbox.Group``: the scorer's store and its bench sides, a side's ranks)."""
 
-    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str,
-                 env: dict | None = None):
+    def __init__(self, mode: str, tree: Path, spec: dict, workdir: Path, name: str, place: Placement,
+                 env: dict | None = None, group: "sandbox.Group | None" = None):
         import queue
         import threading
 
@@ -309,9 +289,10 @@ class Interactive:
         self._log = open(self.log_path, "w")
         cmd = [sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
                str(spec_path), "--out", str(workdir / f"{name}.json")]
-        self.proc = subprocess.Popen(sandbox.wrap(cmd), cwd=HARNESS_ROOT, env=env or side_env(), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen(sandbox.wrap(cmd, place, group), cwd=HARNESS_ROOT,
+                                     env=env or side_env(place), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     start_new_session=True, **_popen_extra())
+                                     start_new_session=True, **popen_extra(place))
         self._lines: "queue.Queue[str | None]" = queue.Queue()
 
         def pump():
@@ -330,7 +311,7 @@ class Interactive:
         return reply
 
     def wait_imported(self, timeout_s: float) -> None:
-        """The side's first line: it imported the tree (``gates/launch.py`` hand-over); only
+        """The side's first line: it imported the tree (``gates/launch/process.py`` hand-over); only
         then may it be sent what the tree must not see at import."""
         reply = self.read(timeout_s)
         if reply != json.loads(IMPORTED):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .protocol import SidePhases
+from ..protocol import SidePhases
 
 GATES = ("accuracy", "scorer", "remeasure")
 # the phases, in the order a judgment meets them. "compile_main": the harness compiling main's

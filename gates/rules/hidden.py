@@ -5,7 +5,7 @@ agent can see and special-case. Each judgment therefore draws, from the harness 
 randomness (``random.SystemRandom``, the operating system's entropy), an **input seed** (the
 workload's tokens and positions; weights and caches stay seeded by ``target.seed``) and a few
 **extra batch sizes** for the accuracy gate's tap. They reach a side only over its stdin,
-after it has imported the candidate's tree (``gates/launch.py``, ``gates/side/driver.py``), never in
+after it has imported the candidate's tree (``gates/launch/process.py``, ``gates/side/driver.py``), never in
 kern.yaml, a spec file, argv or the environment; the ledger records them once the decision
 is made, so a judgment can be replayed exactly (``kern test REV --vs BASE --replay-attempt N``).
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import random
 
-from .protocol import SEED_BOUND, Hidden
-from .settings import AccuracySettings, MachineProfile
+from ..protocol import SEED_BOUND, Hidden
+from ..settings import AccuracySettings, MachineProfile
 
 
 def candidates(buckets, test_rows) -> list[int]:

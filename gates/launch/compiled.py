@@ -9,7 +9,8 @@ and installs what it compiled there: copied out of the side's folder as new file
 The key is the commit's ``kernels/`` tree (a side sees nothing else of its tree), the compile
 side's spec, the device kind and Triton's version: the same source compiles to the same cache,
 whichever worktree or repository holds it. Every side of the judgment, main's and the
-candidate's, then starts with its own copy of it (``gates/sandbox.py``'s :func:`seeded`), so
+candidate's, then starts with its own copy of it (``Placement.seeded``, gates/requests.py; copied by
+``gates/launch/sandbox.py``'s :func:`fresh_cache`), so
 unchanged kernels are not compiled again, and whatever a side writes into its copy is removed
 with it: no side reads another's writes, and main's compiled cache is written by its compile
 side alone (docs/sandbox.md: "Triton's cache").
@@ -39,10 +40,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import checkout, launch_ranks, sandbox
-from .protocol import tap_rows
-from .settings import MachineProfile, Target
-from .spec import side_spec
+from . import checkout, ranks, sandbox
+from ..protocol import tap_rows
+from ..requests import Placement
+from ..rules import confinement
+from ..settings import MachineProfile, Target
+from ..spec import side_spec
 
 # what the compile side does (gates/side/driver.py's compile_mode): a change that would
 # compile other kernels raises it, so every main compiles again
@@ -90,10 +93,12 @@ def cache_key(kernels_tree: str, spec: dict, cuda: bool, triton_version: str) ->
 
 
 def prepare(repo: Path, rev: str, runs: Path, target: Target, machine: MachineProfile, cuda: bool,
-            timeout_s: float, progress=None, layout: str | None = None, world: int = 1) -> CompiledCache:
+            timeout_s: float, place: Placement, progress=None, layout: str | None = None,
+            world: int = 1) -> CompiledCache:
     """``rev``'s compiled cache, compiled now if there is none (one compile side at a time per
-    key: concurrent judgments against one main wait for the first). Call it in the caller's
-    ``sandbox.configured`` and judging slot: the compile side is a side like any other."""
+    key: concurrent judgments against one main wait for the first). Its compile side starts
+    at ``place`` (the caller's sandbox and judging slot: a side like any other), on an empty
+    Triton cache."""
     sha = checkout.resolve(repo, rev)
     tree = _kernels_tree(repo, sha)
     if tree is None:
@@ -109,7 +114,7 @@ def prepare(repo: Path, rev: str, runs: Path, target: Target, machine: MachinePr
         if dest.is_dir() and meta.exists():
             m = json.loads(meta.read_text())
             return CompiledCache(CACHED, key, str(dest), 0.0, m["files"], m["bytes"], m.get("log"))
-        return _compile(repo, sha, runs, tree, spec, key, timeout_s, progress)
+        return _compile(repo, sha, runs, tree, spec, key, timeout_s, place.seeded(None), progress)
 
 
 def existing(repo: Path, rev: str, runs: Path, target: Target, machine: MachineProfile, cuda: bool,
@@ -125,15 +130,14 @@ def existing(repo: Path, rev: str, runs: Path, target: Target, machine: MachineP
     return str(dest) if dest.is_dir() and (runs / "compiled" / f"{key}.json").exists() else None
 
 
-def _compile(repo, sha, runs, tree, spec, key, timeout_s, progress) -> CompiledCache:
+def _compile(repo, sha, runs, tree, spec, key, timeout_s, place: Placement, progress) -> CompiledCache:
     root = runs / "compiled"
     work = root / f"{key}-side"  # the compile side's run folder: spec, log, result, its cache
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     worktree = checkout.checkout(repo, sha, runs)
-    with sandbox.seeded(None):
-        res = launch_ranks.run("compile", worktree, spec, work / "compile.json", timeout_s, progress)
-    built = work / sandbox.COMPILED_CACHE
+    res = ranks.run("compile", worktree, spec, work / "compile.json", timeout_s, place, progress)
+    built = work / confinement.COMPILED_CACHE
     if not res.ok:
         shutil.rmtree(built, ignore_errors=True)
         last = [ln for ln in res.log_tail.strip().splitlines() if ln.strip()][-1:]

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .logits import merge_logit_stats
-from .settings import Thresholds, Tolerance
+from ..logits import merge_logit_stats
+from ..settings import Thresholds, Tolerance
 
 EXIT = {"PASS": 0, "FAIL": 1, "INCONCLUSIVE": 2}
 
