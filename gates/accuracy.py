@@ -441,6 +441,10 @@ class MainKeeper(Dialogue):
                     os.killpg(p.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        # a rank its launcher starts after this (or never told this object of) is ended by
+        # the launcher itself once it sees ``stop`` (within its 2 s poll): wait for that
+        if self._thread is not None:
+            self._thread.join(10)
 
     def finish(self, timeout_s: float):
         """Let the side end (KEEP_DROP unless it was asked to save) and return its outcome
