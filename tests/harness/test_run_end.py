@@ -57,7 +57,8 @@ def test_an_interrupted_loop_records_its_end(tmp_path, capsys, sig, words):
     with open(log, "w") as out:
         p = subprocess.Popen([sys.executable, "-m", "harness.cli", "--repo", str(repo), "loop",
                               "--every", "1h", "--no-live"], stdout=out, stderr=subprocess.STDOUT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"},
+                             cwd=ROOT)
     try:
         deadline = time.monotonic() + 600  # its first tick, on a loaded 2-core machine
         while "next tick in" not in log.read_text() and time.monotonic() < deadline:
@@ -65,8 +66,17 @@ def test_an_interrupted_loop_records_its_end(tmp_path, capsys, sig, words):
             time.sleep(0.2)
         assert "next tick in" in log.read_text(), log.read_text()  # waiting, not ticking
         assert loop_holder(repo / "runs") == f"pid {p.pid} on {os.uname().nodename}"
+        masks = [ln for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines()
+                 if ln.startswith(("SigBlk", "SigIgn", "SigCgt"))]
         p.send_signal(sig)
-        assert p.wait(60) in (130, 143)
+        try:
+            code = p.wait(60)
+        except subprocess.TimeoutExpired:  # where each of its threads is (faulthandler's dump)
+            p.send_signal(signal.SIGABRT)
+            p.wait(20)
+            raise AssertionError(f"the loop outlived its signal by 60 s; its signal masks then: "
+                                 f"{masks}; its log:\n{log.read_text()[-6000:]}") from None
+        assert code in (130, 143)
     finally:
         if p.poll() is None:
             p.kill()
