@@ -20,6 +20,7 @@ from harness.cli.report import newest_demo
 from harness.processes import acquire_loop_lock, loop_holder
 
 from .test_loop_stops import light_repo
+from .test_try_interrupt import as_in_a_terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,7 +59,7 @@ def test_an_interrupted_loop_records_its_end(tmp_path, capsys, sig, words):
         p = subprocess.Popen([sys.executable, "-m", "harness.cli", "--repo", str(repo), "loop",
                               "--every", "1h", "--no-live"], stdout=out, stderr=subprocess.STDOUT,
                              env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"},
-                             cwd=ROOT)
+                             cwd=ROOT, preexec_fn=as_in_a_terminal)
     try:
         deadline = time.monotonic() + 600  # its first tick, on a loaded 2-core machine
         while "next tick in" not in log.read_text() and time.monotonic() < deadline:

@@ -154,7 +154,15 @@ def test_status_report_show_and_the_live_view_know_interrupted(tmp_path, capsys)
 def start_try(repo: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
     return subprocess.Popen([sys.executable, "-m", "harness.cli", "--repo", str(repo), "try", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=as_in_a_terminal)
+
+
+def as_in_a_terminal() -> None:
+    """In the child before exec: Ctrl-C's default action, as a terminal's foreground job has it
+    (a test run started in the background of a script inherits SIGINT ignored, and Python then
+    leaves it ignored: the signal would test nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_a_gate(repo: Path, proc: subprocess.Popen, number: int, limit_s: float = 300) -> None:
