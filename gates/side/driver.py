@@ -7,7 +7,8 @@ decides nothing: verdicts and statistics are computed by the harness from what i
 
 Before a mode's work the driver imports the whole tree, says so on stdout and only then
 receives the judgment's hidden inputs on stdin (``gates/launch/process.py``: the hand-over; bench sides
-get them in their ``prepare`` request): the candidate's import-time code finds nothing there.
+get them in their ``prepare`` request, tap sides once their model is built, which follows the
+target seed alone): the candidate's import-time code finds nothing there.
 
 Modes:
   run      every batch size: one eager step (NaN and poison checks), graph capture and timed
@@ -83,8 +84,8 @@ def main(argv=None) -> int:
         import_tree()
         channel.write(protocol.IMPORTED + "\n")
         channel.flush()
-        if args.mode != "bench":  # a bench side reads its hidden inputs in 'prepare'
-            hidden = receive_hidden(seal)
+        if args.mode == "run":  # a bench side reads its hidden inputs in 'prepare', a tap side
+            hidden = receive_hidden(seal)  # once its model is built (tap.side_main)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and os.environ.get(protocol.EXPECTS_CUDA) == "1":
         raise SystemExit("gates.side.driver: environment: the gates see a GPU but this side sees "
@@ -110,7 +111,8 @@ def main(argv=None) -> int:
             check_tamper(seal, audit)
             out.write_text(json.dumps(doc, indent=1, default=str))
 
-        result = tap.side_main(opts, device, out.parent, rank, hidden, Channel(channel, seal), publish)
+        result = tap.side_main(opts, device, out.parent, rank, lambda: receive_hidden(seal),
+                               Channel(channel, seal), publish)
     elif args.mode == "store":
         result = store_mode(opts, device, out, channel)
     elif args.mode == "compile":

@@ -336,10 +336,13 @@ def any_rank(side: Side, flag: bool) -> bool:
     return bool(t.item())
 
 
-def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden=None,
+def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, receive=lambda: None,
               channel=None, publish=None) -> dict:
-    """One tap side. ``hidden`` (``gates.protocol.Hidden``, handed over on stdin; None: none):
-    the workload's input seed, and batch sizes run after the spec's visible ones.
+    """One tap side. ``receive()``: its hidden inputs (``gates.protocol.Hidden``, handed over
+    on stdin; None: none): the workload's input seed, and batch sizes run after the spec's
+    visible ones; called once the model is built (it follows the target seed alone), so the
+    candidate's side builds while main's records (gates/accuracy.py) and its time waiting for
+    them is a ``wait`` span (``hand_over`` in the document: its phases until then).
     ``channel`` (``gates/side/channel.Channel``): the coordinator's lines after the hand-over
     (main's kept op calls on demand: :func:`_keep_on_demand`); ``publish(result)``: writes the
     side's document before it ends (main's record side, so the candidate can replay against it
@@ -348,7 +351,11 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
     spec = Spec.of(opts)
     clk = clock()
     with clk.span("build"):
-        side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
+        side = Side(spec, device, rank=rank)
+    with clk.span("wait"):  # the candidate's side: until main's side recorded (gates/accuracy.py)
+        hidden = receive()
+    hand_over = clk.phases().to_dict()
+    side.use_input_seed(hidden.input_seed if hidden else None)
     files = TapFiles(outdir).rank(rank)
     files.root.mkdir(parents=True, exist_ok=True)
     # a base on another layout (kern test --base-gpus): no op call of B corresponds to one of
@@ -366,7 +373,7 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
     result = {"environment": environment(side.device), "role": role, "spec": opts.sent,
               "build_s": side.build_s, "weights_hash": weights_hash(side.model),
               "state_hash": state_hash(side.model), "rows": runs,
-              "workload": side.workload.describe()}
+              "workload": side.workload.describe(), "hand_over": hand_over}
     if role == "record":
         keep = set() if cross else None if opts.touched is None else set(opts.touched)
         store: dict = {}
@@ -437,8 +444,8 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
 
 def _keep_on_demand(side: Side, store: dict, path: Path, channel, publish) -> bool:
     """Main's record side, once its document and logits are written: publish them, give the
-    device back (A and B are never resident together: the kept op calls move to this
-    process's host memory, the model goes), say so, and write the kept calls to ``path`` only
+    device back (the kept op calls move to this process's host memory, the model goes: the
+    candidate's side, built beside this one's pass, replays on it), say so, and write the kept calls to ``path`` only
     if the coordinator asks (the candidate's free pass differed from this recording: its pinned
     pass reads them); a bit-identical candidate's judgment never writes them. True when saved."""
     from ..protocol import KEEP_SAVE, RECORDED, SAVED
