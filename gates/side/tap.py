@@ -120,7 +120,7 @@ class TapHook:
     """Dispatcher hook of a free pass: poison, run, hash; optionally keep full copies."""
 
     def __init__(self, side: Side, keep: set | None, budget_bytes: float, store: dict,
-                 run_key: str):
+                 run_key: str, key: tuple[int, int] | None = None):
         self.side, self.keep, self.budget, self.store = side, keep, budget_bytes, store
         self.ptrs = _storage_ptrs(side.model)
         self.log = CallLog()
@@ -129,7 +129,7 @@ class TapHook:
         self.budget_hit = False
         from .fingerprint import Pending
 
-        self.pending = Pending(side.device, tap_key(side))
+        self.pending = Pending(side.device, tap_key(side) if key is None else key)
         self._settled = 0
 
     def __call__(self, spec, site, args, run):
@@ -207,6 +207,53 @@ def tap_key(side: Side) -> tuple[int, int]:
     from .fingerprint import digest_key
 
     return digest_key(side.workload.seed)
+
+
+def unrecorded_checks(checks, spec, sh, args):
+    """The pinned pass's checks of a call with no recording, one by one (each read back at
+    once; a caller may stop at the first that differs from A's): ("outputs", name, Check) over
+    the rows each output defines, then ("state", name, Check) of each whole state view."""
+    masks = _masks(spec, sh, args)
+    for n in spec.outputs:
+        yield "outputs", n, checks.now(args[n], masks.get(n))
+    for n in spec.state:
+        yield "state", n, checks.now(args[n])
+
+
+# the compile side's digest key: no judgment's (a judgment's is a blake2b draw of its hidden
+# input seed, ``fingerprint.digest_key``); a key is a kernel argument, never in Triton's cache
+COMPILE_KEY = (0, 0)
+
+
+def compile_checks(side: Side, rows: int) -> tuple[set, object]:
+    """One step of ``rows`` rows through the tap's own hooks, keyed by :data:`COMPILE_KEY`:
+    a free pass's checks of every op call (:class:`TapHook`) and a pinned pass's checks of a
+    call with no recording (:func:`unrecorded_checks`), so Triton compiles every variant of
+    the check kernel (``fingerprint.Variant``) a tap of this build launches (main's compile
+    side, ``gates/side/driver.py``). Returns those variants and the step."""
+    from .fingerprint import Pending
+
+    hook = TapHook(side, set(), 0.0, {}, f"r{rows}", key=COMPILE_KEY)
+    pinned = Pending(side.device, COMPILE_KEY)
+
+    def both(spec, site, args, run):
+        hook(spec, site, args, run)
+        for _ in unrecorded_checks(pinned, spec, side.shapes, args):
+            pass
+
+    step = side.step(rows, hook=both)
+    side.set_inputs(step, 0)
+    step.run()
+    hook.settle()
+    side.sync()
+    return hook.pending.variants | pinned.variants, step
+
+
+def variants_doc(variants) -> list[dict]:
+    """The check kernel's variants a side launched, sorted, as its document holds them."""
+    import dataclasses
+
+    return [dataclasses.asdict(v) for v in sorted(variants)]
 
 
 def _outside(t: torch.Tensor, pend) -> int | None:
@@ -288,7 +335,7 @@ def reference_extra(reference_ops: set | None) -> dict:
 def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store,
               reference_ops: set | None = None) -> dict:
     """All runs and steps; per call hashes, per step logits. Restores state between runs."""
-    out = {"runs": {}, "logits": {}}
+    out = {"runs": {}, "logits": {}, "check_variants": set()}
     used = 0.0  # the budget bounds the kept copies of the whole pass, not of each run
     extra = reference_extra(reference_ops)
     for rows in runs:
@@ -319,6 +366,7 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
         out["runs"][key] = {"calls": base.log.calls, "kept_bytes": base.used - used,
                             "budget_hit": base.budget_hit}
         used = base.used
+        out["check_variants"] |= base.pending.variants
         log(f"tap: rows {rows}: {len(hook.log.calls)} op calls")
     side.model.state.restore(snap)
     return out
@@ -379,6 +427,7 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, receiv
         store: dict = {}
         with clk.span("tap"):
             first = free_pass(side, runs, steps, snap, keep, opts.budget_mb * 2**20, store)
+        result["check_variants"] = variants_doc(first.pop("check_variants"))
         with clk.span("save"):
             torch.save(first.pop("logits"), files / TapFiles.LOGITS_A)
         result["rank_digests"] = first.pop("rank_digests", None)
@@ -393,12 +442,14 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, receiv
         # from the restored state (is A reproducible?), then the band
         with clk.span("tap"):
             plain = free_pass(side, runs, steps, snap, set(), 0, {})
+        plain.pop("check_variants")
         with clk.span("save"):
             torch.save(plain.pop("logits"), files / TapFiles.LOGITS_A)
         plain.pop("rank_digests", None)
         result["pass"] = plain
         with clk.span("tap"):
             repeat = free_pass(side, runs, steps, snap, set(), 0, {})
+        repeat.pop("check_variants")
         with clk.span("save"):
             torch.save(repeat.pop("logits"), files / TapFiles.LOGITS_A2)
         result["repeat"] = repeat
@@ -411,12 +462,14 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, receiv
         if ref_ops:
             with clk.span("tap"):
                 band = free_pass(side, runs, steps, snap, set(), 0, {}, reference_ops=ref_ops)
+            band.pop("check_variants")
             with clk.span("save"):
                 torch.save(band.pop("logits"), files / TapFiles.LOGITS_AREF)
             result["band_ops"] = sorted(ref_ops)
     else:
         with clk.span("tap"):
             free = free_pass(side, runs, steps, snap, set(), 0, {})
+        result["check_variants"] = variants_doc(free.pop("check_variants"))
         with clk.span("save"):
             torch.save(free.pop("logits"), files / TapFiles.LOGITS_B)
         result["rank_digests"] = free.pop("rank_digests", None)
@@ -637,10 +690,7 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: KeptCalls, op
                 for name in spec.outputs:
                     poison(args[name])
                 run()
-                masks = _masks(spec, sh, args)
-                same = all(checks.now(args[n], masks.get(n)).raw == a["outputs"][n][0]
-                           for n in spec.outputs)
-                same = same and all(checks.now(args[n]).raw == a["state"][n][0] for n in spec.state)
+                same = all(c.raw == a[part][n][0] for part, n, c in unrecorded_checks(checks, spec, sh, args))
                 if not same:
                     state["diverged"] = {"call": i, "why": "an op without a recording differs "
                                          "(outside the snapshot budget, or an op the diff does "
