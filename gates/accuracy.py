@@ -4,7 +4,8 @@ Shell: check the disk has room for the tap (``gates/launch/disk.py``), have main
 from main alone (``gates/launch/compiled.py``), resolve revisions, check protected paths, check out
 worktrees, run side A (record; named by the base commit, the tap definition and the hidden draw;
 kept alive while B replays, writing its kept op calls only when B's pass differs:
-:class:`MainKeeper`) and side B (replay) in their own subprocesses, then, when the verdict
+:class:`MainKeeper`) and side B (replay; started beside A, released once A recorded:
+:func:`_sides`) in their own subprocesses, then, when the verdict
 needs them, main's repeat and band passes (once per main, touched ops and spec: :func:`_band`);
 load what they measured; the recordings' tensors are deleted once the verdict is made. Core:
 ``verdict.judge`` over that evidence. Output: the typed result and its report (one JSON object;
@@ -36,7 +37,7 @@ from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED,
 from .requests import AccuracyRequest, Placement
 from .results import AccuracyResult, LastWords
 from .rules import footprint, scope, verdict
-from .rules.phases import Span, rest, side_spans
+from .rules.phases import Span, rest, side_spans, split_at_hand_over
 from .settings import AccuracySettings, MachineProfile, Target
 from .spec import side_spec
 
@@ -248,9 +249,19 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
                          LastWords.of("A noise", n_kind, n_tail, n_log)) if w]
     for w in words if progress else ():
         progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
+    beside = []  # what the replay did beside main's recording (not on the gate's path)
     for part, ran in (("A record", sides.a_out), ("B replay", sides.b_out), ("A noise", band and band.out)):
-        if ran is not None:  # each process's own spans; None: cached, or never started
-            spans += side_spans("accuracy", part, ran.wall_s, (ran.result or {}).get("phases"))
+        if ran is None:  # cached, or never started
+            continue
+        doc = ran.result or {}
+        if part == "B replay" and sides.beside:  # its start and build ran beside main's record
+            path, aside = split_at_hand_over("accuracy", part, ran.wall_s, doc.get("phases"),
+                                             doc.get("hand_over"), sides.b_released_s)
+            spans, beside = spans + path, beside + aside
+        else:  # each process's own spans
+            spans += side_spans("accuracy", part, ran.wall_s, doc.get("phases"))
+    if sides.b_ran is not None:  # ended for main's failure before its release
+        beside += split_at_hand_over("accuracy", "B replay", sides.b_ran.wall_s, None, None, None)[1]
     spans.append(Span("accuracy", "coordinator", "verdict", verdict_s))
     wall = time.monotonic() - t0
     spans += rest("accuracy", wall, spans)
@@ -263,7 +274,10 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
         "spec": b_spec, "base_spec": spec, "hidden": hidden,
         "rows": tap_rows(b_spec["rows"], [], req.hidden.extra_rows if req.hidden else ()),
         "wall_s": wall, "a_wall_s": a_wall, "b_wall_s": b_wall,
-        "phases": [x.to_dict() for x in spans],
+        "phases": [x.to_dict() for x in spans], "beside": [x.to_dict() for x in beside],
+        # seconds from the gate's start: main's side started and recorded, the candidate's
+        # started and was released (None: did not happen, or a cached recording)
+        "timeline": {k: None if v is None else v - t0 for k, v in (sides.at or {}).items()},
         "noise_wall_s": n_wall, "noise_cached": bool(band and band.kind == "ok" and band.wall_s == 0.0),
         "band_dir": str(band.folder) if band else None,
         "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
@@ -337,6 +351,11 @@ class _Sides:
     b_tail: str = ""
     a_out: object = None
     b_out: object = None
+    beside: bool = False  # B started beside main's record side (its spans split at its hand-over)
+    b_released_s: float | None = None  # from B's start to its release (None: not released)
+    b_ran: object = None  # B's outcome when it was ended for main's failure (counted beside)
+    # time.monotonic() of: main's side started, said RECORDED (every rank), B started, B released
+    at: dict | None = None
 
 
 class MainKeeper(Dialogue):
@@ -431,7 +450,9 @@ class MainKeeper(Dialogue):
         return self.asked == KEEP_SAVE and self._wait(lambda: self.saved >= self.world, timeout_s)
 
     def kill(self) -> None:
-        """End every rank now (the judgment was interrupted: no rank may outlive it)."""
+        """End every rank now (the judgment was interrupted: no rank may outlive it). A rank
+        that has not said it imported its tree is not among ``procs`` yet: its launcher ends
+        it on ``stop`` (within 0.2 s), which this waits for."""
         self.stop.set()
         with self._cond:
             procs = list(self.procs)
@@ -442,9 +463,9 @@ class MainKeeper(Dialogue):
                 except ProcessLookupError:
                     pass
         # a rank its launcher starts after this (or never told this object of) is ended by
-        # the launcher itself once it sees ``stop`` (within its 2 s poll): wait for that
-        if self._thread is not None:
-            self._thread.join(10)
+        # the launcher itself once it sees ``stop`` (it polls it every 0.2 s): wait for that
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5.0)
 
     def finish(self, timeout_s: float):
         """Let the side end (KEEP_DROP unless it was asked to save) and return its outcome
@@ -492,8 +513,9 @@ class KeptOnDemand(AfterImport, Dialogue):
 
 def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
                        timeout, progress, hidden, stamp) -> _Sides:
-    """Main's recording (or the one cached in ``a_dir``), then the candidate's replay against
-    it, main's side alive meanwhile (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
+    """Main's recording (or the one cached in ``a_dir``) and the candidate's replay against
+    it, started beside it and released once main recorded, main's side alive until the replay
+    ends (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
     Whatever ends it early (Ctrl-C, a gate error) ends main's side too: it runs in a thread
     that an exception in this one would never reach."""
     keeper = MainKeeper(hidden, int(spec.get("world", 1)))
@@ -510,6 +532,7 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
     files = TapFiles(a_dir)
     a_world = main_side.world
     hidden = main_side.hidden
+    mech = sandbox.chosen(place.sandbox)
     keeper = None
     if files.recorded:  # cached with its kept calls (a replayed judgment, another caller's)
         a_kind, a_wall, a_tail = "ok", 0.0, ""
@@ -523,39 +546,54 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         # its own limit is the recording's (wait_recorded); then it waits out the replay
         keeper.start(lambda k: ranks.run("tap", a_tree, a_spec, files.record, 3 * timeout,
                                          place, quiet, k, k.stop))
-        if not keeper.wait_recorded(timeout):
-            a = keeper.finish(timeout)
-            failed = a_dir.with_name(a_dir.name + "-failed-" + _stamp())
-            a_dir.rename(failed)  # keep its log, but never let a failed recording look cached
-            return _Sides(a.kind if a is not None else "error", a.wall_s if a else 0.0,
-                          a.log_tail if a else "", failed, a_out=a)
-        a_kind, a_wall, a_tail = "ok", keeper.recorded_s or 0.0, ""
+        a_kind, a_wall, a_tail = "ok", 0.0, ""
+        if mech == "off" and not keeper.wait_recorded(timeout):
+            return _unrecorded(keeper, a_dir, timeout)
+    # The candidate's side starts beside main's record side (its process start, tree import
+    # and model build overlap main's recording) under every sandbox that hides main's folder
+    # from it until its release; with sandbox: off nothing does, so it starts once main has
+    # recorded and the marks below are taken (else its import-time code could change main's
+    # files before they are marked)
+    beside = keeper is not None and mech != "off"
     # what B reads of main must be unchanged when it ends (else it could record its own
     # results there): main's recording and tree, and B's copies of the recording
-    guarded = files.recording() + [a_tree / "kernels"] + [
+    recording = files.recording() + [
         p for r in range(1, a_world) for p in files.recording(r, a_world)]
+    guarded = recording + [a_tree / "kernels"]
     kept_files = [files.rank(r) / TapFiles.KEPT_A for r in range(a_world)]
     marks: dict = {}
-    mech = sandbox.chosen(place.sandbox)
     seen = b_dir / "main" if mech != "off" else a_dir
     copies = mech in ("landlock", "user")  # B owns or can write its copies: they are marked
 
     # Sandboxed, B sees main's recording only once every process of it has imported its
-    # tree, in its own folder (no sandbox of B shows main's): hard links under namespaces
-    # (mounted read-only there; marked by mtime, since another judgment's links change
-    # ctimes), copies under landlock alone (B could write through a link; the copies are
-    # marked; likewise under user, where B owns the folder the copies are in). With
-    # sandbox: off nothing hides main's folder: B is told where it lies. Main's kept op
-    # calls are shown only when B asks for them (its free pass differs from main's).
+    # tree AND main's side said RECORDED (every rank), in its own folder (no sandbox of B
+    # shows main's): hard links under namespaces (mounted read-only there; marked by mtime,
+    # since another judgment's links change ctimes; the recording's marks taken at the
+    # release, before anything is shown: until then B's sandbox holds none of it), copies
+    # under landlock alone (B could write through a link; the copies are marked; likewise
+    # under user, where B owns the folder the copies are in). With sandbox: off nothing
+    # hides main's folder: B is told where it lies. Main's kept op calls are shown only when
+    # B asks for them (its free pass differs from main's). B's hidden inputs come with the
+    # release, never before it.
     if mech in ("off", "namespaces"):
-        marks.update(filemarks.file_marks(guarded, ctime=mech == "off"))
+        marks.update(filemarks.file_marks(guarded if not beside else [a_tree / "kernels"],
+                                          ctime=mech == "off"))
+    showing = threading.Lock()  # a release runs whole before B's end is handled, or never
+    watch = _MainWatch(keeper, timeout) if beside else None
 
     def release() -> None:
-        if mech == "off":
-            return
-        show_recording(a_dir, seen, link=mech == "namespaces", leave=(TapFiles.KEPT_A,))
-        if copies:
-            marks.update(filemarks.file_marks(guarded + [seen]))
+        if watch is not None and not watch.released():  # (b): main's side recorded
+            raise _NotRecorded("main's side did not record; the replay is not released")
+        with showing:
+            if watch is not None and watch.b_ended.is_set():
+                raise _NotRecorded("the replay ended before its release")
+            if mech == "off":
+                return
+            if beside and mech == "namespaces":
+                marks.update(filemarks.file_marks(recording, ctime=False))
+            show_recording(a_dir, seen, link=mech == "namespaces", leave=(TapFiles.KEPT_A,))
+            if copies:
+                marks.update(filemarks.file_marks(guarded + [seen]))
 
     def fetch() -> bool:
         if keeper is not None and not keeper.save(timeout):
@@ -569,9 +607,40 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
     if mech != "off":
         seen.mkdir(exist_ok=True)
     handed = KeptOnDemand(hidden, int(b_spec.get("world", 1)), release, fetch)
-    b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
-                  TapFiles(b_dir) / TapFiles.RESULT, timeout, place, _tagged(progress, "B replay"), handed)
-    out = _Sides(a_kind, a_wall, a_tail, a_dir, b.kind, b.wall_s, b.result, b.log_tail, b_out=b)
+    b_ticks = _tagged(progress, "B replay")
+    if beside and b_ticks is not None:  # main's side speaks until it has recorded
+        b_ticks = (lambda line, t, inner=b_ticks: None if handed.released_at is None else inner(line, t))
+    b_started = time.monotonic()
+    if watch is not None:
+        watch.start()
+    try:
+        # beside main's: its limit is main's recording's and then its own (``_MainWatch``)
+        b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
+                      TapFiles(b_dir) / TapFiles.RESULT, 2 * timeout if beside else timeout, place,
+                      b_ticks, handed, watch.b_stop if watch is not None else None)
+    except BaseException:
+        if watch is not None:  # (Ctrl-C, a gate error: the caller kills main's side)
+            watch.b_ended.set()
+        raise
+    if watch is not None:
+        with showing:
+            watch.b_ended.set()
+        # main's recording decided: a replay that ended early waits for it, since the verdict
+        # reads main's outcome first (as when the replay started after main had recorded)
+        watch.join()
+    released_s = None if handed.released_at is None else handed.released_at - b_started
+    at = {"a_started": keeper.started if keeper is not None else None,
+          "a_recorded": keeper.started + keeper.recorded_s if keeper is not None and
+          keeper.recorded_s is not None else None, "b_started": b_started, "b_released": handed.released_at}
+    if watch is not None and not watch.recorded:  # main's side failed: the replay was ended
+        if mech != "off":
+            shutil.rmtree(seen, ignore_errors=True)
+        out = _unrecorded(keeper, a_dir, timeout)
+        out.beside, out.b_ran, out.at = True, b, at  # its time counts beside main's; no verdict
+        return out
+    a_wall = (keeper.recorded_s or 0.0) if keeper is not None else 0.0
+    out = _Sides(a_kind, a_wall, a_tail, a_dir, b.kind, b.wall_s, b.result, b.log_tail, b_out=b,
+                 beside=beside, b_released_s=released_s, at=at)
     moved = filemarks.changed_files(marks, filemarks.file_marks(
         guarded + ([seen] if copies else []), ctime=mech != "namespaces"))
     if keeper is not None:  # the replay has ended: main's side may go (and write its document)
@@ -580,7 +649,7 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
             out.a_kind, out.a_tail = (a.kind, a.log_tail) if a is not None else ("error", "")
     if mech != "off":
         shutil.rmtree(seen, ignore_errors=True)  # links or copies: main's stays in a_dir
-        if handed.error is not None:
+        if handed.error is not None and not isinstance(handed.error, _NotRecorded):
             raise RuntimeError(f"accuracy gate: main's recording could not be shown to the "
                                f"replay ({handed.error}): the environment must allow links or "
                                f"copies in {b_dir}") from handed.error
@@ -594,6 +663,52 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
                        f"{', '.join(os.path.relpath(m, req.runs_dir) for m in moved[:4])}")
         out.a_dir = a_dir.rename(a_dir.with_name(f"{a_dir.name}-tampered-{stamp}"))  # never reused
     return out
+
+
+class _NotRecorded(RuntimeError):
+    """The replay's release did not happen: main's side failed to record, or the replay ended
+    first (the gate reports the side that failed, not this)."""
+
+
+class _MainWatch(threading.Thread):
+    """Beside the replay, in a thread: waits for main's side to record (``keeper.wait_recorded``,
+    its limit) and holds the replay to today's limits: ended (``b_stop``) when main's side
+    fails to record, and ``timeout_s`` after main's RECORDED, as when the replay started then.
+    ``released()`` (the replay's release, in its hand-over thread) waits for the first."""
+
+    def __init__(self, keeper: MainKeeper, timeout_s: float):
+        super().__init__(daemon=True)
+        self.keeper, self.timeout_s = keeper, timeout_s
+        self.b_stop, self.b_ended, self.decided = threading.Event(), threading.Event(), threading.Event()
+        self.recorded = False
+
+    def run(self) -> None:
+        try:
+            self.recorded = self.keeper.wait_recorded(self.timeout_s)
+        finally:
+            self.decided.set()
+        if not self.recorded:
+            self.b_stop.set()
+            return
+        if not self.b_ended.wait(self.timeout_s):
+            self.b_stop.set()  # the replay's own limit, from main's RECORDED
+
+    def released(self) -> bool:
+        """Main's side recorded (False: it failed, or the replay ended first)."""
+        while not self.decided.wait(0.2):
+            if self.b_ended.is_set():
+                return False
+        return self.recorded
+
+
+def _unrecorded(keeper: MainKeeper, a_dir: Path, timeout: float) -> "_Sides":
+    """Main's side did not record in time: its outcome, its folder renamed (its log kept, never
+    taken for a cached recording); the replay is not judged ("not run")."""
+    a = keeper.finish(timeout)
+    failed = a_dir.with_name(a_dir.name + "-failed-" + _stamp())
+    a_dir.rename(failed)
+    return _Sides(a.kind if a is not None else "error", a.wall_s if a else 0.0,
+                  a.log_tail if a else "", failed, a_out=a)
 
 
 BAND = "band.json"  # the band folder's evidence (band_evidence), once its passes ran

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Callable
 
 
@@ -34,6 +35,7 @@ class AfterImport:
     def __init__(self, hidden: dict | None, processes: int, release: Callable[[], None]):
         self.hidden, self.processes, self.release = hidden, max(1, int(processes)), release
         self.error: BaseException | None = None  # what the release raised (the gate reports it)
+        self.released_at: float | None = None  # time.monotonic() once the release ran (None: not yet)
         self._arrived = 0
         self._done = False
         self._cond = threading.Condition()
@@ -46,6 +48,7 @@ class AfterImport:
             if self._arrived == self.processes:
                 try:
                     self.release()
+                    self.released_at = time.monotonic()
                 except BaseException as e:  # noqa: BLE001 - kept for the gate, which reports it
                     self.error = e
                 self._done = True

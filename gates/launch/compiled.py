@@ -4,7 +4,8 @@ that commit's source alone and only ever copied into sides.
 Before a judgment's first side starts, :func:`prepare` looks for the base commit's compiled
 cache, ``runs/compiled/<key>/``, and when there is none starts one ``compile`` side
 (``gates.side.driver compile``: the model built and one eager step per batch size the gates'
-sides run, nothing judged, no hidden input; sandboxed like any side, its Triton cache empty)
+sides run, through the tap's own hooks so its check kernels compile too, nothing judged, no
+hidden input; sandboxed like any side, its Triton cache empty)
 and installs what it compiled there: copied out of the side's folder as new files, read-only.
 The key is the commit's ``kernels/`` tree (a side sees nothing else of its tree), the compile
 side's spec, the device kind and Triton's version: the same source compiles to the same cache,
@@ -49,7 +50,7 @@ from ..spec import side_spec
 
 # what the compile side does (gates/side/driver.py's compile_mode): a change that would
 # compile other kernels raises it, so every main compiles again
-COMPILE_PROTOCOL = 1
+COMPILE_PROTOCOL = 2  # 2: the tap's check kernels too (tap.compile_checks)
 MADE, CACHED, FAILED, NONE = "made", "cached", "failed", "none"
 
 

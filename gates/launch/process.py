@@ -226,10 +226,11 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, pla
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf, text=True,
                                 start_new_session=True, **popen_extra(place))
         handing = start_hand_over(proc, hidden, logf)
+        last_progress = time.monotonic()
         try:
             while True:
-                try:
-                    proc.wait(timeout=2.0)
+                try:  # a stop event is seen within 0.2 s (an interrupted judgment ends its sides)
+                    proc.wait(timeout=2.0 if stop is None else 0.2)
                     break
                 except subprocess.TimeoutExpired:
                     if time.monotonic() - t0 > timeout_s or (stop is not None and stop.is_set()):
@@ -237,7 +238,8 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, pla
                         os.killpg(proc.pid, signal.SIGKILL)
                         proc.wait()
                         break
-                    if progress:
+                    if progress and time.monotonic() - last_progress >= 2.0:
+                        last_progress = time.monotonic()
                         progress(_last_line(log_path), time.monotonic() - t0)
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -11,7 +11,10 @@ judgment, as :class:`JudgmentTimes` in ``runs/attempts/<n>/judgment-<k>.json`` (
 
 Spans do not overlap: a side's time spent waiting on another (main's record side alive while
 the candidate replays; the replay waiting while main writes its kept op calls) is counted where
-the work was done, not twice. Pure: no I/O, no clock.
+the work was done, not twice. The candidate's replay starts beside main's record side: what it
+does before its hand-over (start, import, build) runs while main records and is kept apart
+(:func:`split_at_hand_over`; the accuracy report's ``beside``), so the spans still add up to
+the gate's wall. Pure: no I/O, no clock.
 """
 from __future__ import annotations
 
@@ -60,6 +63,38 @@ def side_spans(gate: str, part: str, wall_s: float, phases: SidePhases | dict | 
     start = max(0.0, wall_s - phases.wait_s - sum(own.values()))
     return [Span(gate, part, "start", start)] + [
         Span(gate, part, k, v) for k, v in own.items() if v > 0]
+
+
+def split_at_hand_over(gate: str, part: str, wall_s: float, phases: SidePhases | dict | None,
+                       before: SidePhases | dict | None, released_s: float | None
+                       ) -> tuple[list[Span], list[Span]]:
+    """Pure: the spans of a side that started beside another (the candidate's replay, started
+    with main's record side: it imports and builds while main records), split at its
+    hand-over: (on the judgment's path: what it did once it had its hidden inputs; beside:
+    what it did before, while the other's spans count that time). ``before``: its phases when
+    it got its hidden inputs (their wait included: :func:`side_spans` leaves it out); the
+    process's start and end outside its driver's clock count as beside. A side that reported
+    no phases (it crashed) splits its wall at ``released_s`` (seconds from its start to its
+    release by the coordinator; None: never released, all beside), each part ``unmeasured``."""
+    if isinstance(phases, dict):
+        phases = SidePhases.from_dict(phases)
+    if isinstance(before, dict):
+        before = SidePhases.from_dict(before)
+    if phases is None or before is None:
+        cut = wall_s if released_s is None else min(wall_s, max(0.0, released_s))
+        return side_spans(gate, part, wall_s - cut, None), side_spans(gate, part, cut, None)
+    path_s = max(0.0, phases.driver_s - before.driver_s)
+
+    def less(a, b):
+        return None if a is None else max(0.0, a - (b or 0.0))
+
+    after = SidePhases(driver_s=path_s, build_s=less(phases.build_s, before.build_s),
+                       compile_s=less(phases.compile_s, before.compile_s),
+                       tap_s=less(phases.tap_s, before.tap_s),
+                       capture_s=less(phases.capture_s, before.capture_s),
+                       save_s=less(phases.save_s, before.save_s),
+                       wait_s=less(phases.wait_s, before.wait_s))
+    return side_spans(gate, part, path_s, after), side_spans(gate, part, max(0.0, wall_s - path_s), before)
 
 
 def rest(gate: str, wall_s: float, spans: list[Span], part: str = "coordinator") -> list[Span]:

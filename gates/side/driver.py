@@ -7,7 +7,8 @@ decides nothing: verdicts and statistics are computed by the harness from what i
 
 Before a mode's work the driver imports the whole tree, says so on stdout and only then
 receives the judgment's hidden inputs on stdin (``gates/launch/process.py``: the hand-over; bench sides
-get them in their ``prepare`` request): the candidate's import-time code finds nothing there.
+get them in their ``prepare`` request, tap sides once their model is built, which follows the
+target seed alone): the candidate's import-time code finds nothing there.
 
 Modes:
   run      every batch size: one eager step (NaN and poison checks), graph capture and timed
@@ -83,8 +84,8 @@ def main(argv=None) -> int:
         import_tree()
         channel.write(protocol.IMPORTED + "\n")
         channel.flush()
-        if args.mode != "bench":  # a bench side reads its hidden inputs in 'prepare'
-            hidden = receive_hidden(seal)
+        if args.mode == "run":  # a bench side reads its hidden inputs in 'prepare', a tap side
+            hidden = receive_hidden(seal)  # once its model is built (tap.side_main)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and os.environ.get(protocol.EXPECTS_CUDA) == "1":
         raise SystemExit("gates.side.driver: environment: the gates see a GPU but this side sees "
@@ -110,7 +111,8 @@ def main(argv=None) -> int:
             check_tamper(seal, audit)
             out.write_text(json.dumps(doc, indent=1, default=str))
 
-        result = tap.side_main(opts, device, out.parent, rank, hidden, Channel(channel, seal), publish)
+        result = tap.side_main(opts, device, out.parent, rank, lambda: receive_hidden(seal),
+                               Channel(channel, seal), publish)
     elif args.mode == "store":
         result = store_mode(opts, device, out, channel)
     elif args.mode == "compile":
@@ -194,15 +196,18 @@ def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0,
                  interpreted: bool = False) -> dict:
     """Launch every kernel of the tree once for each build the gates' sides make (the tap's
     and the scorer's context and batch sizes; no hidden input), so Triton compiles them into
-    this side's cache; and the harness's digest kernel at the shapes a tap's hooks give it.
-    ``interpreted``: Triton's interpreter runs the kernels, from source, compiling nothing:
-    no model is built."""
+    this side's cache: each batch size's step runs through the tap's own hooks
+    (``tap.compile_checks``: the fused check kernel at every variant a tap of the build
+    launches, keyed by no judgment); and the harness's digest kernel at the shapes a tap's
+    hooks give it. ``interpreted``: Triton's interpreter runs the kernels, from source,
+    compiling nothing: no model is built."""
     import dataclasses
 
     import torch
 
     from .fingerprint import digest_on_device
     from .session import Side, Spec, environment, log
+    from .tap import compile_checks, variants_doc
 
     dev = torch.device(device)
     result = {"environment": environment(dev), "spec": opts.sent, "builds": []}
@@ -215,10 +220,10 @@ def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0,
     for context, rows in builds:
         t0 = time.monotonic()
         side = Side(dataclasses.replace(base, context=context, rows=rows, steps=1), device, rank=rank)
+        variants = set()
         for n in rows:
-            step = side.step(n)
-            side.set_inputs(step, 0)
-            step.run()
+            launched, step = compile_checks(side, n)  # the step's kernels, and the tap's checks
+            variants |= launched
             digest_on_device(step.logits)
             side.sync()
             del step
@@ -228,7 +233,8 @@ def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0,
             digest_on_device(t)
         side.sync()
         result["builds"].append({"context": context, "rows": rows, "build_s": side.build_s,
-                                 "wall_s": time.monotonic() - t0})
+                                 "wall_s": time.monotonic() - t0,
+                                 "check_variants": variants_doc(variants)})
         log(f"compile: context {context}, rows {rows}: {time.monotonic() - t0:.1f}s")
         del side
         if dev.type == "cuda":  # the next build needs the memory this one held

@@ -268,6 +268,35 @@ def _check_kernel(x, n, rows, row_len, key, slot, iters,
         tl.atomic_add(slot + 5, inf)
 
 
+@dataclass(frozen=True, order=True)
+class Variant:
+    """What Triton compiles one :func:`_check_kernel` for, as a check of a tensor launches it:
+    the kind's constexprs, MASKED, and whether each tensor pointer that varies is 16-byte
+    aligned (Triton specializes pointers on that; ``n``, ``row_len`` and ``iters`` are not
+    specialized, and ``key``/``slot`` always are aligned: fresh allocations, 64-byte slots).
+    A side whose Triton cache holds every variant its tap launches compiles none of them."""
+
+    size: int
+    count: int
+    fold: bool
+    nan_min: int
+    inf: int
+    masked: bool
+    x_aligned: bool
+    rows_aligned: bool
+
+    @staticmethod
+    def of(t: torch.Tensor, rows, kind: _Kind) -> "Variant":
+        # a tensor that is not contiguous is copied first (:func:`_flat_bits`): a fresh
+        # allocation, aligned on every allocator here (CPU 64 bytes, CUDA 512)
+        def aligned(x):
+            return not x.is_contiguous() or x.data_ptr() % 16 == 0
+
+        x = aligned(t)
+        return Variant(kind.size, kind.count, kind.fold, kind.nan_min, kind.inf, rows is not None, x,
+                       x if rows is None else aligned(rows))
+
+
 def _flat_bits(t: torch.Tensor, size: int) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(_INT_OF[size])
 
@@ -357,6 +386,9 @@ class Pending:
         self._coef = None if self._triton else _Coefficients(key, self.device)
         self._bufs: list[torch.Tensor] = []
         self._meta: list = []  # per slot: (dtype, shape)
+        # every kernel variant this object's checks launch (or would launch, on the torch
+        # path): what main's compile side must have compiled (gates/side/driver.py)
+        self.variants: set[Variant] = set()
 
     def check(self, t: torch.Tensor, rows: torch.Tensor | None = None, values: bool = True,
               counts: bool = True) -> int:
@@ -376,6 +408,7 @@ class Pending:
         self._meta.append((t.dtype, tuple(t.shape)))
         if t.numel():
             kind = _Kind.of(t.dtype, counts, values)
+            self.variants.add(Variant.of(t, rows, kind))
             if self._triton:
                 _check_triton(t, rows, kind, self._key, slot)
             else:

@@ -94,6 +94,22 @@ class Side:
             f"state {self.model.state.nbytes() / 2**30:.2f} GiB")
         self.hook = hook
 
+    def use_input_seed(self, input_seed: int | None) -> None:
+        """The workload's tokens and positions from ``input_seed`` (None: the target seed),
+        handed over after the model was built: weights, caches and the state's capacity follow
+        the target seed and the seed-free position bound, so the model serves any input seed."""
+        from kernels.k31.workload import Workload
+
+        seed = self.spec.seed if input_seed is None else input_seed
+        if seed == self.workload.seed:
+            return
+        w = Workload(self.dims.vocab, self.max_rows, self.spec.context, self.spec.steps + 8, seed)
+        if w.position_bound != self.workload.position_bound:
+            raise ValueError(f"workload: input seed {seed} needs positions up to {w.position_bound}, "
+                             f"the model holds {self.workload.position_bound} (expected a seed-free "
+                             f"bound: kernels/k31/workload's contract)")
+        self.workload, self._inputs, self._timed = w, None, None
+
     @property
     def shapes(self):
         return self.model.shapes

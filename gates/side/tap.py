@@ -120,7 +120,7 @@ class TapHook:
     """Dispatcher hook of a free pass: poison, run, hash; optionally keep full copies."""
 
     def __init__(self, side: Side, keep: set | None, budget_bytes: float, store: dict,
-                 run_key: str):
+                 run_key: str, key: tuple[int, int] | None = None):
         self.side, self.keep, self.budget, self.store = side, keep, budget_bytes, store
         self.ptrs = _storage_ptrs(side.model)
         self.log = CallLog()
@@ -129,7 +129,7 @@ class TapHook:
         self.budget_hit = False
         from .fingerprint import Pending
 
-        self.pending = Pending(side.device, tap_key(side))
+        self.pending = Pending(side.device, tap_key(side) if key is None else key)
         self._settled = 0
 
     def __call__(self, spec, site, args, run):
@@ -207,6 +207,53 @@ def tap_key(side: Side) -> tuple[int, int]:
     from .fingerprint import digest_key
 
     return digest_key(side.workload.seed)
+
+
+def unrecorded_checks(checks, spec, sh, args):
+    """The pinned pass's checks of a call with no recording, one by one (each read back at
+    once; a caller may stop at the first that differs from A's): ("outputs", name, Check) over
+    the rows each output defines, then ("state", name, Check) of each whole state view."""
+    masks = _masks(spec, sh, args)
+    for n in spec.outputs:
+        yield "outputs", n, checks.now(args[n], masks.get(n))
+    for n in spec.state:
+        yield "state", n, checks.now(args[n])
+
+
+# the compile side's digest key: no judgment's (a judgment's is a blake2b draw of its hidden
+# input seed, ``fingerprint.digest_key``); a key is a kernel argument, never in Triton's cache
+COMPILE_KEY = (0, 0)
+
+
+def compile_checks(side: Side, rows: int) -> tuple[set, object]:
+    """One step of ``rows`` rows through the tap's own hooks, keyed by :data:`COMPILE_KEY`:
+    a free pass's checks of every op call (:class:`TapHook`) and a pinned pass's checks of a
+    call with no recording (:func:`unrecorded_checks`), so Triton compiles every variant of
+    the check kernel (``fingerprint.Variant``) a tap of this build launches (main's compile
+    side, ``gates/side/driver.py``). Returns those variants and the step."""
+    from .fingerprint import Pending
+
+    hook = TapHook(side, set(), 0.0, {}, f"r{rows}", key=COMPILE_KEY)
+    pinned = Pending(side.device, COMPILE_KEY)
+
+    def both(spec, site, args, run):
+        hook(spec, site, args, run)
+        for _ in unrecorded_checks(pinned, spec, side.shapes, args):
+            pass
+
+    step = side.step(rows, hook=both)
+    side.set_inputs(step, 0)
+    step.run()
+    hook.settle()
+    side.sync()
+    return hook.pending.variants | pinned.variants, step
+
+
+def variants_doc(variants) -> list[dict]:
+    """The check kernel's variants a side launched, sorted, as its document holds them."""
+    import dataclasses
+
+    return [dataclasses.asdict(v) for v in sorted(variants)]
 
 
 def _outside(t: torch.Tensor, pend) -> int | None:
@@ -288,7 +335,7 @@ def reference_extra(reference_ops: set | None) -> dict:
 def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store,
               reference_ops: set | None = None) -> dict:
     """All runs and steps; per call hashes, per step logits. Restores state between runs."""
-    out = {"runs": {}, "logits": {}}
+    out = {"runs": {}, "logits": {}, "check_variants": set()}
     used = 0.0  # the budget bounds the kept copies of the whole pass, not of each run
     extra = reference_extra(reference_ops)
     for rows in runs:
@@ -319,6 +366,7 @@ def free_pass(side: Side, runs: list[int], steps: int, snap, keep, budget, store
         out["runs"][key] = {"calls": base.log.calls, "kept_bytes": base.used - used,
                             "budget_hit": base.budget_hit}
         used = base.used
+        out["check_variants"] |= base.pending.variants
         log(f"tap: rows {rows}: {len(hook.log.calls)} op calls")
     side.model.state.restore(snap)
     return out
@@ -336,10 +384,13 @@ def any_rank(side: Side, flag: bool) -> bool:
     return bool(t.item())
 
 
-def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden=None,
+def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, receive=lambda: None,
               channel=None, publish=None) -> dict:
-    """One tap side. ``hidden`` (``gates.protocol.Hidden``, handed over on stdin; None: none):
-    the workload's input seed, and batch sizes run after the spec's visible ones.
+    """One tap side. ``receive()``: its hidden inputs (``gates.protocol.Hidden``, handed over
+    on stdin; None: none): the workload's input seed, and batch sizes run after the spec's
+    visible ones; called once the model is built (it follows the target seed alone), so the
+    candidate's side builds while main's records (gates/accuracy.py) and its time waiting for
+    them is a ``wait`` span (``hand_over`` in the document: its phases until then).
     ``channel`` (``gates/side/channel.Channel``): the coordinator's lines after the hand-over
     (main's kept op calls on demand: :func:`_keep_on_demand`); ``publish(result)``: writes the
     side's document before it ends (main's record side, so the candidate can replay against it
@@ -348,7 +399,11 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
     spec = Spec.of(opts)
     clk = clock()
     with clk.span("build"):
-        side = Side(spec, device, rank=rank, input_seed=hidden.input_seed if hidden else None)
+        side = Side(spec, device, rank=rank)
+    with clk.span("wait"):  # the candidate's side: until main's side recorded (gates/accuracy.py)
+        hidden = receive()
+    hand_over = clk.phases().to_dict()
+    side.use_input_seed(hidden.input_seed if hidden else None)
     files = TapFiles(outdir).rank(rank)
     files.root.mkdir(parents=True, exist_ok=True)
     # a base on another layout (kern test --base-gpus): no op call of B corresponds to one of
@@ -366,12 +421,13 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
     result = {"environment": environment(side.device), "role": role, "spec": opts.sent,
               "build_s": side.build_s, "weights_hash": weights_hash(side.model),
               "state_hash": state_hash(side.model), "rows": runs,
-              "workload": side.workload.describe()}
+              "workload": side.workload.describe(), "hand_over": hand_over}
     if role == "record":
         keep = set() if cross else None if opts.touched is None else set(opts.touched)
         store: dict = {}
         with clk.span("tap"):
             first = free_pass(side, runs, steps, snap, keep, opts.budget_mb * 2**20, store)
+        result["check_variants"] = variants_doc(first.pop("check_variants"))
         with clk.span("save"):
             torch.save(first.pop("logits"), files / TapFiles.LOGITS_A)
         result["rank_digests"] = first.pop("rank_digests", None)
@@ -386,12 +442,14 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
         # from the restored state (is A reproducible?), then the band
         with clk.span("tap"):
             plain = free_pass(side, runs, steps, snap, set(), 0, {})
+        plain.pop("check_variants")
         with clk.span("save"):
             torch.save(plain.pop("logits"), files / TapFiles.LOGITS_A)
         plain.pop("rank_digests", None)
         result["pass"] = plain
         with clk.span("tap"):
             repeat = free_pass(side, runs, steps, snap, set(), 0, {})
+        repeat.pop("check_variants")
         with clk.span("save"):
             torch.save(repeat.pop("logits"), files / TapFiles.LOGITS_A2)
         result["repeat"] = repeat
@@ -404,12 +462,14 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
         if ref_ops:
             with clk.span("tap"):
                 band = free_pass(side, runs, steps, snap, set(), 0, {}, reference_ops=ref_ops)
+            band.pop("check_variants")
             with clk.span("save"):
                 torch.save(band.pop("logits"), files / TapFiles.LOGITS_AREF)
             result["band_ops"] = sorted(ref_ops)
     else:
         with clk.span("tap"):
             free = free_pass(side, runs, steps, snap, set(), 0, {})
+        result["check_variants"] = variants_doc(free.pop("check_variants"))
         with clk.span("save"):
             torch.save(free.pop("logits"), files / TapFiles.LOGITS_B)
         result["rank_digests"] = free.pop("rank_digests", None)
@@ -437,8 +497,8 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, hidden
 
 def _keep_on_demand(side: Side, store: dict, path: Path, channel, publish) -> bool:
     """Main's record side, once its document and logits are written: publish them, give the
-    device back (A and B are never resident together: the kept op calls move to this
-    process's host memory, the model goes), say so, and write the kept calls to ``path`` only
+    device back (the kept op calls move to this process's host memory, the model goes: the
+    candidate's side, built beside this one's pass, replays on it), say so, and write the kept calls to ``path`` only
     if the coordinator asks (the candidate's free pass differed from this recording: its pinned
     pass reads them); a bit-identical candidate's judgment never writes them. True when saved."""
     from ..protocol import KEEP_SAVE, RECORDED, SAVED
@@ -630,10 +690,7 @@ def pinned_pass(side: Side, runs, steps, snap, record: dict, kept: KeptCalls, op
                 for name in spec.outputs:
                     poison(args[name])
                 run()
-                masks = _masks(spec, sh, args)
-                same = all(checks.now(args[n], masks.get(n)).raw == a["outputs"][n][0]
-                           for n in spec.outputs)
-                same = same and all(checks.now(args[n]).raw == a["state"][n][0] for n in spec.state)
+                same = all(c.raw == a[part][n][0] for part, n, c in unrecorded_checks(checks, spec, sh, args))
                 if not same:
                     state["diverged"] = {"call": i, "why": "an op without a recording differs "
                                          "(outside the snapshot budget, or an op the diff does "

@@ -379,3 +379,31 @@ def test_the_compile_modes_builds_run_every_row_of_each():
     got = compile_mode(opts, "cpu")
     assert [(b["context"], b["rows"]) for b in got["builds"]] == [(80, [1, 2]), (96, [2])]
     assert compile_mode(opts, "cpu", interpreted=True)["builds"] == []
+
+
+def test_the_compile_side_launches_every_check_kernel_variant_a_tap_launches():
+    """Main's compile side runs each batch size's step through the tap's own hooks
+    (``tap.compile_checks``), so it launches the fused check kernel at every variant
+    (``fingerprint.Variant``: its constexprs, MASKED, each pointer's 16-byte alignment) a tap
+    pass of the same build launches, hidden batch sizes included (here 5 and 6), and a pinned
+    pass's checks of a call with no recording too. On the CPU the interpreter compiles
+    nothing: that these launches leave Triton's cache holding the kernels a tap side then
+    loads (a cache hit, no compile) only a GPU shows."""
+    from gates.protocol import parse
+    from gates.side import tap
+    from gates.side.driver import compile_mode
+    from gates.side.session import Side, Spec
+
+    spec = C.compile_spec(TARGET, profile(test_rows=(1, 3), buckets=(2,)))
+    got = compile_mode(parse("compile", spec), "cpu")
+    build = got["builds"][0]
+    assert (build["context"], build["rows"]) == (80, [1, 3, 2])
+    compiled = {tuple(sorted(v.items())) for v in build["check_variants"]}
+    rows = [1, 3, 5, 6, 2]
+    side = Side(Spec(model="small", layout="tp2", seed=TARGET.seed, weight_sets=TARGET.weight_sets,
+                     context=80, steps=1, rows=rows), "cpu", input_seed=31337)
+    out = tap.free_pass(side, rows, 1, side.model.state.snapshot(), set(), 0, {})
+    tapped = {tuple(sorted(v.items())) for v in tap.variants_doc(out["check_variants"])}
+    assert tapped and tapped <= compiled, sorted(tapped - compiled)
+    # the pinned pass's checks of a call with no recording: state checked whole, counted
+    assert compiled - tapped, "the compile side launched nothing beyond a free pass's checks"

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gates.protocol import SidePhases
-from gates.rules.phases import JudgmentTimes, Span, rest, side_spans
+from gates.rules.phases import JudgmentTimes, Span, rest, side_spans, split_at_hand_over
 from gates.side.clock import CompileClock, PhaseClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +32,31 @@ def test_a_sides_spans_fill_its_wall_less_its_wait(build, compile_, tap, save, w
     assert abs(sum(s.seconds for s in spans) - (wall - wait)) <= 1e-6 * max(1.0, wall)
     assert spans[0].phase == "start" and abs(spans[0].seconds - extra) <= 1e-6 * max(1.0, wall)
     assert all(s.seconds > 0 for s in spans[1:]) and "wait" not in {s.phase for s in spans}
+
+
+@given(start=seconds, build=seconds, held=seconds, tap=seconds, save=seconds, kept=seconds, extra=seconds)
+def test_a_replay_beside_mains_recording_splits_at_its_hand_over(start, build, held, tap, save, kept, extra):
+    """The candidate's replay, started beside main's record side: what it did before its
+    hidden inputs came (its start, its build; its wait for them left out) is beside, the
+    rest on the gate's path; together they are its wall less its waits."""
+    before = SidePhases(driver_s=start + build + held, build_s=build, wait_s=held)
+    whole = SidePhases(driver_s=before.driver_s + tap + save + kept, build_s=build, tap_s=tap,
+                       save_s=save, wait_s=held + kept)
+    wall = extra + whole.driver_s
+    path, beside = split_at_hand_over("accuracy", "B replay", wall, whole.to_dict(), before.to_dict(), None)
+    tol = 1e-6 * max(1.0, wall)
+    assert abs(sum(s.seconds for s in path) - (tap + save)) <= tol
+    assert abs(sum(s.seconds for s in beside) - (extra + start + build)) <= tol
+    assert "build" not in {s.phase for s in path} and "tap" not in {s.phase for s in beside}
+    assert {s.part for s in path + beside} <= {"B replay"}
+
+
+def test_a_replay_that_reported_no_phases_splits_its_wall_at_its_release():
+    path, beside = split_at_hand_over("accuracy", "B replay", 30.0, None, None, 12.0)
+    assert path == [Span("accuracy", "B replay", "unmeasured", 18.0)]
+    assert beside == [Span("accuracy", "B replay", "unmeasured", 12.0)]
+    never = split_at_hand_over("accuracy", "B replay", 30.0, None, None, None)
+    assert never == ([], [Span("accuracy", "B replay", "unmeasured", 30.0)])
 
 
 def test_a_side_without_phases_is_one_unmeasured_span():
