@@ -558,7 +558,11 @@ def commit_hack(repo: Path, hack: Hack) -> str:
                 p.unlink()
             else:
                 p.write_text(text.replace(e.old, e.new, 1))
-        r.git.add("-A")
+        # the hack's own paths alone: what other tests left in the shared repository (a kern
+        # step document beside its files) is no part of it
+        paths = [e.path for e in hack.edits if not isinstance(e, Rename)]
+        if paths:
+            r.git.add("-A", "--", *paths)
         r.git.commit("-q", "-m", f"{hack.name}: {hack.what}")
         return r.head.commit.hexsha
     finally:
