@@ -547,14 +547,14 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         keeper.start(lambda k: ranks.run("tap", a_tree, a_spec, files.record, 3 * timeout,
                                          place, quiet, k, k.stop))
         a_kind, a_wall, a_tail = "ok", 0.0, ""
-        if mech == "off" and not keeper.wait_recorded(timeout):
+        if (mech == "off" or not req.accuracy.replay_beside) and not keeper.wait_recorded(timeout):
             return _unrecorded(keeper, a_dir, timeout)
     # The candidate's side starts beside main's record side (its process start, tree import
     # and model build overlap main's recording) under every sandbox that hides main's folder
     # from it until its release; with sandbox: off nothing does, so it starts once main has
     # recorded and the marks below are taken (else its import-time code could change main's
     # files before they are marked)
-    beside = keeper is not None and mech != "off"
+    beside = keeper is not None and mech != "off" and req.accuracy.replay_beside
     # what B reads of main must be unchanged when it ends (else it could record its own
     # results there): main's recording and tree, and B's copies of the recording
     recording = files.recording() + [

@@ -149,6 +149,9 @@ class AccuracySettings(Thresholds):
     hidden_rows: Annotated[Int, Ge(0)]
     snapshot_budget_mb: Annotated[Float, Gt(0)]
     reference_calls_per_op: Annotated[Int, Ge(1)]
+    # the candidate's replay side starts beside main's record side (both models on the device
+    # at once while main records); false: it starts once main has recorded
+    replay_beside: Bool = True
 
 
 @section

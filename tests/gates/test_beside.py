@@ -86,3 +86,17 @@ def test_a_base_that_fails_to_record_is_inconclusive_and_the_replay_beside_it_en
     assert r["beside"] and {s["part"] for s in r["beside"]} == {"B replay"}
     assert not [s for s in r["phases"] if s["part"] == "B replay"]
     assert r["b_log_tail"] == "" and tensors_left([r]) == []
+
+
+def test_with_replay_beside_off_the_replay_starts_once_main_has_recorded(tmp_path):
+    """kern.yaml's test.replay_beside: false (a device that holds one side's model only): the
+    replay's process starts after main's side said RECORDED; the verdict is the same."""
+    repo = make_repo(tmp_path, {**SETTINGS, "test.replay_beside": False})
+    cuda = torch.cuda.is_available()
+    cfg = load(repo / "kern.yaml").resolve(cuda)
+    assert cfg.test.replay_beside is False
+    r = run_test(accuracy_request(cfg, repo, "main", "main", repo / "runs", cuda)).report
+    assert r["verdict"] == "PASS bit-identical", reasons(r)
+    t = r["timeline"]
+    assert t["a_started"] <= t["a_recorded"] <= t["b_started"] <= t["b_released"], t
+    assert r["beside"] == [] and abs(_sum(r["phases"]) - r["wall_s"]) < 1e-6, r["phases"]
