@@ -4,6 +4,7 @@ only in the scorer's timed replays, judged end to end by ``kern try``."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,18 +50,14 @@ SCORER_SETTINGS = {**SETTINGS, "profiles.cpu.buckets": [2, 4], "profiles.cpu.wei
                    "profiles.gpu.buckets": [2, 4], "profiles.gpu.weights": [1, 1]}
 
 
-@pytest.fixture(scope="session")
-def scorer_only_judged(tmp_path_factory):
+def _judged_through_kern_try(folder: Path, hacks) -> tuple[Path, dict]:
     """(repository, {hack name: (attempt number, Outcome, the ledger's Attempt)}): each of
-    ``SCORER_ONLY`` and (without CUDA) ``TIMED_BAND`` through ``kern try``
-    (``pipeline.try_commit``) against main in one repository (attempt n of hack h keeps its
-    judgment in ``runs-<h>/attempts/<n>/``). Each attempt has its own runs folder, so on the CPU two run at
-    once (their slot locks apart); on a GPU one at a time (they would time each other)."""
-    repo = make_catalogue_repo(tmp_path_factory.mktemp("scorer-only"), SCORER_SETTINGS)
+    ``hacks`` through ``kern try`` (``pipeline.try_commit``) against main in one repository
+    (attempt n of hack h keeps its judgment in ``runs-<h>/attempts/<n>/``). Each attempt has
+    its own runs folder, so on the CPU two run at once (their slot locks apart); on a GPU one
+    at a time (they would time each other)."""
+    repo = make_catalogue_repo(folder, SCORER_SETTINGS)
     cuda = torch.cuda.is_available()
-    # the band's candidates on the cpu profile only: on the H200 the band is judged at full size
-    # (bench/gpu_evidence.sh fairbar), and the GPU hacks' call has no time for three more
-    hacks = SCORER_ONLY + ([] if cuda else TIMED_BAND)
     shas = {h.name: commit_hack(repo, h) for h in hacks}
     settings = load(repo / "kern.yaml")
     ledger = L.Ledger(L.default_path(repo))
@@ -74,6 +71,21 @@ def scorer_only_judged(tmp_path_factory):
     with ThreadPoolExecutor(1 if cuda else 2) as pool:
         jobs = {h.name: pool.submit(judge, h.name) for h in hacks}
         return repo, {name: f.result() for name, f in jobs.items()}
+
+
+# one fixture per test file: under CI's `--dist loadfile` the files run in different workers,
+# and a session fixture both used was judged in each (every hack twice)
+@pytest.fixture(scope="session")
+def scorer_only_judged(tmp_path_factory):
+    """``SCORER_ONLY`` judged through kern try (:func:`_judged_through_kern_try`)."""
+    return _judged_through_kern_try(tmp_path_factory.mktemp("scorer-only"), SCORER_ONLY)
+
+
+@pytest.fixture(scope="session")
+def timed_band_judged(tmp_path_factory):
+    """``TIMED_BAND`` (the cpu profile's band candidates) judged through kern try; on the H200
+    the band is judged at full size instead (bench/gpu_evidence.sh fairbar)."""
+    return _judged_through_kern_try(tmp_path_factory.mktemp("timed-band"), TIMED_BAND)
 
 
 @pytest.fixture(scope="session")

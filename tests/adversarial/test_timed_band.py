@@ -1,5 +1,5 @@
 """The scorer's bar where it judges (issue 35 item 1), on real candidate commits through ``kern
-try`` on the cpu profile (``hacks.TIMED_BAND``, judged in the scorer-only fixture's repository).
+try`` on the cpu profile (``hacks.TIMED_BAND``, judged in a catalogue repository of their own).
 
 Each candidate moves one rounding of the indexer (the scale folded into the head weights), so
 the accuracy gate claims no identity ('PASS logit evidence': the indexer's outputs differ, the
@@ -35,10 +35,10 @@ pytestmark = [pytest.mark.slow,
                                  "H200 the band is judged at full size (bench/gpu_evidence.sh fairbar)")]
 
 
-def _judged(scorer_only_judged, hack):
+def _judged(timed_band_judged, hack):
     """(Outcome, Attempt, the scorer's report) of ``hack``, asserted honest while watched:
     the accuracy gate passed it without an identical claim, so the band was measured."""
-    repo, judged = scorer_only_judged
+    repo, judged = timed_band_judged
     number, out, attempt = judged[hack.name]
     assert attempt.gate.accuracy.verdict == "PASS logit evidence", attempt.gate
     path = repo / f"runs-{hack.name}" / "attempts" / str(number) / "judgment-1.json"
@@ -55,18 +55,25 @@ def _timed_checks(bench):
             if c.get("check", "").startswith("timed_outputs")]
 
 
-def test_a_change_that_differs_from_main_by_near_ties_only_passes_the_band(scorer_only_judged):
-    out, attempt, bench = _judged(scorer_only_judged, H.NEAR_TIES_ONLY)
+def test_a_change_that_differs_from_main_by_near_ties_only_passes_the_band(timed_band_judged):
+    out, attempt, bench = _judged(timed_band_judged, H.NEAR_TIES_ONLY)
     assert bench["analysis"]["timed_band"]["ok"], bench["analysis"]["timed_band"]
     assert not bench["analysis"]["sides"]["B"]["failed_checks"], bench["analysis"]["sides"]["B"]
-    assert out.reason != "scorer check", out  # decided by its speed (the cpu: within noise)
+    from gates.results import BenchResult
+    from gates.rules.decision import reverify_check
+
+    res = BenchResult.of(bench)
+    assert res.b.graph_matches_eager, bench["analysis"]["sides"]["B"]
+    # decided by its speed (the cpu: within noise), or, on a loaded machine, by a large gain
+    # that its re-measurement did not reproduce: never by a check of its outputs
+    assert out.reason != "scorer check" or reverify_check(res) is not None, out
     assert bench["timed_band_s"] > 0 and bench["judged_cost"]["band_s"] == bench["timed_band_s"]
 
 
-def test_the_long_context_only_bug_is_refused_by_the_band_rule(scorer_only_judged):
+def test_the_long_context_only_bug_is_refused_by_the_band_rule(timed_band_judged):
     """Right at the tap's context, wrong past it at every bucket: main moves no timed row past
     kl_pass against the reference, the candidate moves several."""
-    out, attempt, bench = _judged(scorer_only_judged, H.LONG_CONTEXT_BUG)
+    out, attempt, bench = _judged(timed_band_judged, H.LONG_CONTEXT_BUG)
     assert (out.state, out.reason) == ("abandoned", "scorer check"), out
     assert any(c["check"] == "timed_outputs_accuracy" for c in attempt.gate.scorer.checks), attempt.gate
     timed = _timed_checks(bench)
@@ -79,10 +86,10 @@ def test_the_long_context_only_bug_is_refused_by_the_band_rule(scorer_only_judge
     assert rows_above["main"] == 0.0 and rows_above["candidate"] > 0 and not band["ok"], band
 
 
-def test_a_skip_in_the_timed_replays_only_is_refused_by_the_band_rule(scorer_only_judged):
+def test_a_skip_in_the_timed_replays_only_is_refused_by_the_band_rule(timed_band_judged):
     """No indexer scores in the scorer's last timed replay at 4 rows: the band reruns the
     replay furthest from main, whatever the random sample of the fixed rule drew."""
-    out, attempt, bench = _judged(scorer_only_judged, H.SKIP_PAST_THE_TAPS_CALLS)
+    out, attempt, bench = _judged(timed_band_judged, H.SKIP_PAST_THE_TAPS_CALLS)
     assert (out.state, out.reason) == ("abandoned", "scorer check"), out
     timed = _timed_checks(bench)
     assert timed and timed[0]["rule"] == "band", timed
