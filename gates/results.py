@@ -222,7 +222,7 @@ def _number(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def _at(d, *keys):
+def nested(d, *keys):
     """``d[k1][k2]...``, a bucket key as given or as the string JSON keeps; None where absent."""
     for k in keys:
         if not isinstance(d, dict):
@@ -246,11 +246,11 @@ class BucketTimes:
     @classmethod
     def of(cls, d, ranks=None) -> "BucketTimes | None":
         """A report's ``analysis.sides.<k>.buckets.<b>`` (None when it holds no median)."""
-        median = _number(_at(d, "median"))
+        median = _number(nested(d, "median"))
         if median is None:
             return None
-        n = _at(d, "n")
-        return cls(median, _number(_at(d, "p10")), _number(_at(d, "p90")), _number(_at(d, "cv")),
+        n = nested(d, "n")
+        return cls(median, _number(nested(d, "p10")), _number(nested(d, "p90")), _number(nested(d, "cv")),
                    n if isinstance(n, int) and not isinstance(n, bool) else None,
                    tuple(x for x in map(_number, ranks) if x is not None)
                    if isinstance(ranks, (list, tuple)) else ())
@@ -376,25 +376,25 @@ class ScorerView:
         report = report_of(report)
         if not isinstance(report, dict):
             return None
-        sides_raw = _at(report, "analysis", "sides")
+        sides_raw = nested(report, "analysis", "sides")
         sides_raw = sides_raw if isinstance(sides_raw, dict) else {}
-        ab = _at(report, "analysis", "ab")
+        ab = nested(report, "analysis", "ab")
         ab = ab if isinstance(ab, dict) else {}
         buckets = report.get("buckets") if isinstance(report.get("buckets"), list) else []
         weights = report.get("weights")
         weights = weights if isinstance(weights, list) and len(weights) == len(buckets) else [None] * len(buckets)
-        paired = bool(ab.get("paired") or _at(ab, "delta", "paired"))
-        bw = _number(_at(report, "bandwidth", "Bps"))
+        paired = bool(ab.get("paired") or nested(ab, "delta", "paired"))
+        bw = _number(nested(report, "bandwidth", "Bps"))
         ranks = report.get("rank_medians") if isinstance(report.get("rank_medians"), dict) else {}
         rows = []
         for bk, w in zip(buckets, weights):
-            d = _at(ab, "delta", "buckets", bk)
+            d = nested(ab, "delta", "buckets", bk)
             d = d if isinstance(d, dict) else {}
-            nbytes = _number(_at(report, "cost", bk, "bytes"))
+            nbytes = _number(nested(report, "cost", bk, "bytes"))
             rows.append(BucketView(
                 int(bk), _number(w),
-                BucketTimes.of(_at(sides_raw, "A", "buckets", bk), _at(ranks, "A", bk)),
-                BucketTimes.of(_at(sides_raw, "B", "buckets", bk), _at(ranks, "B", bk)),
+                BucketTimes.of(nested(sides_raw, "A", "buckets", bk), nested(ranks, "A", bk)),
+                BucketTimes.of(nested(sides_raw, "B", "buckets", bk), nested(ranks, "B", bk)),
                 _number(d.get("delta")), _number(d.get("low")), _number(d.get("high")),
                 nbytes / bw * 1e3 if nbytes is not None and bw else None, paired))
         sides = {k: SideScore(score=_number(s.get("score")),
@@ -408,8 +408,8 @@ class ScorerView:
             outcome=report.get("outcome") if isinstance(report.get("outcome"), str) else None,
             error=report.get("error"), wall_s=_number(report.get("wall_s")), from_judgment=True,
             paired=paired, buckets=tuple(rows), sides=sides,
-            delta_ms=_number(_at(ab, "delta", "delta")), low=_number(_at(ab, "delta", "low")),
-            high=_number(_at(ab, "delta", "high")), delta_pct=_number(ab.get("delta_pct")),
+            delta_ms=_number(nested(ab, "delta", "delta")), low=_number(nested(ab, "delta", "low")),
+            high=_number(nested(ab, "delta", "high")), delta_pct=_number(ab.get("delta_pct")),
             band_ms=_number(ab.get("band")),
             classification=ab.get("classification") if isinstance(ab.get("classification"), str) else None,
             guard=ab.get("guard") if isinstance(ab.get("guard"), str) else None,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, Sequence
 
-from gates.results import ScorerView
+from gates.results import ScorerView, nested
 from gates.summary import GateSummary
 
 from ..ledger import ABANDONED, CRASHED, MERGED, NOT_DONE, TIMED_OUT, Attempt, Score
@@ -40,14 +40,6 @@ class AttemptFiles:
     diff: str | None = None
     diff_missing: str = ""  # why there is no diff ("" when there is one)
     judgment: dict | None = None
-
-
-def _get(d, *keys):
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k) if k in d else d.get(str(k))
-    return d
 
 
 def diff_stats(diff: str) -> tuple[int, int, int]:
@@ -275,7 +267,7 @@ def reasons(a: Attempt, judgment: dict | None, lang: str = "en") -> list:
         out.append(t["scope_line"].format(text=problem))
     acc = g.accuracy
     if acc is not None and (acc.verdict or acc.reasons):
-        full = _get(judgment, "test", "reasons")
+        full = nested(judgment, "test", "reasons")
         items = [str(r) for r in (full if isinstance(full, list) and len(full) > len(acc.reasons or ())
                                   else acc.reasons or ())]
         out.append((t["accuracy_line"].format(text=acc.verdict or acc.tag or ""), items))
