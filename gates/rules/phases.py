@@ -195,6 +195,12 @@ class Beside:
             sums[s.phase] = sums.get(s.phase, 0.0) + s.seconds
         return {p: sums[p] for p in sorted(sums, key=_phase_order)}
 
+    def view(self) -> dict:
+        """As ``kern show --json`` and bench/tools/judging_times.py print it: as kept, with
+        its phases, its seconds and how much of them the other side's work covered."""
+        return {**self.to_dict(), "phases": self.by_phase(), "seconds": self.seconds,
+                "overlap_s": self.overlap_s, "after_s": self.after_s}
+
     def to_dict(self) -> dict:
         return {"gate": self.gate, "part": self.part, "of": self.of,
                 "spans": [s.to_dict() for s in self.spans], "started_s": self.started_s,

@@ -261,19 +261,12 @@ class AttemptView:
                 "total_s": t.total_s, "recorded": self.times_recorded,
                 "gates": {g: t.by_part(g) for g in GATES if t.by_part(g)},
                 # off the path (not in "gates"): what ran beside what, and for how long
-                "overlap_s": t.overlap_s, "beside": [beside_dict(b) for b in t.beside]},
+                "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside]},
             "ledger": {"delta_ms": a.delta_ms, "interval": [a.ci_low, a.ci_high], "delta_pct": a.delta_pct,
                        "medians_a": a.medians_a, "medians_b": a.medians_b,
                        "gate": None if gate is None else summary},
             "hidden": a.hidden,
         }
-
-
-def beside_dict(b) -> dict:
-    """Pure: one :class:`gates.rules.phases.Beside` as ``kern show --json`` prints it: as kept,
-    with its phases, its seconds and how much of them the other side's work covered."""
-    return {**b.to_dict(), "phases": b.by_phase(), "seconds": b.seconds, "overlap_s": b.overlap_s,
-            "after_s": b.after_s}
 
 
 def _data(event, key: str):
