@@ -71,8 +71,8 @@ def _beside_report(b_at: float, start: float, build: float, held: float, recorde
     hand = b_at + start + build + held
     path, beside = split_at_hand_over("accuracy", "B replay", wall_b, whole.to_dict() if released else None,
                                       before.to_dict() if released else None, hand - b_at if released else None)
-    spans = [Span("accuracy", "A record", "tap", recorded or 1.0)] + (path if released else [])
-    wall = max(recorded or 1.0, b_at + wall_b) + 0.5
+    spans = [Span("accuracy", "A record", "tap", recorded or 0.0)] + (path if released else [])
+    wall = max(recorded or 0.0, b_at + wall_b) + 0.5  # B's path runs after its release
     spans += rest("accuracy", wall, spans)
     return {"wall_s": wall, "phases": [x.to_dict() for x in spans], "beside": [x.to_dict() for x in beside],
             "timeline": {"a_started": 0.0, "a_recorded": recorded, "b_started": b_at,
