@@ -446,7 +446,7 @@ def beside_lines(b, wall_s: float | None = None) -> list[str]:
     line = f"{_secs(b.overlap_s)} of {of} overlapped {whose} {work}"
     if b.of_done_s is None:
         line += f" (ended with {b.of}, which never finished)"
-    elif b.after_s > 0.05:
+    elif b.after_s >= 0.05:  # what _secs would print as 0.0 s is none
         line += f"; {_secs(b.after_s)} after it (on the path, in the coordinator's other)"
     else:
         line += "; none after it"

@@ -14,7 +14,8 @@ over every part; both on the gates' paths, adding up to their walls), what ran b
 ``seconds``, ``overlap_s`` and ``after_s``; ``overlap_s``: their seconds that main's recording
 covered, None when nothing ran beside or no timeline was kept), then the medians per verdict
 kind (``medians``). A judgment kept before phases were recorded has its gates' walls and what
-its reports show (``phases_recorded`` false) and no ``total_s``. The machine defaults to the judgments' GPU ("h200"), else "cpu".
+its reports show (``phases_recorded`` false) and no ``total_s``. The machine defaults to the
+judgments' GPU ("h200"), else "cpu".
 
 The times are of the machine the judgments ran on; nothing here measures anything.
 """
