@@ -10,7 +10,9 @@ passes, the scorer (gates/scorer.py) on the same commit, base, hidden inputs and
 held to the accuracy gate's bar, in this host's scorer turn (gates/launch/turn.py); when the
 scorer measured a gain above ``bench.reverify_pct`` % with every check clean
 (``rules.decision.needs_reverify``), the scorer again: fresh processes, the sides alternating,
-an input seed of its own. Which gate runs next is all this decides: the verdicts are the
+an input seed of its own. The scorer and its re-measurement lease one model store
+(gates/launch/store.py: the weights built once, verified before and after each run, a decode
+state built for each run), ended with the judgment. Which gate runs next is all this decides: the verdicts are the
 gates', the merge rule gates/rules/decision.py's (``gates.summary.decided``)."""
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, replace
 from . import accuracy, scorer
 from .events import AccuracyVerdict, GateStarted, InScorer, Remeasuring, SideEnded
 from .launch import disk
+from .launch.store import ModelStores
 from .launch.turn import scorer_turn
 from .protocol import Hidden
 from .requests import JudgmentRequest
@@ -68,18 +71,22 @@ def judge(req: JudgmentRequest, progress=None) -> GatesRun:
 
 
 def _scored(req: JudgmentRequest, first, t, say) -> BenchResult:
-    """The scorer on ``first`` and, where its gain is large, its re-measurement."""
+    """The scorer on ``first`` and, where its gain is large, its re-measurement, both on one
+    model store (ended here, whatever ends the judgment)."""
     say(GateStarted("scorer", first.rev, first.base))
-    with scorer_turn(first.runs_dir, req.isolate, say):
-        bench = BenchResult.of(scorer.run_bench(first, progress=lambda e: say(InScorer(e))))
-    pct = first.scorer.reverify_pct
-    if decision.needs_reverify(bench, pct):
-        say(Remeasuring(first.rev, pct))
-        again = replace(first, alternate=True, hidden=hidden.for_machine(t.machine, t.accuracy),
-                        rounds=first.scorer.reverify_rounds)
+    with ModelStores() as stores:
         with scorer_turn(first.runs_dir, req.isolate, say):
-            bench = bench.with_reverify(BenchResult.of(
-                scorer.run_bench(again, progress=lambda e: say(InScorer(e, again=True)))))
+            bench = BenchResult.of(scorer.run_bench(first, progress=lambda e: say(InScorer(e)),
+                                                    stores=stores))
+        pct = first.scorer.reverify_pct
+        if decision.needs_reverify(bench, pct):
+            say(Remeasuring(first.rev, pct))
+            again = replace(first, alternate=True, hidden=hidden.for_machine(t.machine, t.accuracy),
+                            rounds=first.scorer.reverify_rounds)
+            with scorer_turn(first.runs_dir, req.isolate, say):
+                bench = bench.with_reverify(BenchResult.of(
+                    scorer.run_bench(again, progress=lambda e: say(InScorer(e, again=True)),
+                                     stores=stores)))
     for w in (bench.last_words, bench.reverify.last_words if bench.reverify else None):
         if w is not None:
             say(SideEnded("scorer", w.side, w.kind, w.last, w.log))

@@ -297,7 +297,10 @@ class BenchOptions(SideOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class StoreOptions(SideOptions):
-    """``store``: builds the model once and shares it with the bench sides over CUDA IPC."""
+    """``store``: builds the model's weights once and shares them with the bench sides of each
+    scorer run that leases it (:class:`StoreLease`) over CUDA IPC, each lease with a decode
+    state of its own (gates/side/store.py). Its context, rows and steps size no state: each
+    lease says its own."""
     MODE: ClassVar[str] = "store"
 
 
@@ -321,8 +324,68 @@ def parse(mode: str, spec: dict) -> SideOptions:
     return OPTIONS[mode].parse(spec)
 
 
+# ------------------------------------------------------------------ the model store's requests
+STORE_QUIT = "quit"  # the line that ends the model store
+
+
+class StoreRequestError(ValueError):
+    """The model store was sent a line that is none of its requests: a bug of the scorer."""
+
+
+@dataclass(frozen=True)
+class StoreLease:
+    """A scorer run's lease of the store (gates/launch/store.py to gates/side/store.py): the
+    weights verified against their build's digest, then a decode state built for this lease
+    alone at ``context`` tokens for ``rows`` rows (the largest of them) and ``steps`` workload
+    steps, the model written as CUDA IPC handles. The store answers
+    ``{"lease": n, "ready": path | None, "weights_intact": bool, "state_s": s}``: ``ready``
+    None where the weights changed (no lease: the store is replaced) or on a CPU (no IPC)."""
+
+    context: int
+    rows: list
+    steps: int
+
+    def line(self) -> str:
+        return json.dumps({"lease": {"context": self.context, "rows": list(self.rows),
+                                     "steps": self.steps}}) + "\n"
+
+
+@dataclass(frozen=True)
+class StoreRelease:
+    """The lease ends: its state dropped, the weights verified again. The store answers
+    ``{"released": n, "weights_intact": bool}``."""
+
+    def line(self) -> str:
+        return json.dumps({"release": True}) + "\n"
+
+
+def store_request(line: str) -> "StoreLease | StoreRelease | None":
+    """The request one line on the store's stdin holds; None for :data:`STORE_QUIT` (the
+    store ends); anything else raises :class:`StoreRequestError`."""
+    text = line.strip()
+    if text == STORE_QUIT:
+        return None
+    try:
+        d = json.loads(text)
+    except ValueError:
+        d = None
+    if d == {"cmd": "quit"}:  # Interactive.close's bench Quit, sent before STORE_QUIT
+        return None
+    if isinstance(d, dict) and set(d) == {"release"} and d["release"] is True:
+        return StoreRelease()
+    lease = d.get("lease") if isinstance(d, dict) and set(d) == {"lease"} else None
+    if isinstance(lease, dict) and set(lease) == {"context", "rows", "steps"} \
+            and all(isinstance(lease[k], int) and not isinstance(lease[k], bool) and lease[k] > 0
+                    for k in ("context", "steps")) \
+            and isinstance(lease["rows"], list) and lease["rows"] \
+            and all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in lease["rows"]):
+        return StoreLease(lease["context"], lease["rows"], lease["steps"])
+    raise StoreRequestError(f"the model store was sent {text[:200]!r} (expected {STORE_QUIT!r}, "
+                            f"a lease {{'lease': {{'context', 'rows', 'steps'}}}} or "
+                            f"{{'release': true}}): a bug of the scorer that sent it")
+
+
 # ------------------------------------------------------------------ the scorer's commands
-STORE_QUIT = "quit"  # the line that ends the model store (any other line is ignored)
 
 
 class CommandError(ValueError):
