@@ -338,8 +338,9 @@ class StoreLease:
     weights verified against their build's digest, then a decode state built for this lease
     alone at ``context`` tokens for ``rows`` rows (the largest of them) and ``steps`` workload
     steps, the model written as CUDA IPC handles. The store answers
-    ``{"lease": n, "ready": path | None, "weights_intact": bool, "state_s": s}``: ``ready``
-    None where the weights changed (no lease: the store is replaced) or on a CPU (no IPC)."""
+    ``{"lease": n, "ready": path | None, "sha256": hex | None, "weights_intact": bool,
+    "state_s": s}``: ``ready`` None where the weights changed (no lease: the store is
+    replaced) or on a CPU (no IPC); ``sha256`` the bytes written there (:class:`Prepare`)."""
 
     context: int
     rows: list
@@ -429,6 +430,9 @@ class Prepare(BenchCommand):
     hidden: dict | None
     sketch_seed: int = 0  # the seed of the state sketches (gates/side/timed.py)
     claim: str | None = None  # the accuracy gate's verdict the timed outputs are held to
+    # the store's sha256 of the model handles it wrote (the spec's attach): the side loads
+    # those bytes only (the file lies in a run folder the candidate's side writes too)
+    attach_sha256: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

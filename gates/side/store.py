@@ -120,13 +120,13 @@ class Store:
         t0 = time.monotonic()
         self.model = self.lease_model(lease)
         state_s = time.monotonic() - t0
-        path = None
+        path = sha = None
         if self.device.type == "cuda":  # the CPU has no CUDA IPC: its sides build their own
             path = out.with_suffix(f".lease{self.leases}.ipc")
-            save_shared(self.model, path)
+            sha = save_shared(self.model, path)
         log(f"store: lease {self.leases}: state for {max(lease.rows)} rows at context "
             f"{lease.context} in {state_s:.1f}s")
-        return {"lease": self.leases, "ready": None if path is None else str(path),
+        return {"lease": self.leases, "ready": None if path is None else str(path), "sha256": sha,
                 "weights_intact": True, "state_s": state_s}
 
     def release(self, out: Path) -> dict:

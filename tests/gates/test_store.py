@@ -177,6 +177,19 @@ def test_one_changed_weight_byte_is_seen_and_no_lease_is_given(small_store, tmp_
     assert small_store.digest.intact()
 
 
+def test_a_side_loads_only_the_handles_the_store_wrote(tmp_path):
+    """The lease's file lies in the run folder the candidate's side writes too: a side checks
+    the bytes against the store's hash (sent over the scorer's pipe) before unpickling them."""
+    from gates.side.session import load_shared, save_shared
+
+    path = tmp_path / "store.lease1.ipc"
+    sha = save_shared({"weights": [1, 2, 3]}, path)
+    assert load_shared(path, sha) == {"weights": [1, 2, 3]}
+    path.write_bytes(path.read_bytes().replace(b"weights", b"wEights"))
+    with pytest.raises(RuntimeError, match="tamper: the shared model's handles"):
+        load_shared(path, sha)
+
+
 # ------------------------------------------------------------------ its process, on the CPU
 def _start(repo: Path, work: Path, key=KEY, place=Placement()):
     return lambda: ModelStore(key, repo, SPEC, work, place, None, 300)
