@@ -4,8 +4,9 @@ Shell: check out the revisions, start one side process per revision (and, on a G
 both sides' protected model code agrees, lease the model from a store process that builds the
 weights once and shares them over CUDA IPC with a decode state built for this run: the
 caller's ``stores`` when it holds one across runs, gates/launch/store.py), drive interleaved
-rounds A B B A, collect replay times and their output checks. Core: ``stats`` turns the samples into medians, the score, a bootstrap
-interval, the A-vs-A noise band, a classification and the guard.
+rounds A B B A, collect replay times and their output checks. Core: ``stats`` turns the
+samples into medians, the score, a bootstrap interval, the A-vs-A noise band, a
+classification and the guard.
 """
 from __future__ import annotations
 
@@ -215,12 +216,12 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
                 raise SideError("error", "store: the weights of a store just built differ from "
                                 "their own build's digest (expected equal): the environment's "
                                 "GPU memory or the store's code", store.log_path)
+            # the store's spans: its weights' build (a store started for this run) and the
+            # lease's state, as 'build'; the rest of the wait (its start, the digests) 'start'
             wall = time.monotonic() - t_store
-            if plan.action == REUSE:
-                spans.extend(side_spans("scorer", "store", wall, {"driver_s": wall,
-                                                                  "build_s": lease["state_s"]}))
-            else:
-                spans.extend(side_spans("scorer", "store", wall, store.ready.get("phases")))
+            ph = {"driver_s": wall} if plan.action == REUSE else dict(store.ready.get("phases") or {})
+            ph["build_s"] = (ph.get("build_s") or 0.0) + lease["state_s"]
+            spans.extend(side_spans("scorer", "store", wall, ph))
             result["store"].update(lease=store.leases, started=stores.started, state_s=lease["state_s"],
                                    build_s=store.ready.get("build_s"))
             attach_spec["attach"], attach["sha256"] = lease["ready"], lease.get("sha256")
