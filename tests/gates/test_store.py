@@ -102,6 +102,35 @@ def test_the_store_digest_covers_the_code_it_runs_and_nothing_else(tmp_path):
     assert store_digest(repo) != d0
 
 
+def test_weights_written_under_a_lease_abandon_the_candidate_as_a_scorer_check():
+    """The release's failed check lands among the candidate's side's, and the merge rule then
+    abandons it by that check, whatever its times say."""
+    from gates.results import AccuracyResult, BenchResult
+    from gates.rules import decision as D
+    from gates.scorer import analyse
+    from harness.settings import load
+
+    buckets, weights = [4, 16], [1, 2]
+    cfg = load(ROOT / "kern.yaml").resolve(True).bench
+    blocks = {k: [{b: [10.0 * b * f] * 3 for b in buckets}] * 2 for k, f in (("A", 1.0), ("B", 0.5))}
+    samples = {k: {b: [x for v in blocks[k] for x in v[b]] for b in buckets} for k in blocks}
+    checks = {k: [{"bucket": b} for b in buckets] for k in blocks}
+    written = R.released(False, ("A", "B")).failed_check
+    result = {"verify": {k: {b: {"equal": True} for b in buckets} for k in blocks},
+              "store": {"plan": "reuse", "weights_check": written}}
+    analysis = analyse(samples, blocks, checks, result, cfg, buckets, weights)
+    assert analysis["sides"]["B"]["failed_checks"] == [written]
+    assert analysis["sides"]["A"]["failed_checks"] == []
+    bench = BenchResult.of({"outcome": "ok", "buckets": buckets, "processes": {"A": 1, "B": 1},
+                            "analysis": analysis})
+    assert bench.ab.classification == "faster" and not D.needs_reverify(bench, 99.0)
+    test = AccuracyResult.of({"verdict": "PASS bit-identical", "reasons": [], "exit_code": 0,
+                              "evidence": {"outcome_a": "ok", "outcome_b": "ok"}})
+    d = D.decide(True, test, bench)
+    assert (d.state, d.reason) == ("abandoned", "scorer check")
+    assert [c["check"] for c in d.checks] == [R.WEIGHTS_CHECK]
+
+
 # ------------------------------------------------------------------ its requests
 @given(st.integers(1, 2**20), st.lists(st.integers(1, 512), min_size=1, max_size=6), st.integers(1, 4096))
 def test_a_lease_line_reads_back_as_the_same_lease(context, rows, steps):
@@ -309,6 +338,39 @@ def test_a_store_dies_with_a_killed_holder(repo, tmp_path):
         for pid in pids if "pids" in locals() else ():
             if _alive(pid):  # what the test found left: never left running
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, monkeypatch):
+    """The scorer's own store path on the CPU: the decision told the sides share (the CPU has
+    no CUDA IPC, so each side still builds its own model and the lease hands no file), two
+    runs on one ModelStores as gates/judging.py makes them: one store, started for the first
+    run, reused by the second in the first one's folder with a state of its own, its weights
+    verified unchanged after each, ended with its holder."""
+    import gates.scorer as S
+    from harness.pipeline import bench_request
+    from harness.settings import load
+
+    monkeypatch.setattr(S, "processes", lambda cuda, same, world, forced, sides:
+                        (same and world == 1, bool(forced) and sides > 1))
+    monkeypatch.setattr(S, "Need", lambda key, cuda, world, same: R.Need(key, True, world, same))
+    cfg = load(repo / "kern.yaml").resolve(False)
+    req = bench_request(cfg, repo, "main", "main", repo / "runs", False, rounds=1, replays=2)
+    events = []
+    with ModelStores() as stores:
+        first = S.run_bench(req, progress=events.append, stores=stores).report
+        second = S.run_bench(replace(req, alternate=True), progress=events.append, stores=stores).report
+        assert stores.started == 1 and stores.store.leases == 2
+        pids = {stores.store.proc.proc.pid} | _descendants(stores.store.proc.proc.pid)
+    assert _gone(pids)
+    assert first["outcome"] == second["outcome"] == "ok"
+    assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
+    assert first["store"]["kept"] and second["store"]["kept"]
+    assert first["store"]["weights_check"] is None and second["store"]["weights_check"] is None
+    assert second["work_dir"] == first["work_dir"]
+    assert (Path(first["work_dir"]) / "run2-sideA.log").exists()
+    assert [str(e) for e in events if type(e).__name__ == "StoreReady"][1].startswith("store: weights reused")
+    assert not second["analysis"]["sides"]["B"]["failed_checks"]
 
 
 # ------------------------------------------------------------------ the IPC path, on a GPU
