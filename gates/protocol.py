@@ -337,10 +337,8 @@ class StoreLease:
     """A scorer run's lease of the store (gates/launch/store.py to gates/side/store.py): the
     weights verified against their build's digest, then a decode state built for this lease
     alone at ``context`` tokens for ``rows`` rows (the largest of them) and ``steps`` workload
-    steps, the model written as CUDA IPC handles. The store answers
-    ``{"lease": n, "ready": path | None, "sha256": hex | None, "weights_intact": bool,
-    "state_s": s}``: ``ready`` None where the weights changed (no lease: the store is
-    replaced) or on a CPU (no IPC); ``sha256`` the bytes written there (:class:`Prepare`)."""
+    steps. The store answers ``{"lease": n, "weights_intact": bool, "state_s": s}``; where the
+    weights changed no lease is open (the store is replaced)."""
 
     context: int
     rows: list
@@ -352,15 +350,28 @@ class StoreLease:
 
 
 @dataclass(frozen=True)
+class StoreHandles:
+    """The open lease's model as CUDA IPC handles for one bench side's process: a file of its
+    own each (torch counts every handle sent as one consumer's, released when that process
+    frees it). The store answers ``{"ready": path | None, "sha256": hex | None}``: None on a
+    CPU (no IPC: the side builds its own model); ``sha256`` the bytes written there, which the
+    side alone loads (:class:`Prepare`)."""
+
+    def line(self) -> str:
+        return json.dumps({"handles": True}) + "\n"
+
+
+@dataclass(frozen=True)
 class StoreRelease:
     """The lease ends: its state dropped, the weights verified again. The store answers
-    ``{"released": n, "weights_intact": bool}``."""
+    ``{"released": n, "weights_intact": bool, "freed": bool, "held_bytes": n}`` (``freed``:
+    the state left the device; CUDA IPC keeps a block until its consumers release it)."""
 
     def line(self) -> str:
         return json.dumps({"release": True}) + "\n"
 
 
-def store_request(line: str) -> "StoreLease | StoreRelease | None":
+def store_request(line: str) -> "StoreLease | StoreHandles | StoreRelease | None":
     """The request one line on the store's stdin holds; None for :data:`STORE_QUIT` (the
     store ends); anything else raises :class:`StoreRequestError`."""
     text = line.strip()
@@ -374,6 +385,8 @@ def store_request(line: str) -> "StoreLease | StoreRelease | None":
         return None
     if isinstance(d, dict) and set(d) == {"release"} and d["release"] is True:
         return StoreRelease()
+    if isinstance(d, dict) and set(d) == {"handles"} and d["handles"] is True:
+        return StoreHandles()
     lease = d.get("lease") if isinstance(d, dict) and set(d) == {"lease"} else None
     if isinstance(lease, dict) and set(lease) == {"context", "rows", "steps"} \
             and all(isinstance(lease[k], int) and not isinstance(lease[k], bool) and lease[k] > 0
@@ -382,8 +395,9 @@ def store_request(line: str) -> "StoreLease | StoreRelease | None":
             and all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in lease["rows"]):
         return StoreLease(lease["context"], lease["rows"], lease["steps"])
     raise StoreRequestError(f"the model store was sent {text[:200]!r} (expected {STORE_QUIT!r}, "
-                            f"a lease {{'lease': {{'context', 'rows', 'steps'}}}} or "
-                            f"{{'release': true}}): a bug of the scorer that sent it")
+                            f"a lease {{'lease': {{'context', 'rows', 'steps'}}}}, "
+                            f"{{'handles': true}} or {{'release': true}}): a bug of the scorer "
+                            f"that sent it")
 
 
 # ------------------------------------------------------------------ the scorer's commands

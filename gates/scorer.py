@@ -157,7 +157,6 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
     if req.world > 1:
         result["ranks"] = ranks.describe(req.world, spec["layout"], "nccl" if req.cuda else "gloo")
     attach_spec = dict(spec)
-    attach = {"sha256": None}  # the lease's model handles, as the store hashed them
 
     now = {"side": None}  # the side being asked, for errors that name who acts
     # where the run's time goes (gates/rules/phases.py): each process's start and own phases, and
@@ -176,12 +175,16 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
         part = k + (f"-{opened[k] + 1}" if opened[k] else "")
         opened[k] += 1
         t_open = time.monotonic()
-        s = sides[k] = RankGroup("bench", trees[k], attach_spec, work, label, req.world, place) \
-            if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label, place, group=box)
+        # the lease's model for this process: its own handles (torch counts one consumer per
+        # handle sent), loaded only as the bytes the store wrote
+        handles = stores.store.handles(timeout) if leased else {"ready": None, "sha256": None}
+        spec_k = {**attach_spec, "attach": handles["ready"]} if handles["ready"] else attach_spec
+        s = sides[k] = RankGroup("bench", trees[k], spec_k, work, label, req.world, place) \
+            if req.world > 1 else Interactive("bench", trees[k], spec_k, work, label, place, group=box)
         # the hidden inputs only once the side has imported the candidate's tree
         s.wait_imported(timeout)
         r = s.request(Prepare(hidden=result["hidden"], sketch_seed=secrets["sketch_seed"], claim=claim,
-                              attach_sha256=attach["sha256"]), timeout)
+                              attach_sha256=handles["sha256"]), timeout)
         result["prepare"].setdefault(k, []).append(
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
@@ -224,7 +227,6 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
             spans.extend(side_spans("scorer", "store", wall, ph))
             result["store"].update(lease=store.leases, started=stores.started, state_s=lease["state_s"],
                                    build_s=store.ready.get("build_s"))
-            attach_spec["attach"], attach["sha256"] = lease["ready"], lease.get("sha256")
             progress(StoreReady(store.ready["build_s"], plan.action == REUSE, lease["state_s"]))
         if not alternate:
             for k in sorted(trees):

@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..protocol import STORE_QUIT, StoreLease, StoreRelease
+from ..protocol import STORE_QUIT, StoreHandles, StoreLease, StoreRelease
 from ..requests import Placement
 from ..rules.store import (NONE, REPLACE, REUSE, STORE_FILES, Held, Need, Plan, StoreKey, decide,
                            released, uncovered)
@@ -85,17 +85,23 @@ class ModelStore:
         return reply
 
     def lease(self, lease: StoreLease, timeout_s: float) -> dict:
-        """A lease: ``{"ready": IPC file | None, "weights_intact", "state_s"}``; the weights
-        changed since their build: ``weights_intact`` false and no lease open."""
+        """A lease: ``{"weights_intact", "state_s"}``; the weights changed since their build:
+        ``weights_intact`` false and no lease open."""
         r = self._ask(lease.line(), timeout_s)
         self.leases += 1
         self.intact = bool(r.get("weights_intact"))
         self.leased = self.intact
         return r
 
-    def release(self, timeout_s: float) -> bool | None:
-        """End the open lease; whether the weights are still as built (None: the store did not
-        answer, or had ended)."""
+    def handles(self, timeout_s: float) -> dict:
+        """The open lease's model for one more side process: ``{"ready": its IPC file | None
+        (a CPU), "sha256": of the file's bytes}``."""
+        return self._ask(StoreHandles().line(), timeout_s)
+
+    def release(self, timeout_s: float) -> dict | None:
+        """End the open lease: the store's answer (``weights_intact``: the weights are still as
+        built; ``freed``: the lease's state left the device), None where it did not answer or
+        had ended."""
         if not self.leased:
             return None
         self.leased = False
@@ -105,7 +111,7 @@ class ModelStore:
             self.intact = False
             return None
         self.intact = bool(r.get("weights_intact"))
-        return self.intact
+        return r
 
     def close(self) -> None:
         """End the process (asked to, then killed) and the sandbox it shares with its sides."""
@@ -152,7 +158,9 @@ class ModelStores:
         :class:`~gates.rules.store.Release` (a store not to keep is ended here)."""
         if self.store is None:
             return None
-        rel = released(self.store.release(timeout_s), sides)
+        r = self.store.release(timeout_s)
+        rel = released(None if r is None else bool(r.get("weights_intact")), sides,
+                       True if r is None else bool(r.get("freed", True)))
         if not rel.keep:
             self.close()
         return rel

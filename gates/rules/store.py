@@ -125,13 +125,19 @@ class Release:
 WEIGHTS_CHECK = "shared_weights_unchanged"
 
 
-def released(intact: bool | None, sides: tuple[str, ...]) -> Release:
+def released(intact: bool | None, sides: tuple[str, ...], freed: bool = True) -> Release:
     """Pure: a lease ended; ``intact``: the store's digest of its weights matched their
     build's (None: not verified, the store ended or did not answer); ``sides``: the sides that
-    attached during it ("A" main's, "B" the candidate's). Main's side runs the code main
-    merged, so weights changed under a lease the candidate's side shared are its doing."""
+    attached during it ("A" main's, "B" the candidate's); ``freed``: the lease's state left the
+    device (CUDA IPC keeps a block its consumers did not release: a store still holding one
+    would leave the next run's state no room, so a new store serves it). Main's side runs the
+    code main merged, so weights changed under a lease the candidate's side shared are its
+    doing."""
     if intact is None:
         return Release(False, "the store's weights could not be verified after the lease")
+    if intact and not freed:
+        return Release(False, "its weights verified unchanged, but the lease's state is still "
+                              "held on the device")
     if intact:
         return Release(True, "its weights verified unchanged after the lease")
     check = None

@@ -26,6 +26,8 @@ from .clock import clock
 from .fingerprint import Pending
 from .session import Progress, log, save_shared
 
+FREED_SLACK = 64 << 20  # bytes beyond the weights' a released store may hold (allocator slack)
+
 
 def weight_tensors(weights) -> list:
     """Every tensor of ``weights`` (``kernels.k31.weights.Weights``) once, in a fixed order
@@ -92,8 +94,12 @@ class Store:
                                      device=self.device, progress=Progress())
         self.digest = WeightDigest(self.weights, self.device)
         self.build_s = time.monotonic() - t0
+        # what the device holds for the weights alone (their digests' buffers included): a
+        # lease's state must be gone again when it ends
+        self.baseline = self._allocated()
         self.model = None  # the open lease's (weights and its own state)
         self.leases = 0
+        self.handed = 0  # handle files written for the open lease
 
     def lease_model(self, lease: "protocol.StoreLease"):
         """The model of ``lease``: the weights held and a decode state built for it from the
@@ -119,25 +125,48 @@ class Store:
             return {"lease": self.leases, "ready": None, "weights_intact": False, "state_s": 0.0}
         t0 = time.monotonic()
         self.model = self.lease_model(lease)
+        self.handed = 0
         state_s = time.monotonic() - t0
-        path = sha = None
-        if self.device.type == "cuda":  # the CPU has no CUDA IPC: its sides build their own
-            path = out.with_suffix(f".lease{self.leases}.ipc")
-            sha = save_shared(self.model, path)
         log(f"store: lease {self.leases}: state for {max(lease.rows)} rows at context "
             f"{lease.context} in {state_s:.1f}s")
-        return {"lease": self.leases, "ready": None if path is None else str(path), "sha256": sha,
-                "weights_intact": True, "state_s": state_s}
+        return {"lease": self.leases, "weights_intact": True, "state_s": state_s}
+
+    def _handle_path(self, out: Path, k: int) -> Path:
+        return out.with_suffix(f".lease{self.leases}-{k}.ipc")
+
+    def handles(self, out: Path) -> dict:
+        """The open lease's model as handles for one more process (a file each: torch counts
+        one consumer per handle sent)."""
+        if self.model is None:
+            return {"error": "no lease is open (expected a lease first): a bug of the scorer"}
+        if self.device.type != "cuda":  # the CPU has no CUDA IPC: its sides build their own
+            return {"ready": None, "sha256": None}
+        self.handed += 1
+        path = self._handle_path(out, self.handed)
+        return {"ready": str(path), "sha256": save_shared(self.model, path)}
+
+    def _allocated(self) -> int:
+        if self.device.type != "cuda":
+            return 0
+        torch.cuda.synchronize(self.device)
+        return torch.cuda.memory_allocated(self.device)
 
     def release(self, out: Path) -> dict:
         self.model = None
         gc.collect()
         if self.device.type == "cuda":
+            # blocks sent over CUDA IPC stay in torch's limbo until every consumer released
+            # them: collected here where they were; what is left is reported, not hidden
+            torch.cuda.ipc_collect()
             torch.cuda.empty_cache()
-        out.with_suffix(f".lease{self.leases}.ipc").unlink(missing_ok=True)
+        for k in range(1, self.handed + 1):
+            self._handle_path(out, k).unlink(missing_ok=True)
         intact = self.digest.intact()
-        log(f"store: lease {self.leases} released; weights {'unchanged' if intact else 'CHANGED'}")
-        return {"released": self.leases, "weights_intact": intact}
+        held = max(0, self._allocated() - self.baseline)
+        freed = held <= FREED_SLACK
+        log(f"store: lease {self.leases} released; weights {'unchanged' if intact else 'CHANGED'}; "
+            f"{held / 2**20:.0f} MiB of its state still on the device")
+        return {"released": self.leases, "weights_intact": intact, "freed": freed, "held_bytes": held}
 
 
 def serve(opts: "protocol.StoreOptions", device: str, out: Path, channel) -> dict:
@@ -158,6 +187,11 @@ def serve(opts: "protocol.StoreOptions", device: str, out: Path, channel) -> dic
         req = protocol.store_request(line)
         if req is None:
             break
-        say(store.lease(req, out) if isinstance(req, protocol.StoreLease) else store.release(out))
+        if isinstance(req, protocol.StoreLease):
+            say(store.lease(req, out))
+        elif isinstance(req, protocol.StoreHandles):
+            say(store.handles(out))
+        else:
+            say(store.release(out))
     log("store: done")
     return {"build_s": store.build_s, "leases": store.leases, "loaded": loaded_files()}

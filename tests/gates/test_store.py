@@ -83,6 +83,8 @@ def test_weights_changed_under_a_lease_fail_the_candidate_and_retire_the_store()
     assert not alone.keep and alone.failed_check is None
     unknown = R.released(None, ("A", "B"))
     assert not unknown.keep and unknown.failed_check is None
+    held = R.released(True, ("A", "B"), freed=False)  # CUDA IPC kept the lease's state
+    assert not held.keep and held.failed_check is None and "still held" in held.reason
 
 
 def test_code_the_store_key_does_not_cover_is_named():
@@ -140,10 +142,12 @@ def test_a_lease_line_reads_back_as_the_same_lease(context, rows, steps):
 
 def test_the_store_reads_release_quit_and_refuses_anything_else():
     assert protocol.store_request(protocol.StoreRelease().line()) == protocol.StoreRelease()
+    assert protocol.store_request(protocol.StoreHandles().line()) == protocol.StoreHandles()
     assert protocol.store_request(protocol.STORE_QUIT + "\n") is None
     assert protocol.store_request(json.dumps(protocol.Quit().to_dict())) is None
     for bad in ('{"lease": {"context": 0, "rows": [2], "steps": 1}}', '{"lease": {"rows": [2]}}',
-                '{"lease": {"context": 8, "rows": [], "steps": 1}}', '{"release": 1}', "nonsense"):
+                '{"lease": {"context": 8, "rows": [], "steps": 1}}', '{"release": 1}', '{"handles": 1}',
+                "nonsense"):
         with pytest.raises(protocol.StoreRequestError, match="a bug of the scorer"):
             protocol.store_request(bad)
 
@@ -178,13 +182,16 @@ def test_a_leases_model_is_the_model_a_side_builds(small_store):
 def test_each_lease_gets_a_fresh_state(small_store, tmp_path):
     out = tmp_path / "store.json"
     lease = protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"])
+    assert "no lease is open" in small_store.handles(out)["error"]
     assert small_store.lease(lease, out)["weights_intact"]
+    assert small_store.handles(out) == {"ready": None, "sha256": None}  # the CPU: no IPC
     first = small_store.model.state
     want = _hashes(t for _, t in first.tensors())
     for _, t in first.tensors():  # what a lease's sides leave in its state
         t.view(torch.uint8).view(-1)[:16] ^= 0x5A
     assert small_store.lease(lease, out).get("error")  # the open lease first
-    assert small_store.release(out)["weights_intact"]
+    released = small_store.release(out)
+    assert released["weights_intact"] and released["freed"] and released["held_bytes"] == 0
     small_store.lease(lease, out)
     assert small_store.model.state is not first
     assert _hashes(t for _, t in small_store.model.state.tensors()) == want
@@ -200,7 +207,7 @@ def test_one_changed_weight_byte_is_seen_and_no_lease_is_given(small_store, tmp_
     try:
         assert not small_store.digest.intact()
         r = small_store.lease(protocol.StoreLease(96, [2], 4), tmp_path / "store.json")
-        assert r["ready"] is None and not r["weights_intact"] and small_store.model is None
+        assert not r["weights_intact"] and small_store.model is None
     finally:
         t.view(-1)[7] ^= 1
     assert small_store.digest.intact()
@@ -270,8 +277,8 @@ def test_a_store_process_is_leased_reused_replaced_and_ended(repo, tmp_path):
         store = stores.open(stores.plan(need), _start(repo, tmp_path / "w1"))
         assert R.uncovered(store.ready["loaded"]) == [] and store.ready["build_s"] > 0
         pids = {store.proc.proc.pid} | _descendants(store.proc.proc.pid)
-        lease = store.lease(protocol.StoreLease(96, [2, 4], 4), 120)
-        assert lease["weights_intact"] and lease["ready"] is None  # the CPU: no IPC file
+        assert store.lease(protocol.StoreLease(96, [2, 4], 4), 120)["weights_intact"]
+        assert store.handles(120) == {"ready": None, "sha256": None}  # the CPU: no IPC file
         with pytest.raises(R.StoreRefused):
             stores.plan(need)
         assert stores.released(("A", "B"), 120).keep
