@@ -136,6 +136,7 @@ class ModelStores:
     def __init__(self):
         self.store: ModelStore | None = None
         self.started = 0  # store processes started, for the results and the tests
+        self.last_release: dict | None = None  # the store's answer to the last release
 
     def plan(self, need: Need) -> Plan:
         return decide(self.store.held() if self.store else None, need)
@@ -159,6 +160,7 @@ class ModelStores:
         if self.store is None:
             return None
         r = self.store.release(timeout_s)
+        self.last_release = r
         rel = released(None if r is None else bool(r.get("weights_intact")), sides,
                        True if r is None else bool(r.get("freed", True)))
         if not rel.keep:

@@ -41,6 +41,13 @@ def weight_tensors(weights) -> list:
     return out
 
 
+def cache_tensors(state) -> list:
+    """The caches of a decode state (``kernels.k31.state.DecodeState``) a step reads and never
+    keeps: the page table, the MLA latent and indexer caches and their scales (not the
+    recurrent KDA state and conv window, which every timed replay sets)."""
+    return [t for name, t in state.tensors() if not name.startswith(("kda_state.", "conv_window."))]
+
+
 class WeightDigest:
     """The weights' keyed digest at build (``fingerprint.Pending``'s raw hash of every tensor,
     a key drawn here from os.urandom and never sent), and :meth:`intact`: whether they still
@@ -52,10 +59,15 @@ class WeightDigest:
         self._pending = Pending(device, key)
         self._built = self._digest()
 
-    def _digest(self) -> list[str]:
-        for t in weight_tensors(self.weights):
+    def of(self, tensors) -> list[str]:
+        """The keyed raw hash of each of ``tensors`` (the same key: the weights' and a lease's
+        caches')."""
+        for t in tensors:
             self._pending.check(t, values=False, counts=False)
         return [c.raw for c in self._pending.resolve()]
+
+    def _digest(self) -> list[str]:
+        return self.of(weight_tensors(self.weights))
 
     def intact(self) -> bool:
         return self._digest() == self._built
@@ -100,6 +112,7 @@ class Store:
         self.model = None  # the open lease's (weights and its own state)
         self.leases = 0
         self.handed = 0  # handle files written for the open lease
+        self.caches = None  # the open lease's caches' digest when it was built
 
     def lease_model(self, lease: "protocol.StoreLease"):
         """The model of ``lease``: the weights held and a decode state built for it from the
@@ -126,6 +139,7 @@ class Store:
         t0 = time.monotonic()
         self.model = self.lease_model(lease)
         self.handed = 0
+        self.caches = self.digest.of(cache_tensors(self.model.state))
         state_s = time.monotonic() - t0
         log(f"store: lease {self.leases}: state for {max(lease.rows)} rows at context "
             f"{lease.context} in {state_s:.1f}s")
@@ -152,6 +166,9 @@ class Store:
         return torch.cuda.memory_allocated(self.device)
 
     def release(self, out: Path) -> dict:
+        # whether the lease's sides left its caches as built (their replays put back the slots
+        # they write; the recurrent state is theirs to set): reported, decides nothing yet
+        restored = self.model is not None and self.digest.of(cache_tensors(self.model.state)) == self.caches
         self.model = None
         gc.collect()
         if self.device.type == "cuda":
@@ -166,7 +183,8 @@ class Store:
         freed = held <= FREED_SLACK
         log(f"store: lease {self.leases} released; weights {'unchanged' if intact else 'CHANGED'}; "
             f"{held / 2**20:.0f} MiB of its state still on the device")
-        return {"released": self.leases, "weights_intact": intact, "freed": freed, "held_bytes": held}
+        return {"released": self.leases, "weights_intact": intact, "freed": freed, "held_bytes": held,
+                "caches_restored": restored}
 
 
 def serve(opts: "protocol.StoreOptions", device: str, out: Path, channel) -> dict:

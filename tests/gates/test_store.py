@@ -192,10 +192,11 @@ def test_each_lease_gets_a_fresh_state(small_store, tmp_path):
     assert small_store.lease(lease, out).get("error")  # the open lease first
     released = small_store.release(out)
     assert released["weights_intact"] and released["freed"] and released["held_bytes"] == 0
+    assert released["caches_restored"] is False  # reported: its caches were left changed
     small_store.lease(lease, out)
     assert small_store.model.state is not first
     assert _hashes(t for _, t in small_store.model.state.tensors()) == want
-    small_store.release(out)
+    assert small_store.release(out)["caches_restored"] is True
 
 
 def test_one_changed_weight_byte_is_seen_and_no_lease_is_given(small_store, tmp_path):
