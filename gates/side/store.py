@@ -135,7 +135,7 @@ class Store:
         intact = self.digest.intact()
         if not intact:
             log("store: the weights differ from their build's digest: no lease")
-            return {"lease": self.leases, "ready": None, "weights_intact": False, "state_s": 0.0}
+            return {"lease": self.leases, "weights_intact": False, "state_s": 0.0}
         t0 = time.monotonic()
         self.model = self.lease_model(lease)
         self.handed = 0
