@@ -416,4 +416,38 @@ def phase_lines(t, recorded: bool) -> list[str]:
         for i, (part, phases) in enumerate(t.by_part(gate).items()):
             label = GATE_NAMES.get(gate, gate) if i == 0 else ""
             out.append(f"{PAD} {label:<10} {part:<12} " + " · ".join(f"{k} {_secs(v)}" for k, v in phases.items()))
+        for b in (b for b in t.beside if b.gate == gate):
+            out += beside_lines(b, wall_s=dict(walls).get(GATE_NAMES.get(gate, gate)))
     return out
+
+
+# what each side's work is called where one ran beside another (gates.rules.phases.BESIDE_PAIRS)
+BESIDE_WORDS = {"A record": "main's recording", "B replay": "the candidate's"}
+
+
+def beside_lines(b, wall_s: float | None = None) -> list[str]:
+    """What ``b`` (gates.rules.phases.Beside) did off its gate's path: its phases, when each
+    side ran (seconds from the gate's start), and how much of its work the other's covered."""
+    def window(start, end, ended: str, never: str) -> str:
+        return f"{_secs(start)} → {_secs(end)} ({ended})" if end is not None else f"{_secs(start)} → ({never})"
+
+    gate = GATE_NAMES.get(b.gate, b.gate)
+    off = f"off the path: not in {gate} {_secs(wall_s)}" if wall_s is not None else "off the path"
+    out = [f"{PAD} {'beside':<10} {b.part:<12} " + " · ".join(f"{k} {_secs(v)}" for k, v in b.by_phase().items())
+           + f" ({off})"]
+    if b.overlap_s is None:
+        return out + [f"{PAD} {'':<10} {'overlap':<12} not known (its gate kept no timeline)"]
+    if b.started_s is not None and b.of_started_s is not None:
+        out.append(f"{PAD} {'':<10} {'timeline':<12} "
+                   f"{b.of} {window(b.of_started_s, b.of_done_s, 'done', 'never done')} · "
+                   f"{b.part} {window(b.started_s, b.released_s, 'released', 'never released')}")
+    work = " · ".join(b.by_phase())
+    whose, of = BESIDE_WORDS.get(b.part, f"{b.part}'s"), BESIDE_WORDS.get(b.of, f"{b.of}'s work")
+    line = f"{_secs(b.overlap_s)} of {of} overlapped {whose} {work}"
+    if b.of_done_s is None:
+        line += f" (ended with {b.of}, which never finished)"
+    elif b.after_s >= 0.05:  # what _secs would print as 0.0 s is none
+        line += f"; {_secs(b.after_s)} after it (on the path, in the coordinator's other)"
+    else:
+        line += "; none after it"
+    return out + [f"{PAD} {'':<10} {'overlap':<12} {line}"]

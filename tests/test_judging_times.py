@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,11 +33,38 @@ def test_the_h200_journey_exports_one_row_per_judgment_and_medians_per_verdict(t
         assert r["phases_recorded"] is False and r["total_s"] is None
         assert r["phases"]["accuracy"]["B replay"] == {"unmeasured": doc["test"]["b_wall_s"]}
         assert abs(sum(r["by_phase"].values()) - r["accuracy_s"] - (r["scorer_s"] or 0)) < 1e-6
+        assert r["beside"] == [] and r["overlap_s"] is None  # each replay started after main recorded
     kinds = {r["verdict"] for r in rec["rows"]}
     assert set(rec["medians"]) == kinds
     bit = [r for r in rec["rows"] if r["verdict"] == "PASS bit-identical"]
     m = rec["medians"]["PASS bit-identical"]
     assert m["judgments"] == len(bit) and m["accuracy_s"] == judging_times._median([r["accuracy_s"] for r in bit])
+
+
+def test_a_replay_beside_mains_recording_exports_its_overlap(tmp_path):
+    """A judgment whose replay started beside main's recording (its accuracy report's
+    ``beside`` and ``timeline``, as gates/accuracy.py writes them): its row says what ran
+    beside and how much of it main's recording covered; its phases stay those of the path."""
+    attempts = tmp_path / "attempts"
+    shutil.copytree(JOURNEY / "attempts", attempts)
+    path = attempts / "10" / "judgment-1.json"
+    doc = json.loads(path.read_text())
+    doc["test"]["beside"] = [{"gate": "accuracy", "part": "B replay", "phase": p, "seconds": x}
+                             for p, x in (("start", 9.5), ("build", 14.0))]
+    doc["test"]["timeline"] = {"a_started": 0.1, "a_recorded": 20.1, "b_started": 0.1, "b_released": 23.6}
+    path.write_text(json.dumps(doc))
+    out = tmp_path / "judging.json"
+    assert judging_times.main(["--ledger", str(JOURNEY / "ledger.sqlite"), "--attempts", str(attempts),
+                               "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())
+    (r,) = [r for r in rec["rows"] if r["attempt"] == 10]
+    assert {"verdict", "accuracy_s", "scorer_s", "total_s"} <= set(r)
+    assert r["overlap_s"] == 20.0
+    (b,) = r["beside"]
+    assert (b["part"], b["of"], b["phases"], b["seconds"], b["after_s"]) == (
+        "B replay", "A record", {"start": 9.5, "build": 14.0}, 23.5, 3.5)
+    assert abs(sum(r["by_phase"].values()) - r["accuracy_s"] - (r["scorer_s"] or 0)) < 1e-6
+    assert rec["medians"][r["verdict"]]["overlap_s"] == 20.0  # the only one that ran beside
 
 
 def test_medians_count_each_figure_over_the_judgments_that_have_it():
@@ -46,5 +74,5 @@ def test_medians_count_each_figure_over_the_judgments_that_have_it():
              "total_s": 200.0}]
     m = judging_times.medians(rows)
     assert m["FAIL"] == {"judgments": 2, "accuracy_s": 20.0, "scorer_s": None, "remeasure_s": None,
-                         "total_s": 11.0, "gates_s": 20.0}
+                         "total_s": 11.0, "overlap_s": None, "gates_s": 20.0}
     assert m["PASS bit-identical"]["gates_s"] == 190.0

@@ -9,9 +9,13 @@ Reads the ledger (a copy: opening one may migrate it) and each attempt's judgmen
 (``verdict``: the accuracy gate's verdict, ``scope`` when only the scope gate ran), the
 attempt's final state and reason, ``accuracy_s``, ``scorer_s``, ``remeasure_s``, ``total_s``
 and its phases (``phases``: gate -> part -> phase -> seconds; ``by_phase``: phase -> seconds
-over every part), then the medians per verdict kind (``medians``). A judgment kept before
-phases were recorded has its gates' walls and what its reports show (``phases_recorded``
-false) and no ``total_s``. The machine defaults to the judgments' GPU ("h200"), else "cpu".
+over every part; both on the gates' paths, adding up to their walls), what ran beside them
+(``beside``: the candidate's start and build beside main's recording, each with its phases,
+``seconds``, ``overlap_s`` and ``after_s``; ``overlap_s``: their seconds that main's recording
+covered, None when nothing ran beside or no timeline was kept), then the medians per verdict
+kind (``medians``). A judgment kept before phases were recorded has its gates' walls and what
+its reports show (``phases_recorded`` false) and no ``total_s``. The machine defaults to the
+judgments' GPU ("h200"), else "cpu".
 
 The times are of the machine the judgments ran on; nothing here measures anything.
 """
@@ -47,7 +51,8 @@ def row(number: int, k: int, doc: dict, state: str | None, reason: str | None, l
             "state": state if last else "judged again", "reason": reason if last else None,
             "accuracy_s": t.accuracy_s, "scorer_s": t.scorer_s, "remeasure_s": t.remeasure_s,
             "total_s": t.total_s, "phases_recorded": doc.get("times") is not None,
-            "phases": {g: t.by_part(g) for g in GATES if t.by_part(g)}, "by_phase": t.by_phase()}
+            "phases": {g: t.by_part(g) for g in GATES if t.by_part(g)}, "by_phase": t.by_phase(),
+            "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside]}
 
 
 def _median(xs: list) -> float | None:
@@ -57,7 +62,8 @@ def _median(xs: list) -> float | None:
 
 def medians(rows: list[dict]) -> dict:
     """Pure: per verdict kind, how many judgments and the medians of their seconds (each over
-    the judgments that have it: ``scorer_s`` over those whose scorer ran)."""
+    the judgments that have it: ``scorer_s`` over those whose scorer ran, ``overlap_s`` over
+    those whose replay ran beside main's recording)."""
     out = {}
     for kind in sorted({r["verdict"] for r in rows}):
         rs = [r for r in rows if r["verdict"] == kind]
@@ -65,6 +71,7 @@ def medians(rows: list[dict]) -> dict:
                 for r in rs if r["accuracy_s"] is not None]
         out[kind] = {"judgments": len(rs),
                      **{k: _median([r[k] for r in rs]) for k in ("accuracy_s", "scorer_s", "remeasure_s", "total_s")},
+                     "overlap_s": _median([r.get("overlap_s") for r in rs]),
                      "gates_s": _median(both)}
     return out
 

@@ -14,11 +14,12 @@ the candidate replays; the replay waiting while main writes its kept op calls) i
 the work was done, not twice. The candidate's replay starts beside main's record side: what it
 does before its hand-over (start, import, build) runs while main records and is kept apart
 (:func:`split_at_hand_over`; the accuracy report's ``beside``), so the spans still add up to
-the gate's wall. Pure: no I/O, no clock.
+the gate's wall; :class:`Beside` carries those spans with the report's ``timeline`` into
+:class:`JudgmentTimes` (how much of them main's recording covered). Pure: no I/O, no clock.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..protocol import SidePhases
 
@@ -136,15 +137,113 @@ def accuracy_spans(report: dict | None) -> list[Span]:
     return out + rest("accuracy", report.get("wall_s") or 0.0, out)
 
 
+# a side that starts beside another (gates/accuracy.py): its part -> (the part it runs beside,
+# the accuracy report's ``timeline`` keys of its start and release, of the other's start and
+# of the end of the work it runs beside: main's RECORDED)
+BESIDE_PAIRS = {"B replay": ("A record", "b_started", "b_released", "a_started", "a_recorded")}
+
+
+@dataclass(frozen=True)
+class Beside:
+    """What side ``part`` did beside side ``of``'s work, off the gate's path: the candidate's
+    replay, started with main's record side, starts, imports its tree and builds its model
+    while main records. ``spans`` are that work (never among :attr:`JudgmentTimes.spans`,
+    which add up to the gate's wall); the times are seconds from the gate's start (the
+    report's ``timeline``; None: it did not happen, or was not kept)."""
+
+    gate: str
+    part: str  # the side that started beside ("B replay")
+    of: str  # the side whose work it ran beside ("A record")
+    spans: tuple[Span, ...]
+    started_s: float | None = None  # ``part``'s process started
+    released_s: float | None = None  # ``part`` got its inputs (None: never: it ended first)
+    of_started_s: float | None = None  # ``of``'s process started
+    of_done_s: float | None = None  # ``of``'s work ended (main said RECORDED; None: never)
+
+    @property
+    def seconds(self) -> float:
+        """The work ``part`` did before its hand-over (its wait for it left out)."""
+        return sum(s.seconds for s in self.spans)
+
+    @property
+    def overlap_s(self) -> float | None:
+        """Seconds of that work that ran while ``of`` was still at its work (None: no
+        timeline kept). The work runs from ``part``'s start without a pause until its wait
+        (its process's exit, counted beside, is short); when ``of`` never finished its work,
+        ``part`` was ended with it and all of its work ran beside it."""
+        if self.started_s is None:
+            return None
+        if self.of_done_s is None:
+            return self.seconds
+        ends = [self.started_s + self.seconds, self.of_done_s]
+        ends += [self.released_s] if self.released_s is not None else []
+        begin = max(self.started_s, self.of_started_s if self.of_started_s is not None else self.started_s)
+        return min(self.seconds, max(0.0, min(ends) - begin))
+
+    @property
+    def after_s(self) -> float | None:
+        """Seconds of that work that ran after ``of`` had finished its: they held up
+        ``part``'s release, so they are on the gate's path, where no side's span covers them
+        (the coordinator's ``other`` holds them)."""
+        overlap = self.overlap_s
+        return None if overlap is None else self.seconds - overlap
+
+    def by_phase(self) -> dict:
+        """``{phase: seconds}`` of that work, in :data:`PHASES` order."""
+        sums: dict = {}
+        for s in self.spans:
+            sums[s.phase] = sums.get(s.phase, 0.0) + s.seconds
+        return {p: sums[p] for p in sorted(sums, key=_phase_order)}
+
+    def view(self) -> dict:
+        """As ``kern show --json`` and bench/tools/judging_times.py print it: as kept, with
+        its phases, its seconds and how much of them the other side's work covered."""
+        return {**self.to_dict(), "phases": self.by_phase(), "seconds": self.seconds,
+                "overlap_s": self.overlap_s, "after_s": self.after_s}
+
+    def to_dict(self) -> dict:
+        return {"gate": self.gate, "part": self.part, "of": self.of,
+                "spans": [s.to_dict() for s in self.spans], "started_s": self.started_s,
+                "released_s": self.released_s, "of_started_s": self.of_started_s,
+                "of_done_s": self.of_done_s}
+
+    @staticmethod
+    def from_dict(d: dict) -> "Beside":
+        return Beside(str(d["gate"]), str(d["part"]), str(d["of"]),
+                      tuple(Span.from_dict(s) for s in d.get("spans") or ()),
+                      *(_secs_or_none(d.get(k)) for k in ("started_s", "released_s", "of_started_s", "of_done_s")))
+
+
+def _secs_or_none(x) -> float | None:
+    return None if x is None else float(x)
+
+
+def accuracy_beside(report: dict | None) -> tuple[Beside, ...]:
+    """Pure: what ran beside what in an accuracy report: its ``beside`` spans, one
+    :class:`Beside` per part, with its ``timeline``. A report kept before the replay started
+    beside main's recording (no ``beside``), or one where it did not (sandbox off, a cached
+    recording), has none."""
+    out = []
+    spans = [Span.from_dict(d) for d in (report or {}).get("beside") or ()]
+    timeline = (report or {}).get("timeline") or {}
+    for part in dict.fromkeys(s.part for s in spans):
+        of, *keys = BESIDE_PAIRS.get(part, ("", None, None, None, None))
+        out.append(Beside(spans[0].gate, part, of, tuple(s for s in spans if s.part == part),
+                          *(_secs_or_none(timeline.get(k)) if k else None for k in keys)))
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class JudgmentTimes:
-    """One judgment's seconds: each gate's wall, the whole judgment's, and every span."""
+    """One judgment's seconds: each gate's wall, the whole judgment's, every span on the
+    gates' paths (each gate's add up to its wall) and what ran beside them (``beside``)."""
 
     accuracy_s: float | None
     scorer_s: float | None  # the first scorer run (None: it did not run)
     remeasure_s: float | None  # the re-measurement of a large gain (None: none)
     total_s: float | None  # from the scope gate to the last gate's end (None: not kept)
     spans: tuple[Span, ...] = ()
+    beside: tuple[Beside, ...] = ()  # off the path: the candidate's start and build
 
     @staticmethod
     def of(test: dict | None, bench: dict | None, total_s: float | None = None) -> "JudgmentTimes":
@@ -153,7 +252,14 @@ class JudgmentTimes:
         again = (bench or {}).get("reverify")
         spans = accuracy_spans(test) + scorer_spans(bench) + scorer_spans(again, "remeasure")
         walls = [(r or {}).get("wall_s") for r in (test, bench, again)]
-        return JudgmentTimes(walls[0], walls[1], walls[2], total_s, tuple(spans))
+        return JudgmentTimes(walls[0], walls[1], walls[2], total_s, tuple(spans), accuracy_beside(test))
+
+    @property
+    def overlap_s(self) -> float | None:
+        """Seconds of work off the path that ran beside another side's (None: nothing ran
+        beside, or no timeline was kept)."""
+        known = [b.overlap_s for b in self.beside if b.overlap_s is not None]
+        return sum(known) if known else None
 
     def by_phase(self, gate: str | None = None) -> dict:
         """``{phase: seconds}`` summed over parts (of ``gate``, or all), in :data:`PHASES` order."""
@@ -177,21 +283,28 @@ class JudgmentTimes:
     def to_dict(self) -> dict:
         return {"accuracy_s": self.accuracy_s, "scorer_s": self.scorer_s,
                 "remeasure_s": self.remeasure_s, "total_s": self.total_s,
-                "spans": [s.to_dict() for s in self.spans]}
+                "spans": [s.to_dict() for s in self.spans],
+                "beside": [b.to_dict() for b in self.beside]}
 
     @staticmethod
     def from_dict(d) -> "JudgmentTimes | None":
         if not isinstance(d, dict):
             return None
         return JudgmentTimes(d.get("accuracy_s"), d.get("scorer_s"), d.get("remeasure_s"),
-                             d.get("total_s"), tuple(Span.from_dict(s) for s in d.get("spans") or ()))
+                             d.get("total_s"), tuple(Span.from_dict(s) for s in d.get("spans") or ()),
+                             tuple(Beside.from_dict(b) for b in d.get("beside") or ()))
 
     @staticmethod
     def of_judgment(doc: dict) -> "JudgmentTimes":
         """Pure: the times a judgment file (``{"test", "bench", "times"?}``) holds: its own
-        record, else what its reports show (judgments kept before times were recorded)."""
+        record, else what its reports show (judgments kept before times were recorded). Times
+        kept before they carried ``beside`` take it from the accuracy report, which kept it."""
         kept = JudgmentTimes.from_dict(doc.get("times"))
-        return kept if kept is not None else JudgmentTimes.of(doc.get("test"), doc.get("bench"))
+        if kept is None:
+            return JudgmentTimes.of(doc.get("test"), doc.get("bench"))
+        if "beside" not in doc["times"]:
+            return replace(kept, beside=accuracy_beside(doc.get("test")))
+        return kept
 
 
 def _phase_order(phase: str) -> int:

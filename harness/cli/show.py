@@ -259,7 +259,9 @@ class AttemptView:
             "phases": None if t is None else {
                 "accuracy_s": t.accuracy_s, "scorer_s": t.scorer_s, "remeasure_s": t.remeasure_s,
                 "total_s": t.total_s, "recorded": self.times_recorded,
-                "gates": {g: t.by_part(g) for g in GATES if t.by_part(g)}},
+                "gates": {g: t.by_part(g) for g in GATES if t.by_part(g)},
+                # off the path (not in "gates"): what ran beside what, and for how long
+                "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside]},
             "ledger": {"delta_ms": a.delta_ms, "interval": [a.ci_low, a.ci_high], "delta_pct": a.delta_pct,
                        "medians_a": a.medians_a, "medians_b": a.medians_b,
                        "gate": None if gate is None else summary},

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from gates.accuracy import run_test
+from gates.rules.phases import JudgmentTimes
 from harness.pipeline import accuracy_request
 from harness.settings import load
 from tests.gates.candidates import candidate, make_repo, reasons, tensors_left
@@ -60,6 +61,13 @@ def test_main_against_itself_is_bit_identical_with_the_replay_built_beside_the_r
     # the path's spans are the gate's wall; what ran beside is within main's recording
     assert abs(_sum(r["phases"]) - r["wall_s"]) < 1e-6, r["phases"]
     assert _sum(r["beside"]) <= t["b_released"] - t["b_started"] + 1.0, (r["beside"], t)
+    # the judgment's times carry it: main's recording covered its start and build up to its
+    # RECORDED; what ran after it held up the release (its process's exit, counted beside, aside)
+    (b,) = JudgmentTimes.of(r, None).beside
+    assert (b.part, b.of, b.started_s, b.of_done_s) == ("B replay", "A record", t["b_started"], t["a_recorded"])
+    assert abs(b.seconds - _sum(r["beside"])) < 1e-6 and abs(b.overlap_s + b.after_s - b.seconds) < 1e-6
+    assert 0.0 < b.overlap_s <= t["a_recorded"] - t["b_started"] + 1e-6, (b, t)
+    assert b.after_s <= t["b_released"] - t["a_recorded"] + 1.0, (b, t)
     assert tensors_left([r]) == []
 
 
@@ -85,6 +93,8 @@ def test_a_base_that_fails_to_record_is_inconclusive_and_the_replay_beside_it_en
     # the replay ran only beside main's side, and was ended with it
     assert r["beside"] and {s["part"] for s in r["beside"]} == {"B replay"}
     assert not [s for s in r["phases"] if s["part"] == "B replay"]
+    (b,) = JudgmentTimes.of(r, None).beside  # ended with main's side: all of it beside main's
+    assert b.of_done_s is None and b.released_s is None and (b.overlap_s, b.after_s) == (b.seconds, 0.0)
     assert r["b_log_tail"] == "" and tensors_left([r]) == []
 
 
@@ -100,3 +110,4 @@ def test_with_replay_beside_off_the_replay_starts_once_main_has_recorded(tmp_pat
     t = r["timeline"]
     assert t["a_started"] <= t["a_recorded"] <= t["b_started"] <= t["b_released"], t
     assert r["beside"] == [] and abs(_sum(r["phases"]) - r["wall_s"]) < 1e-6, r["phases"]
+    assert JudgmentTimes.of(r, None).beside == ()

@@ -109,6 +109,9 @@ def test_every_judgment_keeps_its_phases_and_kern_show_prints_them(judged, capsy
                 ("coordinator", "verdict")} <= phases, phases
         # the candidate's build ran beside main's recording (gates/accuracy.py): kept apart
         assert ("B replay", "build") in {(s["part"], s["phase"]) for s in test["beside"]}, test["beside"]
+        (b,) = times["beside"]  # and in the judgment's times, with the timeline
+        assert b["part"] == "B replay" and b["of"] == "A record" and b["spans"] == test["beside"]
+        assert (b["started_s"], b["of_done_s"]) == (test["timeline"]["b_started"], test["timeline"]["a_recorded"])
         row = ctx.ledger.attempt(numbers[name])
         assert row.gate.times.accuracy_s == test["wall_s"] and row.gate.times.total_s == times["total_s"]
     bench = docs["identical"]["bench"]
@@ -123,9 +126,16 @@ def test_every_judgment_keeps_its_phases_and_kern_show_prints_them(judged, capsy
     first = out.index(next(ln for ln in out if ln.startswith("           accuracy   ")))
     assert " B replay " in out[first] or " A record " in out[first], out  # the sides, then the rest
     assert any(" B replay " in ln and " tap " in ln for ln in out[first:]), out
+    beside = out.index(next(ln for ln in out if ln.startswith("           beside     B replay     start ")))
+    assert beside > first and " build " in out[beside] and "(off the path: not in accuracy " in out[beside]
+    assert out[beside + 1].startswith("                      timeline     A record ")
+    assert out[beside + 2].startswith("                      overlap      ") and \
+        " of main's recording overlapped the candidate's start · build" in out[beside + 2], out
     assert cli.main(["--repo", str(repo), "show", str(numbers["identical"]), "--json"]) == 0
     ph = json.loads(capsys.readouterr().out)["phases"]
     assert ph["recorded"] is True and ph["total_s"] == docs["identical"]["times"]["total_s"]
+    (b,) = ph["beside"]
+    assert b["overlap_s"] == ph["overlap_s"] and abs(b["overlap_s"] + b["after_s"] - b["seconds"]) < 1e-6
 
 
 def test_judging_times_exports_this_runs_judgments(judged, tmp_path):
@@ -145,5 +155,6 @@ def test_judging_times_exports_this_runs_judgments(judged, tmp_path):
         assert (r["accuracy_s"], r["scorer_s"], r["total_s"]) == (
             doc["times"]["accuracy_s"], doc["times"]["scorer_s"], doc["times"]["total_s"])
         assert r["by_phase"]["tap"] > 0 and "B replay" in r["phases"]["accuracy"]
+        assert r["overlap_s"] is not None and 0 <= r["overlap_s"] <= r["beside"][0]["seconds"]
     assert rec["medians"]["PASS bit-identical"]["judgments"] == 1
     assert sum(m["judgments"] for m in rec["medians"].values()) == 3

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gates.protocol import SidePhases
-from gates.rules.phases import JudgmentTimes, Span, rest, side_spans, split_at_hand_over
+from gates.rules.phases import Beside, JudgmentTimes, Span, rest, side_spans, split_at_hand_over
 from gates.side.clock import CompileClock, PhaseClock
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,6 +57,77 @@ def test_a_replay_that_reported_no_phases_splits_its_wall_at_its_release():
     assert beside == [Span("accuracy", "B replay", "unmeasured", 12.0)]
     never = split_at_hand_over("accuracy", "B replay", 30.0, None, None, None)
     assert never == ([], [Span("accuracy", "B replay", "unmeasured", 30.0)])
+
+
+def _beside_report(b_at: float, start: float, build: float, held: float, recorded: float | None,
+                   tap: float, released: bool = True) -> dict:
+    """An accuracy report as gates/accuracy.py leaves it for a replay started ``b_at`` s after
+    main's record side (which said RECORDED at ``recorded``; None: never): B's own phases
+    split at its hand-over, the path's spans (A's, B's after it, the coordinator's rest)
+    adding up to the gate's wall, and the timeline."""
+    before = SidePhases(driver_s=build + held, build_s=build, wait_s=held)
+    whole = SidePhases(driver_s=before.driver_s + tap, build_s=build, tap_s=tap, wait_s=held)
+    wall_b = start + whole.driver_s
+    hand = b_at + start + build + held
+    path, beside = split_at_hand_over("accuracy", "B replay", wall_b, whole.to_dict() if released else None,
+                                      before.to_dict() if released else None, hand - b_at if released else None)
+    spans = [Span("accuracy", "A record", "tap", recorded or 0.0)] + (path if released else [])
+    wall = max(recorded or 0.0, b_at + wall_b) + 0.5  # B's path runs after its release
+    spans += rest("accuracy", wall, spans)
+    return {"wall_s": wall, "phases": [x.to_dict() for x in spans], "beside": [x.to_dict() for x in beside],
+            "timeline": {"a_started": 0.0, "a_recorded": recorded, "b_started": b_at,
+                         "b_released": hand if released else None}}
+
+
+@given(b_at=st.floats(0.0, 5.0), start=seconds, build=seconds, recorded=seconds, tap=seconds)
+def test_what_ran_beside_mains_recording_is_kept_with_how_much_of_it_main_covered(b_at, start, build, recorded, tap):
+    """The candidate's start and build, off the gate's path: what of them ran while main was
+    still recording (``overlap_s``) and what after (``after_s``: they held up its release);
+    together they are that work, and the path's spans still add up to the gate's wall."""
+    held = max(0.0, recorded - (b_at + start + build))  # the replay waits for main's RECORDED
+    r = _beside_report(b_at, start, build, held, recorded, tap)
+    t = JudgmentTimes.of(r, None, None)
+    tol = 1e-6 * max(1.0, r["wall_s"])
+    assert abs(sum(t.by_phase("accuracy").values()) - t.accuracy_s) <= tol
+    (b,) = t.beside
+    assert (b.gate, b.part, b.of) == ("accuracy", "B replay", "A record")
+    assert abs(b.seconds - (start + build)) <= tol and "tap" not in b.by_phase()
+    assert abs(b.overlap_s - max(0.0, min(start + build, recorded - b_at))) <= tol
+    assert abs(b.overlap_s + b.after_s - b.seconds) <= tol and b.after_s >= -tol
+    assert t.overlap_s == b.overlap_s
+    assert JudgmentTimes.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+
+
+def test_a_replay_ended_with_a_base_that_never_recorded_ran_wholly_beside_it():
+    """Main's side failed to record: the replay was ended with it, unreleased; its whole wall
+    ran beside main's side (an ``unmeasured`` span, no ``after``)."""
+    r = _beside_report(0.2, 3.0, 9.0, 4.0, None, 0.0, released=False)
+    (b,) = JudgmentTimes.of(r, None).beside
+    assert b.by_phase() == {"unmeasured": 16.0} and b.released_s is None and b.of_done_s is None
+    assert (b.overlap_s, b.after_s) == (16.0, 0.0)
+
+
+def test_a_replay_that_failed_at_import_before_main_recorded_ran_beside_it():
+    r = _beside_report(0.2, 3.0, 0.0, 0.0, 40.0, 0.0, released=False)  # ended 3.2 s in
+    (b,) = JudgmentTimes.of(r, None).beside
+    assert b.by_phase() == {"unmeasured": 3.0} and (b.overlap_s, b.after_s) == (3.0, 0.0)
+
+
+def test_reports_and_times_kept_before_beside_still_load():
+    """The ledger holds judgments of every version: a report with no ``beside`` (the replay
+    started after main's recording) has nothing beside; times kept before they carried
+    ``beside`` take it from their accuracy report; spans without a timeline have no overlap."""
+    doc = json.loads(H200.read_text())
+    t = JudgmentTimes.of_judgment(doc)
+    assert t.beside == () and t.overlap_s is None
+    r = _beside_report(0.5, 2.0, 10.0, 20.0, 32.5, 5.0)
+    old = JudgmentTimes.of(r, None, 40.0).to_dict()
+    del old["beside"]
+    got = JudgmentTimes.of_judgment({"test": r, "bench": None, "times": old})
+    assert got == JudgmentTimes.of(r, None, 40.0) and got.beside[0].overlap_s == 12.0
+    bare = Beside.from_dict({"gate": "accuracy", "part": "B replay", "of": "A record",
+                             "spans": [Span("accuracy", "B replay", "build", 4.0).to_dict()]})
+    assert (bare.seconds, bare.overlap_s, bare.after_s) == (4.0, None, None)
 
 
 def test_a_side_without_phases_is_one_unmeasured_span():

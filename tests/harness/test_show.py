@@ -97,6 +97,7 @@ def test_show_prints_where_the_judgments_time_went(h200, capsys):
     ph = json.loads(out)["phases"]
     assert ph["recorded"] is False and ph["total_s"] is None and round(ph["accuracy_s"]) == 460
     assert ph["gates"]["accuracy"]["B replay"] == {"unmeasured": pytest.approx(70.773, abs=1e-3)}
+    assert ph["beside"] == [] and ph["overlap_s"] is None  # its replay started after main recorded
 
     # a judgment that kept its phases (gates/rules/phases.py's form): shown as kept, total included
     doc = json.loads(JUDGMENT.read_text())
@@ -110,6 +111,57 @@ def test_show_prints_where_the_judgments_time_went(h200, capsys):
     assert "phases     accuracy 52 s · scorer 96 s · total 151 s" in lines
     assert "           accuracy   A record     start 10 s · build 12 s · compile 40 s · tap 28 s" in lines
     assert "           scorer     coordinator  rounds 80 s" in lines
+
+
+def test_show_prints_what_ran_beside_main_recording(h200, capsys):
+    """The candidate's replay starts beside main's record side: its start and build are off
+    the accuracy gate's path (its phases still add up to its wall). ``kern show`` prints them
+    under the gate's parts, when each side ran and how much of them main's recording covered;
+    times kept before they carried it take it from the accuracy report."""
+    doc = json.loads(JUDGMENT.read_text())
+    path = [("A record", "start", 8.0), ("A record", "build", 12.0), ("A record", "tap", 25.0),
+            ("B replay", "tap", 4.0), ("coordinator", "verdict", 0.5), ("coordinator", "other", 2.5)]
+    doc["times"] = {"accuracy_s": 52.0, "scorer_s": 96.0, "remeasure_s": None, "total_s": 151.0,
+                    "spans": [{"gate": "accuracy", "part": a, "phase": p, "seconds": x} for a, p, x in path]
+                    + [{"gate": "scorer", "part": "rounds", "phase": "rounds", "seconds": 80.0}],
+                    "beside": [{"gate": "accuracy", "part": "B replay", "of": "A record",
+                                "spans": [{"gate": "accuracy", "part": "B replay", "phase": p, "seconds": x}
+                                          for p, x in (("start", 7.0), ("build", 11.0))],
+                                "started_s": 0.3, "released_s": 45.2, "of_started_s": 0.2, "of_done_s": 45.2}]}
+    (h200 / "runs/attempts/4/judgment-1.json").write_text(json.dumps(doc))
+    code, out, err = kern(capsys, "--repo", h200, "show", 4)
+    lines = out.splitlines()
+    assert code == 0, err
+    at = lines.index("           accuracy   A record     start 8.0 s · build 12 s · tap 25 s")
+    assert lines[at + 1:at + 6] == [
+        "                      B replay     tap 4.0 s",
+        "                      coordinator  verdict 0.5 s · other 2.5 s",
+        "           beside     B replay     start 7.0 s · build 11 s (off the path: not in accuracy 52 s)",
+        "                      timeline     A record 0.2 s → 45 s (done) · B replay 0.3 s → 45 s (released)",
+        "                      overlap      18 s of main's recording overlapped the candidate's start · build; "
+        "none after it"], out
+    assert lines[at + 6] == "           scorer     rounds       rounds 80 s"
+    code, out, _ = kern(capsys, "--repo", h200, "show", 4, "--json")
+    ph = json.loads(out)["phases"]
+    assert "beside" not in ph["gates"]["accuracy"] and ph["overlap_s"] == 18.0
+    (b,) = ph["beside"]
+    assert (b["part"], b["of"], b["phases"], b["seconds"], b["overlap_s"], b["after_s"]) == (
+        "B replay", "A record", {"start": 7.0, "build": 11.0}, 18.0, 18.0, 0.0)
+    assert sum(sum(p.values()) for p in ph["gates"]["accuracy"].values()) == ph["accuracy_s"]
+
+    # kept before times carried it: from the accuracy report; its build ran past main's RECORDED
+    del doc["times"]["beside"]
+    doc["test"]["beside"] = [{"gate": "accuracy", "part": "B replay", "phase": p, "seconds": x}
+                             for p, x in (("start", 4.0), ("build", 9.0))]
+    doc["test"]["timeline"] = {"a_started": 0.2, "a_recorded": 10.0, "b_started": 0.3, "b_released": 13.3}
+    (h200 / "runs/attempts/4/judgment-1.json").write_text(json.dumps(doc))
+    code, out, _ = kern(capsys, "--repo", h200, "show", 4)
+    lines = out.splitlines()
+    assert "                      overlap      9.7 s of main's recording overlapped the candidate's start · " \
+           "build; 3.3 s after it (on the path, in the coordinator's other)" in lines, out
+    code, out, _ = kern(capsys, "--repo", h200, "show", 4, "--json")
+    (b,) = json.loads(out)["phases"]["beside"]
+    assert b["overlap_s"] == pytest.approx(9.7) and b["after_s"] == pytest.approx(3.3)
 
 
 def test_show_falls_back_to_the_ledger_without_the_judgment_file(h200, capsys):
