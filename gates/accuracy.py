@@ -140,12 +140,13 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
     touches (only their calls are kept whole); and the judgment's hidden inputs, which set
     every row's tokens and positions and add the extra batch sizes.
 
-    So a recording serves one judgment (B's replay) and never a second judgment against the
-    same main, although recording main is half the gate's time (issue 17 asked for it once
-    per main commit): each judgment draws its hidden inputs afresh so that no agent or
-    candidate can know them, and a recording kept for the next judgments would put them on
-    disk (the record names the input seed and the extra sizes, ``kept_a.pt`` holds the
-    inputs) before the next agent writes its commit. Reusing it
+    So a recording serves one judgment (B's replay), or the judgments of one batch of
+    candidates frozen before its draw (:class:`MainRecording`, gates/rules/batch.py), and never
+    a later judgment against the same main, although recording main is half the gate's time
+    (issue 17 asked for it once per main commit): each judgment (or batch) draws its hidden
+    inputs afresh so that no agent or candidate can know them, and a recording kept for the
+    next judgments would put them on disk (the record names the input seed and the extra
+    sizes, ``kept_a.pt`` holds the inputs) before the next agent writes its commit. Reusing it
     means one draw for every judgment against that main: the gate's defence against inputs a
     candidate knows would hold for the first judgment only. What is reused per main commit
     is what the hidden inputs do not decide: the checkout (``checkout.checkout``), Triton's
