@@ -635,8 +635,10 @@ def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tr
             shared.keeper = None
         raise
     if shared is not None:
-        serving = keeper._thread is not None and not keeper._ended() and out.a_kind == "ok" \
-            and out.a_dir == a_dir  # (renamed: the replay changed it; never reused)
+        from .rules.batch import recording_serves_on
+
+        serving = recording_serves_on(keeper._thread is not None and not keeper._ended(),
+                                      out.a_kind == "ok", out.a_dir != a_dir)  # renamed: changed
         if not serving:
             keeper.kill()  # its recording goes (the next member records on the batch's draw)
         shared.keeper = keeper if serving else None

@@ -277,7 +277,11 @@ class Orchestrator:
         except BaseException:
             recording.close(0.0, kill=True)
             raise
-        recording.close(self.cfg.test.timeout_s)
+        try:
+            recording.close(self.cfg.test.timeout_s)
+        except Exception as e:  # noqa: BLE001 - every verdict is made: main's side's end decides none
+            self.ctx.progress(f"batch {list(b.members)}: main's record side ended with an error "
+                              f"after the batch's verdicts: {type(e).__name__}: {e}")
         for n in B.written_down(state, closing=True):  # settled, or the loop stops
             if n in held:
                 self.led.record_hidden(n, held[n].to_dict())

@@ -134,3 +134,11 @@ def rest(state: BatchState) -> Batch | None:
     if state.merged is None or not state.pending:
         return None
     return Batch(state.batch.base, state.batch.shape, state.pending)
+
+
+def recording_serves_on(side_alive: bool, main_ok: bool, changed: bool) -> bool:
+    """Whether main's recording, after a member's replay, serves the batch's next member: main's
+    side still runs (holding its kept op calls), it recorded, and the replay left the recording
+    as it was (``changed``: the file marks moved; it is set aside, never reused). Otherwise the
+    next member records main again, on the batch's draw."""
+    return side_alive and main_ok and not changed

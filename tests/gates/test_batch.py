@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gates.rules.batch import (Batch, BatchState, Frozen, draw_due, judged, next_member, plan,
-                               recording_needed, rest, settled, share_allowed, written_down)
+                               recording_needed, recording_serves_on, rest, settled, share_allowed,
+                               written_down)
 
 # a tick's frozen candidates in judging order: few mains and shapes, so runs of equal ones occur
 ticks = st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from("xy")), max_size=9).map(
@@ -81,3 +82,9 @@ def test_verdicts_come_in_order():
     s = judged(s, 1, True)
     with pytest.raises(ValueError, match="expected the verdict of #None"):
         judged(s, 2, False)  # the batch ended at the merge: #2 is the rest's
+
+
+def test_only_a_live_unchanged_recording_serves_the_next_member():
+    cases = [(alive, ok, changed) for alive in (False, True) for ok in (False, True)
+             for changed in (False, True)]
+    assert [c for c in cases if recording_serves_on(*c)] == [(True, True, False)]

@@ -73,3 +73,38 @@ def test_each_verdict_is_the_one_judged_alone(batch):
 def test_the_recording_lives_until_the_batch_is_closed(batch):
     assert "logits_a.pt" in batch["held"] and "kept_a.pt" in batch["held"]
     assert tensors_left(batch["reports"] + [batch["alone"]]) == []
+
+
+@pytest.fixture(scope="module")
+def hacked_batch(tmp_path_factory):
+    """Two catalogue hacks and an honest edit, all of moe.situ alone (one shape), as one batch."""
+    from tests.adversarial import hacks as H
+
+    repo = make_repo(tmp_path_factory.mktemp("hacked-batch"), SETTINGS)
+    shas = [H.commit_hack(repo, H.REWRITES_RECORDING), H.commit_hack(repo, H.RELAYS_STDIN),
+            candidate(repo, "honest", [("kernels/k31/moe/situ.py", "def moe_situ(",
+                                        "# a comment\ndef moe_situ(")])]
+    cuda = torch.cuda.is_available()
+    cfg = load(repo / "kern.yaml").resolve(cuda)
+    drawn = draws.for_machine(cfg.machine, cfg.test)
+    recording = MainRecording(drawn, repo / "runs")
+    try:
+        reports = [run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", cuda, hidden=drawn),
+                            recording=recording).report for sha in shas]
+    finally:
+        recording.close(cfg.test.timeout_s)
+    return reports
+
+
+def test_hacks_in_a_batch_are_caught_and_the_next_member_is_judged_on_main_unchanged(hacked_batch):
+    rewrites, relays, honest = hacked_batch
+    # case 13: the replay is refused main's recording (nothing written: it stands for the rest)
+    assert rewrites["evidence"]["outcome_b"] == "tampered", reasons(rewrites)
+    assert "kernel code may not read main's recording" in rewrites["b_log_tail"]
+    assert "-tampered-" not in rewrites["a_dir"]
+    # case 14: the batch's draw, relayed off stdin, is caught as alone
+    assert relays["evidence"]["outcome_b"] == "tampered", reasons(relays)
+    assert "fd 0 (stdin) is no longer the pipe the gates opened" in relays["b_log_tail"]
+    assert honest["verdict"] == "PASS bit-identical", reasons(honest)
+    assert honest["a_cached"] and len({r["a_dir"] for r in hacked_batch}) == 1
+    assert tensors_left(hacked_batch) == []
