@@ -90,3 +90,25 @@ def test_without_a_sandbox_every_candidate_draws_its_own(tmp_path, monkeypatch):
     assert [rec for _, _, rec in gates.tests] == [None, None]
     a1, a2 = (ctx.ledger.attempt(n) for n in ns)
     assert a1.hidden != a2.hidden
+
+
+def test_a_batchs_draw_is_written_once_into_a_final_row(tmp_path):
+    import pytest
+
+    from harness.ledger import Ledger, LedgerError
+    from tests.harness.sample import FixedClock
+
+    led = Ledger(tmp_path / "ledger.sqlite", clock=FixedClock())
+    phase = led.phase({"model": "test"})
+    n = led.new_attempt(title="t", hypothesis="", target="moe.situ", backend="manual",
+                        base_sha="b" * 40, phase_id=phase)
+    led.transition(n, L.JUDGING, commit_sha="c" * 40)
+    led.transition(n, L.ABANDONED, reason="accuracy")
+    with pytest.raises(LedgerError, match="final"):  # any other fact of a final row: refused
+        led.update(n, hidden={"input_seed": 1, "extra_rows": []})
+    led.record_hidden(n, {"input_seed": 1, "extra_rows": []})
+    assert led.attempt(n).hidden == {"input_seed": 1, "extra_rows": []}
+    assert led.attempt(n).state == L.ABANDONED and led.events(n)[-1].kind == "hidden"
+    with pytest.raises(LedgerError, match="recorded already"):
+        led.record_hidden(n, {"input_seed": 2, "extra_rows": []})
+    assert led.attempt(n).hidden["input_seed"] == 1
