@@ -3,6 +3,10 @@ harness/orchestrator.py ``_judge_in_batches``): the bookkeeping, with the gates 
 the shell boundary (tests/harness/test_faults.py's); a real batch's sides: tests/gates/test_batch_sides.py."""
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from gates.accuracy import MainRecording
 from harness import ledger as L
 from harness.orchestrator import Orchestrator
@@ -93,8 +97,6 @@ def test_without_a_sandbox_every_candidate_draws_its_own(tmp_path, monkeypatch):
 
 
 def test_a_batchs_draw_is_written_once_into_a_final_row(tmp_path):
-    import pytest
-
     from harness.ledger import Ledger, LedgerError
     from tests.harness.sample import FixedClock
 
@@ -112,3 +114,33 @@ def test_a_batchs_draw_is_written_once_into_a_final_row(tmp_path):
     with pytest.raises(LedgerError, match="recorded already"):
         led.record_hidden(n, {"input_seed": 2, "extra_rows": []})
     assert led.attempt(n).hidden["input_seed"] == 1
+
+
+SMALL = {"profiles.cpu.test_rows": [1], "profiles.cpu.test_steps": 1, "profiles.cpu.buckets": [2],
+         "profiles.cpu.weights": [1], "test.timeout_s": 300}
+
+
+@pytest.mark.slow
+def test_a_loop_tick_judges_a_batch_on_real_sides_with_main_recorded_once(tmp_path, monkeypatch):
+    """The loop's whole path (orchestrator, pipeline, gates.judging, the accuracy gate's real
+    sides; the scorer a stand-in, slower): two moe.situ edits of one main, one recording."""
+    from tests.gates.candidates import tensors_left
+
+    repo = make_repo(tmp_path, SMALL)
+    shas = [candidate(repo, name, [edit]) for name, edit in (("s1", EDIT), ("s2", EDIT2))]
+    ctx, _ = context(repo)
+    ns = [queued(ctx, sha, f"cand {i}") for i, sha in enumerate(shas)]
+    monkeypatch.setattr("gates.scorer.run_bench",
+                        lambda req, progress=print: faster(req.machine, req.scorer, -0.12))
+    Orchestrator(ctx).tick(spawn=False)
+    rows = [ctx.ledger.attempt(n) for n in ns]
+    tests = [json.loads((ctx.runs / "attempts" / str(n) / "judgment-1.json").read_text())["test"]
+             for n in ns]
+    assert [t["verdict"] for t in tests] == ["PASS bit-identical"] * 2, [t["reasons"] for t in tests]
+    assert [a.state for a in rows] == [L.ABANDONED] * 2
+    assert tests[0]["a_dir"] == tests[1]["a_dir"] and tests[0]["hidden"] == tests[1]["hidden"]
+    assert not tests[0]["a_cached"] and tests[1]["a_cached"]  # main's side ran for the first only
+    assert tests[0]["a_wall_s"] > 0 and tests[1]["a_wall_s"] == 0.0 and tests[1]["b_wall_s"] > 0
+    assert rows[0].hidden == rows[1].hidden == tests[0]["hidden"]
+    assert tensors_left(tests) == []
+
