@@ -293,6 +293,10 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
         progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
     beside = []  # what the replay did beside main's recording (not on the gate's path)
     for part, ran in (("A record", sides.a_out), ("B replay", sides.b_out), ("A noise", band and band.out)):
+        if ran is None and part == "A record" and a_wall > 0 and a_res is not None:
+            # main recorded for this judgment and its side lives on for the batch's next
+            # members: its spans up to RECORDED, from the document it published then
+            spans += side_spans("accuracy", part, a_wall, a_res.get("phases"))
         if ran is None:  # cached, or never started
             continue
         doc = ran.result or {}

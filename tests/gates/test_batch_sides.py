@@ -56,6 +56,11 @@ def test_main_records_once_and_every_member_replays_against_it(batch):
     for r in (r2, r3):
         assert r["a_cached"] and r["a_wall_s"] == 0.0 and r["timeline"]["a_started"] is None, r["timeline"]
     assert batch["ended"] is not None and batch["ended"].ok  # it served the batch to its close
+    # the first member's phases hold main's side up to its recording, and add up to the wall
+    spans = {(s["part"], s["phase"]) for s in r1["phases"]}
+    assert {("A record", "build"), ("A record", "tap"), ("B replay", "tap")} <= spans, r1["phases"]
+    assert abs(sum(s["seconds"] for s in r1["phases"]) - r1["wall_s"]) < 1e-6, r1["phases"]
+    assert not [s for s in r2["phases"] if s["part"] == "A record"]  # no side of main ran for it
 
 
 def test_each_verdict_is_the_one_judged_alone(batch):
