@@ -44,9 +44,11 @@ class GatesRun:
     times: JudgmentTimes
 
 
-def judge(req: JudgmentRequest, progress=None) -> GatesRun:
+def judge(req: JudgmentRequest, progress=None, recording=None) -> GatesRun:
     """The gates on ``req`` (module docstring). Raises ``footprint.DiskShort`` before any
-    side starts when runs/ lacks the room for one judgment."""
+    side starts when runs/ lacks the room for one judgment. ``recording``: the batch's shared
+    recording of main (``gates.accuracy.MainRecording``) this judgment's accuracy gate replays
+    against; ``req``'s hidden inputs must be its draw."""
     say = progress or (lambda event: None)
     t, b = req.test, req.bench
     if not req.scope.ok or (t.repo, t.rev, t.base, t.placement, t.hidden) != \
@@ -55,11 +57,15 @@ def judge(req: JudgmentRequest, progress=None) -> GatesRun:
                          f"placement and hidden draw; got scope ok={req.scope.ok}, the accuracy "
                          f"gate's {t.rev} vs {t.base} and the scorer's {b.rev} vs {b.base} (a bug "
                          f"of the caller, harness/pipeline.py)")
+    if recording is not None and t.hidden != recording.hidden:
+        raise ValueError("a batch member's gates run on the batch's hidden draw; the request carries "
+                         "another (a bug of the caller, harness/pipeline.py)")
     drawn = t.hidden if t.hidden is not None else hidden.for_machine(t.machine, t.accuracy)
     t, b = replace(t, hidden=drawn), replace(b, hidden=drawn)
     room_for(req)
     say(GateStarted("accuracy", t.rev, t.base))
-    test = AccuracyResult.of(accuracy.run_test(t))
+    test = AccuracyResult.of(accuracy.run_test(t) if recording is None else
+                             accuracy.run_test(t, recording=recording))
     say(AccuracyVerdict(test.verdict))
     for w in test.last_words:
         say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))

@@ -110,8 +110,9 @@ def main(argv=None) -> int:
         from .channel import Channel
 
         def publish(doc: dict) -> None:  # main's record side: its document before it waits
-            check_tamper(seal, audit)
-            out.write_text(json.dumps(doc, indent=1, default=str))
+            check_tamper(seal, audit)  # (its phases so far: a batch's gate reads them then)
+            out.write_text(json.dumps({**doc, "phases": phase_clock.CLOCK.phases().to_dict()},
+                                      indent=1, default=str))
 
         result = tap.side_main(opts, device, out.parent, rank, lambda: receive_hidden(seal),
                                Channel(channel, seal), publish)
