@@ -29,7 +29,7 @@ class Seen(Gates):
         self.tests.append((req.rev, req.hidden, recording))
         return super().run_test(req, progress)
 
-    def run_bench(self, req, progress=print):
+    def run_bench(self, req, progress=print, stores=None):
         self.calls.append(("bench", req.rev, req.base))
         return faster(req.machine, req.scorer, 0.12 if req.rev in self.wins else -0.12)
 

@@ -71,7 +71,7 @@ class Gates:
         return {"verdict": "PASS bit-identical", "reasons": self.reasons,
                 "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
 
-    def run_bench(self, req, progress=print):
+    def run_bench(self, req, progress=print, stores=None):
         self.calls.append(("bench", req.rev, req.base))
         if self.on_bench:
             self.on_bench(req)
