@@ -140,12 +140,13 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
     touches (only their calls are kept whole); and the judgment's hidden inputs, which set
     every row's tokens and positions and add the extra batch sizes.
 
-    So a recording serves one judgment (B's replay) and never a second judgment against the
-    same main, although recording main is half the gate's time (issue 17 asked for it once
-    per main commit): each judgment draws its hidden inputs afresh so that no agent or
-    candidate can know them, and a recording kept for the next judgments would put them on
-    disk (the record names the input seed and the extra sizes, ``kept_a.pt`` holds the
-    inputs) before the next agent writes its commit. Reusing it
+    So a recording serves one judgment (B's replay), or the judgments of one batch of
+    candidates frozen before its draw (:class:`MainRecording`, gates/rules/batch.py), and never
+    a later judgment against the same main, although recording main is half the gate's time
+    (issue 17 asked for it once per main commit): each judgment (or batch) draws its hidden
+    inputs afresh so that no agent or candidate can know them, and a recording kept for the
+    next judgments would put them on disk (the record names the input seed and the extra
+    sizes, ``kept_a.pt`` holds the inputs) before the next agent writes its commit. Reusing it
     means one draw for every judgment against that main: the gate's defence against inputs a
     candidate knows would hold for the first judgment only. What is reused per main commit
     is what the hidden inputs do not decide: the checkout (``checkout.checkout``), Triton's
@@ -155,20 +156,23 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
                     "cuda": cuda, "hidden": hidden})
 
 
-def run_test(req: AccuracyRequest, progress=None) -> AccuracyResult:
+def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | None" = None
+             ) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass, and a ``SideEnded`` for each side that ended badly. Raises
     ``gates.rules.footprint.DiskShort`` before any side starts when runs/tap lacks the room; when it
     returns, no tensor of this judgment's recordings is left (unless another judgment still
-    holds the same recording: then that one deletes it)."""
+    holds the same recording: then that one deletes it). ``recording``: a batch's shared
+    recording of main (:class:`MainRecording`; ``req.hidden`` is its draw): recorded by its
+    first member's gate, replayed against by every member's, kept until its ``close()``."""
     with disk.Recordings(req.runs_dir / "tap") as held:
         room_for(req)
         # main's kernels compiled from main alone (once per main); each side starts on a copy
         main = compiled.prepare(req.repo, req.base, req.runs_dir, req.target, req.machine, req.cuda,
                                 req.accuracy.timeout_s, req.placement, _tagged(progress, "main compile"),
                                 req.base_layout or req.layout, req.base_world or req.world)
-        return _run_test(req, req.placement.seeded(main.path), progress, held, main)
+        return _run_test(req, req.placement.seeded(main.path), progress, held, main, recording)
 
 
 def tap_bytes(req: AccuracyRequest) -> int:
@@ -185,9 +189,23 @@ def room_for(req: AccuracyRequest) -> None:
     disk.check({req.runs_dir / "tap": tap_bytes(req)}, "this accuracy gate")
 
 
-def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recordings,
-              main: compiled.CompiledCache | None = None) -> AccuracyResult:
-    t0 = time.monotonic()
+@dataclass(frozen=True)
+class _Taps:
+    """What the two sides' taps are, from the request and its commits: the changed paths, the
+    protected ones among them, the ops touched (None: all), B's and A's specs, and why their
+    op calls cannot be compared (another layout), if so."""
+
+    base: str
+    rev: str
+    paths: list
+    protected: list
+    touched: set | None
+    b_spec: dict
+    spec: dict
+    cross: str | None
+
+
+def _taps(req: AccuracyRequest) -> _Taps:
     base_sha = checkout.resolve(req.repo, req.base)
     rev_sha = checkout.resolve(req.repo, req.rev)
     paths = checkout.changed_paths(req.repo, base_sha, rev_sha)
@@ -201,6 +219,24 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
     if cross:
         b_spec = {**b_spec, "cross_layout": True}
         touched = None  # another layout changes every op's rounding: the band covers every op
+    return _Taps(base_sha, rev_sha, paths, prot, touched, b_spec, spec, cross)
+
+
+def recording_shape(req: AccuracyRequest) -> str:
+    """What decides main's recording for ``req`` besides its hidden draw (the tap's spec, the
+    touched ops, the device): candidates against one main with one shape can share a recording
+    (gates/rules/batch.py's ``Frozen.shape``). Reads the commits (git), runs no side."""
+    t = _taps(req)
+    return recording_key(t.spec, t.touched, req.cuda, None)
+
+
+def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recordings,
+              main: compiled.CompiledCache | None = None,
+              shared: "MainRecording | None" = None) -> AccuracyResult:
+    t0 = time.monotonic()
+    taps = _taps(req)
+    base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
+    touched, b_spec, spec, cross = taps.touched, taps.b_spec, taps.spec, taps.cross
     timeout = req.accuracy.timeout_s
     t_checkout = time.monotonic()
     a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
@@ -211,16 +247,22 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
     a_dir.parent.mkdir(parents=True, exist_ok=True)
     held.hold(a_dir)  # its tensors go when the verdict is made (run_test), unless another holds it
+    if shared is not None:  # a batch's: held (and locked) until its last verdict
+        shared.adopt(a_dir, req.hidden, place)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     held.hold(b_dir)
     b_dir.mkdir(parents=True, exist_ok=True)
-    with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
-        # one recording per base and tap, however many callers; main's side records, then
-        # stays alive (holding its kept op calls) while the candidate's replays against it
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    if shared is not None:
         sides = _record_and_replay(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
-                                   timeout, progress, hidden, stamp)
+                                   timeout, progress, hidden, stamp, shared)
+    else:
+        with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
+            # one recording per base and tap, however many callers; main's side records, then
+            # stays alive (holding its kept op calls) while the candidate's replays against it
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            sides = _record_and_replay(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir,
+                                       b_spec, timeout, progress, hidden, stamp)
     a_kind, a_wall, a_tail, a_dir = sides.a_kind, sides.a_wall, sides.a_tail, sides.a_dir
     b_kind, b_wall, b_res, b_tail = sides.b_kind, sides.b_wall, sides.b_res, sides.b_tail
     a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
@@ -251,6 +293,10 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
         progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
     beside = []  # what the replay did beside main's recording (not on the gate's path)
     for part, ran in (("A record", sides.a_out), ("B replay", sides.b_out), ("A noise", band and band.out)):
+        if ran is None and part == "A record" and a_wall > 0 and a_res is not None:
+            # main recorded for this judgment and its side lives on for the batch's next
+            # members: its spans up to RECORDED, from the document it published then
+            spans += side_spans("accuracy", part, a_wall, a_res.get("phases"))
         if ran is None:  # cached, or never started
             continue
         doc = ran.result or {}
@@ -486,6 +532,68 @@ class MainKeeper(Dialogue):
         return self.outcome
 
 
+class MainRecording:
+    """Main's recording shared by a batch of frozen candidates (gates/rules/batch.py; docs/gates.md,
+    "main recorded once per batch"): one hidden draw (``hidden``, made after every member froze;
+    each member's request carries it), one recording of the batch's main, made by the first
+    member's gate. Its record side (:class:`MainKeeper`) stays alive across the members'
+    judgments, their scorers included (it has given its device back; it holds the kept op
+    calls in host memory and writes them at most once, for the first member whose pass
+    differs); the recording's folder is locked and held from the first member on, so no other
+    judgment records there or sweeps it. :meth:`close` (the batch settled: its last verdict,
+    or a merge) ends the side and deletes the recording's tensors. Each member's replay is
+    released (its hidden inputs, main's recording shown) only after its own imports, as alone."""
+
+    def __init__(self, hidden: Hidden, runs_dir: Path):
+        self.hidden = hidden
+        self.keeper: MainKeeper | None = None  # main's side while it serves the batch
+        self.a_dir: Path | None = None
+        self.place: Placement | None = None
+        self.members = 0  # gates that used it
+        self._held = disk.Recordings(runs_dir / "tap")
+        self._lock = None
+
+    def adopt(self, a_dir: Path, hidden: Hidden | None, place: Placement) -> None:
+        """A member's gate, before its sides: its recording's folder and placement must be the
+        batch's (one main, shape, draw and slot); the first takes the folder's lock and hold."""
+        if hidden != self.hidden:
+            raise ValueError(f"accuracy gate: a batch member's hidden inputs ({hidden}) are not the "
+                             f"batch's ({self.hidden}): a bug of the caller (harness/orchestrator.py)")
+        if self.members and sandbox.chosen(place.sandbox) == "off":
+            raise ValueError("accuracy gate: candidates share a hidden draw only under a sandbox "
+                             "(gates.rules.batch.share_allowed); kern.yaml's sandbox is off: a bug "
+                             "of the caller, which must judge each on a draw of its own")
+        if self.a_dir is None:
+            self._held.hold(a_dir)
+            self._lock = open(a_dir.parent / f"{a_dir.name}.lock", "w")
+            fcntl.flock(self._lock, fcntl.LOCK_EX)  # as a judgment of its own holds it
+            self.a_dir, self.place = a_dir, place
+        elif (a_dir, place) != (self.a_dir, self.place):
+            raise ValueError(f"accuracy gate: a batch member's recording would be {a_dir.name} on "
+                             f"GPUs {place.gpus!r}, the batch's is {self.a_dir.name} on "
+                             f"{self.place.gpus!r}: members share one main, shape and slot (a bug "
+                             f"of the batch's planning, harness/orchestrator.py)")
+        self.members += 1
+
+    def close(self, timeout_s: float, kill: bool = False):
+        """The batch is settled (or interrupted: ``kill``): main's side told to go and waited
+        for (``timeout_s``; ended past it), the folder's lock let go and the recording's tensors
+        deleted. Returns main's side's outcome (None: none served the batch at the end)."""
+        keeper, self.keeper = self.keeper, None
+        try:
+            if keeper is None:
+                return None
+            if kill:
+                keeper.kill()
+                return None
+            return keeper.finish(timeout_s)
+        finally:
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
+            self._held.release()
+
+
 class KeptOnDemand(AfterImport, Dialogue):
     """The replay's hand-over (:class:`~gates.launch.after_import.AfterImport`: its hidden inputs
     once every process imported the tree, main's recording shown then, main's kept op calls
@@ -512,29 +620,49 @@ class KeptOnDemand(AfterImport, Dialogue):
 
 
 def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
-                       timeout, progress, hidden, stamp) -> _Sides:
+                       timeout, progress, hidden, stamp, shared: "MainRecording | None" = None) -> _Sides:
     """Main's recording (or the one cached in ``a_dir``) and the candidate's replay against
     it, started beside it and released once main recorded, main's side alive until the replay
     ends (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
     Whatever ends it early (Ctrl-C, a gate error) ends main's side too: it runs in a thread
-    that an exception in this one would never reach."""
-    keeper = MainKeeper(hidden, int(spec.get("world", 1)))
+    that an exception in this one would never reach. With a batch's ``shared`` recording,
+    main's side is the batch's: started by its first member, left alive for the next ones
+    while it serves this recording, ended by ``shared.close()``."""
+    live = shared.keeper if shared is not None else None
+    keeper = live or MainKeeper(hidden, int(spec.get("world", 1)))
     try:
-        return _sides(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
-                      progress, stamp, keeper)
+        out = _sides(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
+                     progress, stamp, keeper, live=live is not None, batch=shared is not None)
     except BaseException:
         keeper.kill()
+        if shared is not None:
+            shared.keeper = None
         raise
+    if shared is not None:
+        from .rules.batch import recording_serves_on
+
+        serving = recording_serves_on(keeper._thread is not None and not keeper._ended(),
+                                      out.a_kind == "ok", out.a_dir != a_dir)  # renamed: changed
+        if not serving:
+            keeper.kill()  # its recording goes (the next member records on the batch's draw)
+        shared.keeper = keeper if serving else None
+    return out
 
 
 def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
-           progress, stamp, main_side: MainKeeper) -> _Sides:
+           progress, stamp, main_side: MainKeeper, live: bool = False, batch: bool = False) -> _Sides:
+    """``live``: ``main_side`` recorded for an earlier member of a batch and still serves
+    (the replay starts now, as after a cached recording, and may ask for its kept calls);
+    ``batch``: main's side is the batch's (not ended here; its limit is the batch's life)."""
     files = TapFiles(a_dir)
     a_world = main_side.world
     hidden = main_side.hidden
     mech = sandbox.chosen(place.sandbox)
     keeper = None
-    if files.recorded:  # cached with its kept calls (a replayed judgment, another caller's)
+    if live:  # a batch's main recorded for an earlier member: its side waits, holding its calls
+        keeper = main_side
+        a_kind, a_wall, a_tail = "ok", 0.0, ""
+    elif files.recorded:  # cached with its kept calls (a replayed judgment, another caller's)
         a_kind, a_wall, a_tail = "ok", 0.0, ""
     else:
         a_dir.mkdir(parents=True, exist_ok=True)
@@ -543,8 +671,11 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         ticks = _tagged(progress, "A record")
         quiet = None if ticks is None else (
             lambda line, t: None if keeper.recorded_s is not None else ticks(line, t))
-        # its own limit is the recording's (wait_recorded); then it waits out the replay
-        keeper.start(lambda k: ranks.run("tap", a_tree, a_spec, files.record, 3 * timeout,
+        # its own limit is the recording's (wait_recorded); then it waits out the replay (a
+        # batch's: every member's judgment, until MainRecording.close() ends it; it has given
+        # its device back, and it ends by itself when this process goes: its stdin closes)
+        limit = float("inf") if batch else 3 * timeout
+        keeper.start(lambda k: ranks.run("tap", a_tree, a_spec, files.record, limit,
                                          place, quiet, k, k.stop))
         a_kind, a_wall, a_tail = "ok", 0.0, ""
         if (mech == "off" or not req.accuracy.replay_beside) and not keeper.wait_recorded(timeout):
@@ -554,7 +685,7 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
     # from it until its release; with sandbox: off nothing does, so it starts once main has
     # recorded and the marks below are taken (else its import-time code could change main's
     # files before they are marked)
-    beside = keeper is not None and mech != "off" and req.accuracy.replay_beside
+    beside = keeper is not None and not live and mech != "off" and req.accuracy.replay_beside
     # what B reads of main must be unchanged when it ends (else it could record its own
     # results there): main's recording and tree, and B's copies of the recording
     recording = files.recording() + [
@@ -629,8 +760,9 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         # reads main's outcome first (as when the replay started after main had recorded)
         watch.join()
     released_s = None if handed.released_at is None else handed.released_at - b_started
-    at = {"a_started": keeper.started if keeper is not None else None,
-          "a_recorded": keeper.started + keeper.recorded_s if keeper is not None and
+    fresh = keeper is not None and not live  # main's side started for this judgment
+    at = {"a_started": keeper.started if fresh else None,
+          "a_recorded": keeper.started + keeper.recorded_s if fresh and
           keeper.recorded_s is not None else None, "b_started": b_started, "b_released": handed.released_at}
     if watch is not None and not watch.recorded:  # main's side failed: the replay was ended
         if mech != "off":
@@ -638,12 +770,14 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         out = _unrecorded(keeper, a_dir, timeout)
         out.beside, out.b_ran, out.at = True, b, at  # its time counts beside main's; no verdict
         return out
-    a_wall = (keeper.recorded_s or 0.0) if keeper is not None else 0.0
+    a_wall = (keeper.recorded_s or 0.0) if fresh else 0.0
     out = _Sides(a_kind, a_wall, a_tail, a_dir, b.kind, b.wall_s, b.result, b.log_tail, b_out=b,
                  beside=beside, b_released_s=released_s, at=at)
     moved = filemarks.changed_files(marks, filemarks.file_marks(
         guarded + ([seen] if copies else []), ctime=mech != "namespaces"))
-    if keeper is not None:  # the replay has ended: main's side may go (and write its document)
+    # the replay has ended: main's side may go (and write its document); a batch's stays for
+    # the next member, unless it ended meanwhile (failed after recording, or could not save)
+    if keeper is not None and (not batch or keeper._ended()):
         a = out.a_out = keeper.finish(timeout)
         if a is None or not a.ok:  # main's side failed after recording (or could not save)
             out.a_kind, out.a_tail = (a.kind, a.log_tail) if a is not None else ("error", "")

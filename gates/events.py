@@ -13,10 +13,17 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class StoreReady:
-    """The scorer's model store built the model once and shares it over CUDA IPC."""
+    """The scorer's model store leased the model to this run over CUDA IPC: its weights built
+    for it, or (``reused``) built for an earlier run of the judgment and verified unchanged,
+    with a decode state built for this run (``state_s``)."""
     build_s: float
+    reused: bool = False
+    state_s: float | None = None
 
     def __str__(self) -> str:
+        if self.reused:
+            return (f"store: weights reused (verified unchanged), state built in "
+                    f"{self.state_s or 0.0:.0f}s, shared over CUDA IPC")
         return f"store: model built in {self.build_s:.0f}s, shared over CUDA IPC"
 
 

@@ -10,7 +10,9 @@ passes, the scorer (gates/scorer.py) on the same commit, base, hidden inputs and
 held to the accuracy gate's bar, in this host's scorer turn (gates/launch/turn.py); when the
 scorer measured a gain above ``bench.reverify_pct`` % with every check clean
 (``rules.decision.needs_reverify``), the scorer again: fresh processes, the sides alternating,
-an input seed of its own. Which gate runs next is all this decides: the verdicts are the
+an input seed of its own. The scorer and its re-measurement lease one model store
+(gates/launch/store.py: the weights built once, verified before and after each run, a decode
+state built for each run), ended with the judgment. Which gate runs next is all this decides: the verdicts are the
 gates', the merge rule gates/rules/decision.py's (``gates.summary.decided``)."""
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass, replace
 from . import accuracy, scorer
 from .events import AccuracyVerdict, GateStarted, InScorer, Remeasuring, SideEnded
 from .launch import disk
+from .launch.store import ModelStores
 from .launch.turn import scorer_turn
 from .protocol import Hidden
 from .requests import JudgmentRequest
@@ -41,9 +44,11 @@ class GatesRun:
     times: JudgmentTimes
 
 
-def judge(req: JudgmentRequest, progress=None) -> GatesRun:
+def judge(req: JudgmentRequest, progress=None, recording=None) -> GatesRun:
     """The gates on ``req`` (module docstring). Raises ``footprint.DiskShort`` before any
-    side starts when runs/ lacks the room for one judgment."""
+    side starts when runs/ lacks the room for one judgment. ``recording``: the batch's shared
+    recording of main (``gates.accuracy.MainRecording``) this judgment's accuracy gate replays
+    against; ``req``'s hidden inputs must be its draw."""
     say = progress or (lambda event: None)
     t, b = req.test, req.bench
     if not req.scope.ok or (t.repo, t.rev, t.base, t.placement, t.hidden) != \
@@ -52,11 +57,15 @@ def judge(req: JudgmentRequest, progress=None) -> GatesRun:
                          f"placement and hidden draw; got scope ok={req.scope.ok}, the accuracy "
                          f"gate's {t.rev} vs {t.base} and the scorer's {b.rev} vs {b.base} (a bug "
                          f"of the caller, harness/pipeline.py)")
+    if recording is not None and t.hidden != recording.hidden:
+        raise ValueError("a batch member's gates run on the batch's hidden draw; the request carries "
+                         "another (a bug of the caller, harness/pipeline.py)")
     drawn = t.hidden if t.hidden is not None else hidden.for_machine(t.machine, t.accuracy)
     t, b = replace(t, hidden=drawn), replace(b, hidden=drawn)
     room_for(req)
     say(GateStarted("accuracy", t.rev, t.base))
-    test = AccuracyResult.of(accuracy.run_test(t))
+    test = AccuracyResult.of(accuracy.run_test(t) if recording is None else
+                             accuracy.run_test(t, recording=recording))
     say(AccuracyVerdict(test.verdict))
     for w in test.last_words:
         say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
@@ -68,18 +77,22 @@ def judge(req: JudgmentRequest, progress=None) -> GatesRun:
 
 
 def _scored(req: JudgmentRequest, first, t, say) -> BenchResult:
-    """The scorer on ``first`` and, where its gain is large, its re-measurement."""
+    """The scorer on ``first`` and, where its gain is large, its re-measurement, both on one
+    model store (ended here, whatever ends the judgment)."""
     say(GateStarted("scorer", first.rev, first.base))
-    with scorer_turn(first.runs_dir, req.isolate, say):
-        bench = BenchResult.of(scorer.run_bench(first, progress=lambda e: say(InScorer(e))))
-    pct = first.scorer.reverify_pct
-    if decision.needs_reverify(bench, pct):
-        say(Remeasuring(first.rev, pct))
-        again = replace(first, alternate=True, hidden=hidden.for_machine(t.machine, t.accuracy),
-                        rounds=first.scorer.reverify_rounds)
+    with ModelStores() as stores:
         with scorer_turn(first.runs_dir, req.isolate, say):
-            bench = bench.with_reverify(BenchResult.of(
-                scorer.run_bench(again, progress=lambda e: say(InScorer(e, again=True)))))
+            bench = BenchResult.of(scorer.run_bench(first, progress=lambda e: say(InScorer(e)),
+                                                    stores=stores))
+        pct = first.scorer.reverify_pct
+        if decision.needs_reverify(bench, pct):
+            say(Remeasuring(first.rev, pct))
+            again = replace(first, alternate=True, hidden=hidden.for_machine(t.machine, t.accuracy),
+                            rounds=first.scorer.reverify_rounds)
+            with scorer_turn(first.runs_dir, req.isolate, say):
+                bench = bench.with_reverify(BenchResult.of(
+                    scorer.run_bench(again, progress=lambda e: say(InScorer(e, again=True)),
+                                     stores=stores)))
     for w in (bench.last_words, bench.reverify.last_words if bench.reverify else None):
         if w is not None:
             say(SideEnded("scorer", w.side, w.kind, w.last, w.log))

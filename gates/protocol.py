@@ -297,7 +297,10 @@ class BenchOptions(SideOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class StoreOptions(SideOptions):
-    """``store``: builds the model once and shares it with the bench sides over CUDA IPC."""
+    """``store``: builds the model's weights once and shares them with the bench sides of each
+    scorer run that leases it (:class:`StoreLease`) over CUDA IPC, each lease with a decode
+    state of its own (gates/side/store.py). Its context, rows and steps size no state: each
+    lease says its own."""
     MODE: ClassVar[str] = "store"
 
 
@@ -321,8 +324,83 @@ def parse(mode: str, spec: dict) -> SideOptions:
     return OPTIONS[mode].parse(spec)
 
 
+# ------------------------------------------------------------------ the model store's requests
+STORE_QUIT = "quit"  # the line that ends the model store
+
+
+class StoreRequestError(ValueError):
+    """The model store was sent a line that is none of its requests: a bug of the scorer."""
+
+
+@dataclass(frozen=True)
+class StoreLease:
+    """A scorer run's lease of the store (gates/launch/store.py to gates/side/store.py): the
+    weights verified against their build's digest, then a decode state built for this lease
+    alone at ``context`` tokens for ``rows`` rows (the largest of them) and ``steps`` workload
+    steps. The store answers ``{"lease": n, "weights_intact": bool, "state_s": s}``; where the
+    weights changed no lease is open (the store is replaced)."""
+
+    context: int
+    rows: list
+    steps: int
+
+    def line(self) -> str:
+        return json.dumps({"lease": {"context": self.context, "rows": list(self.rows),
+                                     "steps": self.steps}}) + "\n"
+
+
+@dataclass(frozen=True)
+class StoreHandles:
+    """The open lease's model as CUDA IPC handles for one bench side's process: a file of its
+    own each (torch counts every handle sent as one consumer's, released when that process
+    frees it). The store answers ``{"ready": path | None, "sha256": hex | None}``: None on a
+    CPU (no IPC: the side builds its own model); ``sha256`` the bytes written there, which the
+    side alone loads (:class:`Prepare`)."""
+
+    def line(self) -> str:
+        return json.dumps({"handles": True}) + "\n"
+
+
+@dataclass(frozen=True)
+class StoreRelease:
+    """The lease ends: its state dropped, the weights verified again. The store answers
+    ``{"released": n, "weights_intact": bool, "freed": bool, "held_bytes": n}`` (``freed``:
+    the state left the device; CUDA IPC keeps a block until its consumers release it)."""
+
+    def line(self) -> str:
+        return json.dumps({"release": True}) + "\n"
+
+
+def store_request(line: str) -> "StoreLease | StoreHandles | StoreRelease | None":
+    """The request one line on the store's stdin holds; None for :data:`STORE_QUIT` (the
+    store ends); anything else raises :class:`StoreRequestError`."""
+    text = line.strip()
+    if text == STORE_QUIT:
+        return None
+    try:
+        d = json.loads(text)
+    except ValueError:
+        d = None
+    if d == {"cmd": "quit"}:  # Interactive.close's bench Quit, sent before STORE_QUIT
+        return None
+    if isinstance(d, dict) and set(d) == {"release"} and d["release"] is True:
+        return StoreRelease()
+    if isinstance(d, dict) and set(d) == {"handles"} and d["handles"] is True:
+        return StoreHandles()
+    lease = d.get("lease") if isinstance(d, dict) and set(d) == {"lease"} else None
+    if isinstance(lease, dict) and set(lease) == {"context", "rows", "steps"} \
+            and all(isinstance(lease[k], int) and not isinstance(lease[k], bool) and lease[k] > 0
+                    for k in ("context", "steps")) \
+            and isinstance(lease["rows"], list) and lease["rows"] \
+            and all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in lease["rows"]):
+        return StoreLease(lease["context"], lease["rows"], lease["steps"])
+    raise StoreRequestError(f"the model store was sent {text[:200]!r} (expected {STORE_QUIT!r}, "
+                            f"a lease {{'lease': {{'context', 'rows', 'steps'}}}}, "
+                            f"{{'handles': true}} or {{'release': true}}): a bug of the scorer "
+                            f"that sent it")
+
+
 # ------------------------------------------------------------------ the scorer's commands
-STORE_QUIT = "quit"  # the line that ends the model store (any other line is ignored)
 
 
 class CommandError(ValueError):
@@ -366,6 +444,9 @@ class Prepare(BenchCommand):
     hidden: dict | None
     sketch_seed: int = 0  # the seed of the state sketches (gates/side/timed.py)
     claim: str | None = None  # the accuracy gate's verdict the timed outputs are held to
+    # the store's sha256 of the model handles it wrote (the spec's attach): the side loads
+    # those bytes only (the file lies in a run folder the candidate's side writes too)
+    attach_sha256: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,12 @@
 """``kern bench [REV] [--vs BASE]``: the scorer.
 
 Shell: check out the revisions, start one side process per revision (and, on a GPU when
-both sides' protected model code agrees, one store process that builds the model once and
-shares it over CUDA IPC), drive interleaved rounds A B B A, collect replay times and their
-output checks. Core: ``stats`` turns the samples into medians, the score, a bootstrap
-interval, the A-vs-A noise band, a classification and the guard.
+both sides' protected model code agrees, lease the model from a store process that builds the
+weights once and shares them over CUDA IPC with a decode state built for this run: the
+caller's ``stores`` when it holds one across runs, gates/launch/store.py), drive interleaved
+rounds A B B A, collect replay times and their output checks. Core: ``stats`` turns the
+samples into medians, the score, a bootstrap interval, the A-vs-A noise band, a
+classification and the guard.
 """
 from __future__ import annotations
 
@@ -18,12 +20,14 @@ from .events import JudgingTimedOutputs, SideReady, StoreReady, VisitDone
 from .launch import checkout, compiled, disk, sandbox
 from .launch.process import Interactive, SideError
 from .launch.ranks import RankGroup, RanksDisagree
+from .launch.store import ModelStore, ModelStores, store_digest
 from .protocol import (Bandwidth, Baseline, JudgeOutputs, Peers, Prepare, RooflineCost,
-                       SaveRecord, Time, Verify)
+                       SaveRecord, StoreLease, Time, Verify)
 from .requests import BenchRequest, Placement
 from .results import BenchResult, LastWords
 from .rules import ranks, stats, verdict
 from .rules.phases import Span, rest, side_spans
+from .rules.store import NONE, REPLACE, REUSE, Need, Plan, StoreKey
 from .settings import ScorerSettings, Thresholds
 from .spec import side_spec
 
@@ -81,19 +85,31 @@ def pattern(rounds: int) -> list[str]:
 FIRST_SET = 2  # the first input set a timed replay runs (prepare compiled on set 1)
 
 
-def run_bench(req: BenchRequest, progress=None) -> BenchResult:
+def run_bench(req: BenchRequest, progress=None, stores: ModelStores | None = None) -> BenchResult:
     """The scorer on ``req``: its outcome and measurements typed, the full report (every
     sample, check and timing) as ``.report``. ``progress`` is called with each
-    ``gates.events.ScorerEvent`` as it happens (None: none is told; harness/ shows them)."""
+    ``gates.events.ScorerEvent`` as it happens (None: none is told; harness/ shows them).
+    ``stores``: the model store the caller holds across its scorer runs (None: this run starts
+    its own where it shares the model, and ends it)."""
     # main's kernels compiled from main alone (the accuracy gate's, when it ran first);
     # without a base the revision scored is main here
     main = compiled.prepare(req.repo, req.base or req.rev, req.runs_dir, req.target, req.machine,
                             req.cuda, req.scorer.timeout_s, req.placement, layout=req.layout, world=req.world)
-    return _run_bench(req, req.placement.seeded(main.path), progress, main)
+    return _run_bench(req, req.placement.seeded(main.path), progress, main, stores)
+
+
+def store_key(trees: dict, spec: dict, place: Placement) -> StoreKey:
+    """The key of the store a run on ``trees`` (``{"A": base, "B": rev}``) with ``spec`` at
+    ``place`` leases: main's tree builds it (the base; the revision where there is none)."""
+    first = "A" if "A" in trees else "B"
+    return StoreKey(store_digest(trees[first]), spec["model"], spec["layout"], spec["seed"],
+                    spec["weight_sets"], spec.get("state_dtype"), place.gpus, place.sandbox,
+                    tuple(str(trees[k]) for k in sorted(trees)))
 
 
 def _run_bench(req: BenchRequest, place: Placement, progress=None,
-               main: compiled.CompiledCache | None = None) -> BenchResult:
+               main: compiled.CompiledCache | None = None,
+               stores: ModelStores | None = None) -> BenchResult:
     progress = progress or (lambda event: None)
     t0 = time.monotonic()
     m = req.machine
@@ -113,6 +129,15 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
     digests = {k: model_digest(t) for k, t in trees.items()}
     shared, alternate = processes(req.cuda, len(set(digests.values())) == 1, req.world,
                                   req.alternate, len(trees))
+    own_stores = stores is None
+    stores = ModelStores() if own_stores else stores
+    plan = stores.plan(Need(store_key(trees, spec, place), req.cuda, req.world,
+                            len(set(digests.values())) == 1)) if shared else Plan(NONE, "")
+    # a run on the store held works in that store's folder (the sandbox it shares with its
+    # sides admits that folder), its files named by its lease
+    tag = ""
+    if plan.action == REUSE:
+        work, tag = stores.store.work, f"run{stores.store.leases + 1}-"
     order = pattern(rounds) if req.base else ["B"] * rounds
     last_visit = {k: max(i for i, x in enumerate(order) if x == k) for k in set(order)}
     extra_key = "A" if "A" in trees else "B"  # main's tree when there is one
@@ -122,6 +147,7 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
     # what the sides keep of each timed replay: digests where the gate claimed identity
     claim = verdict.CLAIM_KIND.get((req.accuracy or {}).get("verdict"))
     result = {"revs": revs, "digests": digests, "shared_model": shared, "spec": spec,
+              "store": {"plan": plan.action, "why": plan.reason} if shared else None,
               "alternating": alternate, "rounds": rounds, "replays": replays, "buckets": buckets,
               "weights": weights, "verify": {}, "prepare": {}, "secrets": secrets,
               "accuracy_claim": (req.accuracy or {}).get("verdict"), "timed_files": {},
@@ -145,16 +171,20 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
         if alternate:
             for other in list(sides):
                 sides.pop(other).close()
-        label = f"side{k}" + (f"-{opened[k]}" if opened[k] else "")
+        label = f"{tag}side{k}" + (f"-{opened[k]}" if opened[k] else "")
         part = k + (f"-{opened[k] + 1}" if opened[k] else "")
         opened[k] += 1
         t_open = time.monotonic()
-        s = sides[k] = RankGroup("bench", trees[k], attach_spec, work, label, req.world, place) \
-            if req.world > 1 else Interactive("bench", trees[k], attach_spec, work, label, place, group=box)
+        # the lease's model for this process: its own handles (torch counts one consumer per
+        # handle sent), loaded only as the bytes the store wrote
+        handles = stores.store.handles(timeout) if leased else {"ready": None, "sha256": None}
+        spec_k = {**attach_spec, "attach": handles["ready"]} if handles["ready"] else attach_spec
+        s = sides[k] = RankGroup("bench", trees[k], spec_k, work, label, req.world, place) \
+            if req.world > 1 else Interactive("bench", trees[k], spec_k, work, label, place, group=box)
         # the hidden inputs only once the side has imported the candidate's tree
         s.wait_imported(timeout)
-        r = s.request(Prepare(hidden=result["hidden"], sketch_seed=secrets["sketch_seed"], claim=claim),
-                      timeout)
+        r = s.request(Prepare(hidden=result["hidden"], sketch_seed=secrets["sketch_seed"], claim=claim,
+                              attach_sha256=handles["sha256"]), timeout)
         result["prepare"].setdefault(k, []).append(
             {x: r.get(x) for x in ("capture_s", "build_s", "all_reduce_paths")})
         result["environment"] = r["environment"]
@@ -163,19 +193,41 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
         progress(SideReady(k, r["build_s"], r["capture_s"], opened[k] if alternate else None))
         return s
 
-    # the store and the bench sides attached to it (CUDA IPC) share one sandbox
-    box = sandbox.side_group("store", trees["A" if "A" in trees else "B"], work / "store.json",
-                             peers=False, more=[("bench", t, work / "side.json") for t in trees.values()]
-                             ) if shared else None
+    def start_store() -> ModelStore:
+        # the store and the bench sides attached to it (CUDA IPC) share one sandbox
+        first = "A" if "A" in trees else "B"
+        box = sandbox.side_group("store", trees[first], work / "store.json", peers=False,
+                                 more=[("bench", t, work / "side.json") for t in trees.values()])
+        return ModelStore(plan_key, trees[first], spec, work, place, box, timeout)
+
+    plan_key = store_key(trees, spec, place)
+    box = None
+    leased = False
     try:
         if shared:
-            first = "A" if "A" in trees else "B"
+            now["side"] = None
             t_store = time.monotonic()
-            store = Interactive("store", trees[first], spec, work, "store", place, group=box)
-            ready = store.read(timeout)
-            spans.extend(side_spans("scorer", "store", time.monotonic() - t_store, ready.get("phases")))
-            attach_spec["attach"] = ready["ready"]
-            progress(StoreReady(ready["build_s"]))
+            store = stores.open(plan, start_store)
+            box = store.group
+            lease = store.lease(StoreLease(spec["context"], list(spec["rows"]), spec["steps"]), timeout)
+            if not lease["weights_intact"]:  # changed since their build: a new store, once
+                store = stores.open(Plan(REPLACE, "the weights held changed"), start_store)
+                box = store.group
+                lease = store.lease(StoreLease(spec["context"], list(spec["rows"]), spec["steps"]), timeout)
+            leased = bool(lease["weights_intact"])
+            if not leased:
+                raise SideError("error", "store: the weights of a store just built differ from "
+                                "their own build's digest (expected equal): the environment's "
+                                "GPU memory or the store's code", store.log_path)
+            # the store's spans: its weights' build (a store started for this run) and the
+            # lease's state, as 'build'; the rest of the wait (its start, the digests) 'start'
+            wall = time.monotonic() - t_store
+            ph = {"driver_s": wall} if plan.action == REUSE else dict(store.ready.get("phases") or {})
+            ph["build_s"] = (ph.get("build_s") or 0.0) + lease["state_s"]
+            spans.extend(side_spans("scorer", "store", wall, ph))
+            result["store"].update(lease=store.leases, started=stores.started, state_s=lease["state_s"],
+                                   build_s=store.ready.get("build_s"))
+            progress(StoreReady(store.ready["build_s"], plan.action == REUSE, lease["state_s"]))
         if not alternate:
             for k in sorted(trees):
                 open_side(k)
@@ -213,7 +265,7 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
                 side.request(SaveRecord(path=None), timeout)
                 result["timed_files"]["A"] = "memory"
             else:
-                path = work / f"timed-{k}-{i:02d}.pt"
+                path = work / f"{tag}timed-{k}-{i:02d}.pt"
                 side.request(SaveRecord(path=str(path)), timeout)
                 result["timed_files"].setdefault(k, []).append(str(path))
             result.setdefault("timed_save_s", []).append(time.monotonic() - t_s)
@@ -266,14 +318,18 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
     except BaseException:  # Ctrl-C or SIGTERM: the sides end now, not after their request
         for s in sides.values():
             s.kill()
+        stores.close()  # and the store: no lease is released, no process outlives the run
         raise
     finally:
         for s in sides.values():
             s.close()
-        if store:
-            store.close()
-        if box:
-            box.close()
+        rel = stores.released(tuple(sorted(trees)), timeout) if leased else None
+        if rel is not None:  # the weights verified again: a side that wrote them is named (analyse)
+            result["store"].update(kept=rel.keep, released=rel.reason, weights_check=rel.failed_check,
+                                   **{k: (stores.last_release or {}).get(k)
+                                      for k in ("freed", "held_bytes", "caches_restored")})
+        if own_stores:
+            stores.close()
         _remove_timed_files(result["timed_files"], req.world)
     result["processes"] = opened
     result["wall_s"] = time.monotonic() - t0
@@ -399,6 +455,9 @@ def analyse(samples, blocks, checks, result, cfg: ScorerSettings, buckets, weigh
                                   {b: cost[b]["bytes"] for b in buckets if b in cost}, bw)
         if floor:
             bad.append(floor)
+        written = (result.get("store") or {}).get("weights_check")
+        if k == "B" and written:  # the shared weights changed while this side was attached
+            bad.append(written)
         if k == "B" and judging is not None and result.get("timed"):
             band = result.get("timed_band")
             alpha = cfg.timed_band_alpha if band is not None else None

@@ -627,6 +627,22 @@ class Ledger:
             self._write(db, number, at, fields)
             self._event(db, number, at, "update", fields)
 
+    def record_hidden(self, number: int, hidden: dict, *, at: str | None = None) -> None:
+        """Write the hidden draw an attempt was judged on, once, after its final transition: the
+        one fact a final row takes later. A batch's draw (gates/rules/batch.py) is written down
+        only once the batch's last verdict is made, when its earlier members' rows are final
+        already. Refused where the row holds a draw (another's must not be overwritten)."""
+        at = self._at(at)
+        with self._tx() as db:
+            row = db.execute("SELECT hidden FROM attempts WHERE number=?", (number,)).fetchone()
+            if row is None:
+                raise LedgerError(f"attempt #{number} is not in the ledger {self.path}")
+            if row[0] is not None:
+                raise LedgerError(f"attempt #{number}: its hidden draw is recorded already; a "
+                                  f"batch's draw is written once, into rows without one")
+            self._write(db, number, at, {"hidden": hidden})
+            self._event(db, number, at, "hidden", {"hidden": hidden})
+
     def transition(self, number: int, state: str, *, reason: str | None = None,
                    at: str | None = None, **fields) -> None:
         """Move attempt ``number`` to ``state`` (and record ``fields``) in one transaction.

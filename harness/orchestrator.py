@@ -201,13 +201,7 @@ class Orchestrator:
             return
         width = farm.judging_width(len(jobs), len(self.ctx.slots()))
         if width <= 1:
-            for n, tip, base, queued in jobs:
-                if self.halt:
-                    self._unjudged(n, queued, report)
-                    continue
-                if queued:
-                    self.led.transition(n, L.JUDGING)
-                self._judge(n, tip, base, report)
+            self._judge_in_batches(jobs, report)
             return
         with ThreadPoolExecutor(width, thread_name_prefix="judging") as pool:
             # each worker holds a slot while it judges; the rest wait for one in number order
@@ -222,6 +216,102 @@ class Orchestrator:
                     self._unjudged(n, False, report)
                     continue
                 self._judge(n, tip, base, report, first=futures[n].result)
+
+    def _judge_in_batches(self, jobs: list, report: TickReport) -> None:
+        """One slot: ``jobs`` judged one after another in number order, and main recorded once
+        per batch (gates/rules/batch.py): consecutive jobs against one main and recording shape
+        share one hidden draw, made here, after every job's commit was fixed (collected), and
+        one recording of main (``gates.accuracy.MainRecording``), kept until the batch's last
+        verdict or a merge; the draw reaches the ledger rows then. A merge ends the batch: the
+        members after it are judged on a new draw and a new recording. A batch of one is judged
+        as ``kern try`` judges (the gates draw its inputs)."""
+        from gates.rules import batch as B
+
+        by_n = {n: (tip, base, queued) for n, tip, base, queued in jobs}
+        todo = B.plan([B.Frozen(n, tip, base, self._shape(n, tip, base)) for n, tip, base, _ in jobs],
+                      share=self._share_draws())
+        while todo:
+            b = todo.pop(0)
+            if len(b.members) == 1:
+                n = b.members[0]
+                tip, base, queued = by_n[n]
+                if self.halt:
+                    self._unjudged(n, queued, report)
+                    continue
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                self._judge(n, tip, base, report)
+                continue
+            state = self._judge_batch(b, by_n, report)
+            left = B.rest(state)
+            if left is not None:  # a merge ended it: the rest on a draw and recording of their own
+                todo.insert(0, left)
+            for n in state.pending if left is None else ():  # the loop stopped inside the batch
+                self._unjudged(n, by_n[n][2], report)
+
+    def _judge_batch(self, b, by_n: dict, report: TickReport):
+        """The members of batch ``b`` on one draw and one recording of main (in number order,
+        up to a merge or the loop's stop); the draw written into their rows once it is settled.
+        Returns the batch's final ``BatchState``."""
+        from gates.accuracy import MainRecording
+        from gates.rules import batch as B
+
+        from .pipeline import draw_hidden, judgment
+
+        if not B.draw_due(b, by_n):  # every job's commit is fixed before the tick judges
+            raise RuntimeError(f"batch {list(b.members)}: a member is not frozen (a bug of the tick)")
+        hidden = draw_hidden(self.ctx)  # after the last member froze
+        recording = MainRecording(hidden, self.ctx.runs)
+        state, held = B.BatchState(b), {}
+        try:
+            while (n := B.next_member(state)) is not None and not self.halt:
+                tip, base, queued = by_n[n]
+                if queued:
+                    self.led.transition(n, L.JUDGING)
+                out = self._judge(n, tip, base, report, hold_hidden=True,
+                                  first=lambda tip=tip, base=base: judgment(self.ctx, tip, base, hidden,
+                                                                             recording))
+                if out is not None and out.held_hidden is not None:
+                    held[n] = out.held_hidden
+                state = B.judged(state, n, merged=out is not None and out.state == L.MERGED)
+        except BaseException:
+            recording.close(0.0, kill=True)
+            raise
+        try:
+            recording.close(self.cfg.test.timeout_s)
+        except Exception as e:  # noqa: BLE001 - every verdict is made: main's side's end decides none
+            self.ctx.progress(f"batch {list(b.members)}: main's record side ended with an error "
+                              f"after the batch's verdicts: {type(e).__name__}: {e}")
+        for n in B.written_down(state, closing=True):  # settled, or the loop stops
+            if n in held:
+                self.led.record_hidden(n, held[n].to_dict())
+        return state
+
+    def _shape(self, number: int, tip: str, base: str) -> str:
+        """What decides main's recording for this job besides the draw
+        (``gates.accuracy.recording_shape``); a job whose commits cannot be read gets a shape
+        of its own (judged alone: its judgment says why)."""
+        from gates.accuracy import recording_shape
+
+        from .pipeline import accuracy_request
+
+        try:
+            return recording_shape(accuracy_request(self.cfg, self.ctx.repo.root, tip, base,
+                                                    self.ctx.runs, self.ctx.cuda))
+        except Exception as e:  # noqa: BLE001 - its own judgment reports it
+            return f"unread #{number}: {type(e).__name__}"
+
+    def _share_draws(self) -> bool:
+        """Whether jobs may share a hidden draw here: kern.yaml's sandbox keeps each member's
+        processes from leaving the draw for another's (``gates.rules.batch.share_allowed``)."""
+        from gates.launch import sandbox
+        from gates.rules import batch as B
+        from gates.rules.confinement import SandboxUnavailable
+
+        try:
+            return B.share_allowed(sandbox.chosen(self.cfg.sandbox))
+        except SandboxUnavailable:
+            return False
 
     def _unjudged(self, number: int, queued: bool, report: TickReport) -> None:
         """An attempt left unjudged because the loop must stop: queued (again), so the next
@@ -277,10 +367,14 @@ class Orchestrator:
                             title=(prop.message.splitlines() or [a.title])[0][:200])
         return tip
 
-    def _judge(self, number: int, tip: str, base: str, report: TickReport, first=None) -> None:
+    def _judge(self, number: int, tip: str, base: str, report: TickReport, first=None,
+               hold_hidden: bool = False):
+        """Judge attempt ``number`` and record its outcome; returns it (None: judging failed,
+        recorded as such)."""
         try:
-            out = judge_and_record(self.ctx, number, tip, base, first=first)
+            out = judge_and_record(self.ctx, number, tip, base, first=first, hold_hidden=hold_hidden)
             report.collected.append((number, out.state, out.reason))
+            return out
         except L.LedgerError:
             raise  # nothing can be recorded: the loop stops, a restart re-queues the attempt
         except NodeLost as e:  # the machine failed, not the candidate: judged once more

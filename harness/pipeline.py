@@ -79,6 +79,9 @@ class Outcome:
     state: str  # merged | abandoned | crashed | timed out
     reason: str | None
     fields: dict = field(default_factory=dict)
+    # a batch's hidden draw this outcome was judged on, not yet in the row (written down once
+    # the batch is settled: harness/orchestrator.py, gates/rules/batch.py); None: none held
+    held_hidden: object = None
 
 
 @contextmanager
@@ -163,18 +166,20 @@ def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
     return j.scope, j.test, j.bench
 
 
-def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> Judgment:
+def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None, recording=None) -> Judgment:
     """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine. The
     walk crosses into gates/ twice: the scope gate on the commit's facts (a ``ScopeResult``
     back), then, past it, one :class:`JudgmentRequest` to ``gates.judging.judge`` (a
-    ``GatesRun`` back: the results, the decision, the row's summary, the times)."""
+    ``GatesRun`` back: the results, the decision, the row's summary, the times). ``recording``:
+    a batch's shared recording of main (``gates.accuracy.MainRecording``; ``hidden`` its draw)."""
     t0 = time.monotonic()
     faults.point("scope")
     sc = check_scope(ctx, rev_sha, base_sha)
     if not sc.ok:
         return Judgment(sc, None, None, hidden, seconds=time.monotonic() - t0)
     with gpu_lock(ctx) as slot:
-        run = run_gates(ctx, judgment_request(ctx, sc, rev_sha, base_sha, hidden, ctx.placement(slot), t0))
+        run = run_gates(ctx, judgment_request(ctx, sc, rev_sha, base_sha, hidden, ctx.placement(slot), t0),
+                        recording)
     return Judgment(sc, run.test, run.bench, run.hidden, slot.host, slot.name, run.times.total_s, run)
 
 
@@ -186,12 +191,14 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
     return judgment(ctx, rev_sha, base_sha, hidden)
 
 
-def run_gates(ctx: Context, req: JudgmentRequest) -> GatesRun:
+def run_gates(ctx: Context, req: JudgmentRequest, recording=None) -> GatesRun:
     """The judgment's gates (``gates.judging.judge``) on the slot the caller holds; their
-    events reach ``ctx.progress`` (:func:`told`)."""
+    events reach ``ctx.progress`` (:func:`told`). ``recording``: a batch's shared recording."""
     from gates import judging
 
-    return judging.judge(req, progress=lambda event: told(ctx, event))
+    if recording is None:
+        return judging.judge(req, progress=lambda event: told(ctx, event))
+    return judging.judge(req, progress=lambda event: told(ctx, event), recording=recording)
 
 
 def told(ctx: Context, event) -> None:
@@ -231,13 +238,15 @@ def bench_request(cfg: Resolved, repo: Path, rev: str, base: str | None, runs: P
 
 
 def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
-                     max_rebases: int = 3, first=None) -> Outcome:
+                     max_rebases: int = 3, first=None, hold_hidden: bool = False) -> Outcome:
     """Judge attempt ``number`` and bring it to a final state; merge when it wins.
 
     ``first``: a callable giving the :class:`Judgment` of ``rev_sha`` against ``base_sha``
     already under way on another slot (or a Ray node): the orchestrator judges several
     attempts at once and applies their outcomes here, in number order. It may raise what
-    judging raised. A re-judgment after a rebase is judged here, on a free slot."""
+    judging raised. A re-judgment after a rebase is judged here, on a free slot.
+    ``hold_hidden``: ``first`` judges on a batch's draw, which the row gets only once the batch
+    is settled (the outcome's ``held_hidden``; the caller writes it: ``Ledger.record_hidden``)."""
     led, repo = ctx.ledger, ctx.repo
     for _ in range(max_rebases + 1):
         if merged_unrecorded(led.attempt(number), rev_sha, repo.git.git.merge_base(repo.main_sha(), rev_sha)):
@@ -245,6 +254,7 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
             return _record_found_merge(ctx, number, rev_sha)
         # a decision taken before a rebase no longer holds
         led.update(number, base_sha=base_sha, commit_sha=rev_sha, decision=None)
+        batched = first is not None and hold_hidden  # this judgment is on a batch's draw
         if first is not None:
             j, first = first(), None
         else:  # every judgment its own hidden inputs, a re-judgment after a rebase too
@@ -259,7 +269,8 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         faults.point("decision")
         out = decide_outcome(sc, test, bench) if j.run is None else \
             outcome_of(j.run.decision, j.run.summary, j.run.bench)
-        out = with_times(with_slot(with_hidden(out, hidden if test is not None else None), j), times)
+        out = with_times(with_slot(with_hidden(out, hidden if test is not None else None,
+                                               held=batched), j), times)
         if (out.reason or "").startswith(footprint.REASON):
             # the environment's, not the candidate's: the row keeps the side's last words, the
             # caller re-queues it (the loop, which stops) or ends it (kern try)
@@ -268,10 +279,15 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
         if out.state != "merged":
             # no commit: the tip is the base, whose note belongs to whoever made main
             return _finish(ctx, number, out, rev_sha, note=rev_sha != base_sha)
+        main = repo.main_sha()
+        if main == base_sha and out.held_hidden is not None:
+            # a merge settles its batch (gates/rules/batch.py): its draw goes into the merged
+            # row now (a merged row never changes afterwards)
+            out = replace(out, fields={**out.fields, "hidden": out.held_hidden.to_dict()},
+                          held_hidden=None)
         # the evidence reaches the ledger before main moves, so a loop killed between the
         # merge and its record finds the decision and the numbers on resume
         led.update(number, **out.fields)
-        main = repo.main_sha()
         if main == base_sha:
             # a Ctrl-C waits: main moved and the ledger not told would be a merge nobody saw
             with processes.signals_held():
@@ -292,13 +308,16 @@ def judge_and_record(ctx: Context, number: int, rev_sha: str, base_sha: str,
     return _finish(ctx, number, Outcome("abandoned", "conflict", {"gate": GateSummary(conflict="main kept moving")}), rev_sha)
 
 
-def with_hidden(out: Outcome, hidden) -> Outcome:
+def with_hidden(out: Outcome, hidden, held: bool = False) -> Outcome:
     """Pure: ``out`` with the judgment's hidden inputs among the fields the ledger records
     (only once the decision is made: while judging they live in this process and the sides;
-    None when no gate ran on them)."""
+    None when no gate ran on them). ``held``: a batch's draw, not in the row's fields but held
+    (``held_hidden``) until the batch is settled."""
     if hidden is None:
         return out
-    return Outcome(out.state, out.reason, {**out.fields, "hidden": hidden.to_dict()})
+    if held:
+        return replace(out, held_hidden=hidden)
+    return replace(out, fields={**out.fields, "hidden": hidden.to_dict()})
 
 
 def with_times(out: Outcome, times: JudgmentTimes) -> Outcome:
@@ -309,7 +328,7 @@ def with_times(out: Outcome, times: JudgmentTimes) -> Outcome:
         return out
     summary = TimesSummary(accuracy_s=times.accuracy_s, scorer_s=times.scorer_s,
                            remeasure_s=times.remeasure_s, total_s=times.total_s)
-    return Outcome(out.state, out.reason, {**out.fields, "gate": replace(gate, times=summary)})
+    return replace(out, fields={**out.fields, "gate": replace(gate, times=summary)})
 
 
 def with_slot(out: Outcome, j: Judgment) -> Outcome:
@@ -317,7 +336,7 @@ def with_slot(out: Outcome, j: Judgment) -> Outcome:
     when no gate process ran: a scope rejection)."""
     if j.slot is None:
         return out
-    return Outcome(out.state, out.reason, {**out.fields, "host": j.host, "slot": j.slot})
+    return replace(out, fields={**out.fields, "host": j.host, "slot": j.slot})
 
 
 def keep_evidence(runs: Path, number: int, test, bench, times: JudgmentTimes | None = None) -> Path:

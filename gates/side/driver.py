@@ -16,6 +16,8 @@ Modes:
            against the reference ops at --ref-rows.
   tap      (gates/side/tap.py) record or replay the accuracy gate's tap.
   bench    (gates/side/replays.py) timed rounds for the scorer, driven over stdin.
+  store    (gates/side/store.py) the weights built once, leased to the scorer's runs over
+           CUDA IPC with a decode state built per lease; main's model code only.
   compile  main's kernels compiled into the side's Triton cache (gates/launch/compiled.py): the model
            built and one eager step per batch size, nothing measured or kept.
 """
@@ -108,8 +110,9 @@ def main(argv=None) -> int:
         from .channel import Channel
 
         def publish(doc: dict) -> None:  # main's record side: its document before it waits
-            check_tamper(seal, audit)
-            out.write_text(json.dumps(doc, indent=1, default=str))
+            check_tamper(seal, audit)  # (its phases so far: a batch's gate reads them then)
+            out.write_text(json.dumps({**doc, "phases": phase_clock.CLOCK.phases().to_dict()},
+                                      indent=1, default=str))
 
         result = tap.side_main(opts, device, out.parent, rank, lambda: receive_hidden(seal),
                                Channel(channel, seal), publish)
@@ -173,23 +176,13 @@ def limit_memory() -> None:
 
 
 def store_mode(opts: "protocol.StoreOptions", device: str, out: Path, channel) -> dict:
-    """Build the model once and share it with the bench sides through CUDA IPC; serve until
-    stdin closes or says 'quit'. The model needs no hidden input: its weights and caches
-    follow the target seed and its state's capacity a bound no input seed moves."""
-    from .session import Side, Spec, log, save_shared
+    """The model store (gates/side/store.py): the weights built once and leased to the scorer's
+    runs over CUDA IPC, each lease with a decode state of its own; it serves until stdin closes
+    or says 'quit'. The model needs no hidden input: its weights and caches follow the target
+    seed and its state's capacity a bound no input seed moves."""
+    from .store import serve
 
-    with phase_clock.clock().span("build"):
-        side = Side(Spec.of(opts), device)
-    path = out.with_suffix(".ipc")
-    save_shared(side.model, path)
-    channel.write(json.dumps({"ready": str(path), "build_s": side.build_s,
-                              "phases": phase_clock.clock().phases().to_dict()}) + "\n")
-    channel.flush()
-    for line in sys.stdin:
-        if line.strip() == protocol.STORE_QUIT:
-            break
-    log("store: done")
-    return {"shared": str(path), "build_s": side.build_s}
+    return serve(opts, device, out, channel)
 
 
 def compile_mode(opts: "protocol.CompileOptions", device: str, rank: int = 0,

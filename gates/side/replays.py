@@ -65,7 +65,8 @@ class CapturedSteps:
     scorer's commands (:func:`side_main`)."""
 
     def __init__(self, opts: BenchOptions, device: str, seal=None, audit=None, rank: int = 0,
-                 hidden=None, sketch_seed: int = 0, claim: str | None = None):
+                 hidden=None, sketch_seed: int = 0, claim: str | None = None,
+                 attach_sha256: str | None = None):
         import kernels
 
         from .timed import TimedRecord
@@ -78,7 +79,7 @@ class CapturedSteps:
         # the hidden input seed sets the tokens and positions only: an attached (shared)
         # model was built without it and is the same model
         self.side = Side(self.spec, device, attach=opts.attach, rank=rank,
-                         input_seed=hidden.input_seed if hidden else None)
+                         input_seed=hidden.input_seed if hidden else None, attach_sha256=attach_sha256)
         self.dev = self.side.device
         self.steps, self.timers = {}, {}
         self.cursor = {}  # next unused input set per bucket
@@ -412,7 +413,8 @@ def side_main(opts: BenchOptions, device: str, seal=None, audit=None, rank: int 
                 hidden = None if c.hidden is None else \
                     protocol.Hidden.from_dict(c.hidden, "the prepare request")
                 with clock().span("build"):
-                    bench = CapturedSteps(opts, device, seal, audit, rank, hidden, int(c.sketch_seed), c.claim)
+                    bench = CapturedSteps(opts, device, seal, audit, rank, hidden, int(c.sketch_seed),
+                                          c.claim, c.attach_sha256)
                 with clock().span("capture"):  # Triton's compiles inside it are their own phase
                     ready = bench.prepare()
                 reply({"ok": True, **ready, "phases": clock().phases().to_dict()})

@@ -58,7 +58,7 @@ class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 
     def __init__(self, spec: Spec, device: str, hook=None, attach: str | None = None,
-                 rank: int = 0, input_seed: int | None = None):
+                 rank: int = 0, input_seed: int | None = None, attach_sha256: str | None = None):
         from kernels.k31 import model as kmodel
         from kernels.k31.collectives import Distributed, Identity
         from kernels.k31.config import Dims, Layout
@@ -79,7 +79,7 @@ class Side:
         t0 = time.monotonic()
         if attach:
             log(f"attaching to the shared model of {attach}")
-            self.model = load_shared(attach)
+            self.model = load_shared(attach, attach_sha256)
         else:
             log(f"building {spec.model} model, layout {spec.layout} rank {rank} of world "
                 f"{spec.world}, {self.max_rows} rows, "
@@ -178,9 +178,9 @@ class Side:
             torch.cuda.synchronize(self.device)
 
 
-def save_shared(model, path) -> None:
+def save_shared(model, path) -> str:
     """Write the model's tensors as CUDA IPC handles (the writer must stay alive while
-    readers use them)."""
+    readers use them); returns the sha256 of the bytes written."""
     from multiprocessing.reduction import ForkingPickler
 
     import torch.multiprocessing  # noqa: F401  registers the CUDA tensor reductions
@@ -192,15 +192,27 @@ def save_shared(model, path) -> None:
     import os
 
     os.replace(tmp, path)
+    import hashlib
+
+    return hashlib.sha256(bytes(data)).hexdigest()
 
 
-def load_shared(path):
+def load_shared(path, sha256: str | None = None):
+    """The model :func:`save_shared` wrote at ``path``; with ``sha256`` (the store's hash of the
+    bytes it wrote, sent over the scorer's pipe) only those bytes: the file lies in a run folder
+    the candidate's side writes too, and unpickling runs whatever a pickle names."""
+    import hashlib
     import pickle
 
     import torch.multiprocessing  # noqa: F401
 
-    with open(path, "rb") as f:
-        return pickle.load(f)
+    data = open(path, "rb").read()  # read once: what is checked is what is loaded
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise RuntimeError(f"tamper: the shared model's handles at {path} are not the bytes the "
+                           f"store wrote (sha256 expected {sha256[:16]}, got "
+                           f"{hashlib.sha256(data).hexdigest()[:16]}): a process sharing the run "
+                           f"folder replaced them")
+    return pickle.loads(data)
 
 
 def environment(device) -> dict:

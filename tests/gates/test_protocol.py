@@ -101,7 +101,8 @@ def _example(cls):
     values = {"hidden": {"input_seed": 7, "extra_rows": [5]}, "sketch_seed": 3, "claim": "PASS bit-identical",
               "bucket": 4, "n": 2, "first": 9, "path": "/w/timed-B-01.pt", "mine": "memory",
               "theirs": ["/w/timed-B-01.pt"], "near_tie_factor": 4.0, "sample": {"rows": 8, "seed": 1},
-              "ops": True, "kind": "compile", "band": {"ops": ["mla.index_logits"], "kl_pass": 1e-4}}
+              "ops": True, "kind": "compile", "band": {"ops": ["mla.index_logits"], "kl_pass": 1e-4},
+              "attach_sha256": "ab" * 32}
     return cls(**{f.name: values[f.name] for f in fields(cls)})
 
 

@@ -34,7 +34,7 @@ def _ended(words: LastWords, verdict="FAIL"):
     a = words.kind if words.side.startswith("A") else "ok"
     b = words.kind if words.side.startswith("B") else ("not run" if a != "ok" else "ok")
 
-    def run_test(req, progress=None):
+    def run_test(req, progress=None, recording=None):
         return {"verdict": verdict, "reasons": [f"a side ended: {words.kind}"],
                 "evidence": {"outcome_a": a, "outcome_b": b}, "last_words": [words.to_dict()]}
     return run_test

@@ -232,7 +232,7 @@ def test_two_slots_judge_two_attempts_at_once_and_apply_them_in_number_order(tmp
         both_inside.wait()  # a second judgment only after the first ended would break it
         return gates.__class__.run_test(gates, req, progress)
 
-    def run_bench(req, progress=print):
+    def run_bench(req, progress=print, stores=None):
         gates.calls.append(("bench", req.rev, req.base))
         return faster(req.machine, req.scorer, 0.12 if req.rev == one else -0.12)
 

@@ -66,12 +66,12 @@ class Gates:
         monkeypatch.setattr("gates.accuracy.run_test", self.run_test)
         monkeypatch.setattr("gates.scorer.run_bench", self.run_bench)
 
-    def run_test(self, req, progress=None):
+    def run_test(self, req, progress=None, recording=None):
         self.calls.append(("test", req.rev, req.base))
         return {"verdict": "PASS bit-identical", "reasons": self.reasons,
                 "evidence": {"outcome_a": "ok", "outcome_b": "ok"}}
 
-    def run_bench(self, req, progress=print):
+    def run_bench(self, req, progress=print, stores=None):
         self.calls.append(("bench", req.rev, req.base))
         if self.on_bench:
             self.on_bench(req)
@@ -388,7 +388,7 @@ def test_disk_full_while_judging_requeues_the_attempt_and_stops(tmp_path, monkey
     gates = Gates(monkeypatch)
     spec = ctx.runs / "tap" / "x" / "record.spec.json"
 
-    def full(req, progress=None):  # where the gate writes its first artifact
+    def full(req, progress=None, recording=None):  # where the gate writes its first artifact
         gates.calls.append(("test", req.rev, req.base))
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(spec))
 

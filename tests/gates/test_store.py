@@ -1,0 +1,407 @@
+"""The scorer's model store: its lifecycle decided (gates/rules/store.py, pure), its requests
+(gates/protocol.py), its weights' digest and each lease's model (gates/side/store.py, in this
+process on the small model), and its process on the CPU: started, leased, reused, replaced,
+ended, and never left behind when its holder is interrupted or killed (gates/launch/store.py).
+The CPU has no CUDA IPC, so there the scorer's sides build their own models and never lease;
+the process's lifecycle is exercised here directly. The IPC path: the GPU test at the end."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+from gates import protocol
+from gates.launch.store import ModelStore, ModelStores, store_digest
+from gates.requests import Placement
+from gates.rules import store as R
+from gates.scorer import processes
+from tests.gates.candidates import ROOT, make_repo
+
+KEY = R.StoreKey("d" * 16, "small", "tp2", 0, 4, "bf16", None, "auto", ("/t/a", "/t/b"))
+SPEC = {"model": "small", "layout": "tp2", "seed": 0, "weight_sets": 4, "context": 96, "steps": 4,
+        "rows": [2, 4]}
+
+keys = st.builds(R.StoreKey, st.sampled_from(["d" * 16, "e" * 16]), st.sampled_from(["small", "full"]),
+                 st.just("tp2"), st.integers(0, 1), st.just(4), st.sampled_from(["bf16", "f32"]),
+                 st.sampled_from([None, "0", "1"]), st.just("auto"),
+                 st.sampled_from([("/t/a", "/t/b"), ("/t/a", "/t/c")]))
+needs = st.builds(R.Need, keys, st.booleans(), st.integers(1, 2), st.booleans())
+helds = st.none() | st.builds(R.Held, keys, st.booleans(), st.booleans(), st.just(False))
+
+
+# ------------------------------------------------------------------ the lifecycle, pure
+@given(helds, needs)
+def test_a_store_is_reused_only_alive_intact_and_for_the_same_key(held, need):
+    plan = R.decide(held, need)
+    shareable = need.cuda and need.world == 1 and need.same_model
+    assert (plan.action != R.NONE) == shareable
+    if not shareable:
+        return
+    if held is None:
+        assert plan.action == R.START
+    elif held.alive and held.intact and held.key == need.key:
+        assert plan.action == R.REUSE
+    else:
+        assert plan.action == R.REPLACE
+        assert plan.reason  # says which: ended, changed weights, or the fields that differ
+
+
+@given(needs)
+def test_a_store_is_shared_exactly_where_the_scorer_shares_its_model(need):
+    """decide and the scorer's processes() agree on when one store serves the sides."""
+    shared, _ = processes(need.cuda, need.same_model, need.world, None, 2)
+    assert (R.decide(None, need).action != R.NONE) == shared
+
+
+def test_a_lease_while_one_is_open_is_refused():
+    with pytest.raises(R.StoreRefused, match="one scorer run at a time"):
+        R.decide(R.Held(KEY, True, True, True), R.Need(KEY, True, 1, True))
+
+
+def test_a_changed_key_names_the_fields_that_differ():
+    plan = R.decide(R.Held(KEY, True, True, False),
+                    R.Need(replace(KEY, seed=1, gpus="1"), True, 1, True))
+    assert plan.action == R.REPLACE and "seed, gpus differ" in plan.reason
+
+
+def test_weights_changed_under_a_lease_fail_the_candidate_and_retire_the_store():
+    kept = R.released(True, ("A", "B"))
+    assert kept.keep and kept.failed_check is None
+    written = R.released(False, ("A", "B"))
+    assert not written.keep and written.failed_check["check"] == R.WEIGHTS_CHECK
+    assert "candidate's side" in written.failed_check["why"]
+    alone = R.released(False, ("A",))  # no candidate attached: the store goes, nobody is named
+    assert not alone.keep and alone.failed_check is None
+    unknown = R.released(None, ("A", "B"))
+    assert not unknown.keep and unknown.failed_check is None
+    held = R.released(True, ("A", "B"), freed=False)  # CUDA IPC kept the lease's state
+    assert not held.keep and held.failed_check is None and "still held" in held.reason
+
+
+def test_code_the_store_key_does_not_cover_is_named():
+    assert R.uncovered(list(R.STORE_FILES)) == []
+    assert R.uncovered(["k31/model.py", "k31/moe/experts.py", "k31/collectives.py"]) == \
+        ["k31/collectives.py", "k31/moe/experts.py"]
+
+
+def test_the_store_digest_covers_the_code_it_runs_and_nothing_else(tmp_path):
+    repo = make_repo(tmp_path)
+    d0 = store_digest(repo)
+    experts = repo / "kernels/k31/moe/experts.py"
+    experts.write_text(experts.read_text() + "\n# a candidate's kernel\n")
+    assert store_digest(repo) == d0
+    plat = repo / "kernels/k31/platform.py"
+    plat.write_text(plat.read_text() + "\n# imported by the store\n")
+    assert store_digest(repo) != d0
+
+
+def test_weights_written_under_a_lease_abandon_the_candidate_as_a_scorer_check():
+    """The release's failed check lands among the candidate's side's, and the merge rule then
+    abandons it by that check, whatever its times say."""
+    from gates.results import AccuracyResult, BenchResult
+    from gates.rules import decision as D
+    from gates.scorer import analyse
+    from harness.settings import load
+
+    buckets, weights = [4, 16], [1, 2]
+    cfg = load(ROOT / "kern.yaml").resolve(True).bench
+    blocks = {k: [{b: [10.0 * b * f] * 3 for b in buckets}] * 2 for k, f in (("A", 1.0), ("B", 0.5))}
+    samples = {k: {b: [x for v in blocks[k] for x in v[b]] for b in buckets} for k in blocks}
+    checks = {k: [{"bucket": b} for b in buckets] for k in blocks}
+    written = R.released(False, ("A", "B")).failed_check
+    result = {"verify": {k: {b: {"equal": True} for b in buckets} for k in blocks},
+              "store": {"plan": "reuse", "weights_check": written}}
+    analysis = analyse(samples, blocks, checks, result, cfg, buckets, weights)
+    assert analysis["sides"]["B"]["failed_checks"] == [written]
+    assert analysis["sides"]["A"]["failed_checks"] == []
+    bench = BenchResult.of({"outcome": "ok", "buckets": buckets, "processes": {"A": 1, "B": 1},
+                            "analysis": analysis})
+    assert bench.ab.classification == "faster" and not D.needs_reverify(bench, 99.0)
+    test = AccuracyResult.of({"verdict": "PASS bit-identical", "reasons": [], "exit_code": 0,
+                              "evidence": {"outcome_a": "ok", "outcome_b": "ok"}})
+    d = D.decide(True, test, bench)
+    assert (d.state, d.reason) == ("abandoned", "scorer check")
+    assert [c["check"] for c in d.checks] == [R.WEIGHTS_CHECK]
+
+
+# ------------------------------------------------------------------ its requests
+@given(st.integers(1, 2**20), st.lists(st.integers(1, 512), min_size=1, max_size=6), st.integers(1, 4096))
+def test_a_lease_line_reads_back_as_the_same_lease(context, rows, steps):
+    lease = protocol.StoreLease(context, rows, steps)
+    assert protocol.store_request(lease.line()) == lease
+
+
+def test_the_store_reads_release_quit_and_refuses_anything_else():
+    assert protocol.store_request(protocol.StoreRelease().line()) == protocol.StoreRelease()
+    assert protocol.store_request(protocol.StoreHandles().line()) == protocol.StoreHandles()
+    assert protocol.store_request(protocol.STORE_QUIT + "\n") is None
+    assert protocol.store_request(json.dumps(protocol.Quit().to_dict())) is None
+    for bad in ('{"lease": {"context": 0, "rows": [2], "steps": 1}}', '{"lease": {"rows": [2]}}',
+                '{"lease": {"context": 8, "rows": [], "steps": 1}}', '{"release": 1}', '{"handles": 1}',
+                "nonsense"):
+        with pytest.raises(protocol.StoreRequestError, match="a bug of the scorer"):
+            protocol.store_request(bad)
+
+
+# ------------------------------------------------------------------ in this process
+@pytest.fixture(scope="module")
+def small_store():
+    from gates.side.store import Store
+
+    return Store(protocol.parse("store", SPEC), "cpu")
+
+
+def _hashes(tensors):
+    from gates.side.fingerprint import raw_hash
+
+    return [raw_hash(t) for t in tensors]
+
+
+def test_a_leases_model_is_the_model_a_side_builds(small_store):
+    """Weights held plus a state built per lease: bit for bit what gates/side/session.Side
+    builds for the same spec, so a side attached to a lease runs the model it would build."""
+    from gates.side.session import Side, Spec
+    from gates.side.store import weight_tensors
+
+    own = Side(Spec.from_dict(SPEC), "cpu").model
+    leased = small_store.lease_model(protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"]))
+    assert _hashes(weight_tensors(leased.weights)) == _hashes(weight_tensors(own.weights))
+    assert _hashes(t for _, t in leased.state.tensors()) == _hashes(t for _, t in own.state.tensors())
+    assert leased.state.capacity == own.state.capacity
+
+
+def test_each_lease_gets_a_fresh_state(small_store, tmp_path):
+    out = tmp_path / "store.json"
+    lease = protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"])
+    assert "no lease is open" in small_store.handles(out)["error"]
+    assert small_store.lease(lease, out)["weights_intact"]
+    assert small_store.handles(out) == {"ready": None, "sha256": None}  # the CPU: no IPC
+    first = small_store.model.state
+    want = _hashes(t for _, t in first.tensors())
+    for _, t in first.tensors():  # what a lease's sides leave in its state
+        t.view(torch.uint8).view(-1)[:16] ^= 0x5A
+    assert small_store.lease(lease, out).get("error")  # the open lease first
+    released = small_store.release(out)
+    assert released["weights_intact"] and released["freed"] and released["held_bytes"] == 0
+    assert released["caches_restored"] is False  # reported: its caches were left changed
+    small_store.lease(lease, out)
+    assert small_store.model.state is not first
+    assert _hashes(t for _, t in small_store.model.state.tensors()) == want
+    assert small_store.release(out)["caches_restored"] is True
+
+
+def test_one_changed_weight_byte_is_seen_and_no_lease_is_given(small_store, tmp_path):
+    from gates.side.store import weight_tensors
+
+    t = next(w for w in weight_tensors(small_store.weights) if w.dtype == torch.uint8)
+    assert small_store.digest.intact()
+    t.view(-1)[7] ^= 1
+    try:
+        assert not small_store.digest.intact()
+        r = small_store.lease(protocol.StoreLease(96, [2], 4), tmp_path / "store.json")
+        assert not r["weights_intact"] and small_store.model is None
+    finally:
+        t.view(-1)[7] ^= 1
+    assert small_store.digest.intact()
+
+
+def test_a_side_loads_only_the_handles_the_store_wrote(tmp_path):
+    """The lease's file lies in the run folder the candidate's side writes too: a side checks
+    the bytes against the store's hash (sent over the scorer's pipe) before unpickling them."""
+    from gates.side.session import load_shared, save_shared
+
+    path = tmp_path / "store.lease1.ipc"
+    sha = save_shared({"weights": [1, 2, 3]}, path)
+    assert load_shared(path, sha) == {"weights": [1, 2, 3]}
+    path.write_bytes(path.read_bytes().replace(b"weights", b"wEights"))
+    with pytest.raises(RuntimeError, match="tamper: the shared model's handles"):
+        load_shared(path, sha)
+
+
+# ------------------------------------------------------------------ its process, on the CPU
+def _start(repo: Path, work: Path, key=KEY, place=Placement()):
+    return lambda: ModelStore(key, repo, SPEC, work, place, None, 300)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _descendants(pid: int) -> set[int]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.add(k)
+            todo.append(k)
+    return out
+
+
+def _gone(pids, within_s=30.0) -> bool:
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return make_repo(tmp_path_factory.mktemp("store"))
+
+
+@pytest.mark.slow
+def test_a_store_process_is_leased_reused_replaced_and_ended(repo, tmp_path):
+    need = R.Need(KEY, True, 1, True)  # what a GPU run would ask: the decision, not the IPC
+    with ModelStores() as stores:
+        assert stores.plan(need).action == R.START
+        store = stores.open(stores.plan(need), _start(repo, tmp_path / "w1"))
+        assert R.uncovered(store.ready["loaded"]) == [] and store.ready["build_s"] > 0
+        pids = {store.proc.proc.pid} | _descendants(store.proc.proc.pid)
+        assert store.lease(protocol.StoreLease(96, [2, 4], 4), 120)["weights_intact"]
+        assert store.handles(120) == {"ready": None, "sha256": None}  # the CPU: no IPC file
+        with pytest.raises(R.StoreRefused):
+            stores.plan(need)
+        assert stores.released(("A", "B"), 120).keep
+        assert stores.plan(need).action == R.REUSE
+        assert stores.open(stores.plan(need), _start(repo, tmp_path / "nope")) is store
+        assert store.lease(protocol.StoreLease(80, [1, 3, 17], 2), 120)["weights_intact"]
+        assert stores.released(("A", "B"), 120).keep and store.leases == 2
+        other = replace(KEY, weight_sets=2)
+        plan = stores.plan(R.Need(other, True, 1, True))
+        assert plan.action == R.REPLACE and "weight_sets" in plan.reason
+        again = stores.open(plan, _start(repo, tmp_path / "w2", other))
+        assert again is not store and stores.started == 2
+        assert _gone(pids), "the replaced store's processes are still running"
+        pids = {again.proc.proc.pid} | _descendants(again.proc.proc.pid)
+    assert stores.store is None
+    assert _gone(pids), "the store's processes outlived ModelStores.close"
+
+
+@pytest.mark.slow
+def test_a_store_ends_with_its_holder_interrupted(repo, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with ModelStores() as stores:
+            store = stores.open(R.Plan(R.START, ""), _start(repo, tmp_path / "w"))
+            pids = {store.proc.proc.pid} | _descendants(store.proc.proc.pid)
+            raise KeyboardInterrupt
+    assert _gone(pids)
+
+
+HOLDER = """
+import json, os, sys, time
+from pathlib import Path
+from gates.launch.store import ModelStore, ModelStores
+from gates.requests import Placement
+from gates.rules import store as R
+from tests.gates.test_store import KEY, SPEC
+stores = ModelStores()
+s = stores.open(R.Plan(R.START, ""), lambda: ModelStore(KEY, Path(sys.argv[1]), SPEC, Path(sys.argv[2]),
+                                                       Placement(), None, 300))
+print(json.dumps({"ready": True}), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_store_dies_with_a_killed_holder(repo, tmp_path):
+    """kill -9 of the harness's process (a crash, the OOM killer): its store goes with it, so no
+    orphan holds the GPU's memory. Every process of the store is stopped first: one busy
+    building or leasing never reads the end of its stdin, only the death signal ends it."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(repo), str(tmp_path / "w")],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert json.loads(holder.stdout.readline()) == {"ready": True}
+        pids = _descendants(holder.pid)
+        assert pids, "the holder started no store"
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        assert _gone(pids), f"processes of the store outlived its killed holder: {sorted(pids)}"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        for pid in pids if "pids" in locals() else ():
+            if _alive(pid):  # what the test found left: never left running
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, monkeypatch):
+    """The scorer's own store path on the CPU: the decision told the sides share (the CPU has
+    no CUDA IPC, so each side still builds its own model and the lease hands no file), two
+    runs on one ModelStores as gates/judging.py makes them: one store, started for the first
+    run, reused by the second in the first one's folder with a state of its own, its weights
+    verified unchanged after each, ended with its holder."""
+    import gates.scorer as S
+    from harness.pipeline import bench_request
+    from harness.settings import load
+
+    monkeypatch.setattr(S, "processes", lambda cuda, same, world, forced, sides:
+                        (same and world == 1, bool(forced) and sides > 1))
+    monkeypatch.setattr(S, "Need", lambda key, cuda, world, same: R.Need(key, True, world, same))
+    cfg = load(repo / "kern.yaml").resolve(False)
+    req = bench_request(cfg, repo, "main", "main", repo / "runs", False, rounds=1, replays=2)
+    events = []
+    with ModelStores() as stores:
+        first = S.run_bench(req, progress=events.append, stores=stores).report
+        second = S.run_bench(replace(req, alternate=True), progress=events.append, stores=stores).report
+        assert stores.started == 1 and stores.store.leases == 2
+        pids = {stores.store.proc.proc.pid} | _descendants(stores.store.proc.proc.pid)
+    assert _gone(pids)
+    assert first["outcome"] == second["outcome"] == "ok"
+    assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
+    assert first["store"]["kept"] and second["store"]["kept"]
+    assert first["store"]["weights_check"] is None and second["store"]["weights_check"] is None
+    assert second["work_dir"] == first["work_dir"]
+    assert (Path(first["work_dir"]) / "run2-sideA.log").exists()
+    assert [str(e) for e in events if type(e).__name__ == "StoreReady"][1].startswith("store: weights reused")
+    assert not second["analysis"]["sides"]["B"]["failed_checks"]
+
+
+# ------------------------------------------------------------------ the IPC path, on a GPU
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_judgments_scorer_runs_lease_one_store_over_cuda_ipc(repo):
+    """Two scorer runs on one ModelStores (a judgment's scorer and its re-measurement): one
+    store process, the second run reusing its weights with a state of its own; both runs'
+    weights verified unchanged, and the store ended with its holder."""
+    from gates.scorer import run_bench
+    from harness.pipeline import bench_request
+    from harness.settings import load
+
+    cfg = load(repo / "kern.yaml").resolve(True)
+    req = bench_request(cfg, repo, "main", "main", repo / "runs", True, rounds=1, replays=2)
+    with ModelStores() as stores:
+        first = run_bench(req, progress=lambda e: None, stores=stores).report
+        second = run_bench(replace(req, alternate=True), progress=lambda e: None, stores=stores).report
+        assert stores.started == 1 and stores.store is not None and stores.store.leases == 2
+        pids = {stores.store.proc.proc.pid} | _descendants(stores.store.proc.proc.pid)
+    assert first["outcome"] == second["outcome"] == "ok"
+    assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
+    assert first["store"]["kept"] and second["store"]["kept"]
+    assert second["work_dir"] == first["work_dir"]
+    assert not second["analysis"]["sides"]["B"]["failed_checks"]
+    assert _gone(pids)
