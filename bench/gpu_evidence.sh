@@ -48,10 +48,12 @@
 #            editable file) is byte for byte 1ce3bd7's, the main issue 14 measured, on today's
 #            protected model; 1ce3bd7 itself cannot be a side of today's gates (its protected
 #            workload has no position_bound: checked on the CPU, 2026-12-01)
+# The detached phases (try-, loop-, judging-start/-wait) run through bench/detached.sh.
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl:
 # bash bench/carry.sh [BRANCH...] builds both here.
 set -u
 ROOT=$PWD
+source "$ROOT/bench/detached.sh"
 phase=${1:?phase}
 if { [ "$phase" = try-wait ] || [ "$phase" = loop-wait ]; } && [ -d /tmp/r/.git ]; then
   cd /tmp/r  # the clone try-start made on this warm machine, with its runs/
@@ -131,32 +133,26 @@ c["loop"]["concurrency"] = int(os.environ.get("LOOP_CONCURRENCY", "3"))
 pathlib.Path("/tmp/kern-loop.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
 PY
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
-  rm -f /tmp/loop.rc; date +%s > /tmp/loop.t0
-  setsid bash -c "timeout ${3:-1500} python3 -m harness.cli --config /tmp/kern-loop.yaml loop --ticks $ticks --every 1s --wait-agents 120 --no-live --report > /tmp/loop.log 2>&1; echo \$? > /tmp/loop.rc" < /dev/null &
-  for i in $(seq 1 ${4:-110}); do [ -f /tmp/loop.rc ] && break; sleep 5; done
-  tail -30 /tmp/loop.log; echo "kern loop: $( [ -f /tmp/loop.rc ] && echo "rc $(cat /tmp/loop.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/loop.t0) ))s"
+  detached_start loop ${4:-110} "timeout ${3:-1500} python3 -m harness.cli --config /tmp/kern-loop.yaml loop --ticks $ticks --every 1s --wait-agents 120 --no-live --report"
+  tail -30 /tmp/loop.log; detached_state loop "kern loop"
   loop_collect
   ;;
 loop-wait)
-  for i in $(seq 1 ${2:-110}); do [ -f /tmp/loop.rc ] && break; sleep 5; done
-  tail -60 /tmp/loop.log; cp /tmp/loop.log $OUT/loop.log
-  echo "kern loop: $( [ -f /tmp/loop.rc ] && echo "rc $(cat /tmp/loop.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/loop.t0) ))s"
+  detached_wait loop ${2:-110}
+  tail -60 /tmp/loop.log; cp /tmp/loop.log $OUT/loop.log; detached_state loop "kern loop"
   loop_collect
   ;;
 try-start)
   rev=${2:?try-start needs a revision}
   mkdir -p runs; [ -f "$ROOT/.carry/ledger.sqlite" ] && cp "$ROOT/.carry/ledger.sqlite" runs/ledger.sqlite
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
-  rm -f /tmp/try.rc; date +%s > /tmp/try.t0
-  setsid bash -c "timeout ${3:-1080} python3 -m harness.cli try $rev > /tmp/try.log 2>&1; echo \$? > /tmp/try.rc" < /dev/null &
-  for i in $(seq 1 114); do [ -f /tmp/try.rc ] && break; sleep 5; done
-  tail -40 /tmp/try.log; echo "kern try $rev: $( [ -f /tmp/try.rc ] && echo "rc $(cat /tmp/try.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/try.t0) ))s"
-  [ -f /tmp/try.rc ] && try_collect
+  detached_start try 114 "timeout ${3:-1080} python3 -m harness.cli try $rev"
+  tail -40 /tmp/try.log; detached_state try "kern try $rev"
+  detached_done try && try_collect
   ;;
 try-wait)
-  for i in $(seq 1 ${2:-110}); do [ -f /tmp/try.rc ] && break; sleep 5; done
-  tail -60 /tmp/try.log; cp /tmp/try.log $OUT/try.log
-  echo "kern try: $( [ -f /tmp/try.rc ] && echo "rc $(cat /tmp/try.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/try.t0) ))s"
+  detached_wait try ${2:-110}
+  tail -60 /tmp/try.log; cp /tmp/try.log $OUT/try.log; detached_state try "kern try"
   try_collect
   ;;
 try)
@@ -223,17 +219,14 @@ json.dump(doc, open(sys.argv[1], 'w'), indent=1)" $OUT/judging.json $sides
   cat /tmp/judging.txt
   ;;
 judging-start)
-  rm -rf /tmp/judging.rc /tmp/judging-out; mkdir -p /tmp/judging-out; date +%s > /tmp/judging.t0
-  setsid bash -c "OUT=/tmp/judging-out bash '$ROOT/bench/gpu_evidence.sh' judging ${*:2} > /tmp/judging.log 2>&1; echo \$? > /tmp/judging.rc" < /dev/null &
-  for i in $(seq 1 ${JUDGING_POLLS:-110}); do [ -f /tmp/judging.rc ] && break; sleep 5; done
-  tail -30 /tmp/judging.log
-  echo "judging: $( [ -f /tmp/judging.rc ] && echo "rc $(cat /tmp/judging.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/judging.t0) ))s"
-  [ -f /tmp/judging.rc ] && cp -r /tmp/judging-out/. $OUT/
+  rm -rf /tmp/judging-out; mkdir -p /tmp/judging-out
+  detached_start judging ${JUDGING_POLLS:-110} "OUT=/tmp/judging-out bash '$ROOT/bench/gpu_evidence.sh' judging ${*:2}"
+  tail -30 /tmp/judging.log; detached_state judging judging
+  detached_done judging && cp -r /tmp/judging-out/. $OUT/
   ;;
 judging-wait)
-  for i in $(seq 1 ${2:-110}); do [ -f /tmp/judging.rc ] && break; sleep 5; done
-  tail -40 /tmp/judging.log; cp /tmp/judging.log $OUT/
-  echo "judging: $( [ -f /tmp/judging.rc ] && echo "rc $(cat /tmp/judging.rc)" || echo 'still running') after $(( $(date +%s)-$(cat /tmp/judging.t0) ))s"
+  detached_wait judging ${2:-110}
+  tail -40 /tmp/judging.log; cp /tmp/judging.log $OUT/; detached_state judging judging
   cp -r /tmp/judging-out/. $OUT/ 2>/dev/null
   tar -czf $OUT/judging-logs.tgz /tmp/j-*/runs/attempts /tmp/j-*/runs/tap/*/*.log /tmp/j-*/runs/bench/*/*.log 2>/dev/null
   ;;

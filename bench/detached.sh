@@ -1,0 +1,19 @@
+# A command that outlives the device call that started it, and the later calls that wait for it
+# (sourced by bench/gpu_evidence.sh). A device call ends after at most 600 s; a machine stays warm
+# between calls, and a process in its own session (setsid) keeps running there. NAME's state is
+# $DETACHED_DIR/NAME.{t0,log,rc} (default /tmp): rc exists once the command has ended.
+detached_start() {  # NAME POLLS CMD: start CMD (a bash -c string) detached, then wait as detached_wait
+  local d=${DETACHED_DIR:-/tmp}
+  rm -f "$d/$1.rc"; date +%s > "$d/$1.t0"
+  setsid bash -c "($3) > '$d/$1.log' 2>&1; echo \$? > '$d/$1.rc'" < /dev/null > /dev/null 2>&1 &
+  detached_wait "$1" "$2"
+}
+detached_wait() {  # NAME POLLS: wait until NAME ended, at most POLLS polls (5 s each)
+  local i
+  for i in $(seq 1 "$2"); do detached_done "$1" && break; sleep "${DETACHED_POLL_S:-5}"; done
+}
+detached_done() { [ -f "${DETACHED_DIR:-/tmp}/$1.rc" ]; }
+detached_state() {  # NAME LABEL: LABEL's rc (or 'still running') and its seconds since the start
+  local d=${DETACHED_DIR:-/tmp}
+  echo "$2: $(detached_done "$1" && echo "rc $(cat "$d/$1.rc")" || echo 'still running') after $(( $(date +%s)-$(cat "$d/$1.t0") ))s"
+}
