@@ -2,6 +2,7 @@
 # GPU evidence in as few device calls as possible. Usage (on the device, from the repo root
 # copy that carried .carry/): bash bench/gpu_evidence.sh PHASE
 #   kernel-tests - the kernel tests on the GPU
+#   gates-gpu [TIMEOUT] [EXPR] - the gates' GPU tests (tests/gates -m gpu), before a loop on new gates code
 #   step   - kern step at every bucket (profile at 128, reference at 3)
 #   gates  - kern test main vs main and vs evidence/reordered-sum (wall times); kern bench
 #            evidence/extra-work vs main with the eager baseline and the fla-core peer
@@ -253,6 +254,11 @@ final)
 hacks)
   t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial ${3:+-k "$3"} \
     2>&1 | tail -40 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
+  ;;
+gates-gpu)  # the gates' GPU tests (the fingerprint's device, the model store over CUDA IPC): run
+  # them before a loop on gates code that no GPU has run yet. Usage: gates-gpu [TIMEOUT] [EXPR]
+  t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/gates ${3:+-k "$3"} \
+    2>&1 | tail -30 | tee $OUT/gates_gpu.txt; echo "gates' GPU tests: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
   ;;
 kernel-tests)
   timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/kernels 2>&1 | tail -15 | tee $OUT/kernel_tests_gpu.txt
