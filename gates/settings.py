@@ -152,6 +152,10 @@ class AccuracySettings(Thresholds):
     # the candidate's replay side starts beside main's record side (both models on the device
     # at once while main records); false: it starts once main has recorded
     replay_beside: Bool = True
+    # a loop tick on one slot records main once for a run of candidates against one main that
+    # touch the same ops (gates/rules/batch.py); false: every candidate records main itself (main's
+    # idle record side holds its model beside the scorer's until the batch ends)
+    record_once_per_batch: Bool = True
 
 
 @section

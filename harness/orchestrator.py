@@ -302,12 +302,15 @@ class Orchestrator:
             return f"unread #{number}: {type(e).__name__}"
 
     def _share_draws(self) -> bool:
-        """Whether jobs may share a hidden draw here: kern.yaml's sandbox keeps each member's
-        processes from leaving the draw for another's (``gates.rules.batch.share_allowed``)."""
+        """Whether jobs may share a hidden draw here: kern.yaml's test.record_once_per_batch is
+        on and its sandbox keeps each member's processes from leaving the draw for another's
+        (``gates.rules.batch.share_allowed``)."""
         from gates.launch import sandbox
         from gates.rules import batch as B
         from gates.rules.confinement import SandboxUnavailable
 
+        if not self.cfg.test.record_once_per_batch:
+            return False
         try:
             return B.share_allowed(sandbox.chosen(self.cfg.sandbox))
         except SandboxUnavailable:

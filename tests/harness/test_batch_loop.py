@@ -84,8 +84,10 @@ def test_a_merge_ends_the_batch_and_the_rest_get_a_new_draw(tmp_path, monkeypatc
     _hidden_after_last_verdict(ctx.ledger, ns[1:])
 
 
-def test_without_a_sandbox_every_candidate_draws_its_own(tmp_path, monkeypatch):
-    repo = make_repo(tmp_path, {"sandbox": "off"})
+@pytest.mark.parametrize("settings", [{"sandbox": "off"}, {"test.record_once_per_batch": False}],
+                         ids=["sandbox off", "record_once_per_batch off"])
+def test_without_a_sandbox_or_with_batching_off_every_candidate_draws_its_own(tmp_path, monkeypatch, settings):
+    repo = make_repo(tmp_path, settings)
     shas = [candidate(repo, name, [edit]) for name, edit in (("s1", EDIT), ("s2", EDIT2))]
     ctx, _ = context(repo)
     ns = [queued(ctx, sha, f"cand {i}") for i, sha in enumerate(shas)]
@@ -131,7 +133,7 @@ def test_a_loop_tick_judges_a_batch_on_real_sides_with_main_recorded_once(tmp_pa
     ctx, _ = context(repo)
     ns = [queued(ctx, sha, f"cand {i}") for i, sha in enumerate(shas)]
     monkeypatch.setattr("gates.scorer.run_bench",
-                        lambda req, progress=print: faster(req.machine, req.scorer, -0.12))
+                        lambda req, progress=print, stores=None: faster(req.machine, req.scorer, -0.12))
     Orchestrator(ctx).tick(spawn=False)
     rows = [ctx.ledger.attempt(n) for n in ns]
     tests = [json.loads((ctx.runs / "attempts" / str(n) / "judgment-1.json").read_text())["test"]
