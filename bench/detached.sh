@@ -17,3 +17,19 @@ detached_state() {  # NAME LABEL: LABEL's rc (or 'still running') and its second
   local d=${DETACHED_DIR:-/tmp}
   echo "$2: $(detached_done "$1" && echo "rc $(cat "$d/$1.rc")" || echo 'still running') after $(( $(date +%s)-$(cat "$d/$1.t0") ))s"
 }
+detached_chain() {  # SCRIPT OUTDIR LINE...: the bash -c string that runs SCRIPT once per LINE, one
+  # after another, each with OUT=OUTDIR/<k>-<phase>; a LINE's leading VAR=value words are its
+  # environment ("JUDGING_SIDES=after judging 86661fa identical"). A failed line does not stop the rest.
+  local script=$1 outdir=$2 line w k=0 cmd="" pre post
+  shift 2
+  for line in "$@"; do
+    k=$((k+1)); pre=""; post=""
+    for w in $line; do
+      if [ -z "$post" ] && [[ $w == *=* ]]; then pre+="$w "; else post+="$w "; fi
+    done
+    [ -n "$post" ] || { echo "detached_chain: line $k ('$line') names no phase" >&2; return 2; }
+    set -- $post
+    cmd+="mkdir -p '$outdir/$k-$1'; echo '== $k: $line'; env OUT='$outdir/$k-$1' ${pre}bash '$script' ${post}; echo \"== $k: rc \$?\"; "
+  done
+  echo "$cmd"
+}

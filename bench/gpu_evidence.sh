@@ -37,6 +37,10 @@
 #   judging-start [OLD] [KINDS...] / judging-wait [POLLS] - the same judging phase in its own
 #            process session across device calls on one warm machine (it takes longer than one
 #            call: four judgments); judging-wait waits, then brings back what it wrote to $OUT
+#   chain-start LINE... / chain-wait [POLLS] - several phases one after another in one detached
+#            session on one warm machine (no idle gap between them), e.g. chain-start "gates-gpu 300"
+#            "JUDGING_SIDES=after judging" "loop-start 3 1500 100000"; each phase's $OUT comes back
+#            in <k>-<phase>/
 #   hacks [TIMEOUT] [EXPR] - issue 13: the GPU cases of tests/adversarial (small model on the
 #            GPU); EXPR, when given, is pytest's -k (each case runs only its own scorer)
 #   fairbar [WHICH] [TIMEOUT] - issue 35: the scorer's band rule at 128k. WHICH: attempt-9 (#9's
@@ -49,7 +53,7 @@
 #            editable file) is byte for byte 1ce3bd7's, the main issue 14 measured, on today's
 #            protected model; 1ce3bd7 itself cannot be a side of today's gates (its protected
 #            workload has no position_bound: checked on the CPU, 2026-12-01)
-# The detached phases (try-, loop-, judging-start/-wait) run through bench/detached.sh.
+# The detached phases (try-, loop-, judging-, chain-start/-wait) run through bench/detached.sh.
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl:
 # bash bench/carry.sh [BRANCH...] builds both here.
 set -u
@@ -58,8 +62,8 @@ source "$ROOT/bench/detached.sh"
 phase=${1:?phase}
 if { [ "$phase" = try-wait ] || [ "$phase" = loop-wait ]; } && [ -d /tmp/r/.git ]; then
   cd /tmp/r  # the clone try-start made on this warm machine, with its runs/
-elif [ "$phase" = judging-start ] || [ "$phase" = judging-wait ]; then
-  :  # the judging phase it starts (a second run of this script) makes its own clone
+elif [ "$phase" = judging-start ] || [ "$phase" = judging-wait ] || [ "$phase" = chain-start ] || [ "$phase" = chain-wait ]; then
+  :  # the phases they start (further runs of this script) make their own clones
 elif command -v git >/dev/null; then
   rm -rf /tmp/r && git clone -q "$ROOT/.carry/repo.bundle" /tmp/r && cd /tmp/r && git checkout -q main
   for b in $(git for-each-ref --format='%(refname:short)' refs/remotes/origin | sed 's|^origin/||'); do
@@ -224,6 +228,19 @@ judging-start)
   detached_start judging ${JUDGING_POLLS:-110} "OUT=/tmp/judging-out bash '$ROOT/bench/gpu_evidence.sh' judging ${*:2}"
   tail -30 /tmp/judging.log; detached_state judging judging
   detached_done judging && cp -r /tmp/judging-out/. $OUT/
+  ;;
+chain-start)  # LINE... - phases one after another in one detached session (the machine never idles
+  # between them: an idle one is given back after 30 s); each LINE is one phase's arguments with
+  # leading VAR=value words, e.g. chain-start "gates-gpu 300" "JUDGING_SIDES=after judging" "loop-start 3 1500 100000"
+  [ $# -ge 2 ] || { echo "chain-start needs at least one phase line" >&2; exit 2; }
+  rm -rf /tmp/chain-out; mkdir -p /tmp/chain-out
+  cmd=$(detached_chain "$ROOT/bench/gpu_evidence.sh" /tmp/chain-out "${@:2}") || exit 2
+  detached_start chain ${CHAIN_POLLS:-110} "$cmd"
+  tail -30 /tmp/chain.log; detached_state chain chain; cp -r /tmp/chain-out/. $OUT/
+  ;;
+chain-wait)  # [POLLS] - wait for chain-start's phases; bring back each one's $OUT (in <k>-<phase>/)
+  detached_wait chain ${2:-110}
+  tail -40 /tmp/chain.log; cp /tmp/chain.log $OUT/; detached_state chain chain; cp -r /tmp/chain-out/. $OUT/
   ;;
 judging-wait)
   detached_wait judging ${2:-110}

@@ -34,5 +34,30 @@ def test_the_evidence_script_parses_and_starts_its_detached_phases_through_the_h
     subprocess.run(["bash", "-n", str(ROOT / "bench/gpu_evidence.sh")], check=True)
     text = (ROOT / "bench/gpu_evidence.sh").read_text()
     assert "setsid" not in text  # every detached phase goes through bench/detached.sh
-    for name in ("try", "loop", "judging"):
+    for name in ("try", "loop", "judging", "chain"):
         assert f"detached_start {name} " in text and f"detached_wait {name} " in text
+
+
+def test_a_chain_runs_its_phases_in_order_each_with_its_own_out_and_environment(tmp_path):
+    fake = tmp_path / "evidence.sh"  # stands for bench/gpu_evidence.sh: says what it was given
+    fake.write_text('echo "$1 ${2:-} sides=${JUDGING_SIDES:-both}" > "$OUT/said"; [ "$1" != bad ]\n')
+    out = tmp_path / "out"
+    script = _sh(tmp_path, f"detached_chain {fake} {out} 'gates-gpu 300' 'bad' "
+                           f"'JUDGING_SIDES=after judging 86661fa'")
+    log = _sh(tmp_path, f"detached_start chain 100 {_quoted(script)}; cat $DETACHED_DIR/chain.log")
+    assert [(out / d / "said").read_text() for d in ("1-gates-gpu", "2-bad", "3-judging")] == \
+        ["gates-gpu 300 sides=both\n", "bad  sides=both\n", "judging 86661fa sides=after\n"]
+    # a failed phase is reported and the next one still runs
+    assert [line for line in log.splitlines() if line.startswith("== ")] == [
+        "== 1: gates-gpu 300", "== 1: rc 0", "== 2: bad", "== 2: rc 1",
+        "== 3: JUDGING_SIDES=after judging 86661fa", "== 3: rc 0"]
+
+
+def test_a_chain_line_without_a_phase_is_refused(tmp_path):
+    r = subprocess.run(["bash", "-c", f"source {ROOT}/bench/detached.sh; detached_chain x {tmp_path} 'A=1'"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "names no phase" in r.stderr
+
+
+def _quoted(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
