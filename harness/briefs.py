@@ -49,7 +49,7 @@ def target_for(name: str, main_profile: dict, attempts: list) -> planning.OpTarg
     if name not in ops:
         raise BriefError(f"no row {name!r} in the profile of main; its rows: {', '.join(sorted(ops))}")
     journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
-    return planning.target_of(name, ops[name], main_profile["step_ms"], journey)
+    return planning.target_of(name, ops, main_profile["step_ms"], journey)
 
 
 def cycle_text(attempts: list) -> str:
@@ -107,6 +107,32 @@ def measured_on_gpu(result: dict) -> bool:
     return (result.get("environment") or {}).get("device") == "cuda"
 
 
+def time_text(t: planning.OpTarget, step_ms: float, rows: int) -> str:
+    """Pure: the brief's line on the target's time in the step, saying which column of the
+    profile it came from (:func:`harness.planning.row_times`)."""
+    rt, name = t.time, f"`{t.name}`"
+    step = f"the {step_ms:.3f} ms step at {rows} rows"
+    if rt is None:
+        return f"{name} is not a row of the profile of main: no time was measured for it in {step}."
+    events = f"its per-call events say {rt.event_ms:.3f} ms"
+    if rt.basis == planning.NOISE:
+        return (f"{name} has no measurable time in {step}: leaving it out saved {rt.free_ms:.3f} ms, "
+                f"within the profile's noise (±{rt.noise_ms:.3f} ms, its most negative saving); "
+                f"{events}, mostly launch overhead that the captured graph does not pay.")
+    takes = f"{name} takes {'about ' if rt.basis == planning.SPLIT else ''}{t.ms:.3f} ms of {step} ({t.share_pct:.1f}% of the step)"
+    if rt.basis == planning.FREE:
+        return (f"{takes}: the profile's leave-one-out 'free' column (the step re-captured without it "
+                f"is that much faster); {events}, which count launch overhead the graph does not pay.")
+    if rt.basis == planning.EVENTS:
+        return (f"{takes}: its per-call events (this profile has no leave-one-out column; the rows' "
+                f"events sum to {rt.events_sum_ms:.3f} ms, within the step).")
+    how = (f"each row {rt.floor_multiple:.2f}x its floor, never above its own events" if rt.floor_multiple
+           else "this row has no floor, so it keeps its share of the summed events")
+    return (f"{takes}, an estimate: this profile has no leave-one-out column and its per-call events "
+            f"sum to {rt.events_sum_ms:.3f} ms, past the step (launch overhead), so the step's time is "
+            f"split over the rows in proportion to their roofline floors ({how}; {events}).")
+
+
 def make_brief(cfg: Resolved, t: planning.OpTarget, main_profile: dict, attempts: list, number: int, base: str,
                template: str | None = None, ceiling: str = "") -> Brief:
     """Attempt ``number``'s brief on target ``t``, briefed on main ``base``. ``cfg``: kern.yaml
@@ -125,6 +151,7 @@ def make_brief(cfg: Resolved, t: planning.OpTarget, main_profile: dict, attempts
         "editable": ", ".join(cfg.editable), "protected": ", ".join(cfg.protected),
         "buckets": list(m.buckets), "weights": list(m.weights), "guard_pct": cfg.bench.guard_pct,
         "test_rows": ", ".join(map(str, m.test_rows)), "hidden_rows": cfg.test.hidden_rows,
+        "time_line": time_text(t, main_profile["step_ms"], main_profile["rows"]),
         "cycle": cycle_text(attempts), "ceiling": ceiling or "the read ceiling measured with the profile", "quick_test": quick_test(t.name), "quick_bench": "kern step --rows 16",
     }
     text = render(template if template is not None else (PROMPTS / "subagent.md").read_text(), values)

@@ -524,8 +524,7 @@ class Orchestrator:
                 if i < len(planned):
                     out.append(planned[i])
                 continue
-            row = main_profile["ops"].get(name, {"ms": 0.0})
-            out.append(planning.target_of(name, row, main_profile["step_ms"], journey))
+            out.append(planning.target_of(name, main_profile["ops"], main_profile["step_ms"], journey))
         return out
 
     def _spawn(self, t: planning.OpTarget, main_profile: dict, attempts: list, tick_id: int,
