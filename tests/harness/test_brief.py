@@ -91,3 +91,24 @@ def test_ceiling_text_says_which_figure_floors_use():
     assert briefs.ceiling_text(PROFILE).startswith("4.55 TB/s, the card's read ceiling")
     assert "under-read" in briefs.ceiling_text({"read_bandwidth_Bps": 3.98e12})
     assert "CPU" in briefs.ceiling_text({})
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+
+
+def test_brief_says_which_column_its_time_came_from(tmp_path, capsys):
+    """The loop's event-only profile (8339e6e) and kern profile's leave-one-out one (0f870c4),
+    as committed in bench/results/."""
+    repo = repo_with_main(tmp_path)
+    events = str(RESULTS / "2026-12-04-h200-profile-128-loop-8339e6e.json")
+    code, out, err = kern(capsys, repo, "brief", "moe.experts", "--profile", events)
+    assert code == 0, err
+    # not "73.4 ms of the 85.2 ms step (86.2 %)": its per-call events sum to 230 ms
+    assert "takes about 62.121 ms of the 85.229 ms step at 128 rows (72.9% of the step), an estimate" in out
+    assert "no leave-one-out column" in out and "2.04x its floor" in out and "events say 73.449 ms" in out
+    free = str(RESULTS / "2026-12-03-h200-profile-128-0f870c4.json")
+    code, out, err = kern(capsys, repo, "brief", "moe.combine", "--profile", free)
+    assert code == 0, err
+    assert ("`moe.combine` has no measurable time in the 92.595 ms step at 128 rows: leaving it out saved "
+            "-0.215 ms, within the profile's noise (±0.914 ms") in out
+    assert "Headroom: 0.000 ms" in out and "events say 6.029 ms" in out
