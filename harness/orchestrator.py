@@ -649,11 +649,17 @@ def rerun_wanted(a: L.Attempt) -> bool:
 
 def profile_spec(target: Target, machine: MachineProfile, cuda: bool) -> dict:
     """Pure: the side spec of the loop's profile of main (128 rows on a GPU, the largest
-    bucket on the CPU; 5 replays; no leave-one-out column)."""
+    bucket on the CPU; 5 replays). On a GPU with the leave-one-out column: per-call events
+    overstate a small op by its launch overhead (the H200's rows sum to 2.7x the step), and the
+    planner ranks by what removing a row saves (harness/planning.py). Its cost, counted from
+    gates/side/driver.py's profile(): per row one eager run, a capture (two warm-up runs and the
+    captured one) and 10 replays, ~2 s at an 85 ms step, ~30-40 s for 16 rows, once per main
+    (a merge); unmeasured on the H200 so far. The CPU keeps events only: its times are
+    mechanics, and the tests' profiles stay as fast as they were."""
     from gates.spec import side_spec
 
     rows = 128 if cuda else max(machine.buckets)
-    return side_spec(target, machine, steps=1, rows=[rows], replays=5, profile_rows=rows, free=False)
+    return side_spec(target, machine, steps=1, rows=[rows], replays=5, profile_rows=rows, free=cuda)
 
 
 def profile_path(runs: Path, sha: str, spec: dict, cuda: bool) -> Path:

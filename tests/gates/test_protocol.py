@@ -40,6 +40,8 @@ def test_every_spec_the_loop_builds_parses_into_its_modes_options(kern):
     run = profile_spec(cfg.target, prof, False)
     opts = P.parse("run", run)
     assert (opts.replays, opts.profile_rows, opts.free) == (5, run["profile_rows"], False)
+    gpu = P.parse("run", profile_spec(cfg.target, prof, True))  # a GPU's carries the leave-one-out column
+    assert (gpu.profile_rows, gpu.rows, bool(gpu.free)) == (128, [128], True)
     step = side_spec(cfg.target, prof, context=64, steps=1, rows=[1, 3], replays=None, profile_rows=0,
                      ref_rows=0, state_dtype=None)
     assert P.parse("run", {**step, "layout": "tp2", "world": 2}).world == 2
