@@ -112,3 +112,12 @@ def test_brief_says_which_column_its_time_came_from(tmp_path, capsys):
     assert ("`moe.combine` has no measurable time in the 92.595 ms step at 128 rows: leaving it out saved "
             "-0.215 ms, within the profile's noise (±0.914 ms") in out
     assert "Headroom: 0.000 ms" in out and "events say 6.029 ms" in out
+
+
+def test_a_replayed_patch_on_a_row_the_profile_lacks_is_briefed_without_a_time():
+    from harness.planning import target_of
+
+    ops = PROFILE["profile"]["ops"]
+    t = target_of("mla.nothing", ops, 92.0, [])
+    assert briefs.time_text(t, 92.0, 128) == ("`mla.nothing` is not a row of the profile of main: no time "
+                                              "was measured for it in the 92.000 ms step at 128 rows.")
