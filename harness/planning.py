@@ -87,7 +87,7 @@ def row_times(ops: dict, step_ms: float) -> dict[str, RowTime]:
     total = sum(r["ms"] for r in ops.values())
     noise = noise_ms(ops)
     floor = {n: r.get("floor_ms") or 0.0 for n, r in ops.items()}
-    times, multiple, basis = {n: r["ms"] for n, r in ops.items()}, None, EVENTS
+    times, multiple, basis, floored = {n: r["ms"] for n, r in ops.items()}, None, EVENTS, {}
     if total > step_ms > 0:  # the events overstate the step: split it
         basis = SPLIT
         floored = {n: (r["ms"], floor[n]) for n, r in ops.items() if floor[n] > 0 and r["ms"] > 0}
@@ -107,7 +107,7 @@ def row_times(ops: dict, step_ms: float) -> dict[str, RowTime]:
         head = 0.0 if b == NOISE else max(0.0, t - floor[n])
         out[n] = RowTime(name=n, event_ms=r["ms"], time_ms=t, floor_ms=r.get("floor_ms"), headroom_ms=head,
                          basis=b, free_ms=free, noise_ms=noise, events_sum_ms=total,
-                         floor_multiple=multiple if b == SPLIT else None)
+                         floor_multiple=multiple if b == SPLIT and n in floored else None)
     return out
 
 

@@ -91,6 +91,8 @@ def test_event_times_never_sum_past_the_step_nor_pass_a_rows_events(rows, step):
     for n, t in times.items():
         assert 0 <= t.time_ms <= rows[n]["ms"] * (1 + 1e-12)
         assert t.headroom_ms == pytest.approx(max(0.0, t.time_ms - (rows[n]["floor_ms"] or 0.0)))
+    for n, t in times.items():  # the multiple is said only of a row the split put at one
+        assert (t.floor_multiple is not None) == (total > step and bool(rows[n]["floor_ms"]))
     if total > step:  # split: every floored row below its events sits at the same multiple of its floor
         multiples = {round(t.time_ms / t.floor_ms, 9) for n, t in times.items()
                      if t.floor_ms and t.time_ms < rows[n]["ms"] * (1 - 1e-9)}
