@@ -16,6 +16,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# kern.yaml overrides for a judgment on the smallest tap: one visible row, one step, one bucket
+ONE_ROW_TAP = {"profiles.cpu.test_rows": [1], "profiles.cpu.test_steps": 1, "profiles.cpu.buckets": [2],
+               "profiles.cpu.weights": [1], "test.timeout_s": 300}
+
+
 def make_repo(tmp: Path, overrides: dict | None = None, tree: bool = True) -> Path:
     """``tmp/repo``, a git repository on ``main`` holding kern.yaml (``overrides``:
     'section.key' -> value) and, with ``tree``, this project's kernel tree."""

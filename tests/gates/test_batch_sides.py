@@ -15,13 +15,12 @@ from gates.accuracy import MainRecording, run_test
 from gates.rules import hidden as draws
 from harness.pipeline import accuracy_request
 from harness.settings import load
-from tests.gates.candidates import candidate, make_repo, reasons, tensors_left
+from tests.gates.candidates import ONE_ROW_TAP, candidate, make_repo, reasons, tensors_left
 
 pytestmark = pytest.mark.slow
 
 CORE = "kernels/k31/kda/core.py"
-SETTINGS = {"profiles.cpu.test_rows": [1], "profiles.cpu.test_steps": 1, "profiles.cpu.buckets": [2],
-            "profiles.cpu.weights": [1], "test.timeout_s": 300}
+SETTINGS = ONE_ROW_TAP
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pytest
 from gates.accuracy import MainRecording
 from harness import ledger as L
 from harness.orchestrator import Orchestrator
-from tests.gates.candidates import candidate, context, make_repo
+from tests.gates.candidates import ONE_ROW_TAP, candidate, context, make_repo
 from tests.harness.test_faults import COMBINE_EDIT, EDIT, SITU, Gates, faster, queued
 
 EDIT2 = (SITU, "def moe_situ(", "# another comment\ndef moe_situ(")
@@ -118,8 +118,7 @@ def test_a_batchs_draw_is_written_once_into_a_final_row(tmp_path):
     assert led.attempt(n).hidden["input_seed"] == 1
 
 
-SMALL = {"profiles.cpu.test_rows": [1], "profiles.cpu.test_steps": 1, "profiles.cpu.buckets": [2],
-         "profiles.cpu.weights": [1], "test.timeout_s": 300}
+SMALL = ONE_ROW_TAP
 
 
 @pytest.mark.slow
