@@ -1,0 +1,155 @@
+"""The next judgment's start beside another judgment's scorer (issue 34, "the next judgment's CPU
+work overlapped with the scorer's rounds; no GPU work runs beside timed rounds"). Pure: the
+loop's shell (harness/orchestrator.py), the accuracy gate's (gates/accuracy.py
+:class:`~gates.accuracy.EarlySides`) and the side's driver (gates/side/driver.py, its hold
+point) act on these answers.
+
+The contract (docs/farm.md, "the next judgment beside the scorer"):
+
+* :data:`STEPS` are a judgment's steps up to its first tap pass, in order, each with whether it
+  may run while another judgment's scorer does GPU work (:func:`allowed_beside`). Allowed: the
+  harness's work that reads git and the disk (scope, room, recording shape, main's
+  compiled-cache lookup, the checkouts) and a tap side's start up to the **hold point**
+  (:data:`HOLD`): the interpreter, the sandbox, ``import torch`` (no CUDA context: it is made
+  lazily) and the gates' own side code. Not allowed: anything that touches CUDA, importing or
+  running a tree's code (a candidate's ``kernels/`` import can launch GPU work, and so can
+  main's, an earlier candidate merged), main's compile side (after a merge: it builds the
+  model and launches every kernel), building the model, the hidden inputs' hand-over.
+* A side held at the hold point goes on only on one "go" line, sent when :func:`go_due`:
+  the scorer's last GPU work has ended (its timed rounds, the re-measure of a large gain, the
+  band its main side measures after the rounds: every ``run_bench``, and the model store
+  ended with them, gates/judging.py) and the next judgment holds the slot the sides were placed
+  on (no other judgment's timed rounds can start on it meanwhile).
+* Which tap sides start early (:func:`early_sides`): main's record side and the candidate's
+  replay, or only the replay when the batch's main side already holds its recording; none
+  where main's compiled cache is not made yet (making it is GPU work), or the judgment would
+  not start the replay beside main's side (sandbox off, ``test.replay_beside`` off).
+* What was prepared is ended, every process and its folders in runs/tap, when the current
+  judgment's end means the next must not run as prepared (:func:`keep_prepared`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+A, B = "A record", "B replay"  # the tap sides, by the accuracy report's part names
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a judgment before its first tap pass: who does it (``harness``: the
+    coordinator; ``side``: a tap side's process) and whether it may run beside another
+    judgment's scorer (``beside``), and why."""
+
+    name: str
+    who: str
+    beside: bool
+    why: str
+
+
+STEPS = (
+    Step("scope", "harness", True, "git: the commit's paths and editable sources"),
+    Step("room", "harness", True, "statvfs of runs/ (the tensors of killed runs swept)"),
+    Step("shape", "harness", True, "git: the tap spec and the touched ops"),
+    Step("compiled_lookup", "harness", True, "main's compiled Triton cache looked up, never made"),
+    Step("checkout", "harness", True, "git worktrees of both commits"),
+    Step("interpreter", "side", True, "a Python interpreter starts"),
+    Step("sandbox", "side", True, "the side's confinement is entered (mounts, landlock)"),
+    Step("torch_import", "side", True, "import torch makes no CUDA context (it is made lazily)"),
+    Step("gates_side_code", "side", True, "the gates' own side modules (tamper, tap, fingerprint)"),
+    # ---- the hold point: nothing below runs before "go"
+    Step("compile_main", "harness", False, "main's compile side builds the model and launches "
+         "every kernel (after a merge: the new main's)"),
+    Step("tree_import", "side", False, "a tree's import-time code can launch GPU work (a "
+         "candidate's kernels/, or main's: an earlier candidate merged)"),
+    Step("cuda", "side", False, "a CUDA context, or any call that initializes the driver"),
+    Step("model_build", "side", False, "the model's weights and state on the device"),
+    Step("hand_over", "side", False, "the hidden inputs, after the tree's import"),
+    Step("tap", "side", False, "the tap's passes on the device"),
+)
+HOLD = next(s.name for s in STEPS if not s.beside)  # the first step that waits for "go"
+
+
+def allowed_beside(step: str) -> bool:
+    """Whether ``step`` (a name of :data:`STEPS`) may run while another judgment's scorer does
+    GPU work. A name not among them is a bug of the caller (ValueError), never allowed."""
+    for s in STEPS:
+        if s.name == step:
+            return s.beside
+    raise ValueError(f"overlap: no judgment step {step!r}; expected one of {[s.name for s in STEPS]}")
+
+
+def before_hold(who: str) -> tuple[str, ...]:
+    """The steps of ``who`` ("harness", "side") that run before the hold point, in order."""
+    out = []
+    for s in STEPS:
+        if not s.beside:
+            break
+        if s.who == who:
+            out.append(s.name)
+    return tuple(out)
+
+
+def go_due(scorer_gpu_done: bool, holds_slot: bool) -> bool:
+    """Whether held sides may go on: the other judgment's scorer did its last GPU work (every
+    run of it, the re-measure included, its model store ended) and the next judgment holds
+    the slot they were placed on."""
+    return scorer_gpu_done and holds_slot
+
+
+@dataclass(frozen=True)
+class NextFacts:
+    """The next judgment, as known when the current one enters its scorer."""
+
+    main_side_serves: bool  # its batch's main side recorded and serves it (a later member)
+    sandbox: str  # the chosen mechanism (gates.launch.sandbox.chosen): "off" or a confinement
+    replay_beside: bool  # kern.yaml test.replay_beside
+    compiled_ready: bool  # main's compiled cache for its base is made (a lookup finds it)
+
+
+@dataclass(frozen=True)
+class Early:
+    """Which tap sides start early (``sides``: of ``(A, B)``; empty: none) and why."""
+
+    sides: tuple[str, ...]
+    why: str
+
+
+def early_sides(f: NextFacts) -> Early:
+    """Pure: which of the next judgment's tap sides start beside the current one's scorer."""
+    if not f.compiled_ready:
+        return Early((), "main's compiled cache for its base is not made: making it is GPU work, "
+                         "which waits for the scorer's end")
+    if f.sandbox == "off":
+        return Early((), "sandbox off: the replay starts only once main recorded and its files "
+                         "are marked, and a batch shares no recording")
+    if f.main_side_serves:
+        return Early((B,), "the batch's main side holds its recording: the replay alone starts")
+    if not f.replay_beside:
+        return Early((), "test.replay_beside off: the replay starts once main recorded")
+    return Early((A, B), "main records for this judgment: both tap sides start")
+
+
+@dataclass(frozen=True)
+class EndFacts:
+    """How the current judgment ended, as far as the prepared next one cares."""
+
+    halted: bool  # the loop stops (a full disk, the operator)
+    failed: bool  # judging raised (a crash of the gates, a lost node)
+    merged: bool  # it merged: main moved
+    batch_member: bool  # the prepared judgment is a member of the current one's batch
+    main_side_serves: bool  # that batch's main side still serves its recording
+
+
+def keep_prepared(e: EndFacts, prepared: tuple[str, ...]) -> tuple[bool, str]:
+    """Pure: whether the next judgment may run on what was prepared for it (``prepared``: the
+    sides started, :func:`early_sides`), and why not. A prepared replay alone counted on the
+    batch's main side, so it goes when that side no longer serves."""
+    if e.halted:
+        return False, "the loop stops: the next judgment is not judged now"
+    if e.failed:
+        return False, "judging failed: the next judgment starts afresh"
+    if e.merged and e.batch_member:
+        return False, "a merge ended the batch's recording: the next member gets a new draw"
+    if prepared == (B,) and not (e.batch_member and e.main_side_serves):
+        return False, "the batch's main side no longer serves: main records again"
+    return True, ""

@@ -1,0 +1,57 @@
+"""The next judgment's start beside another judgment's scorer: the pure rule (gates/rules/overlap.py)."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from gates.rules import overlap as O
+
+
+def test_the_hold_point_comes_before_anything_that_can_touch_the_gpu():
+    names = [s.name for s in O.STEPS]
+    assert O.HOLD == "compile_main"
+    held = names[names.index(O.HOLD):]
+    for step in ("compile_main", "tree_import", "cuda", "model_build", "hand_over", "tap"):
+        assert step in held and not O.allowed_beside(step)
+    for step in ("scope", "room", "shape", "compiled_lookup", "checkout", "interpreter", "sandbox",
+                 "torch_import", "gates_side_code"):
+        assert O.allowed_beside(step)
+    # nothing allowed comes after the first step that is not: one hold point
+    assert all(not s.beside for s in O.STEPS[names.index(O.HOLD):])
+    assert O.before_hold("side") == ("interpreter", "sandbox", "torch_import", "gates_side_code")
+    assert O.before_hold("harness") == ("scope", "room", "shape", "compiled_lookup", "checkout")
+
+
+def test_an_unknown_step_is_a_bug_never_allowed():
+    with pytest.raises(ValueError, match="no judgment step 'warmup'"):
+        O.allowed_beside("warmup")
+
+
+@given(st.booleans(), st.booleans())
+def test_go_needs_the_scorers_end_and_the_slot(done, slot):
+    assert O.go_due(done, slot) == (done and slot)
+
+
+@given(st.booleans(), st.sampled_from(["off", "namespaces", "landlock", "user"]), st.booleans(),
+       st.booleans())
+def test_which_sides_start_early(serves, sandbox, beside, compiled):
+    e = O.early_sides(O.NextFacts(serves, sandbox, beside, compiled))
+    if not compiled or sandbox == "off":
+        assert e.sides == ()
+    elif serves:
+        assert e.sides == (O.B,)  # the batch's main side holds the recording: the replay alone
+    else:
+        assert e.sides == ((O.A, O.B) if beside else ())
+    assert e.why
+
+
+@given(st.booleans(), st.booleans(), st.booleans(), st.booleans(), st.booleans(),
+       st.sampled_from([(O.B,), (O.A, O.B)]))
+def test_what_ends_the_prepared_sides(halted, failed, merged, member, serves, prepared):
+    keep, why = O.keep_prepared(O.EndFacts(halted, failed, merged, member, serves), prepared)
+    if halted or failed or (merged and member):
+        assert not keep and why
+    elif prepared == (O.B,):
+        assert keep == (member and serves)
+    else:
+        assert keep and why == ""
