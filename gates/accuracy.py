@@ -37,7 +37,7 @@ from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED,
 from .requests import AccuracyRequest, Placement
 from .results import AccuracyResult, LastWords
 from .launch.held import Hold
-from .rules import footprint, overlap, scope, verdict
+from .rules import footprint, overlap, phases, scope, verdict
 from .rules.phases import Span, rest, side_spans, split_at_hand_over
 from .settings import AccuracySettings, MachineProfile, Target
 from .spec import side_spec
@@ -938,8 +938,16 @@ class EarlySides:
         """Whose scorer they started beside, and when it ran (time.monotonic())."""
         self.of, self.of_started, self.of_done = of, started, done
 
+    def _may_go(self) -> None:
+        """The gate adopting these sides holds its slot (it runs inside it); the scorer they
+        started beside must have ended its GPU work (``overlap.go_due``)."""
+        if not overlap.go_due(self.of is None or self.of_done is not None, holds_slot=True):
+            raise RuntimeError(f"accuracy gate: sides started beside {self.of} would go on before "
+                               f"its scorer ended (a bug of the caller, harness/orchestrator.py)")
+
     def go_a(self, progress) -> None:
         """Main's record side goes on (its limits from now: ``MainKeeper.started``)."""
+        self._may_go()
         self._used.add(overlap.A)
         self._relays[overlap.A].to = progress
         self.keeper.started = time.monotonic()
@@ -947,6 +955,7 @@ class EarlySides:
 
     def run_b(self, handed, progress):
         """The replay goes on with its hand-over ``handed``; its outcome once it ended."""
+        self._may_go()
         self._used.add(overlap.B)
         hold = self._holds[overlap.B]
         hold.attach(handed)
@@ -1003,7 +1012,7 @@ class EarlySides:
                 "held": {EARLY_PARTS[k]: h.report for k, h in self._holds.items() if k in self._used}}
 
 
-EARLY_PARTS = {overlap.A: "A early", overlap.B: "B early"}  # their parts in the report's beside
+EARLY_PARTS = dict(zip((overlap.A, overlap.B), phases.EARLY_PARTS))  # their parts in the report's beside
 
 
 def prepare_early(req: AccuracyRequest, live: bool, batch: bool, sides: tuple) -> EarlySides | None:

@@ -44,11 +44,15 @@ class GatesRun:
     times: JudgmentTimes
 
 
-def judge(req: JudgmentRequest, progress=None, recording=None) -> GatesRun:
+def judge(req: JudgmentRequest, progress=None, recording=None, early=None, watch=None) -> GatesRun:
     """The gates on ``req`` (module docstring). Raises ``footprint.DiskShort`` before any
     side starts when runs/ lacks the room for one judgment. ``recording``: the batch's shared
     recording of main (``gates.accuracy.MainRecording``) this judgment's accuracy gate replays
-    against; ``req``'s hidden inputs must be its draw."""
+    against; ``req``'s hidden inputs must be its draw. ``early``: its tap sides, started
+    beside the previous judgment's scorer (``gates.accuracy.EarlySides``). ``watch``: told
+    ``scorer_started(placement)`` as the scorer starts and ``scorer_ended()`` once its last GPU
+    work ended (every run, the re-measure included, and its model store), whatever ends it
+    (the loop prepares the next judgment meanwhile: gates/rules/overlap.py)."""
     say = progress or (lambda event: None)
     t, b = req.test, req.bench
     if not req.scope.ok or (t.repo, t.rev, t.base, t.placement, t.hidden) != \
@@ -64,12 +68,20 @@ def judge(req: JudgmentRequest, progress=None, recording=None) -> GatesRun:
     t, b = replace(t, hidden=drawn), replace(b, hidden=drawn)
     room_for(req)
     say(GateStarted("accuracy", t.rev, t.base))
-    test = AccuracyResult.of(accuracy.run_test(t) if recording is None else
-                             accuracy.run_test(t, recording=recording))
+    more = {k: v for k, v in (("recording", recording), ("early", early)) if v is not None}
+    test = AccuracyResult.of(accuracy.run_test(t, **more))
     say(AccuracyVerdict(test.verdict))
     for w in test.last_words:
         say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
-    bench = None if not test.passed else _scored(req, replace(b, accuracy=test.claim), t, say)
+    bench = None
+    if test.passed:
+        if watch is not None:
+            watch.scorer_started(b.placement)
+        try:
+            bench = _scored(req, replace(b, accuracy=test.claim), t, say)
+        finally:  # its store ended with it: no GPU work of this judgment is left
+            if watch is not None:
+                watch.scorer_ended()
     d, summary = decided(req.scope, test, bench)
     total = None if req.started_s is None else time.monotonic() - req.started_s
     return GatesRun(test, bench, drawn, d, summary,

@@ -263,20 +263,45 @@ class Orchestrator:
         hidden = draw_hidden(self.ctx)  # after the last member froze
         recording = MainRecording(hidden, self.ctx.runs)
         state, held = B.BatchState(b), {}
+        early = None  # the next member's tap sides, started beside this member's scorer
         try:
             while (n := B.next_member(state)) is not None and not self.halt:
                 tip, base, queued = by_n[n]
                 if queued:
                     self.led.transition(n, L.JUDGING)
-                out = self._judge(n, tip, base, report, hold_hidden=True,
-                                  first=lambda tip=tip, base=base: judgment(self.ctx, tip, base, hidden,
-                                                                             recording))
+                pending = state.pending
+                after = pending[1] if len(pending) > 1 else None
+                ahead = None if after is None else Ahead(self.ctx, n, by_n[after][0], by_n[after][1],
+                                                         hidden, recording)
+                try:
+                    out = self._judge(n, tip, base, report, hold_hidden=True,
+                                      first=lambda tip=tip, base=base, early=early, ahead=ahead: judgment(
+                                          self.ctx, tip, base, hidden, recording, early=early, watch=ahead))
+                finally:
+                    if early is not None:  # used, or not: its processes and holds go
+                        early.close()
+                    early = ahead.prepared() if ahead is not None else None
+                merged = out is not None and out.state == L.MERGED
+                if early is not None:
+                    from gates.rules import overlap
+
+                    keep, why = overlap.keep_prepared(overlap.EndFacts(
+                        halted=bool(self.halt), failed=out is None, merged=merged, batch_member=True,
+                        main_side_serves=recording.keeper is not None), early.sides)
+                    if not keep:
+                        early.close()
+                        self.ctx.progress(f"#{after}: its sides started early are ended: {why}")
+                        early = None
                 if out is not None and out.held_hidden is not None:
                     held[n] = out.held_hidden
-                state = B.judged(state, n, merged=out is not None and out.state == L.MERGED)
+                state = B.judged(state, n, merged=merged)
         except BaseException:
+            if early is not None:
+                early.close()
             recording.close(0.0, kill=True)
             raise
+        if early is not None:  # the loop stopped before the member it was prepared for
+            early.close()
         try:
             recording.close(self.cfg.test.timeout_s)
         except Exception as e:  # noqa: BLE001 - every verdict is made: main's side's end decides none
@@ -623,6 +648,66 @@ class Orchestrator:
 
     def budget_stop(self) -> str | None:
         return budget_spent(self.cfg.budgets, self.led.usage(), (time.monotonic() - self.started) / 3600)
+
+
+class Ahead:
+    """The next member of a batch (``rev`` against ``base`` on the batch's ``hidden`` draw and
+    ``recording``), prepared while member ``number``'s scorer runs (gates/rules/overlap.py):
+    told by the gates (``gates.judging.judge``'s ``watch``) when that scorer starts, it starts
+    the next member's tap sides held, in a thread of its own (the harness's part of it, git and
+    the disk, must not hold the scorer up); :meth:`prepared` (after member ``number``'s
+    judgment) waits for that thread and gives what it started (``gates.accuracy.EarlySides``,
+    None: nothing), with when that scorer ran. The next judgment's gate lets them go on."""
+
+    def __init__(self, ctx, number: int, rev: str, base: str, hidden, recording):
+        self.ctx, self.number, self.rev, self.base = ctx, number, rev, base
+        self.hidden, self.recording = hidden, recording
+        self.started: float | None = None  # time.monotonic() of the scorer's start, its end
+        self.ended: float | None = None
+        self.why = ""  # why nothing was started, when nothing was
+        self._thread = None
+        self._early = None
+
+    def scorer_started(self, placement) -> None:
+        import threading
+
+        self.started = time.monotonic()
+        serves = self.recording.keeper is not None
+        self._thread = threading.Thread(target=self._prepare, args=(placement, serves), daemon=True)
+        self._thread.start()
+
+    def scorer_ended(self) -> None:
+        self.ended = time.monotonic()
+
+    def _prepare(self, placement, serves: bool) -> None:
+        from gates.accuracy import prepare_early
+        from gates.launch import compiled, sandbox
+        from gates.rules import overlap
+
+        from .pipeline import accuracy_request
+
+        cfg = self.ctx.cfg
+        try:
+            req = accuracy_request(cfg, self.ctx.repo.root, self.rev, self.base, self.ctx.runs,
+                                   self.ctx.cuda, placement, hidden=self.hidden)
+            ready = compiled.existing(req.repo, req.base, req.runs_dir, req.target, req.machine,
+                                      req.cuda) is not None
+            plan = overlap.early_sides(overlap.NextFacts(serves, sandbox.chosen(cfg.sandbox),
+                                                         cfg.test.replay_beside, ready))
+            self.why = plan.why
+            if plan.sides:
+                self._early = prepare_early(req, live=serves, batch=True, sides=plan.sides)
+        except Exception as e:  # noqa: BLE001 - the next judgment starts its own sides
+            self.why = f"preparing failed: {type(e).__name__}: {e}"
+
+    def prepared(self):
+        """What was started (None: nothing, or the scorer never started), once the thread ended."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        if self._early is not None:
+            self._early.beside(f"#{self.number} scorer", self.started, self.ended)
+        return self._early
 
 
 def budget_spent(b, use: dict, hours: float) -> str | None:
