@@ -20,6 +20,14 @@ The contract (docs/farm.md, "the next judgment beside the scorer"):
   band its main side measures after the rounds: every ``run_bench``, and the model store
   ended with them, gates/judging.py) and the next judgment holds the slot the sides were placed
   on (no other judgment's timed rounds can start on it meanwhile).
+* Which judgment is prepared (:func:`next_judged`): the one judged next on the slot, in
+  judging order: the next member of the current batch, or, after the batch's last member, the
+  first member of the next batch (a batch of one included). A next batch's hidden draw is made
+  as its first member is prepared: every job of a tick froze when the tick collected it, before
+  any judging, so the draw is still made after the batch's last member froze
+  (gates/rules/batch.py ``draw_due``). It stays in the coordinator until the side's hand-over,
+  after its go and its tree's import; it reaches the ledger when it does today (a batch of
+  one's with its row, a batch's once it is settled).
 * Which tap sides start early (:func:`early_sides`): main's record side and the candidate's
   replay, or only the replay when the batch's main side already holds its recording; none
   where main's compiled cache is not made yet (making it is GPU work), or the judgment would
@@ -97,6 +105,31 @@ def go_due(scorer_gpu_done: bool, holds_slot: bool) -> bool:
 
 
 @dataclass(frozen=True)
+class Next:
+    """The judgment prepared beside the current one's scorer."""
+
+    number: int
+    same_batch: bool  # a later member of the current one's batch: its draw and recording
+    batch: bool  # a member of a batch of several (main's side serves the batch's life)
+
+
+def next_judged(pending: tuple[int, ...], following: tuple[int, ...] | None) -> Next | None:
+    """Pure: the judgment after the current one, ``pending[0]`` (its batch's members not judged
+    yet, it first), where ``following`` is the next batch's members (None: none). A merge of
+    the current one cannot change it: a merge moves the members after it in its own batch to
+    a batch of their own (``batch.rest``), which :func:`keep_prepared` ends; the next batch's
+    members keep their own base."""
+    if not pending:
+        raise ValueError("overlap: the current judgment is its batch's first pending member; "
+                         "got none pending (a bug of the caller, harness/orchestrator.py)")
+    if len(pending) > 1:
+        return Next(pending[1], same_batch=True, batch=True)
+    if following:
+        return Next(following[0], same_batch=False, batch=len(following) > 1)
+    return None
+
+
+@dataclass(frozen=True)
 class NextFacts:
     """The next judgment, as known when the current one enters its scorer."""
 
@@ -143,7 +176,11 @@ class EndFacts:
 def keep_prepared(e: EndFacts, prepared: tuple[str, ...]) -> tuple[bool, str]:
     """Pure: whether the next judgment may run on what was prepared for it (``prepared``: the
     sides started, :func:`early_sides`), and why not. A prepared replay alone counted on the
-    batch's main side, so it goes when that side no longer serves."""
+    batch's main side, so it goes when that side no longer serves. A merge keeps what was
+    prepared for the next batch's first member: a job's first judgment is against its own
+    base, which no merge moves (its draw, its main's record side and its replay are what its
+    gate starts; the gate checks they are, ``EarlySides.serves``, and ends them if not); a win
+    on the moved main is rebased and judged again on sides of its own, never prepared ones."""
     if e.halted:
         return False, "the loop stops: the next judgment is not judged now"
     if e.failed:

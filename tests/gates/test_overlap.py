@@ -55,3 +55,30 @@ def test_what_ends_the_prepared_sides(halted, failed, merged, member, serves, pr
         assert keep == (member and serves)
     else:
         assert keep and why == ""
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=4, unique=True),
+       st.one_of(st.none(), st.lists(st.integers(10, 19), min_size=1, max_size=4, unique=True)))
+def test_the_next_judgment_is_the_next_member_or_the_next_batchs_first(pending, following):
+    nxt = O.next_judged(tuple(pending), tuple(following) if following is not None else None)
+    if len(pending) > 1:
+        assert nxt == O.Next(pending[1], same_batch=True, batch=True)
+    elif following:
+        # across batches: the next batch's first member, a batch of one included
+        assert nxt == O.Next(following[0], same_batch=False, batch=len(following) > 1)
+    else:
+        assert nxt is None
+
+
+def test_none_pending_is_a_bug_of_the_caller():
+    with pytest.raises(ValueError, match="got none pending"):
+        O.next_judged((), (3,))
+
+
+def test_a_merge_keeps_what_was_prepared_for_the_next_batch():
+    # its first judgment is against its own base, which no merge moves
+    facts = O.EndFacts(halted=False, failed=False, merged=True, batch_member=False, main_side_serves=False)
+    assert O.keep_prepared(facts, (O.A, O.B)) == (True, "")
+    # ... but a merge in the batch ends what was prepared for its next member
+    member = O.EndFacts(halted=False, failed=False, merged=True, batch_member=True, main_side_serves=True)
+    assert not O.keep_prepared(member, (O.B,))[0]
