@@ -27,12 +27,13 @@ pytestmark = pytest.mark.slow
 class Watched:
     """Every hold a side reached (its report, pids), every EarlySides prepared and the request
     it was prepared for; the scorer stand-in waits (up to a minute) until ``sides`` sides are
-    held, then answers ``answer(req)``."""
+    held (a tuple: the k-th scorer waits for its k-th count), then answers ``answer(req)``."""
 
     def __init__(self, monkeypatch, answer, sides=1):
         import gates.accuracy as acc
 
         self.holds, self.early, self.scored, self.prepared_for = [], [], [], []
+        need = sides if isinstance(sides, tuple) else (sides,)
         real_held, real_prepare = H.Hold.held, acc.prepare_early
 
         def held(hold, proc, report):
@@ -47,7 +48,8 @@ class Watched:
 
         def bench(req, progress=print, stores=None):
             deadline = time.monotonic() + 60
-            while len(self.scored) == 0 and len(self.holds) < sides and time.monotonic() < deadline:
+            k = len(self.scored)  # the k-th scorer waits for need[k] holds (none past the list)
+            while k < len(need) and len(self.holds) < need[k] and time.monotonic() < deadline:
                 time.sleep(0.2)
             self.scored.append(req.rev)
             return answer(req)
@@ -212,3 +214,33 @@ def test_a_crash_or_halt_ends_the_next_batchs_prepared_sides(tmp_path, monkeypat
         doc = _tests(ctx, ns[1:])[0]
         assert doc["test"]["early"] is None
         assert second.hidden != seen.prepared_for[0].hidden.to_dict()
+
+
+def test_the_next_batch_of_two_is_prepared_then_its_second_member(tmp_path, monkeypatch):
+    """A moe.combine edit (a batch of one), then two moe.situ edits (a batch of two): during the
+    first's scorer the batch's first member's main record side and replay start held on the
+    batch's draw, made then; the batch's recording is that side's, and during its scorer the
+    second member's replay starts held against it."""
+    repo = make_repo(tmp_path, ONE_ROW_TAP)
+    shas = [candidate(repo, name, [edit]) for name, edit in (("c", COMBINE_EDIT), ("s1", EDIT), ("s2", EDIT2))]
+    ctx, _ = context(repo)
+    ns = [queued(ctx, sha, f"cand {i}") for i, sha in enumerate(shas)]
+    seen = Watched(monkeypatch, lambda req: faster(req.machine, req.scorer, -0.12), sides=(2, 3))
+    Orchestrator(ctx).tick(spawn=False)
+    docs = _tests(ctx, ns)
+    tests = [d["test"] for d in docs]
+    assert [t["verdict"] for t in tests] == ["PASS bit-identical"] * 3, [t["reasons"] for t in tests]
+    assert [ctx.ledger.attempt(n).state for n in ns] == [L.ABANDONED] * 3
+    assert tests[0]["early"] is None
+    assert tests[1]["early"]["sides"] == ["A record", "B replay"] and tests[1]["early"]["of"] == f"#{ns[0]} scorer"
+    assert tests[2]["early"]["sides"] == ["B replay"] and tests[2]["early"]["of"] == f"#{ns[1]} scorer"
+    # one recording for the batch, made by the side started early; one draw, made as it was
+    # prepared, in both members' rows once the batch settled
+    assert tests[1]["a_dir"] == tests[2]["a_dir"] and tests[2]["a_cached"] and not tests[1]["a_cached"]
+    drawn = seen.prepared_for[0].hidden.to_dict()
+    rows = [ctx.ledger.attempt(n) for n in ns]
+    assert rows[1].hidden == rows[2].hidden == drawn != rows[0].hidden
+    assert seen.prepared_for[1].hidden.to_dict() == drawn
+    assert tensors_left(tests) == []
+    pids = [p for h in seen.holds for p in h.pids]
+    assert len(seen.holds) == 3 and all(_gone(p) for p in pids)
