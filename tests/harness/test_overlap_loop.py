@@ -244,3 +244,22 @@ def test_the_next_batch_of_two_is_prepared_then_its_second_member(tmp_path, monk
     assert tensors_left(tests) == []
     pids = [p for h in seen.holds for p in h.pids]
     assert len(seen.holds) == 3 and all(_gone(p) for p in pids)
+
+
+def test_a_merge_keeps_the_next_batchs_prepared_sides_and_a_win_after_it_is_judged_again_alone(
+        tmp_path, monkeypatch):
+    """Both candidates win, two batches of one: the first merges; the second's prepared sides
+    (on its own base, which the merge did not move) are the ones its first judgment runs on;
+    it wins on a main that moved, so it is rebased and judged again on sides of its own."""
+    ctx, ns = _two(tmp_path, COMBINE_EDIT)
+    seen = Watched(monkeypatch, lambda req: faster(req.machine, req.scorer), sides=2)
+    Orchestrator(ctx).tick(spawn=False)
+    first, second = (ctx.ledger.attempt(n) for n in ns)
+    assert first.state == L.MERGED and second.state == L.MERGED, (first.reason, second.reason)
+    d = ctx.runs / "attempts" / str(ns[1])
+    once, again = (json.loads((d / f"judgment-{i}.json").read_text())["test"] for i in (1, 2))
+    assert once["early"]["sides"] == ["A record", "B replay"] and once["early"]["of"] == f"#{ns[0]} scorer"
+    assert again["early"] is None  # the rebased commit against the new main: nothing prepared
+    assert once["verdict"] == again["verdict"] == "PASS bit-identical"
+    assert len(seen.early) == 1 and len(seen.holds) == 2
+    assert all(_gone(p) for h in seen.holds for p in h.pids)
