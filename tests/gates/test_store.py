@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -22,18 +22,18 @@ from hypothesis import given, strategies as st
 from gates import protocol
 from gates.launch.store import ModelStore, ModelStores, store_digest
 from gates.requests import Placement
+from gates.rules import confinement as C
 from gates.rules import store as R
 from gates.scorer import processes
 from tests.gates.candidates import ROOT, make_repo
 
-KEY = R.StoreKey("d" * 16, "small", "tp2", 0, 4, "bf16", None, "auto", ("/t/a", "/t/b"))
+KEY = R.StoreKey("d" * 16, "small", "tp2", 0, 4, "bf16", None, "auto")
 SPEC = {"model": "small", "layout": "tp2", "seed": 0, "weight_sets": 4, "context": 96, "steps": 4,
         "rows": [2, 4]}
 
 keys = st.builds(R.StoreKey, st.sampled_from(["d" * 16, "e" * 16]), st.sampled_from(["small", "full"]),
                  st.just("tp2"), st.integers(0, 1), st.just(4), st.sampled_from(["bf16", "f32"]),
-                 st.sampled_from([None, "0", "1"]), st.just("auto"),
-                 st.sampled_from([("/t/a", "/t/b"), ("/t/a", "/t/c")]))
+                 st.sampled_from([None, "0", "1"]), st.sampled_from(["auto", "off"]))
 needs = st.builds(R.Need, keys, st.booleans(), st.integers(1, 2), st.booleans())
 helds = st.none() | st.builds(R.Held, keys, st.booleans(), st.booleans(), st.just(False))
 
@@ -65,6 +65,31 @@ def test_a_store_is_shared_exactly_where_the_scorer_shares_its_model(need):
 def test_a_lease_while_one_is_open_is_refused():
     with pytest.raises(R.StoreRefused, match="one scorer run at a time"):
         R.decide(R.Held(KEY, True, True, True), R.Need(KEY, True, 1, True))
+
+
+def test_the_key_is_the_weights_and_the_slot_not_the_trees_or_folders_of_a_run(tmp_path):
+    """A store outlives judgments: runs on other trees (a later candidate, a later main whose
+    model code is unchanged) and other run folders lease the same store; a merge that changes
+    the weights' code (STORE_FILES) changes the key, and the store held is replaced."""
+    from gates.scorer import store_key
+
+    repo = make_repo(tmp_path)
+    spec = {**SPEC, "state_dtype": "bf16"}
+    cand = repo.parent / "cand"
+    import shutil
+
+    shutil.copytree(repo / "kernels", cand / "kernels")
+    experts = cand / "kernels/k31/moe/experts.py"
+    experts.write_text(experts.read_text() + "\n# a candidate's kernel\n")
+    first = store_key({"A": repo, "B": repo}, spec, Placement())
+    assert store_key({"A": cand, "B": repo}, spec, Placement()) == first  # main moved on, same model code
+    held = R.Held(first, True, True, False)
+    assert R.decide(held, R.Need(store_key({"A": repo, "B": cand}, spec, Placement()), True, 1, True)).action == R.REUSE
+    (cand / "kernels/k31/weights.py").write_text((cand / "kernels/k31/weights.py").read_text() + "\n# merged\n")
+    merged = R.decide(held, R.Need(store_key({"A": cand, "B": cand}, spec, Placement()), True, 1, True))
+    assert merged.action == R.REPLACE and "digest differ" in merged.reason
+    assert set(f.name for f in fields(R.StoreKey)) == {"digest", "model", "layout", "seed", "weight_sets",
+                                                       "state_dtype", "gpus", "sandbox"}
 
 
 def test_a_changed_key_names_the_fields_that_differ():
@@ -313,6 +338,7 @@ import json, os, sys, time
 from pathlib import Path
 from gates.launch.store import ModelStore, ModelStores
 from gates.requests import Placement
+from gates.rules import confinement as C
 from gates.rules import store as R
 from tests.gates.test_store import KEY, SPEC
 stores = ModelStores()
@@ -353,7 +379,8 @@ def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, mo
     """The scorer's own store path on the CPU: the decision told the sides share (the CPU has
     no CUDA IPC, so each side still builds its own model and the lease hands no file), two
     runs on one ModelStores as gates/judging.py makes them: one store, started for the first
-    run, reused by the second in the first one's folder with a state of its own, its weights
+    run in a run folder of its own, reused by the second (its sides in a run folder of their
+    own, joining the store's sandbox in their own roots) with a state of its own, its weights
     verified unchanged after each, ended with its holder."""
     import gates.scorer as S
     from harness.pipeline import bench_request
@@ -369,14 +396,17 @@ def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, mo
         first = S.run_bench(req, progress=events.append, stores=stores).report
         second = S.run_bench(replace(req, alternate=True), progress=events.append, stores=stores).report
         assert stores.started == 1 and stores.store.leases == 2
+        store_dir = stores.store.work
         pids = {stores.store.proc.proc.pid} | _descendants(stores.store.proc.proc.pid)
     assert _gone(pids)
     assert first["outcome"] == second["outcome"] == "ok"
     assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
     assert first["store"]["kept"] and second["store"]["kept"]
     assert first["store"]["weights_check"] is None and second["store"]["weights_check"] is None
-    assert second["work_dir"] == first["work_dir"]
-    assert (Path(first["work_dir"]) / "run2-sideA.log").exists()
+    assert second["work_dir"] != first["work_dir"]  # each run its own folder; the store its own
+    assert (Path(second["work_dir"]) / "sideA.log").exists()
+    assert [p.name for p in (repo / "runs" / "store").iterdir()] == [store_dir.name]
+    assert not any(C.inside(str(store_dir), w) for w in (first["work_dir"], second["work_dir"]))
     assert [str(e) for e in events if type(e).__name__ == "StoreReady"][1].startswith("store: weights reused")
     assert not second["analysis"]["sides"]["B"]["failed_checks"]
 
@@ -402,6 +432,29 @@ def test_a_judgments_scorer_runs_lease_one_store_over_cuda_ipc(repo):
     assert first["outcome"] == second["outcome"] == "ok"
     assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
     assert first["store"]["kept"] and second["store"]["kept"]
-    assert second["work_dir"] == first["work_dir"]
+    assert second["work_dir"] != first["work_dir"]
     assert not second["analysis"]["sides"]["B"]["failed_checks"]
     assert _gone(pids)
+
+
+def test_kern_loop_and_kern_try_hold_one_store_per_slot_across_judgments_and_end_them(monkeypatch):
+    """harness/pipeline.py: inside ``holding_stores`` every judgment on a slot gets that slot's
+    ModelStores (one per slot, the same across judgments); the block's end (or an error, or
+    Ctrl-C) ends every store; outside it each judgment keeps its own (None)."""
+    from types import SimpleNamespace
+
+    from harness.pipeline import Context, holding_stores
+
+    closed = []
+    monkeypatch.setattr(ModelStores, "close", lambda self: closed.append(self))
+    ctx = Context(None, None, None, False, None)
+    a, b = SimpleNamespace(name="gpu0"), SimpleNamespace(name="gpu1")
+    assert ctx.stores_for(a) is None
+    with pytest.raises(KeyboardInterrupt):
+        with holding_stores(ctx):
+            first = ctx.stores_for(a)
+            assert isinstance(first, ModelStores) and ctx.stores_for(a) is first
+            other = ctx.stores_for(b)
+            assert other is not first
+            raise KeyboardInterrupt
+    assert closed == [first, other] and ctx.stores is None and ctx.stores_for(a) is None
