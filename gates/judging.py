@@ -67,13 +67,18 @@ def judge(req: JudgmentRequest, progress=None, recording=None,
     drawn = t.hidden if t.hidden is not None else hidden.for_machine(t.machine, t.accuracy)
     t, b = replace(t, hidden=drawn), replace(b, hidden=drawn)
     room_for(req)
-    say(GateStarted("accuracy", t.rev, t.base))
-    test = AccuracyResult.of(accuracy.run_test(t) if recording is None else
-                             accuracy.run_test(t, recording=recording))
-    say(AccuracyVerdict(test.verdict))
-    for w in test.last_words:
-        say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
-    bench = None if not test.passed else _scored(req, replace(b, accuracy=test.claim), t, say, stores)
+    # the model store the gates' sides lease (the accuracy gate's tap sides, the scorer and its
+    # re-measurement): the caller's, kept after, else the judgment's own, ended with it
+    with (nullcontext(stores) if stores is not None else ModelStores()) as held:
+        say(GateStarted("accuracy", t.rev, t.base))
+        # (on the CPU the store's decide says none, no CUDA IPC: the gate is asked as before)
+        test = AccuracyResult.of(accuracy.run_test(t) if recording is None and not t.cuda else
+                                 accuracy.run_test(t, stores=held) if recording is None else
+                                 accuracy.run_test(t, recording=recording))
+        say(AccuracyVerdict(test.verdict))
+        for w in test.last_words:
+            say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
+        bench = None if not test.passed else _scored(req, replace(b, accuracy=test.claim), t, say, held)
     d, summary = decided(req.scope, test, bench)
     total = None if req.started_s is None else time.monotonic() - req.started_s
     return GatesRun(test, bench, drawn, d, summary,

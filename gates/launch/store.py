@@ -100,12 +100,13 @@ class ModelStore:
         self.leased = self.intact
         return r
 
-    def handles(self, timeout_s: float, into: Path | None = None) -> dict:
+    def handles(self, timeout_s: float, into: Path | None = None, weights: bool = False) -> dict:
         """The open lease's model for one more side process: ``{"ready": its IPC file | None
         (a CPU), "sha256": of the file's bytes}``. ``into``: the side's file, in its own run
         folder (the store writes in its own, which no side's root shows): the bytes are copied
-        there; the side checks them against ``sha256`` before it loads them."""
-        r = self._ask(StoreHandles().line(), timeout_s)
+        there; the side checks them against ``sha256`` before it loads them. ``weights``: the
+        weights alone (a tap side, which builds its own state)."""
+        r = self._ask(StoreHandles(weights).line(), timeout_s)
         if into is not None and r.get("ready"):
             into.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(r["ready"], into)

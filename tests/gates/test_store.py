@@ -159,19 +159,22 @@ def test_weights_written_under_a_lease_abandon_the_candidate_as_a_scorer_check()
 
 
 # ------------------------------------------------------------------ its requests
-@given(st.integers(1, 2**20), st.lists(st.integers(1, 512), min_size=1, max_size=6), st.integers(1, 4096))
-def test_a_lease_line_reads_back_as_the_same_lease(context, rows, steps):
-    lease = protocol.StoreLease(context, rows, steps)
+@given(st.integers(1, 2**20), st.lists(st.integers(1, 512), min_size=1, max_size=6), st.integers(1, 4096),
+       st.booleans())
+def test_a_lease_line_reads_back_as_the_same_lease(context, rows, steps, state):
+    lease = protocol.StoreLease(context, rows, steps, state)
     assert protocol.store_request(lease.line()) == lease
 
 
 def test_the_store_reads_release_quit_and_refuses_anything_else():
     assert protocol.store_request(protocol.StoreRelease().line()) == protocol.StoreRelease()
     assert protocol.store_request(protocol.StoreHandles().line()) == protocol.StoreHandles()
+    assert protocol.store_request(protocol.StoreHandles(True).line()) == protocol.StoreHandles(True)
     assert protocol.store_request(protocol.STORE_QUIT + "\n") is None
     assert protocol.store_request(json.dumps(protocol.Quit().to_dict())) is None
     for bad in ('{"lease": {"context": 0, "rows": [2], "steps": 1}}', '{"lease": {"rows": [2]}}',
                 '{"lease": {"context": 8, "rows": [], "steps": 1}}', '{"release": 1}', '{"handles": 1}',
+                '{"lease": {"context": 8, "rows": [2], "steps": 1, "state": true}}', '{"handles": "state"}',
                 "nonsense"):
         with pytest.raises(protocol.StoreRequestError, match="a bug of the scorer"):
             protocol.store_request(bad)
@@ -222,6 +225,38 @@ def test_each_lease_gets_a_fresh_state(small_store, tmp_path):
     assert small_store.model.state is not first
     assert _hashes(t for _, t in small_store.model.state.tensors()) == want
     assert small_store.release(out)["caches_restored"] is True
+
+
+def test_a_lease_of_the_weights_alone_builds_no_state_and_hands_only_weights(small_store, tmp_path):
+    """The accuracy gate's tap sides lease the weights alone: the store builds no state (each
+    side builds its own, privately), hands no model of a lease, and still verifies the weights
+    when the lease ends."""
+    out = tmp_path / "store.json"
+    r = small_store.lease(protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"], state=False), out)
+    assert r["weights_intact"] and small_store.model is None and small_store.open
+    assert "weights alone" in small_store.handles(out)["error"]  # no lease's model to hand
+    assert small_store.handles(out, weights=True) == {"ready": None, "sha256": None}  # the CPU: no IPC
+    assert small_store.lease(protocol.StoreLease(96, [2], 4), out).get("error")  # one lease at a time
+    released = small_store.release(out)
+    assert released["weights_intact"] and released["freed"] and released["caches_restored"] is None
+    assert not small_store.open
+
+
+def test_a_tap_sides_own_state_on_the_stores_weights_is_the_model_it_builds(small_store):
+    """What a tap side attached to the store's weights runs (gates/side/session.py's
+    ``model_with``: the weights, its own state from the target seed) is bit for bit the model
+    it would build itself, and its state is a new one, not the store's or a lease's."""
+    from gates.side.session import Side, Spec, model_with
+    from gates.side.store import weight_tensors
+    from kernels.k31.workload import Workload
+
+    own = Side(Spec.from_dict(SPEC), "cpu")
+    bound = Workload(own.dims.vocab, own.max_rows, SPEC["context"], SPEC["steps"] + 8, SPEC["seed"]).position_bound
+    tapped = model_with(small_store.weights, own.shapes, own.max_rows, bound, SPEC["seed"], torch.device("cpu"))
+    assert _hashes(weight_tensors(tapped.weights)) == _hashes(weight_tensors(own.model.weights))
+    assert _hashes(t for _, t in tapped.state.tensors()) == _hashes(t for _, t in own.model.state.tensors())
+    again = model_with(small_store.weights, own.shapes, own.max_rows, bound, SPEC["seed"], torch.device("cpu"))
+    assert all(a.data_ptr() != b.data_ptr() for (_, a), (_, b) in zip(tapped.state.tensors(), again.state.tensors()))
 
 
 def test_one_changed_weight_byte_is_seen_and_no_lease_is_given(small_store, tmp_path):
@@ -458,3 +493,35 @@ def test_kern_loop_and_kern_try_hold_one_store_per_slot_across_judgments_and_end
             assert other is not first
             raise KeyboardInterrupt
     assert closed == [first, other] and ctx.stores is None and ctx.stores_for(a) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_judgments_tap_sides_and_scorer_lease_one_store_over_cuda_ipc(repo, tmp_path):
+    """On a GPU the accuracy gate's tap sides lease the slot's store (the weights alone, each
+    side a state of its own: their phases say "attach", not "build"), the scorer then reuses
+    the same store, and its weights are verified unchanged; a candidate whose STORE_FILES
+    differ builds its own model (only main's side attached). Never run on a GPU yet."""
+    from gates.accuracy import run_test
+    from gates.scorer import run_bench
+    from harness.pipeline import accuracy_request, bench_request
+    from harness.settings import load
+    from tests.gates.candidates import candidate
+
+    cfg = load(repo / "kern.yaml").resolve(True)
+    with ModelStores() as stores:
+        test = run_test(accuracy_request(cfg, repo, "main", "main", repo / "runs", True), stores=stores).report
+        assert test["verdict"].startswith("PASS"), test["reasons"]
+        assert test["store"]["plan"] == "start" and test["store"]["attached"] == ["A", "B"]
+        assert test["store"]["kept"], test["store"]
+        phases = {(p["part"], p["phase"]) for p in test["phases"]}
+        assert ("A record", "attach") in phases and ("B replay", "attach") in phases
+        assert ("A record", "build") not in phases and ("B replay", "build") not in phases
+        bench = run_bench(bench_request(cfg, repo, "main", "main", repo / "runs", True, rounds=1, replays=2),
+                          stores=stores).report
+        assert bench["store"]["plan"] == "reuse" and stores.started == 1
+        sha = candidate(repo, "weights-comment", [("kernels/k31/weights.py", '"""', '"""# a comment\n', )])
+        other = run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", True), stores=stores).report
+        assert other["store"]["attached"] == ["A"], other["store"]  # its tree builds its own
+        pids = {stores.store.proc.proc.pid} | _descendants(stores.store.proc.proc.pid)
+    assert _gone(pids)
