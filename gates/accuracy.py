@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import torch
@@ -37,7 +38,7 @@ from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED,
 from .requests import AccuracyRequest, Placement
 from .results import AccuracyResult, LastWords
 from .launch.process import SideError
-from .protocol import StoreLease
+from .protocol import StoreLease, StoreOptions
 from .rules import footprint, scope, verdict
 from .rules.store import NONE, REPLACE, REUSE, Need, Plan
 from .rules.phases import Span, rest, side_spans, split_at_hand_over
@@ -1013,16 +1014,26 @@ class _TapLease:
             return
         lease = StoreLease(spec["context"], list(spec["rows"]), spec["steps"], state=False)
 
-        def start():
-            return new_store(key, a_tree, spec, req.runs_dir, place, timeout)
+        # the store's options: the model part of the tap's spec (a tap's own keys are no store's)
+        fields = {f.name for f in dataclass_fields(StoreOptions)} - {"sent"}
+        store_spec = {k: v for k, v in spec.items() if k in fields}
 
-        self.store = stores.open(self.plan, start)
-        if not self.store.lease(lease, timeout)["weights_intact"]:  # changed since: a new one, once
-            self.store = stores.open(Plan(REPLACE, "the weights held changed"), start)
-            if not self.store.lease(lease, timeout)["weights_intact"]:
-                raise SideError("error", "store: the weights of a store just built differ from "
-                                "their own build's digest (expected equal): the environment's GPU "
-                                "memory or the store's code", self.store.log_path)
+        def start():
+            return new_store(key, a_tree, store_spec, req.runs_dir, place, timeout)
+
+        try:
+            self.store = stores.open(self.plan, start)
+            if not self.store.lease(lease, timeout)["weights_intact"]:  # changed since: a new one, once
+                self.store = stores.open(Plan(REPLACE, "the weights held changed"), start)
+                if not self.store.lease(lease, timeout)["weights_intact"]:
+                    raise SideError("error", "store: the weights of a store just built differ from "
+                                    "their own build's digest (expected equal): the environment's "
+                                    "GPU memory or the store's code", self.store.log_path)
+        except SideError as e:  # the store is a saving, not a gate: each side builds its own model
+            stores.close()
+            self.plan = Plan(NONE, f"the store failed ({e}; its log: {e.log_path}): each side "
+                                   f"builds its own model")
+            return
         self.leased = True
 
     @property
