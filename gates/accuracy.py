@@ -710,7 +710,7 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         a_dir.mkdir(parents=True, exist_ok=True)
         keeper = main_side
         a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None,
-                  **(lease.attach("A", a_tree, a_dir) if lease is not None else {})}
+                  **(lease.attach("A", a_tree, a_dir, spec) if lease is not None else {})}
         ticks = _tagged(progress, "A record")
         quiet = None if ticks is None else (
             lambda line, t: None if keeper.recorded_s is not None else ticks(line, t))
@@ -790,7 +790,7 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         watch.start()
     try:
         # beside main's: its limit is main's recording's and then its own (``_MainWatch``)
-        b_attach = lease.attach("B", b_tree, b_dir) if lease is not None else {}
+        b_attach = lease.attach("B", b_tree, b_dir, b_spec) if lease is not None else {}
         b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen), **b_attach},
                       TapFiles(b_dir) / TapFiles.RESULT, 2 * timeout if beside else timeout, place,
                       b_ticks, handed, watch.b_stop if watch is not None else None,
@@ -969,7 +969,7 @@ def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progr
             return _Band("ok", 0.0, "", folder, json.loads((folder / BAND).read_text()))
         folder.mkdir(exist_ok=True)
         n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-        n_attach = lease.attach("A", a_tree, folder) if lease is not None else {}
+        n_attach = lease.attach("A", a_tree, folder, spec) if lease is not None else {}
         n = ranks.run("tap", a_tree, {**n_spec, **n_attach}, files / TapFiles.NOISE, timeout, place,
                       _tagged(progress, "A noise"), inputs, group=lease.group if n_attach else None)
         if not n.ok:
@@ -1040,12 +1040,16 @@ class _TapLease:
     def group(self):
         return self.store.group if self.leased else None
 
-    def attach(self, side: str, tree: Path, folder: Path) -> dict:
-        """What ``side``'s spec adds to attach to the store's weights (``{}``: it builds its
-        own model: no lease, another STORE_FILES digest, or the CPU)."""
+    def attach(self, side: str, tree: Path, folder: Path, spec: dict) -> dict:
+        """What ``side``'s ``spec`` adds to attach to the store's weights (``{}``: it builds its
+        own model: no lease, another STORE_FILES digest, another layout (``kern test
+        --base-gpus``), ranks, or the CPU)."""
         from .launch.store import store_digest
 
-        if not self.leased or store_digest(tree) != self.store.key.digest:
+        k = self.store.key if self.leased else None
+        if k is None or store_digest(tree) != k.digest or int(spec.get("world", 1)) != 1 or \
+                (spec["model"], spec["layout"], spec["seed"], spec["weight_sets"], spec.get("state_dtype")) != \
+                (k.model, k.layout, k.seed, k.weight_sets, k.state_dtype):
             return {}
         into = folder / f".sandbox-attach-{side}-{len(self.files) + 1}.ipc"  # shown to no other side
         h = self.store.handles(self.timeout, into, weights=True)
