@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import torch
@@ -36,7 +37,10 @@ from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED,
                        Hidden, TapFiles, handover_line, tap_rows)
 from .requests import AccuracyRequest, Placement
 from .results import AccuracyResult, LastWords
+from .launch.process import SideError
+from .protocol import StoreLease, StoreOptions
 from .rules import footprint, scope, verdict
+from .rules.store import NONE, REPLACE, REUSE, Need, Plan
 from .rules.phases import Span, rest, side_spans, split_at_hand_over
 from .settings import AccuracySettings, MachineProfile, Target
 from .spec import side_spec
@@ -156,8 +160,8 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
                     "cuda": cuda, "hidden": hidden})
 
 
-def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | None" = None
-             ) -> AccuracyResult:
+def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | None" = None,
+             stores=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass, and a ``SideEnded`` for each side that ended badly. Raises
@@ -165,14 +169,19 @@ def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | No
     returns, no tensor of this judgment's recordings is left (unless another judgment still
     holds the same recording: then that one deletes it). ``recording``: a batch's shared
     recording of main (:class:`MainRecording`; ``req.hidden`` is its draw): recorded by its
-    first member's gate, replayed against by every member's, kept until its ``close()``."""
+    first member's gate, replayed against by every member's, kept until its ``close()``.
+    ``stores``: the slot's model store (``gates.launch.store.ModelStores``, the caller's): on a
+    GPU the tap sides whose trees build the store's weights attach to them (:class:`_TapLease`),
+    each building a decode state of its own; None, on the CPU, or with a batch's recording:
+    each side builds its own model."""
     with disk.Recordings(req.runs_dir / "tap") as held:
         room_for(req)
         # main's kernels compiled from main alone (once per main); each side starts on a copy
         main = compiled.prepare(req.repo, req.base, req.runs_dir, req.target, req.machine, req.cuda,
                                 req.accuracy.timeout_s, req.placement, _tagged(progress, "main compile"),
                                 req.base_layout or req.layout, req.base_world or req.world)
-        return _run_test(req, req.placement.seeded(main.path), progress, held, main, recording)
+        return _run_test(req, req.placement.seeded(main.path), progress, held, main, recording,
+                         None if recording is not None else stores)
 
 
 def tap_bytes(req: AccuracyRequest) -> int:
@@ -232,7 +241,7 @@ def recording_shape(req: AccuracyRequest) -> str:
 
 def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recordings,
               main: compiled.CompiledCache | None = None,
-              shared: "MainRecording | None" = None) -> AccuracyResult:
+              shared: "MainRecording | None" = None, stores=None) -> AccuracyResult:
     t0 = time.monotonic()
     taps = _taps(req)
     base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
@@ -242,6 +251,25 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
     a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
     b_tree = checkout.checkout(req.repo, rev_sha, req.runs_dir)
     spans = [Span("accuracy", "coordinator", "checkout", time.monotonic() - t_checkout)]
+    t_store = time.monotonic()
+    lease = _TapLease(stores, req, place, a_tree, spec, b_spec, timeout)
+    if lease.leased:  # a store started for this gate built its weights; one held is attached to
+        wall = time.monotonic() - t_store
+        spans += side_spans("accuracy", "store", wall, lease.store.ready.get("phases")) \
+            if lease.plan.action != REUSE else [Span("accuracy", "store", "attach", wall)]
+    try:
+        return _leased_test(req, place, progress, held, main, shared, lease, t0, taps, a_tree,
+                            b_tree, spans)
+    except BaseException:
+        lease.abandon()
+        raise
+
+
+def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t0, taps, a_tree,
+                 b_tree, spans) -> AccuracyResult:
+    base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
+    touched, b_spec, spec, cross = taps.touched, taps.b_spec, taps.spec, taps.cross
+    timeout = req.accuracy.timeout_s
     hidden = req.hidden.to_dict() if req.hidden else None
     key = recording_key(spec, touched, req.cuda, hidden)
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
@@ -262,7 +290,7 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
             # stays alive (holding its kept op calls) while the candidate's replays against it
             fcntl.flock(lock, fcntl.LOCK_EX)
             sides = _record_and_replay(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir,
-                                       b_spec, timeout, progress, hidden, stamp)
+                                       b_spec, timeout, progress, hidden, stamp, lease=lease)
     a_kind, a_wall, a_tail, a_dir = sides.a_kind, sides.a_wall, sides.a_tail, sides.a_dir
     b_kind, b_wall, b_res, b_tail = sides.b_kind, sides.b_wall, sides.b_res, sides.b_tail
     a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
@@ -279,12 +307,22 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
     # limits, so they run when the verdict without them is not already a PASS
     band = None
     if a_res and b_res and verdict.needs_noise(ev, th):
-        band = _band(req, place, base_sha, a_tree, spec, touched, timeout, progress, held)
+        band = _band(req, place, base_sha, a_tree, spec, touched, timeout, progress, held, lease)
         n_kind, n_wall = band.kind, band.wall_s
         if n_kind != "ok":
             n_tail, n_log = band.tail, band.out.log_path if band.out is not None else None
         t_verdict = time.monotonic()
         ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th, band.evidence)
+        verdict_s += time.monotonic() - t_verdict
+    # the store's weights verified after the gate's sides: changed while the candidate's side
+    # was attached, its replay is tampered (main's side runs the code main merged)
+    written = lease.release()
+    if written is not None and b_kind not in ("not run", "tampered"):
+        b_kind, b_res = "tampered", None
+        b_tail += f"\ntamper: {written['why']} ({written['check']})"
+        t_verdict = time.monotonic()
+        ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th,
+                       band.evidence if band else None)
         verdict_s += time.monotonic() - t_verdict
     words = [w for w in (LastWords.of("A record", a_kind, a_tail, a_log),
                          LastWords.of("B replay", b_kind, b_tail, b_log),
@@ -333,6 +371,7 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
         "last_words": [w.to_dict() for w in words],
         "environment": (b_res or a_res or {}).get("environment"),
         "compiled": main.to_dict() if main else None,
+        "store": lease.report(),
     })
 
 
@@ -620,7 +659,8 @@ class KeptOnDemand(AfterImport, Dialogue):
 
 
 def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
-                       timeout, progress, hidden, stamp, shared: "MainRecording | None" = None) -> _Sides:
+                       timeout, progress, hidden, stamp, shared: "MainRecording | None" = None,
+                       lease: "_TapLease | None" = None) -> _Sides:
     """Main's recording (or the one cached in ``a_dir``) and the candidate's replay against
     it, started beside it and released once main recorded, main's side alive until the replay
     ends (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
@@ -632,7 +672,8 @@ def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tr
     keeper = live or MainKeeper(hidden, int(spec.get("world", 1)))
     try:
         out = _sides(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
-                     progress, stamp, keeper, live=live is not None, batch=shared is not None)
+                     progress, stamp, keeper, live=live is not None, batch=shared is not None,
+                     lease=lease)
     except BaseException:
         keeper.kill()
         if shared is not None:
@@ -650,7 +691,8 @@ def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tr
 
 
 def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
-           progress, stamp, main_side: MainKeeper, live: bool = False, batch: bool = False) -> _Sides:
+           progress, stamp, main_side: MainKeeper, live: bool = False, batch: bool = False,
+           lease: "_TapLease | None" = None) -> _Sides:
     """``live``: ``main_side`` recorded for an earlier member of a batch and still serves
     (the replay starts now, as after a cached recording, and may ask for its kept calls);
     ``batch``: main's side is the batch's (not ended here; its limit is the batch's life)."""
@@ -667,7 +709,8 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
     else:
         a_dir.mkdir(parents=True, exist_ok=True)
         keeper = main_side
-        a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None}
+        a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None,
+                  **(lease.attach("A", a_tree, a_dir, spec) if lease is not None else {})}
         ticks = _tagged(progress, "A record")
         quiet = None if ticks is None else (
             lambda line, t: None if keeper.recorded_s is not None else ticks(line, t))
@@ -675,8 +718,9 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         # batch's: every member's judgment, until MainRecording.close() ends it; it has given
         # its device back, and it ends by itself when this process goes: its stdin closes)
         limit = float("inf") if batch else 3 * timeout
+        a_group = lease.group if lease is not None and "attach" in a_spec else None
         keeper.start(lambda k: ranks.run("tap", a_tree, a_spec, files.record, limit,
-                                         place, quiet, k, k.stop))
+                                         place, quiet, k, k.stop, a_group))
         a_kind, a_wall, a_tail = "ok", 0.0, ""
         if (mech == "off" or not req.accuracy.replay_beside) and not keeper.wait_recorded(timeout):
             return _unrecorded(keeper, a_dir, timeout)
@@ -746,9 +790,11 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         watch.start()
     try:
         # beside main's: its limit is main's recording's and then its own (``_MainWatch``)
-        b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen)},
+        b_attach = lease.attach("B", b_tree, b_dir, b_spec) if lease is not None else {}
+        b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen), **b_attach},
                       TapFiles(b_dir) / TapFiles.RESULT, 2 * timeout if beside else timeout, place,
-                      b_ticks, handed, watch.b_stop if watch is not None else None)
+                      b_ticks, handed, watch.b_stop if watch is not None else None,
+                      lease.group if b_attach else None)
     except BaseException:
         if watch is not None:  # (Ctrl-C, a gate error: the caller kills main's side)
             watch.b_ended.set()
@@ -909,7 +955,7 @@ class _Band:
 
 
 def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progress,
-          held: disk.Recordings) -> _Band:
+          held: disk.Recordings, lease: "_TapLease | None" = None) -> _Band:
     """Main's repeat and band passes on :func:`band_inputs`, made once per (main, touched
     ops, spec) and kept as their evidence (``band.json``; their logits go once it is made)."""
     inputs = band_inputs(req.target, req.machine, req.accuracy).to_dict()
@@ -923,8 +969,9 @@ def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progr
             return _Band("ok", 0.0, "", folder, json.loads((folder / BAND).read_text()))
         folder.mkdir(exist_ok=True)
         n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-        n = ranks.run("tap", a_tree, n_spec, files / TapFiles.NOISE, timeout, place,
-                      _tagged(progress, "A noise"), inputs)
+        n_attach = lease.attach("A", a_tree, folder, spec) if lease is not None else {}
+        n = ranks.run("tap", a_tree, {**n_spec, **n_attach}, files / TapFiles.NOISE, timeout, place,
+                      _tagged(progress, "A noise"), inputs, group=lease.group if n_attach else None)
         if not n.ok:
             (files / TapFiles.NOISE).unlink(missing_ok=True)
             return _Band(n.kind, n.wall_s, n.log_tail, folder, out=n)
@@ -936,6 +983,110 @@ def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progr
         for pt in folder.rglob("*.pt"):  # the statistics are what later judgments read
             pt.unlink()
         return _Band("ok", n.wall_s, n.log_tail, folder, evidence, n)
+
+
+class _TapLease:
+    """The accuracy gate's lease of the slot's model store (GPU only, one process per side, as
+    the scorer's: gates/rules/store.py's ``decide``; on the CPU it says none, no CUDA IPC): the
+    weights alone (no state is built in the store). :meth:`attach` gives a tap side of a tree
+    whose STORE_FILES digest is the store's the weights' handles, copied into its run folder
+    (the sha256 of the store's bytes in its spec, read before its tree is imported): it joins
+    the store's sandbox in its own root and builds a decode state of its own in its process,
+    never the store's or another side's. A side of a tree whose digest differs builds its own
+    model. :meth:`release` verifies the weights after the gate's sides; the sides are named
+    ("A" main's, "B" the candidate's), so only the candidate's side is blamed."""
+
+    def __init__(self, stores, req: AccuracyRequest, place: Placement, a_tree: Path, spec: dict,
+                 b_spec: dict, timeout: float):
+        from .scorer import new_store, store_key  # (the scorer's store, its key; imports this module's peers)
+
+        self.stores, self.timeout, self.store, self.plan = stores, timeout, None, None
+        self.sides: list[str] = []
+        self.files: list[Path] = []
+        self.leased = False
+        self.ended = None  # the release's Release, once made
+        if stores is None:
+            return
+        key = store_key({"A": a_tree}, spec, place)
+        world = max(int(spec.get("world", 1)), int(b_spec.get("world", 1)))
+        self.plan = stores.plan(Need(key, req.cuda, world, True))
+        if self.plan.action == NONE:
+            return
+        lease = StoreLease(spec["context"], list(spec["rows"]), spec["steps"], state=False)
+
+        # the store's options: the model part of the tap's spec (a tap's own keys are no store's)
+        fields = {f.name for f in dataclass_fields(StoreOptions)} - {"sent"}
+        store_spec = {k: v for k, v in spec.items() if k in fields}
+
+        def start():
+            return new_store(key, a_tree, store_spec, req.runs_dir, place, timeout)
+
+        try:
+            self.store = stores.open(self.plan, start)
+            if not self.store.lease(lease, timeout)["weights_intact"]:  # changed since: a new one, once
+                self.store = stores.open(Plan(REPLACE, "the weights held changed"), start)
+                if not self.store.lease(lease, timeout)["weights_intact"]:
+                    raise SideError("error", "store: the weights of a store just built differ from "
+                                    "their own build's digest (expected equal): the environment's "
+                                    "GPU memory or the store's code", self.store.log_path)
+        except SideError as e:  # the store is a saving, not a gate: each side builds its own model
+            stores.close()
+            self.plan = Plan(NONE, f"the store failed ({e}; its log: {e.log_path}): each side "
+                                   f"builds its own model")
+            return
+        self.leased = True
+
+    @property
+    def group(self):
+        return self.store.group if self.leased else None
+
+    def attach(self, side: str, tree: Path, folder: Path, spec: dict) -> dict:
+        """What ``side``'s ``spec`` adds to attach to the store's weights (``{}``: it builds its
+        own model: no lease, another STORE_FILES digest, another layout (``kern test
+        --base-gpus``), ranks, or the CPU)."""
+        from .launch.store import store_digest
+
+        k = self.store.key if self.leased else None
+        if k is None or store_digest(tree) != k.digest or int(spec.get("world", 1)) != 1 or \
+                (spec["model"], spec["layout"], spec["seed"], spec["weight_sets"], spec.get("state_dtype")) != \
+                (k.model, k.layout, k.seed, k.weight_sets, k.state_dtype):
+            return {}
+        into = folder / f".sandbox-attach-{side}-{len(self.files) + 1}.ipc"  # shown to no other side
+        h = self.store.handles(self.timeout, into, weights=True)
+        if not h.get("ready"):
+            return {}
+        self.files.append(into)
+        if side not in self.sides:
+            self.sides.append(side)
+        return {"attach": h["ready"], "attach_sha256": h["sha256"]}
+
+    def release(self) -> dict | None:
+        """End the lease (once): the failed check of the candidate's side where the weights
+        changed while it was attached (None: unchanged, or no lease)."""
+        if not self.leased:
+            return None
+        self.leased = False
+        for f in self.files:
+            f.unlink(missing_ok=True)
+        rel = self.ended = self.stores.released(tuple(self.sides), self.timeout)
+        return rel.failed_check if rel is not None else None
+
+    def abandon(self) -> None:
+        """Ctrl-C or an error mid-gate: the store ends (no lease is released, no process of it
+        outlives the gate's sides)."""
+        if self.leased:
+            self.leased = False
+            for f in self.files:
+                f.unlink(missing_ok=True)
+            self.stores.close()
+
+    def report(self) -> dict | None:
+        if self.plan is None:
+            return None
+        rel = self.ended
+        return {"plan": self.plan.action, "why": self.plan.reason, "attached": list(self.sides),
+                "kept": rel.keep if rel is not None else None,
+                "released": rel.reason if rel is not None else None}
 
 
 def _stamp() -> str:

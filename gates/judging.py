@@ -12,11 +12,13 @@ scorer measured a gain above ``bench.reverify_pct`` % with every check clean
 (``rules.decision.needs_reverify``), the scorer again: fresh processes, the sides alternating,
 an input seed of its own. The scorer and its re-measurement lease one model store
 (gates/launch/store.py: the weights built once, verified before and after each run, a decode
-state built for each run), ended with the judgment. Which gate runs next is all this decides: the verdicts are the
+state built for each run): the caller's ``stores``, which it keeps across judgments on its
+slot, or one of the judgment's own, ended with it. Which gate runs next is all this decides: the verdicts are the
 gates', the merge rule gates/rules/decision.py's (``gates.summary.decided``)."""
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 from . import accuracy, scorer
@@ -44,11 +46,13 @@ class GatesRun:
     times: JudgmentTimes
 
 
-def judge(req: JudgmentRequest, progress=None, recording=None) -> GatesRun:
+def judge(req: JudgmentRequest, progress=None, recording=None,
+          stores: ModelStores | None = None) -> GatesRun:
     """The gates on ``req`` (module docstring). Raises ``footprint.DiskShort`` before any
     side starts when runs/ lacks the room for one judgment. ``recording``: the batch's shared
     recording of main (``gates.accuracy.MainRecording``) this judgment's accuracy gate replays
-    against; ``req``'s hidden inputs must be its draw."""
+    against; ``req``'s hidden inputs must be its draw. ``stores``: the model store the caller
+    holds for this judgment's slot across judgments (None: the judgment's own, ended with it)."""
     say = progress or (lambda event: None)
     t, b = req.test, req.bench
     if not req.scope.ok or (t.repo, t.rev, t.base, t.placement, t.hidden) != \
@@ -63,24 +67,30 @@ def judge(req: JudgmentRequest, progress=None, recording=None) -> GatesRun:
     drawn = t.hidden if t.hidden is not None else hidden.for_machine(t.machine, t.accuracy)
     t, b = replace(t, hidden=drawn), replace(b, hidden=drawn)
     room_for(req)
-    say(GateStarted("accuracy", t.rev, t.base))
-    test = AccuracyResult.of(accuracy.run_test(t) if recording is None else
-                             accuracy.run_test(t, recording=recording))
-    say(AccuracyVerdict(test.verdict))
-    for w in test.last_words:
-        say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
-    bench = None if not test.passed else _scored(req, replace(b, accuracy=test.claim), t, say)
+    # the model store the gates' sides lease (the accuracy gate's tap sides, the scorer and its
+    # re-measurement): the caller's, kept after, else the judgment's own, ended with it
+    with (nullcontext(stores) if stores is not None else ModelStores()) as held:
+        say(GateStarted("accuracy", t.rev, t.base))
+        # (on the CPU the store's decide says none, no CUDA IPC: the gate is asked as before)
+        test = AccuracyResult.of(accuracy.run_test(t) if recording is None and not t.cuda else
+                                 accuracy.run_test(t, stores=held) if recording is None else
+                                 accuracy.run_test(t, recording=recording))
+        say(AccuracyVerdict(test.verdict))
+        for w in test.last_words:
+            say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
+        bench = None if not test.passed else _scored(req, replace(b, accuracy=test.claim), t, say, held)
     d, summary = decided(req.scope, test, bench)
     total = None if req.started_s is None else time.monotonic() - req.started_s
     return GatesRun(test, bench, drawn, d, summary,
                     JudgmentTimes.of(report_of(test), report_of(bench), total))
 
 
-def _scored(req: JudgmentRequest, first, t, say) -> BenchResult:
+def _scored(req: JudgmentRequest, first, t, say, held: ModelStores | None = None) -> BenchResult:
     """The scorer on ``first`` and, where its gain is large, its re-measurement, both on one
-    model store (ended here, whatever ends the judgment)."""
+    model store: ``held`` (the caller's, kept after), else one ended here, whatever ends the
+    judgment."""
     say(GateStarted("scorer", first.rev, first.base))
-    with ModelStores() as stores:
+    with (nullcontext(held) if held is not None else ModelStores()) as stores:
         with scorer_turn(first.runs_dir, req.isolate, say):
             bench = BenchResult.of(scorer.run_bench(first, progress=lambda e: say(InScorer(e)),
                                                     stores=stores))
