@@ -24,6 +24,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 import torch
@@ -37,7 +38,10 @@ from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED,
 from .requests import AccuracyRequest, Placement
 from .results import AccuracyResult, LastWords
 from .launch.held import Hold
+from .launch.process import SideError
+from .protocol import StoreLease, StoreOptions
 from .rules import footprint, overlap, phases, scope, verdict
+from .rules.store import NONE, REPLACE, REUSE, Need, Plan
 from .rules.phases import Span, rest, side_spans, split_at_hand_over
 from .settings import AccuracySettings, MachineProfile, Target
 from .spec import side_spec
@@ -158,7 +162,7 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
 
 
 def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | None" = None,
-             early: "EarlySides | None" = None) -> AccuracyResult:
+             early: "EarlySides | None" = None, stores=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass, and a ``SideEnded`` for each side that ended badly. Raises
@@ -169,7 +173,12 @@ def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | No
     first member's gate, replayed against by every member's, kept until its ``close()``.
     ``early``: this judgment's tap sides started beside another judgment's scorer and held
     (:func:`prepare_early`): they go on here when they are the sides this gate would start
-    now, else they are ended and the gate starts its own."""
+    now, else they are ended and the gate starts its own.
+    ``stores``: the slot's model store (``gates.launch.store.ModelStores``, the caller's): on a
+    GPU the tap sides whose trees build the store's weights attach to them (:class:`_TapLease`),
+    each building a decode state of its own; None, on the CPU, or with a batch's recording:
+    each side builds its own model. A gate that adopts ``early`` sides leases no store: they
+    were started before any lease (gates/rules/overlap.py ``tap_lease``)."""
     try:
         with disk.Recordings(req.runs_dir / "tap") as held:
             room_for(req)
@@ -178,7 +187,7 @@ def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | No
                                     req.accuracy.timeout_s, req.placement, _tagged(progress, "main compile"),
                                     req.base_layout or req.layout, req.base_world or req.world)
             return _run_test(req, req.placement.seeded(main.path), progress, held, main, recording,
-                             early)
+                             early, None if recording is not None else stores)
     finally:
         if early is not None:  # what it did not use goes now; what it did, its holds let go
             early.close()
@@ -241,7 +250,8 @@ def recording_shape(req: AccuracyRequest) -> str:
 
 def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recordings,
               main: compiled.CompiledCache | None = None,
-              shared: "MainRecording | None" = None, early: "EarlySides | None" = None) -> AccuracyResult:
+              shared: "MainRecording | None" = None, early: "EarlySides | None" = None,
+              stores=None) -> AccuracyResult:
     t0 = time.monotonic()
     taps = _taps(req)
     base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
@@ -263,6 +273,31 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
                                                         early.b_dir, live, batch)):
         early.close()  # not the sides this gate starts now: ended, its folders gone
     early = early if early is not None and early.usable else None
+    # sides started early were started before any lease (their spec and sandbox are fixed at
+    # their start): a gate that adopts them leases no store (gates/rules/overlap.py tap_lease)
+    leases, why_not = overlap.tap_lease(early.sides if early is not None else ())
+    t_store = time.monotonic()
+    lease = _TapLease(stores, req, place, a_tree, spec, b_spec, timeout,
+                      refused=None if leases else why_not)
+    if lease.leased:  # a store started for this gate built its weights; one held is attached to
+        wall = time.monotonic() - t_store
+        spans += side_spans("accuracy", "store", wall, lease.store.ready.get("phases")) \
+            if lease.plan.action != REUSE else [Span("accuracy", "store", "attach", wall)]
+    try:
+        return _leased_test(req, place, progress, held, main, shared, lease, t0, taps, a_tree,
+                            b_tree, spans, a_dir, live, batch, early)
+    except BaseException:
+        lease.abandon()
+        raise
+
+
+def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t0, taps, a_tree,
+                 b_tree, spans, a_dir: Path, live: bool, batch: bool,
+                 early: "EarlySides | None") -> AccuracyResult:
+    base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
+    touched, b_spec, spec, cross = taps.touched, taps.b_spec, taps.spec, taps.cross
+    timeout = req.accuracy.timeout_s
+    hidden = req.hidden.to_dict() if req.hidden else None
     stamp = early.stamp if early is not None else time.strftime("%Y%m%d-%H%M%S")
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     held.hold(b_dir)
@@ -279,7 +314,7 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
             fcntl.flock(lock, fcntl.LOCK_EX)
             sides = _record_and_replay(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir,
                                        b_spec, timeout, progress, hidden, stamp, None,
-                                       launches=launches, early=early)
+                                       launches=launches, early=early, lease=lease)
     a_kind, a_wall, a_tail, a_dir = sides.a_kind, sides.a_wall, sides.a_tail, sides.a_dir
     b_kind, b_wall, b_res, b_tail = sides.b_kind, sides.b_wall, sides.b_res, sides.b_tail
     a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
@@ -296,12 +331,22 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
     # limits, so they run when the verdict without them is not already a PASS
     band = None
     if a_res and b_res and verdict.needs_noise(ev, th):
-        band = _band(req, place, base_sha, a_tree, spec, touched, timeout, progress, held)
+        band = _band(req, place, base_sha, a_tree, spec, touched, timeout, progress, held, lease)
         n_kind, n_wall = band.kind, band.wall_s
         if n_kind != "ok":
             n_tail, n_log = band.tail, band.out.log_path if band.out is not None else None
         t_verdict = time.monotonic()
         ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th, band.evidence)
+        verdict_s += time.monotonic() - t_verdict
+    # the store's weights verified after the gate's sides: changed while the candidate's side
+    # was attached, its replay is tampered (main's side runs the code main merged)
+    written = lease.release()
+    if written is not None and b_kind not in ("not run", "tampered"):
+        b_kind, b_res = "tampered", None
+        b_tail += f"\ntamper: {written['why']} ({written['check']})"
+        t_verdict = time.monotonic()
+        ev, v = _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th,
+                       band.evidence if band else None)
         verdict_s += time.monotonic() - t_verdict
     words = [w for w in (LastWords.of("A record", a_kind, a_tail, a_log),
                          LastWords.of("B replay", b_kind, b_tail, b_log),
@@ -355,6 +400,7 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
         "last_words": [w.to_dict() for w in words],
         "environment": (b_res or a_res or {}).get("environment"),
         "compiled": main.to_dict() if main else None,
+        "store": lease.report(),
     })
 
 
@@ -643,7 +689,8 @@ class KeptOnDemand(AfterImport, Dialogue):
 
 def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
                        timeout, progress, hidden, stamp, shared: "MainRecording | None" = None,
-                       launches: dict | None = None, early: "EarlySides | None" = None) -> _Sides:
+                       launches: dict | None = None, early: "EarlySides | None" = None,
+                       lease: "_TapLease | None" = None) -> _Sides:
     """Main's recording (or the one cached in ``a_dir``) and the candidate's replay against
     it, started beside it and released once main recorded, main's side alive until the replay
     ends (:class:`MainKeeper`); the caller holds ``a_dir``'s lock.
@@ -657,7 +704,7 @@ def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tr
     try:
         out = _sides(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
                      progress, stamp, keeper, live=live is not None, batch=shared is not None,
-                     launches=launches, early=early)
+                     launches=launches, early=early, lease=lease)
     except BaseException:
         keeper.kill()
         if shared is not None:
@@ -676,7 +723,8 @@ def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tr
 
 def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
            progress, stamp, main_side: MainKeeper, live: bool = False, batch: bool = False,
-           launches: dict | None = None, early: "EarlySides | None" = None) -> _Sides:
+           launches: dict | None = None, early: "EarlySides | None" = None,
+           lease: "_TapLease | None" = None) -> _Sides:
     """``live``: ``main_side`` recorded for an earlier member of a batch and still serves
     (the replay starts now, as after a cached recording, and may ask for its kept calls);
     ``batch``: main's side is the batch's (not ended here; its limit is the batch's life);
@@ -704,7 +752,8 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         if early is not None and early.keeper is keeper:  # started early, held: it goes on now
             early.go_a(quiet)
         else:
-            keeper.start(lambda k: ranks.run(*launches[overlap.A], quiet, k, k.stop))
+            a_args, a_group = _leased(launches[overlap.A], lease, "A", a_tree, a_dir, spec)
+            keeper.start(lambda k: ranks.run(*a_args, quiet, k, k.stop, a_group))
         a_kind, a_wall, a_tail = "ok", 0.0, ""
         if (mech == "off" or not req.accuracy.replay_beside) and not keeper.wait_recorded(timeout):
             return _unrecorded(keeper, a_dir, timeout)
@@ -777,8 +826,9 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         if early is not None:  # started early, held: it goes on now, with this hand-over
             b = early.run_b(handed, b_ticks)
         else:
-            b = ranks.run(*launches[overlap.B], b_ticks, handed,
-                          watch.b_stop if watch is not None else None)
+            b_args, b_group = _leased(launches[overlap.B], lease, "B", b_tree, b_dir, b_spec)
+            b = ranks.run(*b_args, b_ticks, handed, watch.b_stop if watch is not None else None,
+                          b_group)
     except BaseException:
         if watch is not None:  # (Ctrl-C, a gate error: the caller kills main's side)
             watch.b_ended.set()
@@ -829,6 +879,15 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
     return out
 
 
+def _leased(args: tuple, lease: "_TapLease | None", side: str, tree: Path, folder: Path,
+            spec: dict) -> tuple:
+    """A launch of :func:`_launches` with what attaches ``side`` to ``lease``'s store (its
+    spec's ``attach`` keys, added as it starts: the handles are copied for it then), and the
+    store's sandbox it joins (None: it builds its own model)."""
+    extra = lease.attach(side, tree, folder, spec) if lease is not None else {}
+    return (*args[:2], {**args[2], **extra}, *args[3:]), (lease.group if extra else None)
+
+
 def _launches(req: AccuracyRequest, place: Placement, taps: _Taps, a_tree: Path, b_tree: Path,
               a_dir: Path, b_dir: Path, live: bool, batch: bool) -> dict:
     """The launcher arguments (``ranks.run``'s first six) of the tap sides this gate starts:
@@ -872,7 +931,9 @@ class EarlySides:
     imported, no CUDA call: :func:`gates.side.driver.hold_for_go`). The accuracy gate that
     adopts them (:func:`run_test`'s ``early``) lets each go on in its place (:meth:`go_a`,
     :meth:`run_b`); :meth:`close` ends whatever was not used (its processes, its folders in
-    runs/tap) and lets the folders' holds go. Made by :func:`prepare_early`."""
+    runs/tap) and lets the folders' holds go. Made by :func:`prepare_early`. They never lease
+    the slot's model store (started before any lease: ``overlap.tap_lease``): each builds its
+    own model after its go."""
 
     def __init__(self, runs_dir: Path, a_dir: Path, b_dir: Path, stamp: str, launches: dict,
                  hidden: dict | None):
@@ -1151,7 +1212,7 @@ class _Band:
 
 
 def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progress,
-          held: disk.Recordings) -> _Band:
+          held: disk.Recordings, lease: "_TapLease | None" = None) -> _Band:
     """Main's repeat and band passes on :func:`band_inputs`, made once per (main, touched
     ops, spec) and kept as their evidence (``band.json``; their logits go once it is made)."""
     inputs = band_inputs(req.target, req.machine, req.accuracy).to_dict()
@@ -1165,8 +1226,9 @@ def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progr
             return _Band("ok", 0.0, "", folder, json.loads((folder / BAND).read_text()))
         folder.mkdir(exist_ok=True)
         n_spec = {**spec, "role": "noise", "touched": sorted(touched) if touched is not None else None}
-        n = ranks.run("tap", a_tree, n_spec, files / TapFiles.NOISE, timeout, place,
-                      _tagged(progress, "A noise"), inputs)
+        n_attach = lease.attach("A", a_tree, folder, spec) if lease is not None else {}
+        n = ranks.run("tap", a_tree, {**n_spec, **n_attach}, files / TapFiles.NOISE, timeout, place,
+                      _tagged(progress, "A noise"), inputs, group=lease.group if n_attach else None)
         if not n.ok:
             (files / TapFiles.NOISE).unlink(missing_ok=True)
             return _Band(n.kind, n.wall_s, n.log_tail, folder, out=n)
@@ -1178,6 +1240,116 @@ def _band(req, place: Placement, base_sha, a_tree, spec, touched, timeout, progr
         for pt in folder.rglob("*.pt"):  # the statistics are what later judgments read
             pt.unlink()
         return _Band("ok", n.wall_s, n.log_tail, folder, evidence, n)
+
+
+class _TapLease:
+    """The accuracy gate's lease of the slot's model store (GPU only, one process per side, as
+    the scorer's: gates/rules/store.py's ``decide``; on the CPU it says none, no CUDA IPC): the
+    weights alone (no state is built in the store). :meth:`attach` gives a tap side of a tree
+    whose STORE_FILES digest is the store's the weights' handles, copied into its run folder
+    (the sha256 of the store's bytes in its spec, read before its tree is imported): it joins
+    the store's sandbox in its own root and builds a decode state of its own in its process,
+    never the store's or another side's. A side of a tree whose digest differs builds its own
+    model. :meth:`release` verifies the weights after the gate's sides; the sides are named
+    ("A" main's, "B" the candidate's), so only the candidate's side is blamed."""
+
+    def __init__(self, stores, req: AccuracyRequest, place: Placement, a_tree: Path, spec: dict,
+                 b_spec: dict, timeout: float, refused: str | None = None):
+        """``refused``: why this gate leases no store although one is held (its tap sides were
+        started early, before any lease: gates/rules/overlap.py ``tap_lease``); the store is
+        then neither started, leased nor verified here, and each side builds its own model."""
+        from .scorer import new_store, store_key  # (the scorer's store, its key; imports this module's peers)
+
+        self.stores, self.timeout, self.store, self.plan = stores, timeout, None, None
+        self.sides: list[str] = []
+        self.files: list[Path] = []
+        self.leased = False
+        self.ended = None  # the release's Release, once made
+        if stores is None:
+            return
+        if refused is not None:
+            self.plan = Plan(NONE, refused)
+            return
+        key = store_key({"A": a_tree}, spec, place)
+        world = max(int(spec.get("world", 1)), int(b_spec.get("world", 1)))
+        self.plan = stores.plan(Need(key, req.cuda, world, True))
+        if self.plan.action == NONE:
+            return
+        lease = StoreLease(spec["context"], list(spec["rows"]), spec["steps"], state=False)
+
+        # the store's options: the model part of the tap's spec (a tap's own keys are no store's)
+        fields = {f.name for f in dataclass_fields(StoreOptions)} - {"sent"}
+        store_spec = {k: v for k, v in spec.items() if k in fields}
+
+        def start():
+            return new_store(key, a_tree, store_spec, req.runs_dir, place, timeout)
+
+        try:
+            self.store = stores.open(self.plan, start)
+            if not self.store.lease(lease, timeout)["weights_intact"]:  # changed since: a new one, once
+                self.store = stores.open(Plan(REPLACE, "the weights held changed"), start)
+                if not self.store.lease(lease, timeout)["weights_intact"]:
+                    raise SideError("error", "store: the weights of a store just built differ from "
+                                    "their own build's digest (expected equal): the environment's "
+                                    "GPU memory or the store's code", self.store.log_path)
+        except SideError as e:  # the store is a saving, not a gate: each side builds its own model
+            stores.close()
+            self.plan = Plan(NONE, f"the store failed ({e}; its log: {e.log_path}): each side "
+                                   f"builds its own model")
+            return
+        self.leased = True
+
+    @property
+    def group(self):
+        return self.store.group if self.leased else None
+
+    def attach(self, side: str, tree: Path, folder: Path, spec: dict) -> dict:
+        """What ``side``'s ``spec`` adds to attach to the store's weights (``{}``: it builds its
+        own model: no lease, another STORE_FILES digest, another layout (``kern test
+        --base-gpus``), ranks, or the CPU)."""
+        from .launch.store import store_digest
+
+        k = self.store.key if self.leased else None
+        if k is None or store_digest(tree) != k.digest or int(spec.get("world", 1)) != 1 or \
+                (spec["model"], spec["layout"], spec["seed"], spec["weight_sets"], spec.get("state_dtype")) != \
+                (k.model, k.layout, k.seed, k.weight_sets, k.state_dtype):
+            return {}
+        into = folder / f".sandbox-attach-{side}-{len(self.files) + 1}.ipc"  # shown to no other side
+        h = self.store.handles(self.timeout, into, weights=True)
+        if not h.get("ready"):
+            return {}
+        self.files.append(into)
+        if side not in self.sides:
+            self.sides.append(side)
+        return {"attach": h["ready"], "attach_sha256": h["sha256"]}
+
+    def release(self) -> dict | None:
+        """End the lease (once): the failed check of the candidate's side where the weights
+        changed while it was attached (None: unchanged, or no lease)."""
+        if not self.leased:
+            return None
+        self.leased = False
+        for f in self.files:
+            f.unlink(missing_ok=True)
+        rel = self.ended = self.stores.released(tuple(self.sides), self.timeout)
+        return rel.failed_check if rel is not None else None
+
+    def abandon(self) -> None:
+        """Ctrl-C or an error mid-gate: the store ends (no lease is released, no process of it
+        outlives the gate's sides)."""
+        if self.leased:
+            self.leased = False
+            for f in self.files:
+                f.unlink(missing_ok=True)
+            self.stores.close()
+
+    def report(self) -> dict | None:
+        if self.plan is None:
+            return None
+        rel = self.ended
+        return {"plan": self.plan.action, "why": self.plan.reason, "attached": list(self.sides),
+                "kept": rel.keep if rel is not None else None,
+                "released": rel.reason if rel is not None else None}
 
 
 def _stamp() -> str:

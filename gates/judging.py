@@ -12,11 +12,13 @@ scorer measured a gain above ``bench.reverify_pct`` % with every check clean
 (``rules.decision.needs_reverify``), the scorer again: fresh processes, the sides alternating,
 an input seed of its own. The scorer and its re-measurement lease one model store
 (gates/launch/store.py: the weights built once, verified before and after each run, a decode
-state built for each run), ended with the judgment. Which gate runs next is all this decides: the verdicts are the
+state built for each run): the caller's ``stores``, which it keeps across judgments on its
+slot, or one of the judgment's own, ended with it. Which gate runs next is all this decides: the verdicts are the
 gates', the merge rule gates/rules/decision.py's (``gates.summary.decided``)."""
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 from . import accuracy, scorer
@@ -44,15 +46,19 @@ class GatesRun:
     times: JudgmentTimes
 
 
-def judge(req: JudgmentRequest, progress=None, recording=None, early=None, watch=None) -> GatesRun:
+def judge(req: JudgmentRequest, progress=None, recording=None, early=None, watch=None,
+          stores: ModelStores | None = None) -> GatesRun:
     """The gates on ``req`` (module docstring). Raises ``footprint.DiskShort`` before any
     side starts when runs/ lacks the room for one judgment. ``recording``: the batch's shared
     recording of main (``gates.accuracy.MainRecording``) this judgment's accuracy gate replays
     against; ``req``'s hidden inputs must be its draw. ``early``: its tap sides, started
-    beside the previous judgment's scorer (``gates.accuracy.EarlySides``). ``watch``: told
+    beside the previous judgment's scorer (``gates.accuracy.EarlySides``; adopted, they lease
+    no model store: gates/rules/overlap.py ``tap_lease``). ``watch``: told
     ``scorer_started(placement)`` as the scorer starts and ``scorer_ended()`` once its last GPU
-    work ended (every run, the re-measure included, and its model store), whatever ends it
-    (the loop prepares the next judgment meanwhile: gates/rules/overlap.py)."""
+    work ended (every run, the re-measure included, and its lease of the model store released:
+    the weights verified), whatever ends it (the loop prepares the next judgment meanwhile:
+    gates/rules/overlap.py). ``stores``: the model store the caller holds for this judgment's
+    slot across judgments (None: the judgment's own, ended with it)."""
     say = progress or (lambda event: None)
     t, b = req.test, req.bench
     if not req.scope.ok or (t.repo, t.rev, t.base, t.placement, t.hidden) != \
@@ -67,32 +73,40 @@ def judge(req: JudgmentRequest, progress=None, recording=None, early=None, watch
     drawn = t.hidden if t.hidden is not None else hidden.for_machine(t.machine, t.accuracy)
     t, b = replace(t, hidden=drawn), replace(b, hidden=drawn)
     room_for(req)
-    say(GateStarted("accuracy", t.rev, t.base))
-    more = {k: v for k, v in (("recording", recording), ("early", early)) if v is not None}
-    test = AccuracyResult.of(accuracy.run_test(t, **more))
-    say(AccuracyVerdict(test.verdict))
-    for w in test.last_words:
-        say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
-    bench = None
-    if test.passed:
-        if watch is not None:
-            watch.scorer_started(b.placement)
-        try:
-            bench = _scored(req, replace(b, accuracy=test.claim), t, say)
-        finally:  # its store ended with it: no GPU work of this judgment is left
+    # the model store the gates' sides lease (the accuracy gate's tap sides, the scorer and its
+    # re-measurement): the caller's, kept after, else the judgment's own, ended with it
+    with (nullcontext(stores) if stores is not None else ModelStores()) as held:
+        say(GateStarted("accuracy", t.rev, t.base))
+        # (on the CPU the store's decide says none, no CUDA IPC: the gate is asked as before)
+        more = {k: v for k, v in (("recording", recording), ("early", early)) if v is not None}
+        if recording is None and t.cuda:
+            more["stores"] = held
+        test = AccuracyResult.of(accuracy.run_test(t, **more))
+        say(AccuracyVerdict(test.verdict))
+        for w in test.last_words:
+            say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
+        bench = None
+        if test.passed:
             if watch is not None:
-                watch.scorer_ended()
+                watch.scorer_started(b.placement)
+            try:
+                bench = _scored(req, replace(b, accuracy=test.claim), t, say, held)
+            finally:  # its lease of the store released (the weights verified): the store, kept
+                # across judgments, idles; no GPU work of this judgment is left
+                if watch is not None:
+                    watch.scorer_ended()
     d, summary = decided(req.scope, test, bench)
     total = None if req.started_s is None else time.monotonic() - req.started_s
     return GatesRun(test, bench, drawn, d, summary,
                     JudgmentTimes.of(report_of(test), report_of(bench), total))
 
 
-def _scored(req: JudgmentRequest, first, t, say) -> BenchResult:
+def _scored(req: JudgmentRequest, first, t, say, held: ModelStores | None = None) -> BenchResult:
     """The scorer on ``first`` and, where its gain is large, its re-measurement, both on one
-    model store (ended here, whatever ends the judgment)."""
+    model store: ``held`` (the caller's, kept after), else one ended here, whatever ends the
+    judgment."""
     say(GateStarted("scorer", first.rev, first.base))
-    with ModelStores() as stores:
+    with (nullcontext(held) if held is not None else ModelStores()) as stores:
         with scorer_turn(first.runs_dir, req.isolate, say):
             bench = BenchResult.of(scorer.run_bench(first, progress=lambda e: say(InScorer(e)),
                                                     stores=stores))

@@ -150,7 +150,8 @@ class SidePhases:
     None where this Triton reports no compile times (its interpreter compiles nothing: 0)."""
 
     driver_s: float  # from the driver's start to its result: what the side saw of its process
-    build_s: float = 0.0  # the model built, or attached to a store's
+    build_s: float = 0.0  # the model built (a bench side: or attached to a store's lease)
+    attach_s: float = 0.0  # a tap side: the store's weights attached, its own state built
     compile_s: float | None = None
     tap_s: float = 0.0  # the tap's hooked passes (free, pinned, repeat, band)
     capture_s: float = 0.0  # a bench side's warm-up steps and graph captures
@@ -308,6 +309,11 @@ class TapOptions(SideOptions):
     touched: list | None = None  # the ops the change touches (kept whole); None: every op
     record: str | None = None  # replay: the folder of main's recording (TapFiles)
     cross_layout: bool = False  # A ran another layout: B judged by its logits alone
+    # the store's weights to attach to (a file of CUDA IPC handles in the side's run folder)
+    # and the sha256 of the bytes the store wrote (None: build the model); the decode state is
+    # always the side's own, built in its process
+    attach: str | None = None
+    attach_sha256: str | None = None
 
     def __post_init__(self):
         if self.role not in TAP_ROLES:
@@ -371,10 +377,14 @@ class StoreLease:
     context: int
     rows: list
     steps: int
+    # False: the weights alone (the accuracy gate's tap sides build each a state of their own):
+    # no state is built for the lease
+    state: bool = True
 
     def line(self) -> str:
+        more = {} if self.state else {"state": False}
         return json.dumps({"lease": {"context": self.context, "rows": list(self.rows),
-                                     "steps": self.steps}}) + "\n"
+                                     "steps": self.steps, **more}}) + "\n"
 
 
 @dataclass(frozen=True)
@@ -383,10 +393,13 @@ class StoreHandles:
     own each (torch counts every handle sent as one consumer's, released when that process
     frees it). The store answers ``{"ready": path | None, "sha256": hex | None}``: None on a
     CPU (no IPC: the side builds its own model); ``sha256`` the bytes written there, which the
-    side alone loads (:class:`Prepare`)."""
+    side alone loads (:class:`Prepare`). ``weights``: the weights alone (a tap side builds
+    its own state)."""
+
+    weights: bool = False
 
     def line(self) -> str:
-        return json.dumps({"handles": True}) + "\n"
+        return json.dumps({"handles": "weights" if self.weights else True}) + "\n"
 
 
 @dataclass(frozen=True)
@@ -413,15 +426,16 @@ def store_request(line: str) -> "StoreLease | StoreHandles | StoreRelease | None
         return None
     if isinstance(d, dict) and set(d) == {"release"} and d["release"] is True:
         return StoreRelease()
-    if isinstance(d, dict) and set(d) == {"handles"} and d["handles"] is True:
-        return StoreHandles()
+    if isinstance(d, dict) and set(d) == {"handles"} and (d["handles"] is True or d["handles"] == "weights"):
+        return StoreHandles(d["handles"] == "weights")
     lease = d.get("lease") if isinstance(d, dict) and set(d) == {"lease"} else None
-    if isinstance(lease, dict) and set(lease) == {"context", "rows", "steps"} \
+    if isinstance(lease, dict) and set(lease) - {"state"} == {"context", "rows", "steps"} \
+            and lease.get("state", False) is False \
             and all(isinstance(lease[k], int) and not isinstance(lease[k], bool) and lease[k] > 0
                     for k in ("context", "steps")) \
             and isinstance(lease["rows"], list) and lease["rows"] \
             and all(isinstance(r, int) and not isinstance(r, bool) and r > 0 for r in lease["rows"]):
-        return StoreLease(lease["context"], lease["rows"], lease["steps"])
+        return StoreLease(lease["context"], lease["rows"], lease["steps"], "state" not in lease)
     raise StoreRequestError(f"the model store was sent {text[:200]!r} (expected {STORE_QUIT!r}, "
                             f"a lease {{'lease': {{'context', 'rows', 'steps'}}}}, "
                             f"{{'handles': true}} or {{'release': true}}): a bug of the scorer "

@@ -103,8 +103,16 @@ def store_key(trees: dict, spec: dict, place: Placement) -> StoreKey:
     ``place`` leases: main's tree builds it (the base; the revision where there is none)."""
     first = "A" if "A" in trees else "B"
     return StoreKey(store_digest(trees[first]), spec["model"], spec["layout"], spec["seed"],
-                    spec["weight_sets"], spec.get("state_dtype"), place.gpus, place.sandbox,
-                    tuple(str(trees[k]) for k in sorted(trees)))
+                    spec["weight_sets"], spec.get("state_dtype"), place.gpus, place.sandbox)
+
+
+def new_store(key: StoreKey, tree: Path, spec: dict, runs_dir: Path, place: Placement,
+                timeout_s: float) -> ModelStore:
+    """A store on main's ``tree`` in a run folder of its own (``runs/store/<stamp>-<digest>``)
+    and a sandbox group of its own, which every side that leases it joins in its own root."""
+    folder = runs_dir / "store" / f"{time.strftime('%Y%m%d-%H%M%S')}-{key.digest}"
+    box = sandbox.side_group("store", tree, folder / "store.json", peers=False)
+    return ModelStore(key, tree, spec, folder, place, box, timeout_s)
 
 
 def _run_bench(req: BenchRequest, place: Placement, progress=None,
@@ -133,11 +141,6 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
     stores = ModelStores() if own_stores else stores
     plan = stores.plan(Need(store_key(trees, spec, place), req.cuda, req.world,
                             len(set(digests.values())) == 1)) if shared else Plan(NONE, "")
-    # a run on the store held works in that store's folder (the sandbox it shares with its
-    # sides admits that folder), its files named by its lease
-    tag = ""
-    if plan.action == REUSE:
-        work, tag = stores.store.work, f"run{stores.store.leases + 1}-"
     order = pattern(rounds) if req.base else ["B"] * rounds
     last_visit = {k: max(i for i, x in enumerate(order) if x == k) for k in set(order)}
     extra_key = "A" if "A" in trees else "B"  # main's tree when there is one
@@ -171,13 +174,14 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
         if alternate:
             for other in list(sides):
                 sides.pop(other).close()
-        label = f"{tag}side{k}" + (f"-{opened[k]}" if opened[k] else "")
+        label = f"side{k}" + (f"-{opened[k]}" if opened[k] else "")
         part = k + (f"-{opened[k] + 1}" if opened[k] else "")
         opened[k] += 1
         t_open = time.monotonic()
         # the lease's model for this process: its own handles (torch counts one consumer per
-        # handle sent), loaded only as the bytes the store wrote
-        handles = stores.store.handles(timeout) if leased else {"ready": None, "sha256": None}
+        # handle sent), copied into its run folder, loaded only as the bytes the store wrote
+        handles = stores.store.handles(timeout, work / f"{label}.attach.ipc") if leased else \
+            {"ready": None, "sha256": None}
         spec_k = {**attach_spec, "attach": handles["ready"]} if handles["ready"] else attach_spec
         s = sides[k] = RankGroup("bench", trees[k], spec_k, work, label, req.world, place) \
             if req.world > 1 else Interactive("bench", trees[k], spec_k, work, label, place, group=box)
@@ -194,11 +198,9 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
         return s
 
     def start_store() -> ModelStore:
-        # the store and the bench sides attached to it (CUDA IPC) share one sandbox
-        first = "A" if "A" in trees else "B"
-        box = sandbox.side_group("store", trees[first], work / "store.json", peers=False,
-                                 more=[("bench", t, work / "side.json") for t in trees.values()])
-        return ModelStore(plan_key, trees[first], spec, work, place, box, timeout)
+        # the store and the sides attached to it (CUDA IPC) share one sandbox's namespaces
+        return new_store(plan_key, trees["A" if "A" in trees else "B"], spec, req.runs_dir,
+                            place, timeout)
 
     plan_key = store_key(trees, spec, place)
     box = None
@@ -265,7 +267,7 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
                 side.request(SaveRecord(path=None), timeout)
                 result["timed_files"]["A"] = "memory"
             else:
-                path = work / f"{tag}timed-{k}-{i:02d}.pt"
+                path = work / f"timed-{k}-{i:02d}.pt"
                 side.request(SaveRecord(path=str(path)), timeout)
                 result["timed_files"].setdefault(k, []).append(str(path))
             result.setdefault("timed_save_s", []).append(time.monotonic() - t_s)
@@ -323,6 +325,8 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
     finally:
         for s in sides.values():
             s.close()
+        for f in work.glob("*.attach.ipc"):  # the sides' copies of the lease's handles
+            f.unlink(missing_ok=True)
         rel = stores.released(tuple(sorted(trees)), timeout) if leased else None
         if rel is not None:  # the weights verified again: a side that wrote them is named (analyse)
             result["store"].update(kept=rel.keep, released=rel.reason, weights_check=rel.failed_check,

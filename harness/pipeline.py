@@ -47,6 +47,18 @@ class Context:
     settings_digest: str = ""
     pool: "farm.Pool | None" = None  # the judging slots (None: kern.yaml's farm.slots, on first use)
     remote: object = None  # farm.kind ray: the harness.ray_farm.RayFarm judgments are sent to
+    # the model store each slot keeps across this process's judgments (gates/launch/store.py's
+    # ModelStores, by slot name), held by kern loop and kern try (:func:`holding_stores`); None:
+    # each judgment starts its own and ends it
+    stores: dict | None = None
+
+    def stores_for(self, slot: "farm.Slot"):
+        """The model store ``slot`` keeps across judgments (None: none is held here)."""
+        if self.stores is None:
+            return None
+        from gates.launch.store import ModelStores
+
+        return self.stores.setdefault(slot.name, ModelStores())
 
     def slots(self) -> "farm.Pool":
         if self.pool is None:
@@ -82,6 +94,25 @@ class Outcome:
     # a batch's hidden draw this outcome was judged on, not yet in the row (written down once
     # the batch is settled: harness/orchestrator.py, gates/rules/batch.py); None: none held
     held_hidden: object = None
+
+
+@contextmanager
+def holding_stores(ctx: "Context"):
+    """The block's judgments on each slot lease one model store across judgments (the weights
+    built once per slot while their code holds); every store ends with the block (its end,
+    Ctrl-C, an error). Judgments sent to a Ray cluster keep their own."""
+    ctx.stores = {}
+    try:
+        yield ctx
+    finally:
+        close_stores(ctx)
+
+
+def close_stores(ctx: "Context") -> None:
+    """End every model store ``ctx`` holds (:func:`holding_stores`); later judgments keep their own."""
+    stores, ctx.stores = ctx.stores or {}, None
+    for held in stores.values():
+        held.close()
 
 
 @contextmanager
@@ -181,7 +212,7 @@ def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None, recording=N
         return Judgment(sc, None, None, hidden, seconds=time.monotonic() - t0)
     with gpu_lock(ctx) as slot:
         run = run_gates(ctx, judgment_request(ctx, sc, rev_sha, base_sha, hidden, ctx.placement(slot), t0),
-                        recording, early, watch)
+                        recording, early, watch, ctx.stores_for(slot))
     return Judgment(sc, run.test, run.bench, run.hidden, slot.host, slot.name, run.times.total_s, run)
 
 
@@ -193,14 +224,16 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
     return judgment(ctx, rev_sha, base_sha, hidden)
 
 
-def run_gates(ctx: Context, req: JudgmentRequest, recording=None, early=None, watch=None) -> GatesRun:
+def run_gates(ctx: Context, req: JudgmentRequest, recording=None, early=None, watch=None,
+              stores=None) -> GatesRun:
     """The judgment's gates (``gates.judging.judge``) on the slot the caller holds; their
     events reach ``ctx.progress`` (:func:`told`). ``recording``: a batch's shared recording;
-    ``early``, ``watch``: the loop's overlap of judgments."""
+    ``early``, ``watch``: the loop's overlap of judgments; ``stores``: the slot's model store,
+    kept across judgments (None: the judgment's own)."""
     from gates import judging
 
-    more = {k: v for k, v in (("recording", recording), ("early", early), ("watch", watch))
-            if v is not None}
+    more = {k: v for k, v in (("recording", recording), ("early", early), ("watch", watch),
+                              ("stores", stores)) if v is not None}
     return judging.judge(req, progress=lambda event: told(ctx, event), **more)
 
 

@@ -229,12 +229,15 @@ def _named(text: str) -> str | None:
 
 
 def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, place: Placement,
-             progress=None, hidden: dict | None = None, stop=None) -> SideOutcome:
+             progress=None, hidden: dict | None = None, stop=None,
+             group: "sandbox.Group | None" = None) -> SideOutcome:
     """Run ``gates.side.driver MODE`` on ``tree`` once at ``place`` (run and tap modes); ``hidden``
     (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree.
     ``stop`` (a ``threading.Event``, or None): once set, the side is ended as timed out (the
     caller's own deadline for part of its work). ``hidden`` a :class:`~gates.launch.held.Hold`:
-    the side starts held; its limit and wall count from its go."""
+    the side starts held; its limit and wall count from its go. ``group``: the sandbox it joins
+    (the model store's, whose weights it attaches to), in a root of its own (never a held
+    side's: it was started before any lease, gates/rules/overlap.py ``tap_lease``)."""
     check_options(mode, spec)  # the side parses it again: a key no mode defines is a gate bug
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.with_suffix(".spec.json")
@@ -245,7 +248,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, pla
     t0 = time.monotonic()
     timed_out = False
     with open(log_path, "w") as logf:
-        proc = subprocess.Popen(sandbox.wrap(cmd, place), cwd=HARNESS_ROOT, env=side_env(place),
+        proc = subprocess.Popen(sandbox.wrap(cmd, place, group), cwd=HARNESS_ROOT, env=side_env(place),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logf, text=True,
                                 start_new_session=True, **popen_extra(place))
         handing = start_hand_over(proc, hidden, logf)

@@ -113,12 +113,16 @@ def rank_out(out: Path, rank: int) -> Path:
 
 
 def run(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, place: Placement, progress=None,
-        hidden: dict | None = None, stop=None) -> SideOutcome:
+        hidden: dict | None = None, stop=None, group=None) -> SideOutcome:
     """One side of ``mode`` at ``place``, as one process (world 1) or as its ranks (:func:`launch`);
     ``hidden`` reaches every process over its stdin (``sides.hand_over``); ``stop`` (an
-    event) ends it as timed out once set."""
+    event) ends it as timed out once set; ``group``: the model store's sandbox a one-process
+    side joins (a store serves one process: ranks never lease it)."""
     if int(spec.get("world", 1)) == 1:
-        return run_side(mode, tree, spec, out, timeout_s, place, progress, hidden, stop)
+        return run_side(mode, tree, spec, out, timeout_s, place, progress, hidden, stop, group)
+    if group is not None:
+        raise ValueError("a side of several ranks was given the model store's sandbox (expected "
+                         "none: gates/rules/store.py's decide gives ranks no store): a bug of the gate")
     return launch(mode, tree, spec, out, timeout_s, place, progress, hidden, stop)
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..requests import Placement
 from ..rules.confinement import (COMPILE_MODE, SANDBOX_USER, ConfinedSide, Facts, Machine, SandboxUnavailable,
-                                 blocked, choose, inside, moved_group, plan, side_of, staged)
+                                 blocked, choose, held_plan, inside, moved_group, plan, side_of, staged)
 
 HARNESS_ROOT = Path(__file__).resolve().parents[2]
 CONFINE = str(HARNESS_ROOT / "gates" / "side" / "confine.py")
@@ -211,6 +211,8 @@ def wrap(cmd: list[str], place: Placement, group: "Group | None" = None, env: di
     m = machine(env)
     fresh_cache(side, place.seed)
     g = group
+    if g is not None:
+        g.join(side)  # admitted, and its folders known to the group's close
     if mech == "off":
         return _confine("run", json.dumps(plan("off", side, m, g.sides if g is not None else None)),
                         "--", *cmd)
@@ -218,9 +220,9 @@ def wrap(cmd: list[str], place: Placement, group: "Group | None" = None, env: di
     cmd = staged(cmd, side)
     abi = facts().landlock_abi
     if g is not None and mech == "namespaces":
-        g.admits(side)
-        p = plan(mech, side, m, g.sides, g.peers, abi)
-        return _confine("join", json.dumps(p), json.dumps(g.held(m)), "--", *cmd)
+        held = g.held(m)
+        p = plan(mech, side, m, g.sides, g.peers, abi, shm=g.shm)
+        return _confine("join", json.dumps(p), json.dumps(held), "--", *cmd)
     if mech == "user":
         open_way(side, m, cmd[0])
         if g is not None:
@@ -308,7 +310,7 @@ def _prepare(side: ConfinedSide, m: Machine, cmd: list[str] | None = None) -> No
             _compiled(folder)
     os.makedirs(side.run_dir, exist_ok=True)
     os.makedirs(side.writes, exist_ok=True)
-    os.makedirs(side.cache_area, exist_ok=True)  # a group's sandbox mounts it when it starts
+    os.makedirs(side.cache_area, exist_ok=True)
     if cmd and not side.own_folder and "--spec" in cmd:
         spec = cmd[cmd.index("--spec") + 1]
         if spec.endswith(".json") and os.path.exists(spec):
@@ -317,26 +319,42 @@ def _prepare(side: ConfinedSide, m: Machine, cmd: list[str] | None = None) -> No
 
 @dataclass
 class Group:
-    """One sandbox for several processes (:func:`group`): started by a ``hold`` process the
-    first time a side joins it (:func:`wrap` with it), ended by :meth:`close`."""
+    """One sandbox's namespaces (user, PID, IPC, network) for several processes
+    (:func:`group`): started by a ``hold`` process the first time a side joins it (:func:`wrap`
+    with it), ended by :meth:`close`. Each member builds its root from its own plan (its tree,
+    its run folder, its Triton cache) and shares the group's /dev/shm (:attr:`shm`), so any
+    side may join a held group, whatever its tree or run folder, as long as it lives: the
+    model store's outlives judgments. ``sides``: the sides it was opened for and every side
+    that joined since; ``peers``: one side's ranks (no landlock between them), which admits
+    only that side's processes."""
     sides: list
     peers: bool
     mechanism: str = ""  # "user" once a side joined under it: its folders are given back at close
+    shm: str | None = None  # the group's /dev/shm on the machine (namespaces), made with its holder
     _holder: subprocess.Popen | None = None
     _held: dict | None = None
 
     def admits(self, side: ConfinedSide) -> None:
-        if not any(side.tree == s.tree and side.writes == s.writes for s in self.sides):
-            raise ValueError(f"sandbox: the side {side.out} (tree {side.tree}) is not one its group "
-                             f"was opened for ({[s.out for s in self.sides]}): a bug of the launcher")
+        """Ranks of one side meet without landlock between them: no other side joins them.
+        A group of sides that are not peers (the model store's) admits any side, each in its
+        own root and its own landlock domain."""
+        if self.peers and self.sides and not any(side.tree == s.tree and side.writes == s.writes
+                                                 for s in self.sides[:1]):
+            raise ValueError(f"sandbox: the side {side.out} (tree {side.tree}) is not a rank of the "
+                             f"side its group was opened for ({self.sides[0].out}): ranks meet "
+                             f"without landlock, no other side may join them (a bug of the launcher)")
+
+    def join(self, side: ConfinedSide) -> None:
+        """``side`` is about to join (:meth:`admits` it first): the group knows its folders."""
+        self.admits(side)
+        if side not in self.sides:
+            self.sides.append(side)
 
     def held(self, m: Machine) -> dict:
-        """The ids of the group's sandbox, started now if it is not yet."""
+        """The ids of the group's namespaces, started now if they are not yet."""
         if self._held is None:
-            for s in self.sides:
-                _prepare(s, m)
-            p = plan("namespaces", self.sides[0], m, self.sides, self.peers, facts().landlock_abi)
-            self._holder = subprocess.Popen(_confine("hold", json.dumps(p)), stdin=subprocess.PIPE,
+            self.shm = tempfile.mkdtemp(prefix="kern-group-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            self._holder = subprocess.Popen(_confine("hold", json.dumps(held_plan(m))), stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                             start_new_session=True)
             line = self._holder.stdout.readline()
@@ -344,13 +362,20 @@ class Group:
                 err = self._holder.stderr.read().decode(errors="replace").strip()
                 self._holder.wait()
                 self._holder = None
+                shutil.rmtree(self.shm, ignore_errors=True)
+                self.shm = None
                 raise SandboxUnavailable(f"sandbox: the group's sandbox did not start: {err[-400:]}")
             self._held = json.loads(line)
         return self._held
 
+    @property
+    def alive(self) -> bool:
+        """Its holder runs (or none was started yet)."""
+        return self._holder is None or self._holder.poll() is None
+
     def close(self) -> None:
-        """End the group's sandbox (its processes must have ended: whatever is left dies) and
-        its run sides' stages (each side handed its documents back when it ended)."""
+        """End the group's sandbox (its processes must have ended: whatever is left dies), its
+        /dev/shm and its run sides' stages (each side handed its documents back when it ended)."""
         if self._holder is not None:
             try:
                 self._holder.stdin.close()
@@ -360,6 +385,9 @@ class Group:
                 self._holder.wait()
             self._holder = None
             self._held = None
+        if self.shm is not None:
+            shutil.rmtree(self.shm, ignore_errors=True)
+            self.shm = None
         if self.mechanism == "user":
             from gates.side.confine import own_tree
 

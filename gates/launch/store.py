@@ -2,16 +2,20 @@
 to do with a store is gates/rules/store.py's :func:`~gates.rules.store.decide`; the process is
 gates/side/store.py).
 
-:class:`ModelStores` holds at most one store across scorer runs: a judgment's scorer and its
-re-measurement of a large gain lease one store (gates/judging.py), where each started its own.
-A store never outlives its holder: :meth:`ModelStores.close` ends it (the judgment's end,
-Ctrl-C, an error), and its process dies with the harness's (``PR_SET_PDEATHSIG``) when the
-harness is killed outright, so no orphan keeps the GPU's memory.
+:class:`ModelStores` holds at most one store across runs: the caller that judges many times
+holds one per slot (``kern loop`` for as long as it runs, ``kern try`` for its judgment;
+harness/pipeline.py's ``Context.stores``), and every scorer run of every judgment on that slot
+leases the store held while its key holds (gates/judging.py; a judgment without a holder's
+starts its own and ends it). A store never outlives its holder: :meth:`ModelStores.close` ends
+it (the loop's end, Ctrl-C, an error), and its process dies with the harness's
+(``PR_SET_PDEATHSIG``) when the harness is killed outright, so no orphan keeps the GPU's
+memory.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import time
 from dataclasses import replace
@@ -38,8 +42,9 @@ def store_digest(tree: Path) -> str:
 
 class ModelStore:
     """One store process on ``tree`` (main's: never a candidate's) with ``spec`` (the store's
-    options), in ``work`` (the run folder it shares with its bench sides) and ``group`` (their
-    sandbox, or None). Started here; its first line says the weights are built."""
+    options), in ``work`` (its own run folder: no side's) and ``group`` (the sandbox its sides
+    join, each in a root of its own, or None). Started here; its first line says the weights
+    are built."""
 
     def __init__(self, key: StoreKey, tree: Path, spec: dict, work: Path, place: Placement,
                  group: "sandbox.Group | None", timeout_s: float):
@@ -71,7 +76,9 @@ class ModelStore:
         return self.proc.log_path
 
     def held(self) -> Held:
-        return Held(self.key, self.proc.proc.poll() is None, self.intact, self.leased)
+        # alive: its process and its sandbox's holder (the sides of a later run join that)
+        alive = self.proc.proc.poll() is None and (self.group is None or self.group.alive)
+        return Held(self.key, alive, self.intact, self.leased)
 
     def _ask(self, line: str, timeout_s: float) -> dict:
         try:
@@ -93,10 +100,18 @@ class ModelStore:
         self.leased = self.intact
         return r
 
-    def handles(self, timeout_s: float) -> dict:
+    def handles(self, timeout_s: float, into: Path | None = None, weights: bool = False) -> dict:
         """The open lease's model for one more side process: ``{"ready": its IPC file | None
-        (a CPU), "sha256": of the file's bytes}``."""
-        return self._ask(StoreHandles().line(), timeout_s)
+        (a CPU), "sha256": of the file's bytes}``. ``into``: the side's file, in its own run
+        folder (the store writes in its own, which no side's root shows): the bytes are copied
+        there; the side checks them against ``sha256`` before it loads them. ``weights``: the
+        weights alone (a tap side, which builds its own state)."""
+        r = self._ask(StoreHandles(weights).line(), timeout_s)
+        if into is not None and r.get("ready"):
+            into.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(r["ready"], into)
+            r = {**r, "ready": str(into)}
+        return r
 
     def release(self, timeout_s: float) -> dict | None:
         """End the open lease: the store's answer (``weights_intact``: the weights are still as

@@ -269,12 +269,11 @@ def writable(sides: list[ConfinedSide], m: Machine) -> list[str]:
     return list(dict.fromkeys(p for s in sides for p in (s.writes, s.triton_cache)))
 
 
-def mounted(sides: list[ConfinedSide], grouped: bool) -> list[str]:
-    """What a namespace sandbox of ``sides`` mounts writable: their run folders and their
-    Triton caches; a group's, the folders of its members' caches (they start later than its
-    sandbox, each with a cache made then; landlock keeps each process to its own,
-    :func:`writable`, but for what lies beneath its private /tmp and home: docs/sandbox.md)."""
-    return list(dict.fromkeys(p for s in sides for p in (s.writes, s.cache_area if grouped else s.triton_cache)))
+def mounted(side: ConfinedSide) -> list[str]:
+    """What a namespace sandbox of ``side`` mounts writable: its run folder (a run side's
+    stage) and its own Triton cache. A side joining a group builds its root from its own plan
+    too (:func:`plan` with ``shm``): no group mounts another member's folders or caches."""
+    return list(dict.fromkeys((side.writes, side.triton_cache)))
 
 
 def _removed(side: ConfinedSide, alone: bool) -> dict:
@@ -291,11 +290,14 @@ def _depth(entry: dict) -> tuple:
 
 
 def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSide] | None = None,
-         peers: bool = False, landlock_abi: int = 0) -> dict:
-    """What ``confine.py`` applies for ``side`` (JSON-able). ``group``: every side of the
-    sandbox it shares (its mounts are theirs together); ``peers``: the group's processes are
-    one side's ranks, which meet over TCP and shared memory (no landlock between them under
-    namespaces: landlock's domains would cut them apart)."""
+         peers: bool = False, landlock_abi: int = 0, shm: str | None = None) -> dict:
+    """What ``confine.py`` applies for ``side`` (JSON-able). ``group``: the sides of the
+    sandbox it shares (their stages are handed back by whichever ends; under namespaces each
+    member's root is its own: it mounts only its own tree, run folder and cache); ``peers``:
+    the group's processes are one side's ranks, which meet over TCP and shared memory (no
+    landlock between them under namespaces: landlock's domains would cut them apart);
+    ``shm``: the group's shared-memory folder on the machine, mounted at /dev/shm in every
+    member (torch's CUDA IPC counts its consumers in a /dev/shm file, NCCL meets there)."""
     members = group or [side]
     env = {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": side.triton_cache}
     if mechanism == "off":
@@ -309,19 +311,22 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
     devices = [*DEVICES, *m.devices]
     own = writable([side], m)
     if mechanism == "namespaces":
-        mounts = [{"kind": "ro", "path": p} for p in readable(members, m)]
-        mounts += [{"kind": "rw", "path": p} for p in mounted(members, group is not None)]
-        mounts += [{"kind": "ro", "path": p} for s in members for p in s.readonly]
+        mounts = [{"kind": "ro", "path": p} for p in readable([side], m)]
+        mounts += [{"kind": "rw", "path": p} for p in mounted(side)]
+        mounts += [{"kind": "ro", "path": p} for p in side.readonly]
         mounts += [{"kind": "tmpfs", "path": "/tmp", "mode": "1777"},
                    *([{"kind": "tmpfs", "path": m.home, "mode": "0700"}] if m.home != "/" else []),
-                   {"kind": "proc", "path": "/proc"},
-                   {"kind": "tmpfs", "path": "/dev"}, {"kind": "tmpfs", "path": "/dev/shm", "mode": "1777"}]
+                   {"kind": "proc", "path": "/proc"}, {"kind": "tmpfs", "path": "/dev"},
+                   {"kind": "bind", "path": "/dev/shm", "source": shm} if shm else
+                   {"kind": "tmpfs", "path": "/dev/shm", "mode": "1777"}]
         mounts += [{"kind": "dev", "path": d} for d in devices]
         mounts += [{"kind": "symlink", "path": f"/dev/{n}", "target": t} for n, t in
                    (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                     ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"))]
         out["mounts"] = sorted(mounts, key=_depth)
-        out.update(_removed(side, not group))  # its Triton cache (home and /tmp: its tmpfs)
+        # its Triton cache (home and /tmp: its tmpfs) and, once empty, their folder: a group's
+        # members mount only their own caches, so none needs the folder after it
+        out.update(_removed(side, True))
         out["landlock"] = None if peers or not landlock_abi else {
             "read": ["/"], "write": own + ["/tmp", "/dev/shm", m.home], "devices": devices,
             "own_proc": True, "tcp": False}
@@ -371,6 +376,14 @@ def plan(mechanism: str, side: ConfinedSide, m: Machine, group: list[ConfinedSid
         # what landlock leaves open: sockets other than TCP (a UDP datagram to a listener)
         out["seccomp"] = {"inet_stream": peers}
     return out
+
+
+def held_plan(m: Machine) -> dict:
+    """What a group's holder (``confine.py hold``) mounts: nothing but a /proc of its PID
+    namespace (PID 1 of a group reaps and ends what its members' sides left behind; it runs
+    nothing of any tree, and no member enters its mounts: each builds its own root)."""
+    return {"mechanism": "namespaces", "uid": m.uid, "gid": m.gid,
+            "mounts": [{"kind": "proc", "path": "/proc"}]}
 
 
 def moved_group(text: str, src: str | tuple[str, ...], dst: str) -> str | None:

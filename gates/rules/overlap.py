@@ -17,8 +17,8 @@ The contract (docs/farm.md, "the next judgment beside the scorer"):
   model and launches every kernel), building the model, the hidden inputs' hand-over.
 * A side held at the hold point goes on only on one "go" line, sent when :func:`go_due`:
   the scorer's last GPU work has ended (its timed rounds, the re-measure of a large gain, the
-  band its main side measures after the rounds: every ``run_bench``, and the model store
-  ended with them, gates/judging.py) and the next judgment holds the slot the sides were placed
+  band its main side measures after the rounds: every ``run_bench``, and its lease of the
+  model store released with them, gates/judging.py) and the next judgment holds the slot the sides were placed
   on (no other judgment's timed rounds can start on it meanwhile).
 * Which judgment is prepared (:func:`next_judged`): the one judged next on the slot, in
   judging order: the next member of the current batch, or, after the batch's last member, the
@@ -34,6 +34,16 @@ The contract (docs/farm.md, "the next judgment beside the scorer"):
   not start the replay beside main's side (sandbox off, ``test.replay_beside`` off).
 * What was prepared is ended, every process and its folders in runs/tap, when the current
   judgment's end means the next must not run as prepared (:func:`keep_prepared`).
+* The slot's model store (gates/rules/store.py; kept across judgments by ``kern loop``): any
+  work of it (its start, a lease, the weights' digest, a release) is GPU work, step ``store``,
+  never beside another judgment's scorer. The current judgment's scorer leases it as part of
+  its own GPU work and releases it (the weights verified) before the go is due; nothing
+  prepared early is given the store. Sides started early never lease it
+  (:func:`tap_lease`): their spec and their sandbox are fixed when they start, before any
+  lease, so they build their own model after their go, as before the store; a gate that
+  adopts them leases none (its noise side builds its own too). A gate that starts its own
+  sides (nothing prepared, or what was prepared is ended) leases it inside its slot, after
+  the scorer before it ended.
 """
 from __future__ import annotations
 
@@ -67,6 +77,8 @@ STEPS = (
     # ---- the hold point: nothing below runs before "go"
     Step("compile_main", "harness", False, "main's compile side builds the model and launches "
          "every kernel (after a merge: the new main's)"),
+    Step("store", "harness", False, "the slot's model store started, leased, verified or "
+         "released: it builds or digests the weights on the device"),
     Step("tree_import", "side", False, "a tree's import-time code can launch GPU work (a "
          "candidate's kernels/, or main's: an earlier candidate merged)"),
     Step("cuda", "side", False, "a CUDA context, or any call that initializes the driver"),
@@ -99,8 +111,9 @@ def before_hold(who: str) -> tuple[str, ...]:
 
 def go_due(scorer_gpu_done: bool, holds_slot: bool) -> bool:
     """Whether held sides may go on: the other judgment's scorer did its last GPU work (every
-    run of it, the re-measure included, its model store ended) and the next judgment holds
-    the slot they were placed on."""
+    run of it, the re-measure included, its lease of the model store released, the weights
+    verified: the store, kept across judgments, then idles) and the next judgment holds the
+    slot they were placed on."""
     return scorer_gpu_done and holds_slot
 
 
@@ -189,4 +202,22 @@ def keep_prepared(e: EndFacts, prepared: tuple[str, ...]) -> tuple[bool, str]:
         return False, "a merge ended the batch's recording: the next member gets a new draw"
     if prepared == (B,) and not (e.batch_member and e.main_side_serves):
         return False, "the batch's main side no longer serves: main records again"
+    return True, ""
+
+
+def tap_lease(early: tuple[str, ...]) -> tuple[bool, str]:
+    """Pure: whether an accuracy gate may lease the slot's model store for its tap sides, where
+    ``early`` are the sides it adopted from :func:`early_sides` (empty: none; it starts its own),
+    and why not. Sides started early were started before any lease: the ``attach`` keys of
+    their spec and the store's sandbox group they would join are fixed at their start, and a
+    lease made for them while they wait would be store work beside the other judgment's
+    scorer. So they build their own model after their go, and the gate leases none (every
+    check stays: each side building its own model is the gate as it was before the store)."""
+    unknown = [s for s in early if s not in (A, B)]
+    if unknown:
+        raise ValueError(f"overlap: no tap side {unknown[0]!r}; expected of {(A, B)} (a bug of "
+                         f"the caller, gates/accuracy.py)")
+    if early:
+        return False, (f"{' and '.join(early)} started early, before any lease (their spec and "
+                       f"sandbox fixed then): each side builds its own model")
     return True, ""

@@ -28,9 +28,9 @@ GATES = ("accuracy", "scorer", "remeasure")
 # Triton cache in a compile-only process of its own (the slot for that process's seconds,
 # part "coordinator"); "unmeasured": a side that reported no phases (it crashed, or a judgment
 # kept before phases were recorded: its whole wall)
-PHASES = ("start", "build", "compile_main", "compile", "tap", "capture", "save", "rounds", "verify",
+PHASES = ("start", "build", "attach", "compile_main", "compile", "tap", "capture", "save", "rounds", "verify",
           "judge", "extras", "checkout", "verdict", "other", "unmeasured")
-SIDE_PHASES = ("build", "compile", "tap", "capture", "save")  # what a side measures itself
+SIDE_PHASES = ("build", "attach", "compile", "tap", "capture", "save")  # what a side measures itself
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def side_spans(gate: str, part: str, wall_s: float, phases: SidePhases | dict | 
         phases = SidePhases.from_dict(phases)
     if phases is None:
         return [Span(gate, part, "unmeasured", wall_s)] if wall_s > 0 else []
-    own = {"build": phases.build_s, "compile": phases.compile_s or 0.0, "tap": phases.tap_s,
+    own = {"build": phases.build_s, "attach": phases.attach_s, "compile": phases.compile_s or 0.0, "tap": phases.tap_s,
            "capture": phases.capture_s, "save": phases.save_s}
     start = max(0.0, wall_s - phases.wait_s - sum(own.values()))
     return [Span(gate, part, "start", start)] + [
@@ -90,6 +90,7 @@ def split_at_hand_over(gate: str, part: str, wall_s: float, phases: SidePhases |
         return None if a is None else max(0.0, a - (b or 0.0))
 
     after = SidePhases(driver_s=path_s, build_s=less(phases.build_s, before.build_s),
+                       attach_s=less(phases.attach_s, before.attach_s),
                        compile_s=less(phases.compile_s, before.compile_s),
                        tap_s=less(phases.tap_s, before.tap_s),
                        capture_s=less(phases.capture_s, before.capture_s),

@@ -1,16 +1,18 @@
 """The scorer's model store, its lifecycle decided (pure; the shell that starts, leases and ends
 the store process is gates/launch/store.py, the process itself gates/side/driver.py's ``store``).
 
-A store builds the model's weights once and shares them over CUDA IPC with the bench sides of
-every scorer run that leases it: a judgment's scorer and its re-measurement of a large gain
-(one store, where each started its own). Each lease gets a decode state built fresh for it (the
+A store builds the model's weights once and shares them over CUDA IPC with the sides of every
+run that leases it: the scorer's runs and the accuracy gate's tap sides of every judgment on
+its slot while its key holds (its holder, ``kern loop`` or ``kern try``, keeps it across
+judgments; a merge that changes the weights' code replaces it). Each lease gets a decode state built fresh for it (the
 caches and recurrent state follow the target seed; a lease's sides never read what an earlier
 lease's sides wrote), and the weights are verified by a keyed digest (a key drawn in the store
 process, never sent anywhere) before every lease and when it ends: a side that wrote the
 shared weights is named, and the store that held them is not leased again.
 
 * :class:`StoreKey`: what the weights are and where the store can serve (the code that builds
-  them, the model's settings, the slot's GPUs, the sandbox it shares with its sides).
+  them, the model's settings, the slot's GPUs, the sandbox mechanism it shares with its sides;
+  not the trees or run folders of the sides: each joins the store's group in its own root).
 * :func:`decide`: for a scorer run's :class:`Need` and the store held (:class:`Held`, or
   None): reuse it, start one, replace it, or none (each side builds its own model), with why.
   A lease asked for while another is open is refused (:class:`StoreRefused`).
@@ -49,11 +51,9 @@ class StoreKey:
     weight_sets: int
     state_dtype: str | None
     gpus: str | None  # the slot's devices (CUDA_VISIBLE_DEVICES; None: the caller's own)
-    # the sandbox the store shares with its sides: its mechanism, and the trees and run folder
-    # its group admits (a namespace group's mounts are made once, when it starts: a side of
-    # another tree or folder cannot join it)
+    # the sandbox mechanism the store shares with its sides (kern.yaml's sandbox): a side of
+    # any tree and run folder joins its group in a root of its own (gates/launch/sandbox.py)
     sandbox: str
-    trees: tuple[str, ...]
 
     def differs(self, other: "StoreKey") -> list[str]:
         """The fields in which ``other`` differs from this key, in field order."""

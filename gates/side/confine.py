@@ -6,9 +6,12 @@ and rule, and this file applies them through the kernel's own calls (ctypes).
 
 Verbs:
   run   create a sandbox and run CMD in it (a side alone);
-  hold  create a sandbox, print its ids as one JSON line, keep it until stdin closes (a group:
-        the ranks of one side, the model store and its bench sides);
-  join  run CMD in the sandbox a ``hold`` keeps (GROUP: its JSON line).
+  hold  create a sandbox's namespaces, print their ids as one JSON line, keep them until
+        stdin closes (a group: the ranks of one side, the model store and the sides that
+        attach to it); its PID 1 kills whatever a member's side left behind;
+  join  run CMD in the namespaces a ``hold`` keeps (GROUP: its JSON line), but for the
+        mounts: a root of its own from PLAN, as a side alone; whatever CMD leaves behind is
+        killed when it ends.
 
 Namespaces (the plan's ``mechanism`` "namespaces"): this process (P) unshares user, network,
 PID and IPC namespaces and forks C, PID 1 there. C unshares a mount namespace, builds a new
@@ -53,7 +56,7 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 MNT_DETACH = 2
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS = 1, 38
+PR_SET_PDEATHSIG, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 36, 38
 SYS_MOUNT_SETATTR, SYS_LANDLOCK_CREATE, SYS_LANDLOCK_ADD, SYS_LANDLOCK_RESTRICT = 442, 444, 445, 446
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(platform.machine())
 
@@ -166,6 +169,11 @@ def build_root(plan: dict, old: str, new: str) -> None:
                 set_attr(dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=True)
             elif kind == "rw":
                 set_attr(dst, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=True)
+        elif kind == "bind":  # a folder of the machine at another path (a group's /dev/shm)
+            src = old + entry["source"]
+            _place(src, dst)
+            mount(src, dst, None, MS_BIND | MS_REC)
+            set_attr(dst, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=True)
         elif kind == "tmpfs":
             _mkdirs(dst)
             mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={entry.get('mode', '0755')}")
@@ -193,9 +201,15 @@ def loopback_up() -> None:
         fcntl.ioctl(s.fileno(), 0x8914, struct.pack("16sH22x", b"lo", flags | 1))  # SIOCSIFFLAGS
 
 
-def enter_root(plan: dict) -> None:
+def enter_root(plan: dict, group_user: int | None = None) -> None:
     """In C (PID 1 of the new PID namespace, root of user namespace 1): a mount namespace
-    holding only the plan's file system, its mounts locked by a second user namespace."""
+    holding only the plan's file system, its mounts locked by a second user namespace.
+    In K (a side joining a group, ``group_user``: a descriptor of the group's second user
+    namespace): the same file system, then into the group's user namespace, which holds no
+    capability over K's mount namespace (user namespace 1's): nothing there can be unmounted
+    or remounted, and a mount namespace unshared from it has its mounts locked. The group's
+    members share that user namespace, as CUDA IPC's and ptrace's checks between the ranks of
+    one side expect."""
     if SYS_PIVOT_ROOT is None:
         raise SandboxError(f"no pivot_root syscall number known for {platform.machine()}")
     unshare(CLONE_NEWNS, "mount")
@@ -211,6 +225,10 @@ def enter_root(plan: dict) -> None:
     _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "umount the machine's root")
     os.chdir("/")
+    if group_user is not None:
+        setns(group_user, "user (the group's)")
+        os.close(group_user)
+        return
     loopback_up()
     uid, gid = plan["uid"], plan["gid"]
     unshare(CLONE_NEWUSER | CLONE_NEWNS, "user, mount (locking the mounts)")
@@ -561,13 +579,61 @@ def verb_run(plan: dict, cmd: list[str]) -> None:
     _leave(os.waitpid(pid, 0)[1], plan)
 
 
-def _hold_forever() -> None:
-    """C of a group: PID 1 of its namespace, reaping what is left to it until P goes."""
+def _children(of: int) -> list[int]:
+    """The processes of this PID namespace whose parent is ``of`` (read off /proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != of:
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            if ppid == of:
+                out.append(int(name))
+    return out
+
+
+def _reap() -> bool:
+    """Reap every child that ended; False once this process has no child left."""
     while True:
         try:
-            os.waitpid(-1, 0)
+            pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            time.sleep(0.5)
+            return False
+        if pid == 0:
+            return True
+
+
+def _end_descendants() -> None:
+    """K of a joined side, a child subreaper, once its side's process ended: every process
+    that side left behind (a double fork, setsid) was reparented to K; kill each until none is
+    left (a child's own children come to K as it dies), so nothing of a side outlives it in the
+    group's PID namespace, which outlives judgments."""
+    me = os.getpid()
+    while True:
+        for pid in _children(me):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if not _reap():
+            return
+        time.sleep(0.01)
+
+
+def _hold_forever() -> None:
+    """C of a group: PID 1 of its namespace until P goes. No member is its child (each side's
+    K is its launcher's), so any child it has is a process whose side's K is gone (killed with
+    its launcher): C kills it and reaps it."""
+    while True:
+        for pid in _children(1):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _reap()
+        time.sleep(0.2)
 
 
 def verb_hold(plan: dict) -> None:
@@ -593,24 +659,45 @@ def _open_ns(pid: int, name: str, ino: int) -> int:
     return fd
 
 
+def _joined_side(plan: dict, cmd: list[str], group_user: int) -> None:
+    """K: in the group's namespaces, a root of its own from its own plan (its tree, its run
+    folder, its Triton cache: what a side alone would see, and the group's /dev/shm), then,
+    as a child subreaper, the side's process D; when D ends, whatever it left behind is killed
+    (:func:`_end_descendants`) and K leaves as D did."""
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        enter_root(plan, group_user)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # kept across the change of user namespace; said again
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except BaseException as e:  # noqa: BLE001
+        _fail(f"join: {e}")
+    d = _start(plan, cmd, what="join: ")
+    _close_pipes()
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == d:
+            break
+    _end_descendants()
+    _exit_as(status)
+
+
 def verb_join(plan: dict, group: dict, cmd: list[str]) -> None:
-    """J: into the group's user (both), network, IPC and PID namespaces; its child K also into
-    the mount namespace and runs CMD. J stays in the machine's file system to hand back what
-    K staged."""
+    """J: into the group's first user namespace and its network, IPC and PID namespaces, not
+    its mounts; its child K (in the group's PID namespace) builds a root of its own, enters the
+    group's second user namespace and runs CMD (:func:`_joined_side`). J stays in the
+    machine's file system to hand back what K staged."""
     outer, inner = group["outer"], group["inner"]
     fds = [(_open_ns(group["holder"], "user", outer["user"]), "user 1")]
-    for name in ("net", "ipc", "pid", "user"):
+    for name in ("net", "ipc", "pid"):
         fds.append((_open_ns(group["root"], name, inner[name]), name))
-    mnt = _open_ns(group["root"], "mnt", inner["mnt"])
+    group_user = _open_ns(group["root"], "user", inner["user"])
     for fd, what in fds:
         setns(fd, what)
         os.close(fd)
-    def enter_mounts() -> None:
-        setns(mnt, "mnt")
-        os.close(mnt)
-
-    pid = _start(plan, cmd, enter_mounts, "join: ")  # the PID namespace holds our children, not us
-    os.close(mnt)
+    pid = os.fork()  # the PID namespace holds our children, not us
+    if pid == 0:
+        _joined_side(plan, cmd, group_user)
+    os.close(group_user)
     _close_pipes()
     _leave(os.waitpid(pid, 0)[1], plan)
 

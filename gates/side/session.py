@@ -58,7 +58,8 @@ class Side:
     """The loaded tree + model. ``step(rows, mode)`` gives a DecodeStep on it."""
 
     def __init__(self, spec: Spec, device: str, hook=None, attach: str | None = None,
-                 rank: int = 0, input_seed: int | None = None, attach_sha256: str | None = None):
+                 rank: int = 0, input_seed: int | None = None, attach_sha256: str | None = None,
+                 attach_weights: str | None = None):
         from kernels.k31 import model as kmodel
         from kernels.k31.collectives import Distributed, Identity
         from kernels.k31.config import Dims, Layout
@@ -80,6 +81,14 @@ class Side:
         if attach:
             log(f"attaching to the shared model of {attach}")
             self.model = load_shared(attach, attach_sha256)
+        elif attach_weights:
+            # the store's weights (CUDA IPC), and a decode state of this process's own, built
+            # here from the target seed as build_model builds it: no other side shares it
+            from kernels.k31.config import Shapes
+
+            log(f"attaching to the shared weights of {attach_weights}; building its own state")
+            self.model = model_with(load_shared(attach_weights, attach_sha256), Shapes(self.dims, self.layout),
+                                    self.max_rows, self.workload.position_bound, spec.seed, self.device)
         else:
             log(f"building {spec.model} model, layout {spec.layout} rank {rank} of world "
                 f"{spec.world}, {self.max_rows} rows, "
@@ -176,6 +185,18 @@ class Side:
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def model_with(weights, shapes, rows: int, bound: int, seed: int, device):
+    """The model on ``weights`` with a decode state built for it alone (``rows`` rows,
+    positions up to ``bound``, from ``seed``): what ``kernels.k31.model.build_model`` builds
+    around weights of its own (the store's lease and a tap side attached to the store's
+    weights build it so)."""
+    from kernels.k31.model import Model
+    from kernels.k31.state import build_state
+
+    state = build_state(shapes, rows=rows, max_position=bound, seed=seed, device=device, progress=Progress())
+    return Model(shapes, weights, state, device, seed)
 
 
 def save_shared(model, path) -> str:

@@ -24,7 +24,7 @@ import torch
 from .. import protocol
 from .clock import clock
 from .fingerprint import Pending
-from .session import Progress, log, save_shared
+from .session import Progress, log, model_with, save_shared
 
 FREED_SLACK = 64 << 20  # bytes beyond the weights' a released store may hold (allocator slack)
 
@@ -109,7 +109,8 @@ class Store:
         # what the device holds for the weights alone (their digests' buffers included): a
         # lease's state must be gone again when it ends
         self.baseline = self._allocated()
-        self.model = None  # the open lease's (weights and its own state)
+        self.model = None  # the open lease's (weights and its own state; None: the weights alone)
+        self.open = False  # a lease is open
         self.leases = 0
         self.handed = 0  # handle files written for the open lease
         self.caches = None  # the open lease's caches' digest when it was built
@@ -118,18 +119,14 @@ class Store:
         """The model of ``lease``: the weights held and a decode state built for it from the
         target seed, as ``kernels.k31.model.build_model`` makes it at the lease's size (the
         capacity a side's workload needs: ``gates/side/session.Side``'s)."""
-        from kernels.k31.model import Model
-        from kernels.k31.state import build_state
         from kernels.k31.workload import Workload
 
         rows = max(lease.rows)
         bound = Workload(self.dims.vocab, rows, lease.context, lease.steps + 8, self.opts.seed).position_bound
-        state = build_state(self.shapes, rows=rows, max_position=bound, seed=self.opts.seed,
-                            device=self.device, progress=Progress())
-        return Model(self.shapes, self.weights, state, self.device, self.opts.seed)
+        return model_with(self.weights, self.shapes, rows, bound, self.opts.seed, self.device)
 
     def lease(self, lease: "protocol.StoreLease", out: Path) -> dict:
-        if self.model is not None:
+        if self.open:
             return {"error": "a lease is open (expected a release first): a bug of the scorer"}
         self.leases += 1
         intact = self.digest.intact()
@@ -137,27 +134,32 @@ class Store:
             log("store: the weights differ from their build's digest: no lease")
             return {"lease": self.leases, "weights_intact": False, "state_s": 0.0}
         t0 = time.monotonic()
-        self.model = self.lease_model(lease)
-        self.handed = 0
-        self.caches = self.digest.of(cache_tensors(self.model.state))
+        self.open, self.handed = True, 0
+        if lease.state:
+            self.model = self.lease_model(lease)
+            self.caches = self.digest.of(cache_tensors(self.model.state))
         state_s = time.monotonic() - t0
-        log(f"store: lease {self.leases}: state for {max(lease.rows)} rows at context "
-            f"{lease.context} in {state_s:.1f}s")
+        log(f"store: lease {self.leases}: " + (f"state for {max(lease.rows)} rows at context "
+            f"{lease.context} in {state_s:.1f}s" if lease.state else "the weights alone (each side "
+            f"builds its own state)"))
         return {"lease": self.leases, "weights_intact": True, "state_s": state_s}
 
     def _handle_path(self, out: Path, k: int) -> Path:
         return out.with_suffix(f".lease{self.leases}-{k}.ipc")
 
-    def handles(self, out: Path) -> dict:
-        """The open lease's model as handles for one more process (a file each: torch counts
-        one consumer per handle sent)."""
-        if self.model is None:
+    def handles(self, out: Path, weights: bool = False) -> dict:
+        """The open lease's model (``weights``: the weights alone) as handles for one more
+        process (a file each: torch counts one consumer per handle sent)."""
+        if not self.open:
             return {"error": "no lease is open (expected a lease first): a bug of the scorer"}
+        if not weights and self.model is None:
+            return {"error": "the lease holds the weights alone (expected handles of the weights): "
+                             "a bug of the gate"}
         if self.device.type != "cuda":  # the CPU has no CUDA IPC: its sides build their own
             return {"ready": None, "sha256": None}
         self.handed += 1
         path = self._handle_path(out, self.handed)
-        return {"ready": str(path), "sha256": save_shared(self.model, path)}
+        return {"ready": str(path), "sha256": save_shared(self.weights if weights else self.model, path)}
 
     def _allocated(self) -> int:
         if self.device.type != "cuda":
@@ -168,8 +170,9 @@ class Store:
     def release(self, out: Path) -> dict:
         # whether the lease's sides left its caches as built (their replays put back the slots
         # they write; the recurrent state is theirs to set): reported, decides nothing yet
-        restored = self.model is not None and self.digest.of(cache_tensors(self.model.state)) == self.caches
-        self.model = None
+        restored = None if self.model is None else \
+            self.digest.of(cache_tensors(self.model.state)) == self.caches
+        self.model, self.open = None, False
         gc.collect()
         if self.device.type == "cuda":
             # blocks sent over CUDA IPC stay in torch's limbo until every consumer released
@@ -208,7 +211,7 @@ def serve(opts: "protocol.StoreOptions", device: str, out: Path, channel) -> dic
         if isinstance(req, protocol.StoreLease):
             say(store.lease(req, out))
         elif isinstance(req, protocol.StoreHandles):
-            say(store.handles(out))
+            say(store.handles(out, req.weights))
         else:
             say(store.release(out))
     log("store: done")

@@ -398,8 +398,9 @@ def side_main(opts: TapOptions, device: str, outdir: Path, rank: int = 0, receiv
     role = opts.role
     spec = Spec.of(opts)
     clk = clock()
-    with clk.span("build"):
-        side = Side(spec, device, rank=rank)
+    # leased: the store's weights attached, a state of its own built ("attach"); else built
+    with clk.span("attach" if opts.attach else "build"):
+        side = Side(spec, device, rank=rank, attach_weights=opts.attach, attach_sha256=opts.attach_sha256)
     with clk.span("wait"):  # the candidate's side: until main's side recorded (gates/accuracy.py)
         hidden = receive()
     hand_over = clk.phases().to_dict()

@@ -198,7 +198,7 @@ def check_try(args):
 
 
 def cmd_try(args) -> int:
-    from ..pipeline import try_commit
+    from ..pipeline import holding_stores, try_commit
 
     from ..ledger import INTERRUPTED, LedgerError
 
@@ -211,7 +211,8 @@ def cmd_try(args) -> int:
         print(f"kern try: {e}", file=sys.stderr)
         return 2
     try:
-        number, out = try_commit(ctx, args.rev, title=args.title, target=args.target)
+        with holding_stores(ctx):  # its judgment's scorer runs lease one model store
+            number, out = try_commit(ctx, args.rev, title=args.title, target=args.target)
     except LedgerError as e:  # a full disk: what was recorded stands; kern loop resumes the rest
         print(f"kern try: stopped: {e}", file=sys.stderr)
         return 4
@@ -419,6 +420,7 @@ def _loop(args, say, started: float) -> int:
     from ..farm import FarmError
     from ..ledger import LedgerError
     from ..orchestrator import Orchestrator
+    from ..pipeline import close_stores
 
     lines = []  # (wall time, line): the live view reads the gate and stage from them
     view = None
@@ -444,6 +446,7 @@ def _loop(args, say, started: float) -> int:
         return 2
     progress(f"sandbox: {sandbox.facts().describe(confined) if confined != 'off' else 'off (kern.yaml)'}")
     orch = Orchestrator(ctx)
+    ctx.stores = {}  # each slot's model store, kept across the loop's judgments (closed below)
     resumed = orch.resume()
     if resumed.requeued:
         say(f"resumed: re-queued attempts {resumed.requeued} left judging by a stopped loop")
@@ -505,6 +508,7 @@ def _loop(args, say, started: float) -> int:
         orch.end(RUN_INTERRUPTED, interruption(e))
         raise
     finally:
+        close_stores(ctx)  # the loop's end, Ctrl-C, an error: no store outlives it
         if live:
             live.stop()
     if args.report:

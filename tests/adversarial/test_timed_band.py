@@ -86,13 +86,48 @@ def test_the_long_context_only_bug_is_refused_by_the_band_rule(timed_band_judged
     assert rows_above["main"] == 0.0 and rows_above["candidate"] > 0 and not band["ok"], band
 
 
+def _refusing_measurement(bench):
+    """The scorer's measurement whose band rule refused the candidate: the first, or, where
+    the first's draw moved no band row past kl_pass (the skip's KL at the cpu profile's 96
+    tokens is a few times kl_pass, on a few rows) and its gain looked large, the
+    re-measurement on a fresh draw (gates/judging.py). None when neither did."""
+    for m in (bench, bench.get("reverify")):
+        if m and m.get("outcome") == "ok" and _timed_checks(m):
+            return m
+    return None
+
+
+def _scorer_story(bench) -> str:
+    """What each measurement found (the assertion's message: a failure says which check, if
+    any, decided instead of the band rule)."""
+    out = []
+    for name, m in (("first", bench), ("re-measurement", bench.get("reverify"))):
+        if not m:
+            continue
+        an = m.get("analysis") or {}
+        b = (an.get("sides") or {}).get("B") or {}
+        out.append(f"{name}: outcome {m.get('outcome')}, B failed checks "
+                   f"{[(c.get('check'), c.get('why', '')[:160]) for c in b.get('failed_checks', [])]}, "
+                   f"graph_matches_eager {b.get('graph_matches_eager')}, band "
+                   f"{(an.get('timed_band') or {}).get('checks')}, ab {(an.get('ab') or {}).get('classification')} "
+                   f"{(an.get('ab') or {}).get('delta_pct')}")
+    return "; ".join(out)
+
+
 def test_a_skip_in_the_timed_replays_only_is_refused_by_the_band_rule(timed_band_judged):
     """No indexer scores in the scorer's last timed replay at 4 rows: the band reruns the
-    replay furthest from main, whatever the random sample of the fixed rule drew."""
+    replay furthest from main, whatever the random sample of the fixed rule drew. On a draw
+    where the skip moves no band row past kl_pass, the first measurement passes it, and a
+    loaded machine's noise can then look like a large gain: its re-measurement's band refuses
+    it (CI, 2026-12-05)."""
     out, attempt, bench = _judged(timed_band_judged, H.SKIP_PAST_THE_TAPS_CALLS)
-    assert (out.state, out.reason) == ("abandoned", "scorer check"), out
-    timed = _timed_checks(bench)
-    assert timed and timed[0]["rule"] == "band", timed
-    at4 = bench["timed"]["4"]
-    assert at4["first_value_difference"]["replay"] == at4["replays"] - 1, at4  # the last one only
-    assert at4["replays"] - 1 in at4["band_replays"], at4
+    assert (out.state, out.reason) == ("abandoned", "scorer check"), (out, _scorer_story(bench))
+    refused = _refusing_measurement(bench)
+    assert refused is not None, _scorer_story(bench)
+    timed = _timed_checks(refused)
+    assert timed[0]["check"] == "timed_outputs_accuracy" and timed[0]["rule"] == "band", timed
+    at4 = refused["timed"]["4"]
+    skipped_from = at4["first_value_difference"]["replay"]  # every replay after it skips too
+    if refused is bench:  # the first measurement's call counts: its last replay only
+        assert skipped_from == at4["replays"] - 1, at4
+    assert any(r >= skipped_from for r in at4["band_replays"]), at4

@@ -51,6 +51,14 @@ def _held(early, timeout_s: float = 240.0) -> dict:
     return {k: h.report for k, h in holds.items()}
 
 
+class _NoStoreWork:
+    """A slot's model store (``gates.launch.store.ModelStores``'s calls) that fails the test on
+    any use: planned, opened, released or ended."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the model store was used ({name}) by a gate that adopted early sides")
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -70,8 +78,12 @@ def test_held_sides_touch_no_tree_and_no_cuda_and_the_verdict_stands(setup):
         # environment says which Triton runs (the CPU's interpreter, or a GPU the gates see)
         assert r == {"kernels": False, "cuda": False, "triton": True}, (side, r)
     assert early.keeper.recorded == 0 and not (early.b_dir / "result.json").exists()
-    report = run_test(req, early=early).report
+    # the slot's model store held by the loop: a gate that adopts early sides neither starts,
+    # leases nor verifies it (gates/rules/overlap.py tap_lease); each side builds its own model
+    report = run_test(req, early=early, stores=_NoStoreWork()).report
     assert report["verdict"] == "PASS bit-identical", reasons(report)
+    assert report["store"]["plan"] == "none" and "before any lease" in report["store"]["why"]
+    assert report["store"]["attached"] == []
     assert report["early"]["sides"] == [overlap.A, overlap.B]
     assert set(report["early"]["held"]) == {"A early", "B early"}
     early_spans = {(s["part"], s["phase"]) for s in report["beside"] if s["part"].endswith("early")}

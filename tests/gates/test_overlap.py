@@ -11,7 +11,7 @@ def test_the_hold_point_comes_before_anything_that_can_touch_the_gpu():
     names = [s.name for s in O.STEPS]
     assert O.HOLD == "compile_main"
     held = names[names.index(O.HOLD):]
-    for step in ("compile_main", "tree_import", "cuda", "model_build", "hand_over", "tap"):
+    for step in ("compile_main", "store", "tree_import", "cuda", "model_build", "hand_over", "tap"):
         assert step in held and not O.allowed_beside(step)
     for step in ("scope", "room", "shape", "compiled_lookup", "checkout", "interpreter", "sandbox",
                  "torch_import", "gates_side_code"):
@@ -82,3 +82,28 @@ def test_a_merge_keeps_what_was_prepared_for_the_next_batch():
     # ... but a merge in the batch ends what was prepared for its next member
     member = O.EndFacts(halted=False, failed=False, merged=True, batch_member=True, main_side_serves=True)
     assert not O.keep_prepared(member, (O.B,))[0]
+
+
+def test_no_store_work_runs_beside_another_judgments_scorer():
+    # starting, leasing, verifying or releasing the model store builds or digests the weights
+    # on the device: after the hold point, never before "go"
+    names = [s.name for s in O.STEPS]
+    assert not O.allowed_beside("store")
+    assert names.index("store") > names.index(O.HOLD)
+    assert "store" not in O.before_hold("harness") + O.before_hold("side")
+
+
+@given(st.sampled_from([(), (O.B,), (O.A, O.B)]))
+def test_sides_started_early_never_lease_the_model_store(early):
+    leases, why = O.tap_lease(early)
+    if early:
+        # started before any lease (their spec and sandbox fixed then): the gate that adopts
+        # them leases none, and says why
+        assert not leases and "before any lease" in why and all(s in why for s in early)
+    else:  # a gate that starts its own sides leases the store, inside its slot
+        assert leases and why == ""
+
+
+def test_an_unknown_tap_side_is_a_bug_of_the_caller():
+    with pytest.raises(ValueError, match="no tap side 'A noise'"):
+        O.tap_lease(("A noise",))

@@ -34,6 +34,17 @@ def test_a_sides_spans_fill_its_wall_less_its_wait(build, compile_, tap, save, w
     assert all(s.seconds > 0 for s in spans[1:]) and "wait" not in {s.phase for s in spans}
 
 
+def test_a_tap_side_that_leased_the_stores_weights_says_attach_not_build():
+    """A tap side attached to the model store's weights (its own state built) reports that
+    time as ``attach``; split at its hand-over, the attach is beside, as a build would be."""
+    ph = SidePhases(driver_s=9.0, attach_s=3.0, tap_s=5.0)
+    spans = side_spans("accuracy", "B replay", 10.0, ph.to_dict())
+    assert [(s.phase, s.seconds) for s in spans] == [("start", 2.0), ("attach", 3.0), ("tap", 5.0)]
+    before = SidePhases(driver_s=4.0, attach_s=3.0)
+    path, beside = split_at_hand_over("accuracy", "B replay", 10.0, ph, before, None)
+    assert "attach" not in {s.phase for s in path} and ("attach", 3.0) in {(s.phase, s.seconds) for s in beside}
+
+
 @given(start=seconds, build=seconds, held=seconds, tap=seconds, save=seconds, kept=seconds, extra=seconds)
 def test_a_replay_beside_mains_recording_splits_at_its_hand_over(start, build, held, tap, save, kept, extra):
     """The candidate's replay, started beside main's record side: what it did before its

@@ -163,8 +163,10 @@ def test_every_side_has_a_private_triton_cache_removed_when_it_ends(mechanism):
                 assert not any(C.inside(other.triton_cache, w) for w in own), (s.out, other.out)
         caches.append(cache)
     assert len(set(caches)) == len(caches)
-    # in a group, the folder of caches stays until the group closes (a member starts later)
-    assert C.plan(mechanism, sides[3], M, sides[3:7], landlock_abi=7)["remove_empty"] == []
+    # in a group, the folder of caches stays until the group closes (a member starts later;
+    # under namespaces each member mounts only its own cache: the folder goes once empty)
+    assert C.plan(mechanism, sides[3], M, sides[3:7], landlock_abi=7)["remove_empty"] == \
+        ([os.path.dirname(sides[3].triton_cache)] if mechanism == "namespaces" else [])
     comp = side("compile", "/srv/repo/runs/worktrees/aaa", "/srv/repo/runs/compiled/k-side/compile.json")
     p = C.plan(mechanism, comp, M, landlock_abi=7)
     assert p["env"]["TRITON_CACHE_DIR"] == "/srv/repo/runs/compiled/k-side/triton" == comp.triton_cache
@@ -187,10 +189,19 @@ def test_the_namespace_plan_mounts_parents_first_and_main_recording_read_only():
     assert "/srv/repo" not in kinds and "/srv/repo/runs" not in kinds  # the ledger is not there
     assert p["env"] == {"TMPDIR": "/tmp", "TRITON_CACHE_DIR": "/srv/repo/runs/tap/.triton-b/result"}
     assert kinds["/srv/repo/runs/tap/.triton-b/result"] == "rw" and "/srv/repo/runs/tap/.triton-b" not in kinds
-    # a group's sandbox: the folder of its members' caches (they start later; landlock keeps each to its own)
-    grouped = C.plan("namespaces", side, M, [side], landlock_abi=7)
-    assert {m["path"]: m["kind"] for m in grouped["mounts"]}["/srv/repo/runs/tap/.triton-b"] == "rw"
+    # a member of a group: its own root all the same (its own cache, no other member's
+    # folders), and the group's /dev/shm from the machine
+    other = C.side_of(driver("store", "/srv/repo/runs/worktrees/main", "/srv/repo/runs/store/s/store.json"), None)
+    grouped = C.plan("namespaces", side, M, [other, side], landlock_abi=7, shm="/dev/shm/kern-group-x")
+    gk = {m["path"]: m for m in grouped["mounts"]}
+    assert gk["/dev/shm"] == {"kind": "bind", "path": "/dev/shm", "source": "/dev/shm/kern-group-x"}
+    assert [m for m in grouped["mounts"] if m["path"] != "/dev/shm"] == \
+        [m for m in p["mounts"] if m["path"] != "/dev/shm"]
+    assert not any(C.inside(x, "/srv/repo/runs/store") or C.inside(x, "/srv/repo/runs/worktrees/main") for x in gk)
     assert grouped["landlock"]["write"][:2] == ["/srv/repo/runs/tap/b", "/srv/repo/runs/tap/.triton-b/result"]
+    assert grouped["remove_empty"] == ["/srv/repo/runs/tap/.triton-b"]  # no member needs it after it
+    # a group's holder mounts nothing but its /proc
+    assert C.held_plan(M)["mounts"] == [{"kind": "proc", "path": "/proc"}]
     assert p["landlock"]["read"] == ["/"] and "/srv/repo/runs/tap/b" in p["landlock"]["write"]
     assert p["landlock"]["tcp"] is False
     # one side's ranks share a sandbox and meet over TCP and shared memory: no landlock between them
@@ -458,44 +469,153 @@ def test_the_loop_refuses_to_start_without_a_sandbox_and_names_the_fix(tmp_path,
     assert "`sandbox: off` in kern.yaml" in err and "operator:" in err
 
 
+# a member of a group: publishes its PID in the group's /dev/shm (as torch's CUDA IPC keeps its
+# consumer counts there) and plants a file in its own run folder, then waits
+GROUP_FIRST = ("import os, sys, time; open(os.path.join(sys.argv[1], 'planted'), 'w').write('A'); "
+               "open('/dev/shm/kern-shared', 'w').write(str(os.getpid())); print(os.getpid(), flush=True); "
+               "time.sleep(60)")
+# another member: what it sees of the first one (its PID, its tree, its run folder, its memory)
+# and of itself; it leaves a process behind (double fork, setsid) named by a marker
+GROUP_SECOND = r"""
+import json, os, subprocess, sys, time
+other_tree, other_run, own_tree, own_run, marker, stay = sys.argv[1:7]
+while not os.path.exists('/dev/shm/kern-shared'):
+    time.sleep(0.05)
+pid = int(open('/dev/shm/kern-shared').read())
+out = {'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), 'peer': pid}
+for name, path in (('other tree', other_tree), ('other run', other_run), ('own tree', own_tree),
+                   ('own run', own_run)):
+    try:
+        out[name] = sorted(os.listdir(path))
+    except OSError as e:
+        out[name] = type(e).__name__
+try:
+    out['planted'] = open(os.path.join(other_run, 'planted')).read()
+except OSError as e:
+    out['planted'] = type(e).__name__
+try:
+    open(f'/proc/{pid}/mem', 'rb'); out['mem'] = 'read'
+except OSError as e:
+    out['mem'] = type(e).__name__
+if os.fork() == 0:  # a daemon: double-forked, in a session of its own
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', marker])
+    os._exit(0)
+os.wait()
+time.sleep(0.3)
+print(json.dumps(out), flush=True)
+if stay == "stay":  # until killed
+    time.sleep(60)
+"""
+
+
+def _marked(marker: str) -> list[int]:
+    """The machine's processes whose command line holds ``marker``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if marker.encode() in (d / "cmdline").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def _none_marked(marker: str, within_s: float = 10.0) -> bool:
+    import time
+
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        if not _marked(marker):
+            return True
+        time.sleep(0.1)
+    return False
+
+
 @pytest.mark.skipif(S.facts().namespaces != "", reason="needs the namespace sandbox")
-def test_a_group_shares_one_sandbox_and_keeps_its_members_apart(tmp_path, home):
-    """The scorer's model store and its bench sides (CUDA IPC) share one sandbox: one PID
-    namespace, one /dev/shm; each joins with its own tree and landlock, so one side cannot
-    read another's memory. Ranks of one side (peers) join without landlock."""
+@pytest.mark.parametrize("ending", ["ends", "killed"])
+def test_sides_of_other_trees_and_run_folders_join_one_held_group_each_in_its_own_root(tmp_path, home, ending):
+    """A held group (the model store's, which outlives judgments) admits sides whatever their
+    trees and run folders: each builds its own root, so it sees its own tree and run folder and
+    not the other's (a file planted in the other's run folder is not there), but they share one
+    PID namespace and /dev/shm (what CUDA IPC and torch's consumer counts need); landlock keeps
+    one from reading the other's memory. A process a side leaves behind (double fork, setsid)
+    is gone when its side ends, or is killed, while the group still holds."""
+    import uuid
+
     trees = {k: tmp_path / f"tree{k}" for k in "AB"}
     for t in trees.values():
         (t / "kernels").mkdir(parents=True)
-    work = tmp_path / "runs" / "bench" / "w"
-    first = ("import os, sys, time; open('/dev/shm/kern-shared', 'w').write(str(os.getpid())); "
-             "print(os.getpid(), flush=True); time.sleep(30)")
-    second = ("import json, os, sys\nwhile not os.path.exists('/dev/shm/kern-shared'): pass\n"
-              "pid = int(open('/dev/shm/kern-shared').read())\nout = {'pids': sorted(int(p) for p in "
-              "os.listdir('/proc') if p.isdigit()), 'peer': pid, 'tree': sorted(os.listdir(sys.argv[1]))}\n"
-              "try:\n    open(f'/proc/{pid}/mem', 'rb'); out['mem'] = 'read'\n"
-              "except OSError as e:\n    out['mem'] = type(e).__name__\nprint(json.dumps(out))\n")
+    runs = {"A": tmp_path / "runs" / "store" / "s1", "B": tmp_path / "runs" / "tap" / "t1"}
+    marker = f"kern-left-behind-{uuid.uuid4().hex}"
 
-    def side(code, k, name, *args):
-        return [sys.executable, "-c", code, *args, "gates.side.driver", "bench", "--tree", str(trees[k]),
-                "--out", str(work / f"{name}.json")]
+    def side(code, mode, k, *args):
+        return [sys.executable, "-c", code, *args, "gates.side.driver", mode, "--tree", str(trees[k]),
+                "--out", str(runs[k] / f"{mode}.json")]
 
-    for peers, mem in ((False, "PermissionError"), (True, "read")):
-        with S.group("store", trees["A"], work / "store.json", peers=peers,
-                     more=[("bench", trees["B"], work / "sideB.json")]) as box:
-            a = subprocess.Popen(S.wrap(side(first, "A", "store"), Placement(), box), stdout=subprocess.PIPE, text=True,
+    with S.group("store", trees["A"], runs["A"] / "store.json", peers=False) as box:
+        a = subprocess.Popen(S.wrap(side(GROUP_FIRST, "store", "A", str(runs["A"])), Placement(), box),
+                             stdout=subprocess.PIPE, text=True, cwd=S.HARNESS_ROOT, env=side_env(Placement()))
+        try:
+            a.stdout.readline()
+            args = [str(trees["A"]), str(runs["A"]), str(trees["B"]), str(runs["B"]), marker,
+                    "stay" if ending == "killed" else "go"]
+            b = subprocess.Popen(S.wrap(side(GROUP_SECOND, "tap", "B", *args), Placement(), box),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  cwd=S.HARNESS_ROOT, env=side_env(Placement()))
-            try:
-                a.stdout.readline()
-                r = subprocess.run(S.wrap(side(second, "B", "sideB", str(trees["A"])), Placement(), box), capture_output=True,
-                                   text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env(Placement()))
-            finally:
-                a.kill()
-                a.wait()
-        assert r.returncode == 0, r.stderr
-        got = json.loads(r.stdout)
-        assert got["peer"] in got["pids"] and 1 in got["pids"], got  # one PID namespace
-        assert got["tree"] == ["kernels"]  # the group shows both trees' kernels/, nothing else
-        assert got["mem"] == mem, (peers, got)
+            line = b.stdout.readline()
+            assert line, b.stderr.read()
+            got = json.loads(line)
+            assert _marked(marker), "the side's daemon did not start"
+            if ending == "killed":  # its launcher killed outright (the side's J): K goes with it
+                b.kill()
+            assert b.wait(timeout=60) == (-9 if ending == "killed" else 0), b.stderr.read()
+            assert _none_marked(marker), f"a process the side left behind outlived it: {_marked(marker)}"
+            assert a.poll() is None  # the group still holds, its other member still runs
+        finally:
+            a.kill()
+            a.wait()
+    assert got["peer"] in got["pids"] and 1 in got["pids"], got  # one PID namespace
+    assert got["own tree"] == ["kernels"] and got["own run"] == [], got  # its own, empty run folder
+    assert got["other tree"] == "FileNotFoundError" and got["other run"] == "FileNotFoundError", got
+    assert got["planted"] == "FileNotFoundError", got
+    assert got["mem"] == "PermissionError", got  # landlock per process
+    assert (runs["A"] / "planted").read_text() == "A"
+    assert not os.path.exists(box.shm or "/nonexistent") and box.shm is None  # its /dev/shm went with it
+
+
+@pytest.mark.skipif(S.facts().namespaces != "", reason="needs the namespace sandbox")
+def test_the_ranks_of_one_side_meet_without_landlock_and_admit_no_other_side(tmp_path, home):
+    """Ranks of one side (peers) share the group's PID namespace and /dev/shm without landlock
+    between them (NCCL, TCP); a side of another tree or run folder is refused their group."""
+    tree, run = tmp_path / "tree", tmp_path / "runs" / "tap" / "r"
+    (tree / "kernels").mkdir(parents=True)
+
+    def rank(code, r, *args, t=tree, folder=run):
+        return [sys.executable, "-c", code, *args, "gates.side.driver", "tap", "--tree", str(t),
+                "--out", str(folder / f"side.rank{r}.json")]
+
+    with S.group("tap", tree, run / "side.json", peers=True) as box:
+        other = tmp_path / "other"
+        (other / "kernels").mkdir(parents=True)
+        with pytest.raises(ValueError, match="no other side may join them"):
+            S.wrap(rank("pass", 0, t=other, folder=tmp_path / "runs" / "tap" / "o"), Placement(), box)
+        a = subprocess.Popen(S.wrap(rank(GROUP_FIRST, 0, str(run)), Placement(), box), stdout=subprocess.PIPE,
+                             text=True, cwd=S.HARNESS_ROOT, env=side_env(Placement()))
+        try:
+            a.stdout.readline()
+            r = subprocess.run(S.wrap(rank(GROUP_SECOND, 1, str(tree), str(run), str(tree), str(run), "kern-rank", "go"),
+                                      Placement(), box), capture_output=True, text=True, timeout=60,
+                               cwd=S.HARNESS_ROOT, env=side_env(Placement()))
+        finally:
+            a.kill()
+            a.wait()
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["peer"] in got["pids"] and got["mem"] == "read", got
+    assert got["planted"] == "A" and got["own tree"] == ["kernels"], got  # one side's folder
 
 
 def test_kern_test_without_a_sandbox_says_who_fixes_it(tmp_path, monkeypatch, capsys):

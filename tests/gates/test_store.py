@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -22,18 +22,18 @@ from hypothesis import given, strategies as st
 from gates import protocol
 from gates.launch.store import ModelStore, ModelStores, store_digest
 from gates.requests import Placement
+from gates.rules import confinement as C
 from gates.rules import store as R
 from gates.scorer import processes
 from tests.gates.candidates import ROOT, make_repo
 
-KEY = R.StoreKey("d" * 16, "small", "tp2", 0, 4, "bf16", None, "auto", ("/t/a", "/t/b"))
+KEY = R.StoreKey("d" * 16, "small", "tp2", 0, 4, "bf16", None, "auto")
 SPEC = {"model": "small", "layout": "tp2", "seed": 0, "weight_sets": 4, "context": 96, "steps": 4,
         "rows": [2, 4]}
 
 keys = st.builds(R.StoreKey, st.sampled_from(["d" * 16, "e" * 16]), st.sampled_from(["small", "full"]),
                  st.just("tp2"), st.integers(0, 1), st.just(4), st.sampled_from(["bf16", "f32"]),
-                 st.sampled_from([None, "0", "1"]), st.just("auto"),
-                 st.sampled_from([("/t/a", "/t/b"), ("/t/a", "/t/c")]))
+                 st.sampled_from([None, "0", "1"]), st.sampled_from(["auto", "off"]))
 needs = st.builds(R.Need, keys, st.booleans(), st.integers(1, 2), st.booleans())
 helds = st.none() | st.builds(R.Held, keys, st.booleans(), st.booleans(), st.just(False))
 
@@ -65,6 +65,31 @@ def test_a_store_is_shared_exactly_where_the_scorer_shares_its_model(need):
 def test_a_lease_while_one_is_open_is_refused():
     with pytest.raises(R.StoreRefused, match="one scorer run at a time"):
         R.decide(R.Held(KEY, True, True, True), R.Need(KEY, True, 1, True))
+
+
+def test_the_key_is_the_weights_and_the_slot_not_the_trees_or_folders_of_a_run(tmp_path):
+    """A store outlives judgments: runs on other trees (a later candidate, a later main whose
+    model code is unchanged) and other run folders lease the same store; a merge that changes
+    the weights' code (STORE_FILES) changes the key, and the store held is replaced."""
+    from gates.scorer import store_key
+
+    repo = make_repo(tmp_path)
+    spec = {**SPEC, "state_dtype": "bf16"}
+    cand = repo.parent / "cand"
+    import shutil
+
+    shutil.copytree(repo / "kernels", cand / "kernels")
+    experts = cand / "kernels/k31/moe/experts.py"
+    experts.write_text(experts.read_text() + "\n# a candidate's kernel\n")
+    first = store_key({"A": repo, "B": repo}, spec, Placement())
+    assert store_key({"A": cand, "B": repo}, spec, Placement()) == first  # main moved on, same model code
+    held = R.Held(first, True, True, False)
+    assert R.decide(held, R.Need(store_key({"A": repo, "B": cand}, spec, Placement()), True, 1, True)).action == R.REUSE
+    (cand / "kernels/k31/weights.py").write_text((cand / "kernels/k31/weights.py").read_text() + "\n# merged\n")
+    merged = R.decide(held, R.Need(store_key({"A": cand, "B": cand}, spec, Placement()), True, 1, True))
+    assert merged.action == R.REPLACE and "digest differ" in merged.reason
+    assert set(f.name for f in fields(R.StoreKey)) == {"digest", "model", "layout", "seed", "weight_sets",
+                                                       "state_dtype", "gpus", "sandbox"}
 
 
 def test_a_changed_key_names_the_fields_that_differ():
@@ -134,19 +159,22 @@ def test_weights_written_under_a_lease_abandon_the_candidate_as_a_scorer_check()
 
 
 # ------------------------------------------------------------------ its requests
-@given(st.integers(1, 2**20), st.lists(st.integers(1, 512), min_size=1, max_size=6), st.integers(1, 4096))
-def test_a_lease_line_reads_back_as_the_same_lease(context, rows, steps):
-    lease = protocol.StoreLease(context, rows, steps)
+@given(st.integers(1, 2**20), st.lists(st.integers(1, 512), min_size=1, max_size=6), st.integers(1, 4096),
+       st.booleans())
+def test_a_lease_line_reads_back_as_the_same_lease(context, rows, steps, state):
+    lease = protocol.StoreLease(context, rows, steps, state)
     assert protocol.store_request(lease.line()) == lease
 
 
 def test_the_store_reads_release_quit_and_refuses_anything_else():
     assert protocol.store_request(protocol.StoreRelease().line()) == protocol.StoreRelease()
     assert protocol.store_request(protocol.StoreHandles().line()) == protocol.StoreHandles()
+    assert protocol.store_request(protocol.StoreHandles(True).line()) == protocol.StoreHandles(True)
     assert protocol.store_request(protocol.STORE_QUIT + "\n") is None
     assert protocol.store_request(json.dumps(protocol.Quit().to_dict())) is None
     for bad in ('{"lease": {"context": 0, "rows": [2], "steps": 1}}', '{"lease": {"rows": [2]}}',
                 '{"lease": {"context": 8, "rows": [], "steps": 1}}', '{"release": 1}', '{"handles": 1}',
+                '{"lease": {"context": 8, "rows": [2], "steps": 1, "state": true}}', '{"handles": "state"}',
                 "nonsense"):
         with pytest.raises(protocol.StoreRequestError, match="a bug of the scorer"):
             protocol.store_request(bad)
@@ -197,6 +225,38 @@ def test_each_lease_gets_a_fresh_state(small_store, tmp_path):
     assert small_store.model.state is not first
     assert _hashes(t for _, t in small_store.model.state.tensors()) == want
     assert small_store.release(out)["caches_restored"] is True
+
+
+def test_a_lease_of_the_weights_alone_builds_no_state_and_hands_only_weights(small_store, tmp_path):
+    """The accuracy gate's tap sides lease the weights alone: the store builds no state (each
+    side builds its own, privately), hands no model of a lease, and still verifies the weights
+    when the lease ends."""
+    out = tmp_path / "store.json"
+    r = small_store.lease(protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"], state=False), out)
+    assert r["weights_intact"] and small_store.model is None and small_store.open
+    assert "weights alone" in small_store.handles(out)["error"]  # no lease's model to hand
+    assert small_store.handles(out, weights=True) == {"ready": None, "sha256": None}  # the CPU: no IPC
+    assert small_store.lease(protocol.StoreLease(96, [2], 4), out).get("error")  # one lease at a time
+    released = small_store.release(out)
+    assert released["weights_intact"] and released["freed"] and released["caches_restored"] is None
+    assert not small_store.open
+
+
+def test_a_tap_sides_own_state_on_the_stores_weights_is_the_model_it_builds(small_store):
+    """What a tap side attached to the store's weights runs (gates/side/session.py's
+    ``model_with``: the weights, its own state from the target seed) is bit for bit the model
+    it would build itself, and its state is a new one, not the store's or a lease's."""
+    from gates.side.session import Side, Spec, model_with
+    from gates.side.store import weight_tensors
+    from kernels.k31.workload import Workload
+
+    own = Side(Spec.from_dict(SPEC), "cpu")
+    bound = Workload(own.dims.vocab, own.max_rows, SPEC["context"], SPEC["steps"] + 8, SPEC["seed"]).position_bound
+    tapped = model_with(small_store.weights, own.shapes, own.max_rows, bound, SPEC["seed"], torch.device("cpu"))
+    assert _hashes(weight_tensors(tapped.weights)) == _hashes(weight_tensors(own.model.weights))
+    assert _hashes(t for _, t in tapped.state.tensors()) == _hashes(t for _, t in own.model.state.tensors())
+    again = model_with(small_store.weights, own.shapes, own.max_rows, bound, SPEC["seed"], torch.device("cpu"))
+    assert all(a.data_ptr() != b.data_ptr() for (_, a), (_, b) in zip(tapped.state.tensors(), again.state.tensors()))
 
 
 def test_one_changed_weight_byte_is_seen_and_no_lease_is_given(small_store, tmp_path):
@@ -313,6 +373,7 @@ import json, os, sys, time
 from pathlib import Path
 from gates.launch.store import ModelStore, ModelStores
 from gates.requests import Placement
+from gates.rules import confinement as C
 from gates.rules import store as R
 from tests.gates.test_store import KEY, SPEC
 stores = ModelStores()
@@ -353,7 +414,8 @@ def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, mo
     """The scorer's own store path on the CPU: the decision told the sides share (the CPU has
     no CUDA IPC, so each side still builds its own model and the lease hands no file), two
     runs on one ModelStores as gates/judging.py makes them: one store, started for the first
-    run, reused by the second in the first one's folder with a state of its own, its weights
+    run in a run folder of its own, reused by the second (its sides in a run folder of their
+    own, joining the store's sandbox in their own roots) with a state of its own, its weights
     verified unchanged after each, ended with its holder."""
     import gates.scorer as S
     from harness.pipeline import bench_request
@@ -369,14 +431,17 @@ def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, mo
         first = S.run_bench(req, progress=events.append, stores=stores).report
         second = S.run_bench(replace(req, alternate=True), progress=events.append, stores=stores).report
         assert stores.started == 1 and stores.store.leases == 2
+        store_dir = stores.store.work
         pids = {stores.store.proc.proc.pid} | _descendants(stores.store.proc.proc.pid)
     assert _gone(pids)
     assert first["outcome"] == second["outcome"] == "ok"
     assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
     assert first["store"]["kept"] and second["store"]["kept"]
     assert first["store"]["weights_check"] is None and second["store"]["weights_check"] is None
-    assert second["work_dir"] == first["work_dir"]
-    assert (Path(first["work_dir"]) / "run2-sideA.log").exists()
+    assert second["work_dir"] != first["work_dir"]  # each run its own folder; the store its own
+    assert (Path(second["work_dir"]) / "sideA.log").exists()
+    assert [p.name for p in (repo / "runs" / "store").iterdir()] == [store_dir.name]
+    assert not any(C.inside(str(store_dir), w) for w in (first["work_dir"], second["work_dir"]))
     assert [str(e) for e in events if type(e).__name__ == "StoreReady"][1].startswith("store: weights reused")
     assert not second["analysis"]["sides"]["B"]["failed_checks"]
 
@@ -402,6 +467,61 @@ def test_a_judgments_scorer_runs_lease_one_store_over_cuda_ipc(repo):
     assert first["outcome"] == second["outcome"] == "ok"
     assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
     assert first["store"]["kept"] and second["store"]["kept"]
-    assert second["work_dir"] == first["work_dir"]
+    assert second["work_dir"] != first["work_dir"]
     assert not second["analysis"]["sides"]["B"]["failed_checks"]
+    assert _gone(pids)
+
+
+def test_kern_loop_and_kern_try_hold_one_store_per_slot_across_judgments_and_end_them(monkeypatch):
+    """harness/pipeline.py: inside ``holding_stores`` every judgment on a slot gets that slot's
+    ModelStores (one per slot, the same across judgments); the block's end (or an error, or
+    Ctrl-C) ends every store; outside it each judgment keeps its own (None)."""
+    from types import SimpleNamespace
+
+    from harness.pipeline import Context, holding_stores
+
+    closed = []
+    monkeypatch.setattr(ModelStores, "close", lambda self: closed.append(self))
+    ctx = Context(None, None, None, False, None)
+    a, b = SimpleNamespace(name="gpu0"), SimpleNamespace(name="gpu1")
+    assert ctx.stores_for(a) is None
+    with pytest.raises(KeyboardInterrupt):
+        with holding_stores(ctx):
+            first = ctx.stores_for(a)
+            assert isinstance(first, ModelStores) and ctx.stores_for(a) is first
+            other = ctx.stores_for(b)
+            assert other is not first
+            raise KeyboardInterrupt
+    assert closed == [first, other] and ctx.stores is None and ctx.stores_for(a) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_a_judgments_tap_sides_and_scorer_lease_one_store_over_cuda_ipc(repo, tmp_path):
+    """On a GPU the accuracy gate's tap sides lease the slot's store (the weights alone, each
+    side a state of its own: their phases say "attach", not "build"), the scorer then reuses
+    the same store, and its weights are verified unchanged; a candidate whose STORE_FILES
+    differ builds its own model (only main's side attached). Never run on a GPU yet."""
+    from gates.accuracy import run_test
+    from gates.scorer import run_bench
+    from harness.pipeline import accuracy_request, bench_request
+    from harness.settings import load
+    from tests.gates.candidates import candidate
+
+    cfg = load(repo / "kern.yaml").resolve(True)
+    with ModelStores() as stores:
+        test = run_test(accuracy_request(cfg, repo, "main", "main", repo / "runs", True), stores=stores).report
+        assert test["verdict"].startswith("PASS"), test["reasons"]
+        assert test["store"]["plan"] == "start" and test["store"]["attached"] == ["A", "B"]
+        assert test["store"]["kept"], test["store"]
+        phases = {(p["part"], p["phase"]) for p in test["phases"]}
+        assert ("A record", "attach") in phases and ("B replay", "attach") in phases
+        assert ("A record", "build") not in phases and ("B replay", "build") not in phases
+        bench = run_bench(bench_request(cfg, repo, "main", "main", repo / "runs", True, rounds=1, replays=2),
+                          stores=stores).report
+        assert bench["store"]["plan"] == "reuse" and stores.started == 1
+        sha = candidate(repo, "weights-comment", [("kernels/k31/weights.py", '"""', '"""# a comment\n', )])
+        other = run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", True), stores=stores).report
+        assert other["store"]["attached"] == ["A"], other["store"]  # its tree builds its own
+        pids = {stores.store.proc.proc.pid} | _descendants(stores.store.proc.proc.pid)
     assert _gone(pids)
