@@ -37,9 +37,10 @@ from .protocol import (KEEP_DROP, KEEP_SAVE, KEPT_MISSING, KEPT_READY, RECORDED,
                        Hidden, TapFiles, handover_line, tap_rows)
 from .requests import AccuracyRequest, Placement
 from .results import AccuracyResult, LastWords
+from .launch.held import Hold
 from .launch.process import SideError
 from .protocol import StoreLease, StoreOptions
-from .rules import footprint, scope, verdict
+from .rules import footprint, overlap, phases, scope, verdict
 from .rules.store import NONE, REPLACE, REUSE, Need, Plan
 from .rules.phases import Span, rest, side_spans, split_at_hand_over
 from .settings import AccuracySettings, MachineProfile, Target
@@ -161,7 +162,7 @@ def recording_key(spec: dict, touched: set | None, cuda: bool, hidden: dict | No
 
 
 def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | None" = None,
-             stores=None) -> AccuracyResult:
+             early: "EarlySides | None" = None, stores=None) -> AccuracyResult:
     """The gate on ``req``: its verdict and facts typed, the full report as ``.report``.
     ``progress`` (or None) is called with a ``gates.events.PassTick`` every few seconds of a
     side's pass, and a ``SideEnded`` for each side that ended badly. Raises
@@ -170,18 +171,26 @@ def run_test(req: AccuracyRequest, progress=None, recording: "MainRecording | No
     holds the same recording: then that one deletes it). ``recording``: a batch's shared
     recording of main (:class:`MainRecording`; ``req.hidden`` is its draw): recorded by its
     first member's gate, replayed against by every member's, kept until its ``close()``.
+    ``early``: this judgment's tap sides started beside another judgment's scorer and held
+    (:func:`prepare_early`): they go on here when they are the sides this gate would start
+    now, else they are ended and the gate starts its own.
     ``stores``: the slot's model store (``gates.launch.store.ModelStores``, the caller's): on a
     GPU the tap sides whose trees build the store's weights attach to them (:class:`_TapLease`),
     each building a decode state of its own; None, on the CPU, or with a batch's recording:
-    each side builds its own model."""
-    with disk.Recordings(req.runs_dir / "tap") as held:
-        room_for(req)
-        # main's kernels compiled from main alone (once per main); each side starts on a copy
-        main = compiled.prepare(req.repo, req.base, req.runs_dir, req.target, req.machine, req.cuda,
-                                req.accuracy.timeout_s, req.placement, _tagged(progress, "main compile"),
-                                req.base_layout or req.layout, req.base_world or req.world)
-        return _run_test(req, req.placement.seeded(main.path), progress, held, main, recording,
-                         None if recording is not None else stores)
+    each side builds its own model. A gate that adopts ``early`` sides leases no store: they
+    were started before any lease (gates/rules/overlap.py ``tap_lease``)."""
+    try:
+        with disk.Recordings(req.runs_dir / "tap") as held:
+            room_for(req)
+            # main's kernels compiled from main alone (once per main); each side starts on a copy
+            main = compiled.prepare(req.repo, req.base, req.runs_dir, req.target, req.machine, req.cuda,
+                                    req.accuracy.timeout_s, req.placement, _tagged(progress, "main compile"),
+                                    req.base_layout or req.layout, req.base_world or req.world)
+            return _run_test(req, req.placement.seeded(main.path), progress, held, main, recording,
+                             early, None if recording is not None else stores)
+    finally:
+        if early is not None:  # what it did not use goes now; what it did, its holds let go
+            early.close()
 
 
 def tap_bytes(req: AccuracyRequest) -> int:
@@ -241,7 +250,8 @@ def recording_shape(req: AccuracyRequest) -> str:
 
 def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recordings,
               main: compiled.CompiledCache | None = None,
-              shared: "MainRecording | None" = None, stores=None) -> AccuracyResult:
+              shared: "MainRecording | None" = None, early: "EarlySides | None" = None,
+              stores=None) -> AccuracyResult:
     t0 = time.monotonic()
     taps = _taps(req)
     base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
@@ -251,25 +261,6 @@ def _run_test(req: AccuracyRequest, place: Placement, progress, held: disk.Recor
     a_tree = checkout.checkout(req.repo, base_sha, req.runs_dir)
     b_tree = checkout.checkout(req.repo, rev_sha, req.runs_dir)
     spans = [Span("accuracy", "coordinator", "checkout", time.monotonic() - t_checkout)]
-    t_store = time.monotonic()
-    lease = _TapLease(stores, req, place, a_tree, spec, b_spec, timeout)
-    if lease.leased:  # a store started for this gate built its weights; one held is attached to
-        wall = time.monotonic() - t_store
-        spans += side_spans("accuracy", "store", wall, lease.store.ready.get("phases")) \
-            if lease.plan.action != REUSE else [Span("accuracy", "store", "attach", wall)]
-    try:
-        return _leased_test(req, place, progress, held, main, shared, lease, t0, taps, a_tree,
-                            b_tree, spans)
-    except BaseException:
-        lease.abandon()
-        raise
-
-
-def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t0, taps, a_tree,
-                 b_tree, spans) -> AccuracyResult:
-    base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
-    touched, b_spec, spec, cross = taps.touched, taps.b_spec, taps.spec, taps.cross
-    timeout = req.accuracy.timeout_s
     hidden = req.hidden.to_dict() if req.hidden else None
     key = recording_key(spec, touched, req.cuda, hidden)
     a_dir = req.runs_dir / "tap" / f"{base_sha[:12]}-{key}"
@@ -277,20 +268,53 @@ def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t
     held.hold(a_dir)  # its tensors go when the verdict is made (run_test), unless another holds it
     if shared is not None:  # a batch's: held (and locked) until its last verdict
         shared.adopt(a_dir, req.hidden, place)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    live, batch = shared is not None and shared.keeper is not None, shared is not None
+    if early is not None and not early.serves(_launches(req, place, taps, a_tree, b_tree, a_dir,
+                                                        early.b_dir, live, batch)):
+        early.close()  # not the sides this gate starts now: ended, its folders gone
+    early = early if early is not None and early.usable else None
+    # sides started early were started before any lease (their spec and sandbox are fixed at
+    # their start): a gate that adopts them leases no store (gates/rules/overlap.py tap_lease)
+    leases, why_not = overlap.tap_lease(early.sides if early is not None else ())
+    t_store = time.monotonic()
+    lease = _TapLease(stores, req, place, a_tree, spec, b_spec, timeout,
+                      refused=None if leases else why_not)
+    if lease.leased:  # a store started for this gate built its weights; one held is attached to
+        wall = time.monotonic() - t_store
+        spans += side_spans("accuracy", "store", wall, lease.store.ready.get("phases")) \
+            if lease.plan.action != REUSE else [Span("accuracy", "store", "attach", wall)]
+    try:
+        return _leased_test(req, place, progress, held, main, shared, lease, t0, taps, a_tree,
+                            b_tree, spans, a_dir, live, batch, early)
+    except BaseException:
+        lease.abandon()
+        raise
+
+
+def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t0, taps, a_tree,
+                 b_tree, spans, a_dir: Path, live: bool, batch: bool,
+                 early: "EarlySides | None") -> AccuracyResult:
+    base_sha, rev_sha, paths, prot = taps.base, taps.rev, taps.paths, taps.protected
+    touched, b_spec, spec, cross = taps.touched, taps.b_spec, taps.spec, taps.cross
+    timeout = req.accuracy.timeout_s
+    hidden = req.hidden.to_dict() if req.hidden else None
+    stamp = early.stamp if early is not None else time.strftime("%Y%m%d-%H%M%S")
     b_dir = req.runs_dir / "tap" / f"{_short(rev_sha)}-vs-{base_sha[:12]}-{stamp}"
     held.hold(b_dir)
     b_dir.mkdir(parents=True, exist_ok=True)
+    launches = _launches(req, place, taps, a_tree, b_tree, a_dir, b_dir, live, batch)
     if shared is not None:
         sides = _record_and_replay(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
-                                   timeout, progress, hidden, stamp, shared)
+                                   timeout, progress, hidden, stamp, shared, launches=launches,
+                                   early=early)
     else:
         with open(a_dir.parent / f"{a_dir.name}.lock", "w") as lock:
             # one recording per base and tap, however many callers; main's side records, then
             # stays alive (holding its kept op calls) while the candidate's replays against it
             fcntl.flock(lock, fcntl.LOCK_EX)
             sides = _record_and_replay(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir,
-                                       b_spec, timeout, progress, hidden, stamp, lease=lease)
+                                       b_spec, timeout, progress, hidden, stamp, None,
+                                       launches=launches, early=early, lease=lease)
     a_kind, a_wall, a_tail, a_dir = sides.a_kind, sides.a_wall, sides.a_tail, sides.a_dir
     b_kind, b_wall, b_res, b_tail = sides.b_kind, sides.b_wall, sides.b_res, sides.b_tail
     a_res = json.loads(TapFiles(a_dir).record.read_text()) if a_kind == "ok" else None
@@ -346,6 +370,8 @@ def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t
             spans += side_spans("accuracy", part, ran.wall_s, doc.get("phases"))
     if sides.b_ran is not None:  # ended for main's failure before its release
         beside += split_at_hand_over("accuracy", "B replay", sides.b_ran.wall_s, None, None, None)[1]
+    if early is not None:  # its sides' start, before their hold point, beside another's scorer
+        beside += early.spans()
     spans.append(Span("accuracy", "coordinator", "verdict", verdict_s))
     wall = time.monotonic() - t0
     spans += rest("accuracy", wall, spans)
@@ -361,7 +387,10 @@ def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t
         "phases": [x.to_dict() for x in spans], "beside": [x.to_dict() for x in beside],
         # seconds from the gate's start: main's side started and recorded, the candidate's
         # started and was released (None: did not happen, or a cached recording)
-        "timeline": {k: None if v is None else v - t0 for k, v in (sides.at or {}).items()},
+        "timeline": {k: None if v is None else v - t0 for k, v in
+                     {**(sides.at or {}), **(early.at() if early is not None else {})}.items()},
+        # the early sides: what each had done at its hold point, and whose scorer they ran beside
+        "early": early.to_dict() if early is not None else None,
         "noise_wall_s": n_wall, "noise_cached": bool(band and band.kind == "ok" and band.wall_s == 0.0),
         "band_dir": str(band.folder) if band else None,
         "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
@@ -660,6 +689,7 @@ class KeptOnDemand(AfterImport, Dialogue):
 
 def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec,
                        timeout, progress, hidden, stamp, shared: "MainRecording | None" = None,
+                       launches: dict | None = None, early: "EarlySides | None" = None,
                        lease: "_TapLease | None" = None) -> _Sides:
     """Main's recording (or the one cached in ``a_dir``) and the candidate's replay against
     it, started beside it and released once main recorded, main's side alive until the replay
@@ -669,11 +699,12 @@ def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tr
     main's side is the batch's: started by its first member, left alive for the next ones
     while it serves this recording, ended by ``shared.close()``."""
     live = shared.keeper if shared is not None else None
-    keeper = live or MainKeeper(hidden, int(spec.get("world", 1)))
+    keeper = live or (early.keeper if early is not None and early.keeper is not None else
+                      MainKeeper(hidden, int(spec.get("world", 1))))
     try:
         out = _sides(req, place, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
                      progress, stamp, keeper, live=live is not None, batch=shared is not None,
-                     lease=lease)
+                     launches=launches, early=early, lease=lease)
     except BaseException:
         keeper.kill()
         if shared is not None:
@@ -692,10 +723,13 @@ def _record_and_replay(req, place: Placement, a_dir, a_tree, spec, touched, b_tr
 
 def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b_spec, timeout,
            progress, stamp, main_side: MainKeeper, live: bool = False, batch: bool = False,
+           launches: dict | None = None, early: "EarlySides | None" = None,
            lease: "_TapLease | None" = None) -> _Sides:
     """``live``: ``main_side`` recorded for an earlier member of a batch and still serves
     (the replay starts now, as after a cached recording, and may ask for its kept calls);
-    ``batch``: main's side is the batch's (not ended here; its limit is the batch's life)."""
+    ``batch``: main's side is the batch's (not ended here; its limit is the batch's life);
+    ``launches``: the sides' launcher arguments (:func:`_launches`); ``early``: those of them
+    started before and held (:class:`EarlySides`), which go on here instead."""
     files = TapFiles(a_dir)
     a_world = main_side.world
     hidden = main_side.hidden
@@ -709,18 +743,17 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
     else:
         a_dir.mkdir(parents=True, exist_ok=True)
         keeper = main_side
-        a_spec = {**spec, "role": "record", "touched": sorted(touched) if touched is not None else None,
-                  **(lease.attach("A", a_tree, a_dir, spec) if lease is not None else {})}
         ticks = _tagged(progress, "A record")
         quiet = None if ticks is None else (
             lambda line, t: None if keeper.recorded_s is not None else ticks(line, t))
         # its own limit is the recording's (wait_recorded); then it waits out the replay (a
         # batch's: every member's judgment, until MainRecording.close() ends it; it has given
         # its device back, and it ends by itself when this process goes: its stdin closes)
-        limit = float("inf") if batch else 3 * timeout
-        a_group = lease.group if lease is not None and "attach" in a_spec else None
-        keeper.start(lambda k: ranks.run("tap", a_tree, a_spec, files.record, limit,
-                                         place, quiet, k, k.stop, a_group))
+        if early is not None and early.keeper is keeper:  # started early, held: it goes on now
+            early.go_a(quiet)
+        else:
+            a_args, a_group = _leased(launches[overlap.A], lease, "A", a_tree, a_dir, spec)
+            keeper.start(lambda k: ranks.run(*a_args, quiet, k, k.stop, a_group))
         a_kind, a_wall, a_tail = "ok", 0.0, ""
         if (mech == "off" or not req.accuracy.replay_beside) and not keeper.wait_recorded(timeout):
             return _unrecorded(keeper, a_dir, timeout)
@@ -754,7 +787,7 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         marks.update(filemarks.file_marks(guarded if not beside else [a_tree / "kernels"],
                                           ctime=mech == "off"))
     showing = threading.Lock()  # a release runs whole before B's end is handled, or never
-    watch = _MainWatch(keeper, timeout) if beside else None
+    watch = _MainWatch(keeper, timeout, early.b_stop if early is not None else None) if beside else None
 
     def release() -> None:
         if watch is not None and not watch.released():  # (b): main's side recorded
@@ -790,11 +823,12 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
         watch.start()
     try:
         # beside main's: its limit is main's recording's and then its own (``_MainWatch``)
-        b_attach = lease.attach("B", b_tree, b_dir, b_spec) if lease is not None else {}
-        b = ranks.run("tap", b_tree, {**b_spec, "role": "replay", "record": str(seen), **b_attach},
-                      TapFiles(b_dir) / TapFiles.RESULT, 2 * timeout if beside else timeout, place,
-                      b_ticks, handed, watch.b_stop if watch is not None else None,
-                      lease.group if b_attach else None)
+        if early is not None:  # started early, held: it goes on now, with this hand-over
+            b = early.run_b(handed, b_ticks)
+        else:
+            b_args, b_group = _leased(launches[overlap.B], lease, "B", b_tree, b_dir, b_spec)
+            b = ranks.run(*b_args, b_ticks, handed, watch.b_stop if watch is not None else None,
+                          b_group)
     except BaseException:
         if watch is not None:  # (Ctrl-C, a gate error: the caller kills main's side)
             watch.b_ended.set()
@@ -845,6 +879,227 @@ def _sides(req, place: Placement, a_dir, a_tree, spec, touched, b_tree, b_dir, b
     return out
 
 
+def _leased(args: tuple, lease: "_TapLease | None", side: str, tree: Path, folder: Path,
+            spec: dict) -> tuple:
+    """A launch of :func:`_launches` with what attaches ``side`` to ``lease``'s store (its
+    spec's ``attach`` keys, added as it starts: the handles are copied for it then), and the
+    store's sandbox it joins (None: it builds its own model)."""
+    extra = lease.attach(side, tree, folder, spec) if lease is not None else {}
+    return (*args[:2], {**args[2], **extra}, *args[3:]), (lease.group if extra else None)
+
+
+def _launches(req: AccuracyRequest, place: Placement, taps: _Taps, a_tree: Path, b_tree: Path,
+              a_dir: Path, b_dir: Path, live: bool, batch: bool) -> dict:
+    """The launcher arguments (``ranks.run``'s first six) of the tap sides this gate starts:
+    main's record side (:data:`overlap.A`; none when a batch's main side serves, ``live``, or
+    the recording is cached) and the candidate's replay (:data:`overlap.B`). The one place
+    they are made: a side started early (:class:`EarlySides`) goes on only when its arguments
+    are these. ``batch``: main's side serves a batch (its limit is the batch's life)."""
+    timeout = req.accuracy.timeout_s
+    mech = sandbox.chosen(place.sandbox)
+    files = TapFiles(a_dir)
+    fresh = not live and not files.recorded
+    beside = fresh and mech != "off" and req.accuracy.replay_beside
+    seen = b_dir / "main" if mech != "off" else a_dir
+    out = {}
+    if fresh:
+        a_spec = {**taps.spec, "role": "record",
+                  "touched": sorted(taps.touched) if taps.touched is not None else None}
+        out[overlap.A] = ("tap", a_tree, a_spec, files.record,
+                          float("inf") if batch else 3 * timeout, place)
+    out[overlap.B] = ("tap", b_tree, {**taps.b_spec, "role": "replay", "record": str(seen)},
+                      TapFiles(b_dir) / TapFiles.RESULT, 2 * timeout if beside else timeout, place)
+    return out
+
+
+class _Relay:
+    """A launcher's progress callback whose receiver is named later (a side started early
+    speaks only once it goes on)."""
+
+    def __init__(self):
+        self.to = None
+
+    def __call__(self, line, t) -> None:
+        if self.to is not None:
+            self.to(line, t)
+
+
+class EarlySides:
+    """A judgment's tap sides started beside another judgment's scorer (gates/rules/overlap.py):
+    the harness's work done (checkouts, the recording's folder named, the replay's folder
+    made), each side's process started with ``--hold`` and waiting at its hold point (no tree
+    imported, no CUDA call: :func:`gates.side.driver.hold_for_go`). The accuracy gate that
+    adopts them (:func:`run_test`'s ``early``) lets each go on in its place (:meth:`go_a`,
+    :meth:`run_b`); :meth:`close` ends whatever was not used (its processes, its folders in
+    runs/tap) and lets the folders' holds go. Made by :func:`prepare_early`. They never lease
+    the slot's model store (started before any lease: ``overlap.tap_lease``): each builds its
+    own model after its go."""
+
+    def __init__(self, runs_dir: Path, a_dir: Path, b_dir: Path, stamp: str, launches: dict,
+                 hidden: dict | None):
+        self.a_dir, self.b_dir, self.stamp, self.launches = a_dir, b_dir, stamp, launches
+        self.keeper: MainKeeper | None = None
+        self.b_stop = threading.Event()
+        self._holds: dict = {}
+        self._relays = {k: _Relay() for k in launches}
+        self._b_thread: threading.Thread | None = None
+        self._b_out, self._b_raised = None, None
+        self._used: set = set()
+        self._held = disk.Recordings(runs_dir / "tap")
+        self._made: list = []  # folders made here: gone unless a gate used them
+        self._closed = False
+        self.of: str | None = None  # whose scorer they started beside ("#7 scorer")
+        self.of_started: float | None = None  # time.monotonic() of that scorer's start, its end
+        self.of_done: float | None = None
+        self.hidden = hidden
+
+    def start(self) -> "EarlySides":
+        """Hold the folders, make them and start every side held."""
+        for k in self.launches:
+            folder = self.a_dir if k == overlap.A else self.b_dir
+            self._held.hold(folder)
+            if not folder.exists():
+                folder.mkdir(parents=True)
+                self._made.append(folder)
+        seen = Path(self.launches[overlap.B][2]["record"])
+        if seen.parent == self.b_dir:
+            seen.mkdir(exist_ok=True)
+        if overlap.A in self.launches:
+            args = self.launches[overlap.A]
+            self.keeper = MainKeeper(self.hidden, int(args[2].get("world", 1)))
+            hold = self._holds[overlap.A] = Hold(self.keeper)
+            relay = self._relays[overlap.A]
+            self.keeper.start(lambda k: ranks.run(*args, relay, hold, k.stop))
+        hold_b = self._holds[overlap.B] = Hold()
+        args_b, relay_b = self.launches[overlap.B], self._relays[overlap.B]
+
+        def run_b():
+            try:
+                self._b_out = ranks.run(*args_b, relay_b, hold_b, self.b_stop)
+            except BaseException as e:  # noqa: BLE001 - raised again in the gate's thread
+                self._b_raised = e
+
+        self._b_thread = threading.Thread(target=run_b, daemon=True)
+        self._b_thread.start()
+        return self
+
+    @property
+    def sides(self) -> tuple:
+        return tuple(k for k in (overlap.A, overlap.B) if k in self.launches)
+
+    @property
+    def usable(self) -> bool:
+        return not self._closed
+
+    def serves(self, launches: dict) -> bool:
+        """Whether these are the sides a gate starts with ``launches`` (:func:`_launches`)."""
+        return self.usable and launches == self.launches
+
+    def beside(self, of: str, started: float | None, done: float | None) -> None:
+        """Whose scorer they started beside, and when it ran (time.monotonic())."""
+        self.of, self.of_started, self.of_done = of, started, done
+
+    def _may_go(self) -> None:
+        """The gate adopting these sides holds its slot (it runs inside it); the scorer they
+        started beside must have ended its GPU work (``overlap.go_due``)."""
+        if not overlap.go_due(self.of is None or self.of_done is not None, holds_slot=True):
+            raise RuntimeError(f"accuracy gate: sides started beside {self.of} would go on before "
+                               f"its scorer ended (a bug of the caller, harness/orchestrator.py)")
+
+    def go_a(self, progress) -> None:
+        """Main's record side goes on (its limits from now: ``MainKeeper.started``)."""
+        self._may_go()
+        self._used.add(overlap.A)
+        self._relays[overlap.A].to = progress
+        self.keeper.started = time.monotonic()
+        self._holds[overlap.A].go()
+
+    def run_b(self, handed, progress):
+        """The replay goes on with its hand-over ``handed``; its outcome once it ended."""
+        self._may_go()
+        self._used.add(overlap.B)
+        hold = self._holds[overlap.B]
+        hold.attach(handed)
+        self._relays[overlap.B].to = progress
+        hold.go()
+        self._b_thread.join()
+        if self._b_raised is not None:
+            raise self._b_raised
+        return self._b_out
+
+    def close(self) -> None:
+        """End every side not gone on (its process, its thread) and remove the folders made
+        here that no gate used; let the folders' holds go. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for k, hold in self._holds.items():
+            if k not in self._used:
+                hold.cancel()
+        if overlap.A in self._holds and overlap.A not in self._used:
+            self.keeper.kill()
+        if overlap.B not in self._used:
+            self.b_stop.set()
+        if self._b_thread is not None and overlap.B not in self._used:
+            self._b_thread.join(30)
+        for folder in self._made:
+            if (overlap.A if folder == self.a_dir else overlap.B) not in self._used:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._held.release()
+
+    def spans(self) -> list:
+        """The seconds each side worked before its hold point (process start, sandbox, imports),
+        kept apart as ``beside`` (part ``A early``/``B early``): off every gate's path."""
+        out = []
+        for k, hold in self._holds.items():
+            if k in self._used and hold.held_at is not None:
+                out.append(Span("accuracy", EARLY_PARTS[k], "start", hold.held_at - hold.started))
+        return out
+
+    def at(self) -> dict:
+        """time.monotonic() of each used side's start, hold and go, and of the other scorer
+        (the report's ``timeline``: :data:`gates.rules.phases.BESIDE_PAIRS`)."""
+        out = {}
+        for k, hold in self._holds.items():
+            if k in self._used:
+                x = "a" if k == overlap.A else "b"
+                out.update({f"{x}_early": hold.started, f"{x}_held": hold.held_at, f"{x}_go": hold.went_at})
+        if out:
+            out.update(scorer_started=self.of_started, scorer_done=self.of_done)
+        return out
+
+    def to_dict(self) -> dict:
+        return {"sides": [k for k in self.sides if k in self._used], "of": self.of,
+                "held": {EARLY_PARTS[k]: h.report for k, h in self._holds.items() if k in self._used}}
+
+
+EARLY_PARTS = dict(zip((overlap.A, overlap.B), phases.EARLY_PARTS))  # their parts in the report's beside
+
+
+def prepare_early(req: AccuracyRequest, live: bool, batch: bool, sides: tuple) -> EarlySides | None:
+    """The accuracy gate's tap sides of ``req`` (its hidden draw in it) started now and held
+    (:class:`EarlySides`): ``sides`` (``overlap.early_sides``); ``live``: a batch's main side
+    serves its recording, ``batch``: ``req`` is a batch member. Only harness work runs here
+    (git, the disk, main's compiled cache looked up, never made): None where main's compiled
+    cache is not made yet, or ``sides`` are not the sides the gate would start."""
+    found = compiled.existing(req.repo, req.base, req.runs_dir, req.target, req.machine, req.cuda,
+                              req.base_layout or req.layout, req.base_world or req.world)
+    if found is None or not sides:
+        return None
+    place = req.placement.seeded(found)
+    taps = _taps(req)
+    a_tree = checkout.checkout(req.repo, taps.base, req.runs_dir)
+    b_tree = checkout.checkout(req.repo, taps.rev, req.runs_dir)
+    hidden = req.hidden.to_dict() if req.hidden else None
+    a_dir = req.runs_dir / "tap" / f"{taps.base[:12]}-{recording_key(taps.spec, taps.touched, req.cuda, hidden)}"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    b_dir = req.runs_dir / "tap" / f"{_short(taps.rev)}-vs-{taps.base[:12]}-{stamp}"
+    launches = _launches(req, place, taps, a_tree, b_tree, a_dir, b_dir, live, batch)
+    if tuple(k for k in (overlap.A, overlap.B) if k in launches) != tuple(sides):
+        return None
+    return EarlySides(req.runs_dir, a_dir, b_dir, stamp, launches, hidden).start()
+
+
 class _NotRecorded(RuntimeError):
     """The replay's release did not happen: main's side failed to record, or the replay ended
     first (the gate reports the side that failed, not this)."""
@@ -856,10 +1111,12 @@ class _MainWatch(threading.Thread):
     fails to record, and ``timeout_s`` after main's RECORDED, as when the replay started then.
     ``released()`` (the replay's release, in its hand-over thread) waits for the first."""
 
-    def __init__(self, keeper: MainKeeper, timeout_s: float):
+    def __init__(self, keeper: MainKeeper, timeout_s: float, b_stop: threading.Event | None = None):
         super().__init__(daemon=True)
         self.keeper, self.timeout_s = keeper, timeout_s
-        self.b_stop, self.b_ended, self.decided = threading.Event(), threading.Event(), threading.Event()
+        # ``b_stop``: the replay's own stop where it was started before (EarlySides)
+        self.b_stop = b_stop if b_stop is not None else threading.Event()
+        self.b_ended, self.decided = threading.Event(), threading.Event()
         self.recorded = False
 
     def run(self) -> None:
@@ -997,7 +1254,10 @@ class _TapLease:
     ("A" main's, "B" the candidate's), so only the candidate's side is blamed."""
 
     def __init__(self, stores, req: AccuracyRequest, place: Placement, a_tree: Path, spec: dict,
-                 b_spec: dict, timeout: float):
+                 b_spec: dict, timeout: float, refused: str | None = None):
+        """``refused``: why this gate leases no store although one is held (its tap sides were
+        started early, before any lease: gates/rules/overlap.py ``tap_lease``); the store is
+        then neither started, leased nor verified here, and each side builds its own model."""
         from .scorer import new_store, store_key  # (the scorer's store, its key; imports this module's peers)
 
         self.stores, self.timeout, self.store, self.plan = stores, timeout, None, None
@@ -1006,6 +1266,9 @@ class _TapLease:
         self.leased = False
         self.ended = None  # the release's Release, once made
         if stores is None:
+            return
+        if refused is not None:
+            self.plan = Plan(NONE, refused)
             return
         key = store_key({"A": a_tree}, spec, place)
         world = max(int(spec.get("world", 1)), int(b_spec.get("world", 1)))

@@ -46,13 +46,19 @@ class GatesRun:
     times: JudgmentTimes
 
 
-def judge(req: JudgmentRequest, progress=None, recording=None,
+def judge(req: JudgmentRequest, progress=None, recording=None, early=None, watch=None,
           stores: ModelStores | None = None) -> GatesRun:
     """The gates on ``req`` (module docstring). Raises ``footprint.DiskShort`` before any
     side starts when runs/ lacks the room for one judgment. ``recording``: the batch's shared
     recording of main (``gates.accuracy.MainRecording``) this judgment's accuracy gate replays
-    against; ``req``'s hidden inputs must be its draw. ``stores``: the model store the caller
-    holds for this judgment's slot across judgments (None: the judgment's own, ended with it)."""
+    against; ``req``'s hidden inputs must be its draw. ``early``: its tap sides, started
+    beside the previous judgment's scorer (``gates.accuracy.EarlySides``; adopted, they lease
+    no model store: gates/rules/overlap.py ``tap_lease``). ``watch``: told
+    ``scorer_started(placement)`` as the scorer starts and ``scorer_ended()`` once its last GPU
+    work ended (every run, the re-measure included, and its lease of the model store released:
+    the weights verified), whatever ends it (the loop prepares the next judgment meanwhile:
+    gates/rules/overlap.py). ``stores``: the model store the caller holds for this judgment's
+    slot across judgments (None: the judgment's own, ended with it)."""
     say = progress or (lambda event: None)
     t, b = req.test, req.bench
     if not req.scope.ok or (t.repo, t.rev, t.base, t.placement, t.hidden) != \
@@ -72,13 +78,23 @@ def judge(req: JudgmentRequest, progress=None, recording=None,
     with (nullcontext(stores) if stores is not None else ModelStores()) as held:
         say(GateStarted("accuracy", t.rev, t.base))
         # (on the CPU the store's decide says none, no CUDA IPC: the gate is asked as before)
-        test = AccuracyResult.of(accuracy.run_test(t) if recording is None and not t.cuda else
-                                 accuracy.run_test(t, stores=held) if recording is None else
-                                 accuracy.run_test(t, recording=recording))
+        more = {k: v for k, v in (("recording", recording), ("early", early)) if v is not None}
+        if recording is None and t.cuda:
+            more["stores"] = held
+        test = AccuracyResult.of(accuracy.run_test(t, **more))
         say(AccuracyVerdict(test.verdict))
         for w in test.last_words:
             say(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
-        bench = None if not test.passed else _scored(req, replace(b, accuracy=test.claim), t, say, held)
+        bench = None
+        if test.passed:
+            if watch is not None:
+                watch.scorer_started(b.placement)
+            try:
+                bench = _scored(req, replace(b, accuracy=test.claim), t, say, held)
+            finally:  # its lease of the store released (the weights verified): the store, kept
+                # across judgments, idles; no GPU work of this judgment is left
+                if watch is not None:
+                    watch.scorer_ended()
     d, summary = decided(req.scope, test, bench)
     total = None if req.started_s is None else time.monotonic() - req.started_s
     return GatesRun(test, bench, drawn, d, summary,

@@ -35,6 +35,8 @@ from typing import ClassVar
 MEMORY_VARIABLE = "KERN_SIDE_MEMORY_BYTES"  # the driver caps its address space at this
 EXPECTS_CUDA = "KERN_SIDE_EXPECTS_CUDA"  # "1": the gates see a GPU, so a side without one fails
 IMPORTED = '{"imported": true}'  # a side's first line on stdout: the candidate's tree is imported
+HELD_KEY = "held"  # a held side's first line (gates/side/driver.py hold_for_go): at its hold point
+GO = '{"go": true}'  # the coordinator's answer to it, once the side may go on (gates/rules/overlap.py)
 SEED_BOUND = 2**32  # input seeds are drawn from [0, SEED_BOUND)
 
 
@@ -74,6 +76,32 @@ class Hidden:
         """One line for a report, shown after the verdict."""
         rows = ", ".join(map(str, self.extra_rows)) if self.extra_rows else "none"
         return f"input seed {self.input_seed}, extra batch sizes {rows}"
+
+
+def held_line(kernels: bool, cuda: bool, triton: bool) -> str:
+    """A held side's first line: it is at its hold point, with what it had done by then (a
+    tree's module imported, a CUDA context made, Triton imported)."""
+    return json.dumps({HELD_KEY: True, "kernels": bool(kernels), "cuda": bool(cuda),
+                       "triton": bool(triton)}) + "\n"
+
+
+def read_held(line: str) -> dict | None:
+    """The report of :func:`held_line` in ``line``, or None when it is not one."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(msg, dict) or msg.get(HELD_KEY) is not True:
+        return None
+    return {k: bool(msg.get(k)) for k in ("kernels", "cuda", "triton")}
+
+
+def is_go(line: bytes | str) -> bool:
+    """Whether ``line`` is the coordinator's :data:`GO`."""
+    try:
+        return json.loads(line) == json.loads(GO)
+    except ValueError:
+        return False
 
 
 def handover_line(hidden: dict | None) -> str:

@@ -220,63 +220,164 @@ class Orchestrator:
     def _judge_in_batches(self, jobs: list, report: TickReport) -> None:
         """One slot: ``jobs`` judged one after another in number order, and main recorded once
         per batch (gates/rules/batch.py): consecutive jobs against one main and recording shape
-        share one hidden draw, made here, after every job's commit was fixed (collected), and
+        share one hidden draw, made after every job's commit was fixed (collected), and
         one recording of main (``gates.accuracy.MainRecording``), kept until the batch's last
         verdict or a merge; the draw reaches the ledger rows then. A merge ends the batch: the
         members after it are judged on a new draw and a new recording. A batch of one is judged
-        as ``kern try`` judges (the gates draw its inputs)."""
+        as ``kern try`` judges (the gates draw its inputs, unless it was prepared early).
+        While a judgment is in its scorer the next one is prepared (gates/rules/overlap.py:
+        the next member, or the next batch's first with that batch's draw, :class:`Ahead`)."""
         from gates.rules import batch as B
+
+        from .pipeline import judgment
 
         by_n = {n: (tip, base, queued) for n, tip, base, queued in jobs}
         todo = B.plan([B.Frozen(n, tip, base, self._shape(n, tip, base)) for n, tip, base, _ in jobs],
                       share=self._share_draws())
-        while todo:
-            b = todo.pop(0)
-            if len(b.members) == 1:
-                n = b.members[0]
-                tip, base, queued = by_n[n]
-                if self.halt:
-                    self._unjudged(n, queued, report)
+        carried = mine = None  # (number, hidden, EarlySides): the next batch's first member, prepared
+        try:
+            while todo:
+                b = todo.pop(0)
+                following = todo[0] if todo else None
+                if mine is not None:  # the last batch's (used, or the loop stopped): ended
+                    mine[2].close()
+                mine, carried = (carried, None) if carried and carried[0] == b.members[0] else (None, carried)
+                if carried is not None:  # prepared for another job (a bug): ended, never used
+                    carried[2].close()
+                    carried = None
+                if len(b.members) == 1:
+                    n = b.members[0]
+                    tip, base, queued = by_n[n]
+                    if self.halt:  # (what was prepared for it is ended below)
+                        self._unjudged(n, queued, report)
+                        continue
+                    if queued:
+                        self.led.transition(n, L.JUDGING)
+                    ahead = self._ahead(n, b.members, following, by_n, None, None)
+                    hidden, early = (mine[1], mine[2]) if mine is not None else (None, None)
+                    try:
+                        # as judge_once judges it (the gates draw; or its batch's draw, made early)
+                        out = self._judge(n, tip, base, report, first=lambda tip=tip, base=base: judgment(
+                            self.ctx, tip, base, hidden, early=early, watch=ahead))
+                    finally:
+                        if early is not None:
+                            early.close()
+                        if ahead is not None:  # what it started, whatever ended the judgment
+                            carried = (ahead.next.number, ahead.hidden, ahead.prepared())
+                            carried = carried if carried[2] is not None else None
+                    carried = self._carry(ahead, carried, out)
                     continue
-                if queued:
-                    self.led.transition(n, L.JUDGING)
-                self._judge(n, tip, base, report)
-                continue
-            state = self._judge_batch(b, by_n, report)
-            left = B.rest(state)
-            if left is not None:  # a merge ended it: the rest on a draw and recording of their own
-                todo.insert(0, left)
-            for n in state.pending if left is None else ():  # the loop stopped inside the batch
-                self._unjudged(n, by_n[n][2], report)
+                state, carried = self._judge_batch(b, by_n, report, mine, following)
+                left = B.rest(state)
+                if left is not None:  # a merge ended it: the rest on a draw and recording of their own
+                    todo.insert(0, left)
+                for n in state.pending if left is None else ():  # the loop stopped inside the batch
+                    self._unjudged(n, by_n[n][2], report)
+        finally:  # the loop stopped before the job it was prepared for, or raised: ended
+            for p in (mine, carried):  # (closing what a gate used only lets its holds go)
+                if p is not None:
+                    p[2].close()
 
-    def _judge_batch(self, b, by_n: dict, report: TickReport):
+    def _ahead(self, n: int, pending: tuple, following, by_n: dict, hidden, recording):
+        """What prepares the judgment after ``n`` (``pending``: its batch's members left, it
+        first; ``following``: the next batch) while ``n``'s scorer runs: an :class:`Ahead`, or
+        None when ``n`` is the last job. The next batch's first member gets its batch's draw
+        there (every job froze when collected: ``batch.draw_due``)."""
+        from gates.rules import batch as B
+        from gates.rules import overlap
+
+        nxt = overlap.next_judged(tuple(pending), following.members if following else None)
+        if nxt is None:
+            return None
+        tip, base, _ = by_n[nxt.number]
+        if nxt.same_batch:
+            return Ahead(self.ctx, n, nxt, tip, base, hidden, recording)
+        if not B.draw_due(following, by_n):  # every job's commit is fixed before the tick judges
+            raise RuntimeError(f"batch {list(following.members)}: a member is not frozen (a bug of the tick)")
+        return Ahead(self.ctx, n, nxt, tip, base, None, None)
+
+    def _carry(self, ahead, prepared, out):
+        """After a judgment (``out``; None: it failed): ``prepared``, what ``ahead`` started for
+        the next batch's first member (``(number, hidden, EarlySides)``), when it may run on it
+        (``overlap.keep_prepared``); else None, ended. Its draw goes with its sides: the next
+        batch draws again at its start, as when nothing was prepared."""
+        from gates.rules import overlap
+
+        if prepared is None:
+            return None
+        early = prepared[2]
+        merged = out is not None and out.state == L.MERGED
+        keep, why = overlap.keep_prepared(overlap.EndFacts(
+            halted=bool(self.halt), failed=out is None, merged=merged, batch_member=False,
+            main_side_serves=False), early.sides)
+        if not keep:
+            early.close()
+            self.ctx.progress(f"#{ahead.next.number}: its sides started early are ended: {why}")
+            return None
+        return prepared
+
+    def _judge_batch(self, b, by_n: dict, report: TickReport, prepared=None, following=None):
         """The members of batch ``b`` on one draw and one recording of main (in number order,
         up to a merge or the loop's stop); the draw written into their rows once it is settled.
-        Returns the batch's final ``BatchState``."""
+        ``prepared``: its first member's ``(number, hidden, EarlySides)``, made beside the
+        judgment before it (the batch's draw is that hidden); ``following``: the next batch,
+        whose first member is prepared beside this batch's last member's scorer. Returns the
+        batch's final ``BatchState`` and what was prepared for the next batch (or None)."""
         from gates.accuracy import MainRecording
         from gates.rules import batch as B
+        from gates.rules import overlap
 
         from .pipeline import draw_hidden, judgment
 
         if not B.draw_due(b, by_n):  # every job's commit is fixed before the tick judges
             raise RuntimeError(f"batch {list(b.members)}: a member is not frozen (a bug of the tick)")
-        hidden = draw_hidden(self.ctx)  # after the last member froze
+        # after the last member froze: here, or as its first member was prepared (_ahead)
+        hidden = prepared[1] if prepared is not None else draw_hidden(self.ctx)
         recording = MainRecording(hidden, self.ctx.runs)
         state, held = B.BatchState(b), {}
+        early = prepared[2] if prepared is not None else None  # the next member's tap sides
+        carried = None  # the next batch's first member's, prepared beside the last member's scorer
         try:
             while (n := B.next_member(state)) is not None and not self.halt:
                 tip, base, queued = by_n[n]
                 if queued:
                     self.led.transition(n, L.JUDGING)
-                out = self._judge(n, tip, base, report, hold_hidden=True,
-                                  first=lambda tip=tip, base=base: judgment(self.ctx, tip, base, hidden,
-                                                                             recording))
+                ahead = self._ahead(n, state.pending, following, by_n, hidden, recording)
+                try:
+                    out = self._judge(n, tip, base, report, hold_hidden=True,
+                                      first=lambda tip=tip, base=base, early=early, ahead=ahead: judgment(
+                                          self.ctx, tip, base, hidden, recording, early=early, watch=ahead))
+                finally:
+                    if early is not None:  # used, or not: its processes and holds go
+                        early.close()
+                    early = None
+                    if ahead is not None:  # what it started, whatever ended the judgment
+                        early = ahead.prepared()
+                        if not ahead.next.same_batch:
+                            carried = (ahead.next.number, ahead.hidden, early) if early is not None else None
+                            early = None
+                merged = out is not None and out.state == L.MERGED
+                if ahead is not None and not ahead.next.same_batch:
+                    carried = self._carry(ahead, carried, out)
+                elif early is not None:
+                    keep, why = overlap.keep_prepared(overlap.EndFacts(
+                        halted=bool(self.halt), failed=out is None, merged=merged, batch_member=True,
+                        main_side_serves=recording.keeper is not None), early.sides)
+                    if not keep:
+                        early.close()
+                        self.ctx.progress(f"#{ahead.next.number}: its sides started early are ended: {why}")
+                        early = None
                 if out is not None and out.held_hidden is not None:
                     held[n] = out.held_hidden
-                state = B.judged(state, n, merged=out is not None and out.state == L.MERGED)
+                state = B.judged(state, n, merged=merged)
         except BaseException:
+            for e in (early, carried[2] if carried is not None else None):
+                if e is not None:
+                    e.close()
             recording.close(0.0, kill=True)
             raise
+        if early is not None:  # the loop stopped before the member it was prepared for
+            early.close()
         try:
             recording.close(self.cfg.test.timeout_s)
         except Exception as e:  # noqa: BLE001 - every verdict is made: main's side's end decides none
@@ -285,7 +386,7 @@ class Orchestrator:
         for n in B.written_down(state, closing=True):  # settled, or the loop stops
             if n in held:
                 self.led.record_hidden(n, held[n].to_dict())
-        return state
+        return state, carried
 
     def _shape(self, number: int, tip: str, base: str) -> str:
         """What decides main's recording for this job besides the draw
@@ -623,6 +724,74 @@ class Orchestrator:
 
     def budget_stop(self) -> str | None:
         return budget_spent(self.cfg.budgets, self.led.usage(), (time.monotonic() - self.started) / 3600)
+
+
+class Ahead:
+    """The judgment after member ``number`` (``nxt``, ``gates.rules.overlap.Next``: ``rev``
+    against ``base``; the next member of its batch, on the batch's ``hidden`` draw and
+    ``recording``, or the next batch's first member, whose batch's draw is made here as the
+    scorer starts: ``hidden`` None), prepared while ``number``'s scorer runs
+    (gates/rules/overlap.py): told by the gates (``gates.judging.judge``'s ``watch``) when that
+    scorer starts, it starts the next judgment's tap sides held, in a thread of its own (the
+    harness's part of it, git and the disk, must not hold the scorer up); :meth:`prepared`
+    (after member ``number``'s judgment) waits for that thread and gives what it started
+    (``gates.accuracy.EarlySides``, None: nothing), with when that scorer ran. The next
+    judgment's gate lets them go on. The draw never leaves this process before that gate's
+    hand-over: the held sides are told only "go"."""
+
+    def __init__(self, ctx, number: int, nxt, rev: str, base: str, hidden, recording):
+        self.ctx, self.number, self.next, self.rev, self.base = ctx, number, nxt, rev, base
+        self.hidden, self.recording = hidden, recording
+        self.started: float | None = None  # time.monotonic() of the scorer's start, its end
+        self.ended: float | None = None
+        self.why = ""  # why nothing was started, when nothing was
+        self._thread = None
+        self._early = None
+
+    def scorer_started(self, placement) -> None:
+        import threading
+
+        from .pipeline import draw_hidden
+
+        self.started = time.monotonic()
+        if self.hidden is None:  # the next batch's draw: its members all froze when collected
+            self.hidden = draw_hidden(self.ctx)
+        serves = self.recording is not None and self.recording.keeper is not None
+        self._thread = threading.Thread(target=self._prepare, args=(placement, serves), daemon=True)
+        self._thread.start()
+
+    def scorer_ended(self) -> None:
+        self.ended = time.monotonic()
+
+    def _prepare(self, placement, serves: bool) -> None:
+        from gates.accuracy import prepare_early
+        from gates.launch import compiled, sandbox
+        from gates.rules import overlap
+
+        from .pipeline import accuracy_request
+
+        cfg = self.ctx.cfg
+        try:
+            req = accuracy_request(cfg, self.ctx.repo.root, self.rev, self.base, self.ctx.runs,
+                                   self.ctx.cuda, placement, hidden=self.hidden)
+            ready = compiled.existing(req.repo, req.base, req.runs_dir, req.target, req.machine,
+                                      req.cuda) is not None
+            plan = overlap.early_sides(overlap.NextFacts(serves, sandbox.chosen(cfg.sandbox),
+                                                         cfg.test.replay_beside, ready))
+            self.why = plan.why
+            if plan.sides:
+                self._early = prepare_early(req, live=serves, batch=self.next.batch, sides=plan.sides)
+        except Exception as e:  # noqa: BLE001 - the next judgment starts its own sides
+            self.why = f"preparing failed: {type(e).__name__}: {e}"
+
+    def prepared(self):
+        """What was started (None: nothing, or the scorer never started), once the thread ended."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        if self._early is not None:
+            self._early.beside(f"#{self.number} scorer", self.started, self.ended)
+        return self._early
 
 
 def budget_spent(b, use: dict, hours: float) -> str | None:

@@ -197,12 +197,14 @@ def judge(ctx: Context, rev_sha: str, base_sha: str, hidden=None) -> tuple:
     return j.scope, j.test, j.bench
 
 
-def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None, recording=None) -> Judgment:
+def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None, recording=None, early=None,
+             watch=None) -> Judgment:
     """:func:`judge` as a :class:`Judgment`: the gates on one free slot of this machine. The
     walk crosses into gates/ twice: the scope gate on the commit's facts (a ``ScopeResult``
     back), then, past it, one :class:`JudgmentRequest` to ``gates.judging.judge`` (a
     ``GatesRun`` back: the results, the decision, the row's summary, the times). ``recording``:
-    a batch's shared recording of main (``gates.accuracy.MainRecording``; ``hidden`` its draw)."""
+    a batch's shared recording of main (``gates.accuracy.MainRecording``; ``hidden`` its draw);
+    ``early``, ``watch``: the loop's overlap of judgments (``gates.judging.judge``)."""
     t0 = time.monotonic()
     faults.point("scope")
     sc = check_scope(ctx, rev_sha, base_sha)
@@ -210,7 +212,7 @@ def judgment(ctx: Context, rev_sha: str, base_sha: str, hidden=None, recording=N
         return Judgment(sc, None, None, hidden, seconds=time.monotonic() - t0)
     with gpu_lock(ctx) as slot:
         run = run_gates(ctx, judgment_request(ctx, sc, rev_sha, base_sha, hidden, ctx.placement(slot), t0),
-                        recording, ctx.stores_for(slot))
+                        recording, early, watch, ctx.stores_for(slot))
     return Judgment(sc, run.test, run.bench, run.hidden, slot.host, slot.name, run.times.total_s, run)
 
 
@@ -222,16 +224,17 @@ def judge_once(ctx: Context, rev_sha: str, base_sha: str, hidden, label: str = "
     return judgment(ctx, rev_sha, base_sha, hidden)
 
 
-def run_gates(ctx: Context, req: JudgmentRequest, recording=None, stores=None) -> GatesRun:
+def run_gates(ctx: Context, req: JudgmentRequest, recording=None, early=None, watch=None,
+              stores=None) -> GatesRun:
     """The judgment's gates (``gates.judging.judge``) on the slot the caller holds; their
     events reach ``ctx.progress`` (:func:`told`). ``recording``: a batch's shared recording;
-    ``stores``: the slot's model store, kept across judgments (None: the judgment's own)."""
+    ``early``, ``watch``: the loop's overlap of judgments; ``stores``: the slot's model store,
+    kept across judgments (None: the judgment's own)."""
     from gates import judging
 
-    more = {} if stores is None else {"stores": stores}
-    if recording is None:
-        return judging.judge(req, progress=lambda event: told(ctx, event), **more)
-    return judging.judge(req, progress=lambda event: told(ctx, event), recording=recording, **more)
+    more = {k: v for k, v in (("recording", recording), ("early", early), ("watch", watch),
+                              ("stores", stores)) if v is not None}
+    return judging.judge(req, progress=lambda event: told(ctx, event), **more)
 
 
 def told(ctx: Context, event) -> None:

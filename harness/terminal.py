@@ -422,12 +422,15 @@ def phase_lines(t, recorded: bool) -> list[str]:
 
 
 # what each side's work is called where one ran beside another (gates.rules.phases.BESIDE_PAIRS)
-BESIDE_WORDS = {"A record": "main's recording", "B replay": "the candidate's"}
+BESIDE_WORDS = {"A record": "main's recording", "B replay": "the candidate's",
+                "A early": "main's side's", "B early": "the candidate's side's"}
 
 
 def beside_lines(b, wall_s: float | None = None) -> list[str]:
     """What ``b`` (gates.rules.phases.Beside) did off its gate's path: its phases, when each
     side ran (seconds from the gate's start), and how much of its work the other's covered."""
+    from gates.rules.phases import EARLY_PARTS
+
     def window(start, end, ended: str, never: str) -> str:
         return f"{_secs(start)} → {_secs(end)} ({ended})" if end is not None else f"{_secs(start)} → ({never})"
 
@@ -446,6 +449,8 @@ def beside_lines(b, wall_s: float | None = None) -> list[str]:
     line = f"{_secs(b.overlap_s)} of {of} overlapped {whose} {work}"
     if b.of_done_s is None:
         line += f" (ended with {b.of}, which never finished)"
+    elif b.after_s >= 0.05 and b.part in EARLY_PARTS:  # before its gate started: on no path
+        line += f"; {_secs(b.after_s)} after it (before this gate started)"
     elif b.after_s >= 0.05:  # what _secs would print as 0.0 s is none
         line += f"; {_secs(b.after_s)} after it (on the path, in the coordinator's other)"
     else:

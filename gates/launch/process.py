@@ -21,9 +21,10 @@ from pathlib import Path
 
 from . import disk, sandbox
 from ..protocol import (EXPECTS_CUDA, IMPORTED, MEMORY_VARIABLE, STORE_QUIT, BenchCommand, Quit, handover_line,
-                        parse as check_options, side_request)
+                        parse as check_options, read_held, side_request)
 from ..requests import Placement
 from .after_import import AfterImport, Dialogue
+from .held import Hold, began
 
 HARNESS_ROOT = Path(__file__).resolve().parents[2]
 # Variables a side may see. API keys and everything else of the user's environment stay out.
@@ -63,6 +64,10 @@ def side_env(place: Placement, extra: dict | None = None) -> dict:
     env.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
     env.setdefault("NVSHMEM_DISABLE_NVLS", "1")
     cuda = _has_cuda()
+    if not cuda:
+        # what the side's driver sets anyway when it finds no GPU (gates/interpreter.py), said
+        # here so that a side held at its hold point need not ask CUDA (gates/side/driver.py)
+        env.setdefault("TRITON_INTERPRET", "1")
     if env.get("TRITON_INTERPRET") == "1" or not cuda:
         # CPU mode: one thread per side, so parallel sides do not oversubscribe the cores and
         # time each other's thread contention
@@ -83,14 +88,30 @@ def hand_over(proc: subprocess.Popen, hidden: dict | None, log) -> None:
     :class:`~gates.launch.after_import.Dialogue` keeps it open and answers the side's later requests.
     Anything else on its stdout (the driver sends the tree's prints to stderr; a write to fd 1
     is not one) goes to ``log``. Ends when the side closes its stdout."""
-    sent = False
+    sent = held = False
     talk = hidden if isinstance(hidden, Dialogue) else None
     for line in proc.stdout:
+        if isinstance(hidden, Hold) and not held and not sent:
+            # a held side's first line (gates/launch/held.py): answered with the go, or with
+            # the end of its stdin when what was prepared is not needed
+            report = read_held(line)
+            if report is not None:
+                held = True
+                answer = hidden.held(proc, report)
+                try:
+                    if answer:
+                        proc.stdin.write(answer)
+                        proc.stdin.flush()
+                    else:
+                        proc.stdin.close()
+                except (BrokenPipeError, OSError, ValueError):
+                    pass
+                continue
         if not sent and line.strip() == IMPORTED:
             try:
                 proc.stdin.write(hidden.line(proc) if isinstance(hidden, (AfterImport, Dialogue))
                                  else handover_line(hidden))
-                if talk is None:
+                if talk is None or (isinstance(talk, Hold) and not talk.talks):
                     proc.stdin.close()
                 else:
                     proc.stdin.flush()
@@ -165,6 +186,7 @@ class SideOutcome:
     result: dict | None
     log_tail: str
     log_path: Path
+    held_s: float = 0.0  # a held side's seconds from its start to its go (not in ``wall_s``)
 
 
 def classify(returncode: int | None, timed_out: bool, tail: str) -> str:
@@ -212,15 +234,17 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, pla
     """Run ``gates.side.driver MODE`` on ``tree`` once at ``place`` (run and tap modes); ``hidden``
     (``Hidden.to_dict()``, or None for none) is handed over once it has imported the tree.
     ``stop`` (a ``threading.Event``, or None): once set, the side is ended as timed out (the
-    caller's own deadline for part of its work). ``group``: the sandbox it joins (the model
-    store's, whose weights it attaches to), in a root of its own."""
+    caller's own deadline for part of its work). ``hidden`` a :class:`~gates.launch.held.Hold`:
+    the side starts held; its limit and wall count from its go. ``group``: the sandbox it joins
+    (the model store's, whose weights it attaches to), in a root of its own (never a held
+    side's: it was started before any lease, gates/rules/overlap.py ``tap_lease``)."""
     check_options(mode, spec)  # the side parses it again: a key no mode defines is a gate bug
     out.parent.mkdir(parents=True, exist_ok=True)
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps(spec, indent=1))
     log_path = out.with_suffix(".log")
     cmd = [sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
-           str(spec_path), "--out", str(out)]
+           str(spec_path), "--out", str(out)] + (["--hold"] if isinstance(hidden, Hold) else [])
     t0 = time.monotonic()
     timed_out = False
     with open(log_path, "w") as logf:
@@ -235,19 +259,23 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, pla
                     proc.wait(timeout=2.0 if stop is None else 0.2)
                     break
                 except subprocess.TimeoutExpired:
-                    if time.monotonic() - t0 > timeout_s or (stop is not None and stop.is_set()):
+                    start = began(t0, hidden)  # None: held, waiting for its go
+                    if (start is not None and time.monotonic() - start > timeout_s) or \
+                            (stop is not None and stop.is_set()):
                         timed_out = True
                         os.killpg(proc.pid, signal.SIGKILL)
                         proc.wait()
                         break
-                    if progress and time.monotonic() - last_progress >= 2.0:
+                    if progress and start is not None and time.monotonic() - last_progress >= 2.0:
                         last_progress = time.monotonic()
-                        progress(_last_line(log_path), time.monotonic() - t0)
+                        progress(_last_line(log_path), time.monotonic() - start)
         except BaseException:
             os.killpg(proc.pid, signal.SIGKILL)
             raise
         handing.join(timeout=10)  # the side's last stray stdout lines reach its log
-    wall = time.monotonic() - t0
+    start = began(t0, hidden)
+    held_s = 0.0 if start is None else start - t0
+    wall = time.monotonic() - (start if start is not None else t0)
     tail = log_path.read_text(errors="replace")[-4000:]
     kind, tail = disk.classified(classify(proc.returncode, timed_out, tail), tail, out.parent)
     result = None
@@ -255,7 +283,7 @@ def run_side(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, pla
         result = json.loads(out.read_text())
     elif kind == "ok":
         kind = "error"
-    return SideOutcome(kind == "ok", kind, proc.returncode, wall, result, tail, log_path)
+    return SideOutcome(kind == "ok", kind, proc.returncode, wall, result, tail, log_path, held_s)
 
 
 def _last_line(path: Path) -> str:

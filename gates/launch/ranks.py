@@ -29,6 +29,7 @@ from . import disk, sandbox
 from ..protocol import BenchCommand, Quit, parse as check_options, rank_document
 from ..requests import Placement
 from ..rules.ranks import combine, merge_digests, merge_replies, rank_env
+from .held import Hold, began
 from .process import (HARNESS_ROOT, Interactive, SideError, SideOutcome, _die_with_parent, _last_line, classify,
                       reply_kind, run_side, side_env, start_hand_over)
 
@@ -72,7 +73,9 @@ def run_all(cmds: list[list[str]], envs: list[dict], logs: list[Path], timeout_s
                 if i not in ended and p.poll() is not None:
                     ended[i] = Ended(p.returncode, False, False, len(ended))
             failed = any(e.returncode != 0 for e in ended.values())
-            late = time.monotonic() - t0 > timeout_s or (stop is not None and stop.is_set())
+            start = began(t0, hidden)  # None: held (gates/launch/held.py), waiting for its go
+            late = (start is not None and time.monotonic() - start > timeout_s) or \
+                (stop is not None and stop.is_set())
             if (failed or late) and len(ended) < len(procs):
                 for i, p in enumerate(procs):
                     if i not in ended:
@@ -80,9 +83,9 @@ def run_all(cmds: list[list[str]], envs: list[dict], logs: list[Path], timeout_s
                         ended[i] = Ended(p.returncode, late and not failed, True, len(ended))
                 break
             now = time.monotonic()
-            if progress and now - last_progress >= 2.0:
+            if progress and start is not None and now - last_progress >= 2.0:
                 last_progress = now
-                progress(_last_line(logs[0]), now - t0)
+                progress(_last_line(logs[0]), now - start)
             time.sleep(poll_s)
     except BaseException:
         for p in procs:
@@ -140,14 +143,17 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, place
     cmds, envs, logs = [], [], []
     for r in range(world):
         cmds.append([sys.executable, "-m", "gates.side.driver", mode, "--tree", str(tree), "--spec",
-                     str(spec_path), "--out", str(rank_out(out, r))])
+                     str(spec_path), "--out", str(rank_out(out, r))] +
+                    (["--hold"] if isinstance(hidden, Hold) else []))
         envs.append(rank_env(base, r, world, port))
         logs.append(out.with_name(f"{out.stem}.rank{r}.log"))
     t0 = time.monotonic()
     with sandbox.group(mode, tree, out, spec) as box:  # the ranks meet in one sandbox
         ended = run_all([sandbox.wrap(c, place, box) for c in cmds], envs, logs, timeout_s, progress,
                         hidden=hidden, stop=stop)
-    wall = time.monotonic() - t0
+    start = began(t0, hidden)
+    held_s = 0.0 if start is None else start - t0
+    wall = time.monotonic() - (start if start is not None else t0)
     tails = [log.read_text(errors="replace")[-4000:] for log in logs]
     kinds = [classify(e.returncode, e.timed_out, t) for e, t in zip(ended, tails)]
     for r in range(world):  # a rank that ran out of disk says so, where it wrote
@@ -159,18 +165,18 @@ def launch(mode: str, tree: Path, spec: dict, out: Path, timeout_s: float, place
                  next((r for r in by_order if ended[r].timed_out), None))
     if cause is not None:
         return SideOutcome(False, f"{kinds[cause]} (rank {cause} of {world})", ended[cause].returncode,
-                           wall, None, tails[cause], logs[cause])
+                           wall, None, tails[cause], logs[cause], held_s)
     missing = [r for r in range(world) if not rank_out(out, r).exists()]
     if missing:
         return SideOutcome(False, f"error (rank {missing[0]} of {world} wrote no result)", 0, wall,
-                           None, tails[missing[0]], logs[missing[0]])
+                           None, tails[missing[0]], logs[missing[0]], held_s)
     results = [json.loads(rank_out(out, r).read_text()) for r in range(world)]
     device = str(results[0].get("environment", {}).get("device", ""))
     backend = "none" if world == 1 else "nccl" if device.startswith("cuda") else "gloo"
     merged = results[0] if mode == "compile" else \
         (combine if mode == "run" else merge_digests)(results, spec["layout"], backend)
     out.write_text(json.dumps(merged, indent=1, default=str))
-    return SideOutcome(True, "ok", 0, wall, merged, tails[0], logs[0])
+    return SideOutcome(True, "ok", 0, wall, merged, tails[0], logs[0], held_s)
 
 
 class RanksDisagree(SideError):

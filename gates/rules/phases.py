@@ -141,14 +141,25 @@ def accuracy_spans(report: dict | None) -> list[Span]:
 # a side that starts beside another (gates/accuracy.py): its part -> (the part it runs beside,
 # the accuracy report's ``timeline`` keys of its start and release, of the other's start and
 # of the end of the work it runs beside: main's RECORDED)
-BESIDE_PAIRS = {"B replay": ("A record", "b_started", "b_released", "a_started", "a_recorded")}
+BESIDE_PAIRS = {"B replay": ("A record", "b_started", "b_released", "a_started", "a_recorded"),
+                # a tap side of this judgment started beside the previous judgment's scorer, held
+                # at its hold point until its go (gates/rules/overlap.py; the accuracy report's
+                # ``early`` names that scorer: "#7 scorer"): from its start to its go, beside
+                # the scorer from its start to its end (its last GPU work)
+                "A early": ("scorer", "a_early", "a_go", "scorer_started", "scorer_done"),
+                "B early": ("scorer", "b_early", "b_go", "scorer_started", "scorer_done")}
+
+
+EARLY_PARTS = ("A early", "B early")
 
 
 @dataclass(frozen=True)
 class Beside:
     """What side ``part`` did beside side ``of``'s work, off the gate's path: the candidate's
     replay, started with main's record side, starts, imports its tree and builds its model
-    while main records. ``spans`` are that work (never among :attr:`JudgmentTimes.spans`,
+    while main records; or a tap side started early (``A early``, ``B early``) starts up to
+    its hold point while the previous judgment's scorer runs (``of``: "#7 scorer", its times
+    before this gate's start, so negative). ``spans`` are that work (never among :attr:`JudgmentTimes.spans`,
     which add up to the gate's wall); the times are seconds from the gate's start (the
     report's ``timeline``; None: it did not happen, or was not kept)."""
 
@@ -227,8 +238,10 @@ def accuracy_beside(report: dict | None) -> tuple[Beside, ...]:
     out = []
     spans = [Span.from_dict(d) for d in (report or {}).get("beside") or ()]
     timeline = (report or {}).get("timeline") or {}
+    early_of = ((report or {}).get("early") or {}).get("of")  # whose scorer the early sides ran beside
     for part in dict.fromkeys(s.part for s in spans):
         of, *keys = BESIDE_PAIRS.get(part, ("", None, None, None, None))
+        of = early_of if part in EARLY_PARTS and early_of else of
         out.append(Beside(spans[0].gate, part, of, tuple(s for s in spans if s.part == part),
                           *(_secs_or_none(timeline.get(k)) if k else None for k in keys)))
     return tuple(out)

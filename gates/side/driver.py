@@ -49,9 +49,13 @@ def main(argv=None) -> int:
     ap.add_argument("--spec", required=True, help="JSON: the mode's options (gates/protocol.py)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", default=None)
+    ap.add_argument("--hold", action="store_true",
+                    help="start early: wait at the hold point for the coordinator's go line")
     args = ap.parse_args(argv)
     phase_clock.CLOCK = PhaseClock(CompileClock())  # this process's phases, from here
     limit_memory()
+    if args.hold:
+        hold_for_go(args.mode)
     prepare_interpreter()
     keep_language_patched()  # before the tree: its kernels run on the interpreter as patched
     phase_clock.CLOCK.compiler.install()  # once triton may be imported, before any kernel
@@ -138,6 +142,42 @@ def main(argv=None) -> int:
 
         leave()
     return 0
+
+
+def hold_for_go(mode: str) -> None:
+    """The hold point of a side started beside another judgment's scorer (gates/rules/overlap.py):
+    what may run before it (torch and the gates' own side code imported; no CUDA call, no
+    tree's code) runs, then the side says :data:`~gates.protocol.HELD` with what it imported
+    and waits for the coordinator's go line on fd 0. Its end of input means it is not needed
+    (the coordinator ended what it prepared): the side exits quietly."""
+    import importlib
+
+    import torch
+
+    from .channel import read_line
+
+    # which Triton runs is decided without asking CUDA where the environment says it already
+    # (the CPU's interpreter, or the gates' word that there is a GPU); else it waits for go
+    known = os.environ.get("TRITON_INTERPRET") == "1" or os.environ.get(protocol.EXPECTS_CUDA) == "1"
+    for name in EARLY_MODULES.get(mode, ()) if known else ():
+        importlib.import_module(name)
+    report = protocol.held_line(kernels="kernels" in sys.modules or any(
+        m.startswith("kernels.") for m in sys.modules), cuda=torch.cuda.is_initialized(),
+        triton="triton" in sys.modules)
+    sys.stdout.write(report)
+    sys.stdout.flush()
+    line = read_line(None, "the gates' go line", eof_ok=True)
+    if not line:
+        raise SystemExit(0)
+    if not protocol.is_go(line):
+        raise SystemExit(f"gates.side.driver: expected the gates' go line after {protocol.HELD_KEY}, "
+                         f"got {line[:80]!r} (a bug of the coordinator, gates/launch/process.py)")
+
+
+# the gates' own side code a held side imports before its hold point (none imports a tree,
+# none calls CUDA at import): what its mode imports anyway once it goes on
+EARLY_MODULES = {"tap": ("gates.side.tap", "gates.side.numerics", "gates.side.channel",
+                         "gates.side.tamper", "gates.side.session", "gates.side.fingerprint")}
 
 
 def check_tamper(seal, audit) -> None:
