@@ -156,6 +156,10 @@ class AccuracySettings(Thresholds):
     # touch the same ops (gates/rules/batch.py); false: every candidate records main itself (main's
     # idle record side holds its model beside the scorer's until the batch ends)
     record_once_per_batch: Bool = True
+    # on one slot, the next judgment's tap sides start held (no tree, no CUDA) beside the
+    # current one's scorer and go on once its GPU work ended (gates/rules/overlap.py); such
+    # sides build their own model (no store lease); false: they start after the judgment
+    start_beside_scorer: Bool = True
 
 
 @section

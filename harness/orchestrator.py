@@ -281,11 +281,14 @@ class Orchestrator:
     def _ahead(self, n: int, pending: tuple, following, by_n: dict, hidden, recording):
         """What prepares the judgment after ``n`` (``pending``: its batch's members left, it
         first; ``following``: the next batch) while ``n``'s scorer runs: an :class:`Ahead`, or
-        None when ``n`` is the last job. The next batch's first member gets its batch's draw
+        None when ``n`` is the last job or kern.yaml's ``test.start_beside_scorer`` is off. The
+        next batch's first member gets its batch's draw
         there (every job froze when collected: ``batch.draw_due``)."""
         from gates.rules import batch as B
         from gates.rules import overlap
 
+        if not self.cfg.test.start_beside_scorer:  # kern.yaml: the next starts after this one
+            return None
         nxt = overlap.next_judged(tuple(pending), following.members if following else None)
         if nxt is None:
             return None

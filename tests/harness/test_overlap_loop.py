@@ -71,8 +71,8 @@ def _tests(ctx, ns):
     return [json.loads((ctx.runs / "attempts" / str(n) / "judgment-1.json").read_text()) for n in ns]
 
 
-def _two(tmp_path, second=EDIT2):
-    repo = make_repo(tmp_path, ONE_ROW_TAP)
+def _two(tmp_path, second=EDIT2, settings=None):
+    repo = make_repo(tmp_path, {**ONE_ROW_TAP, **(settings or {})})
     shas = [candidate(repo, name, [edit]) for name, edit in (("s1", EDIT), ("s2", second))]
     ctx, _ = context(repo)
     return ctx, [queued(ctx, sha, f"cand {i}") for i, sha in enumerate(shas)]
@@ -146,16 +146,14 @@ def test_across_batches_the_next_batchs_sides_start_held_beside_the_scorer(tmp_p
     """Two candidates touching different ops: two batches of one. The second's main record side
     and replay start held during the first's scorer, on its draw made then; its verdict, its
     row's draw and everything left behind are those of judging them one after another."""
-    from harness.orchestrator import Ahead
-
-    # one after another: nothing prepared (the same tick with the overlap off)
+    # one after another: nothing prepared (the same tick with kern.yaml's overlap off)
     with monkeypatch.context() as m:
-        m.setattr(Ahead, "scorer_started", lambda self, placement: None)
         m.setattr("gates.scorer.run_bench", lambda req, progress=print, stores=None:
                   faster(req.machine, req.scorer, -0.12))
-        ctx0, ns0 = _two(tmp_path / "alone", COMBINE_EDIT)
+        ctx0, ns0 = _two(tmp_path / "alone", COMBINE_EDIT, {"test.start_beside_scorer": False})
         Orchestrator(ctx0).tick(spawn=False)
         alone = _verdicts(ctx0, ns0)
+        assert [d["test"].get("early") for d in _tests(ctx0, ns0)] == [None, None]
     ctx, ns = _two(tmp_path / "overlap", COMBINE_EDIT)
     seen = Watched(monkeypatch, lambda req: faster(req.machine, req.scorer, -0.12), sides=2)
     Orchestrator(ctx).tick(spawn=False)
