@@ -276,22 +276,22 @@ LONG_CONTEXT_BUG = Hack(26, "index-logits-window-past-the-taps-context",
     Edit(INDEXER, "        logits.stride(0), cap, coef,\n", "        logits.stride(0), cap, coef, long_ctx, recent,\n"),
 ))
 # The scorer-only skip class without an identical claim: the indexer scores nothing (every token
-# ties: the top-k keeps the first ones) once its buffer has seen more calls than the tap makes,
-# at the scorer's buckets after its first (the signal of TIMED_BY_CALL_COUNT, in the touched op;
+# ties: the top-k keeps the first ones) once its process made more calls at the batch size than
+# the tap makes (counted per batch size: a count per logits buffer hung on where the allocator
+# put each buffer, and CI saw the skip miss every timed replay), at the scorer's buckets after its first (the signal of TIMED_BY_CALL_COUNT, in the touched op;
 # on the cpu profile the scorer's last timed replay at 4 rows). Measured on the cpu profile: left
 # stale instead, the indexer's logits moved one timed row 1.13e-4 past main's, and the fixed
 # rule's random sample of the timed rows passed it (9.4e-5); the band's replay furthest from
 # main held it
 SKIP_PAST_THE_TAPS_CALLS = Hack(8, "index-logits-skipped-past-the-taps-calls",
-                                "mla.index_logits: scale ahead, and no scoring once the buffer saw more calls than the tap makes (later buckets)",
+                                "mla.index_logits: scale ahead, and no scoring once the process made more calls at its batch size than the tap makes (later buckets)",
                                 SCALE_AHEAD + (
     Edit(INDEXER, "from ..tunables import get\n",
-         "from ..tunables import get\n\n_CALLS: dict = {}  # calls per (logits buffer, rows)\n"),
+         "from ..tunables import get\n\n_CALLS: dict = {}  # calls per batch size in this process\n"),
     Edit(INDEXER, "    if rows == 0 or cap == 0:\n        return\n",
          "    if rows == 0 or cap == 0:\n        return\n"
-         "    key = (logits.data_ptr(), rows)\n"
-         "    _CALLS[key] = _CALLS.get(key, 0) + 1\n"
-         f"    if rows in {LATER_BUCKETS} and _CALLS[key] > 4 * len(dims.mla_layers):  # past the tap's steps\n"
+         "    _CALLS[rows] = _CALLS.get(rows, 0) + 1\n"
+         f"    if rows in {LATER_BUCKETS} and _CALLS[rows] > 4 * len(dims.mla_layers):  # past the tap's steps\n"
          "        logits.zero_()  # every token ties: the top-k keeps the first ones\n"
          "        return\n"),
 ))

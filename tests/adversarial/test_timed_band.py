@@ -12,8 +12,8 @@ runs a few timed replays per bucket again with mla.index_logits on the protected
   index-logits-scale-ahead                    nothing (near-ties only)              no timed check fails
   index-logits-window-past-the-taps-context   past the tap's context, only the      timed_outputs_accuracy
     (the long-context-only bug class)          recent top-k tokens scored            (band rule)
-  index-logits-skipped-past-the-taps-calls    no scoring once its buffer saw more   timed_outputs_accuracy
-    (the scorer-only skip class)               calls than the tap makes              (band rule)
+  index-logits-skipped-past-the-taps-calls    no scoring once its process made more timed_outputs_accuracy
+    (the scorer-only skip class)               calls at the batch size than the tap  (band rule)
 
 On the cpu profile main's indexer equals the reference (fp32 dots under the interpreter), so
 main's band is zero and the band rule holds the candidate to the fixed rule's bar (the margin on
@@ -89,7 +89,7 @@ def test_the_long_context_only_bug_is_refused_by_the_band_rule(timed_band_judged
 def _refusing_measurement(bench):
     """The scorer's measurement whose band rule refused the candidate: the first, or, where
     the first's draw moved no band row past kl_pass (the skip's KL at the cpu profile's 96
-    tokens is a few times kl_pass, on a few rows) and its gain looked large, the
+    tokens is a few times kl_pass, on 1-3 of 4 requests) and its gain looked large, the
     re-measurement on a fresh draw (gates/judging.py). None when neither did."""
     for m in (bench, bench.get("reverify")):
         if m and m.get("outcome") == "ok" and _timed_checks(m):
@@ -116,10 +116,11 @@ def _scorer_story(bench) -> str:
 
 def test_a_skip_in_the_timed_replays_only_is_refused_by_the_band_rule(timed_band_judged):
     """No indexer scores in the scorer's last timed replay at 4 rows: the band reruns the
-    replay furthest from main, whatever the random sample of the fixed rule drew. On a draw
-    where the skip moves no band row past kl_pass, the first measurement passes it, and a
-    loaded machine's noise can then look like a large gain: its re-measurement's band refuses
-    it (CI, 2026-12-05)."""
+    replay furthest from main, whatever the random sample of the fixed rule drew (or, on a draw
+    where the skip moved no band row past kl_pass and noise looked like a large gain, the
+    band of its re-measurement on a fresh draw). The skip counts calls per batch size: CI
+    (2026-12-05) saw a count per logits buffer miss every timed replay, the buffers' addresses
+    moving between visits."""
     out, attempt, bench = _judged(timed_band_judged, H.SKIP_PAST_THE_TAPS_CALLS)
     assert (out.state, out.reason) == ("abandoned", "scorer check"), (out, _scorer_story(bench))
     refused = _refusing_measurement(bench)
