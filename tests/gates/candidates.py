@@ -130,3 +130,14 @@ def side_dumps(root: Path, marker: str) -> list[dict]:
 def reasons(verdict: dict) -> str:
     """An accuracy verdict's reasons on one line: the message of an assertion about it."""
     return " | ".join(verdict["reasons"])
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` exists any more (what a test's side left must be gone)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

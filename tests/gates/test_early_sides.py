@@ -5,7 +5,6 @@ is the one it gives with sides started in its own time; not needed, they end wit
 and leave no process."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -16,7 +15,7 @@ from gates.launch import compiled
 from gates.rules import hidden as draws, overlap
 from harness.pipeline import accuracy_request
 from harness.settings import load
-from tests.gates.candidates import ONE_ROW_TAP, candidate, make_repo, reasons, tensors_left
+from tests.gates.candidates import ONE_ROW_TAP, candidate, process_gone, make_repo, reasons, tensors_left
 
 pytestmark = pytest.mark.slow
 
@@ -59,14 +58,6 @@ class _NoStoreWork:
         raise AssertionError(f"the model store was used ({name}) by a gate that adopted early sides")
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_held_sides_touch_no_tree_and_no_cuda_and_the_verdict_stands(setup):
     req = _request(setup)
     early = prepare_early(req, live=False, batch=False, sides=(overlap.A, overlap.B))
@@ -95,7 +86,7 @@ def test_held_sides_touch_no_tree_and_no_cuda_and_the_verdict_stands(setup):
     assert report["b_dir"] == str(early.b_dir)
     assert tensors_left([report]) == []
     pids = [p for h in early._holds.values() for p in h.pids]
-    assert pids and all(_gone(p) for p in pids)
+    assert pids and all(process_gone(p) for p in pids)
 
 
 def test_sides_not_needed_end_with_their_folders(setup):
@@ -103,9 +94,9 @@ def test_sides_not_needed_end_with_their_folders(setup):
     early = prepare_early(req, live=False, batch=False, sides=(overlap.A, overlap.B))
     _held(early)
     pids = [p for h in early._holds.values() for p in h.pids]
-    assert len(pids) == 2 and not any(_gone(p) for p in pids)
+    assert len(pids) == 2 and not any(process_gone(p) for p in pids)
     early.close()
-    assert all(_gone(p) for p in pids)
+    assert all(process_gone(p) for p in pids)
     assert not early.a_dir.exists() and not early.b_dir.exists()
 
 

@@ -8,7 +8,6 @@ judgment ends the prepared side with its folder and leaves no process."""
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
@@ -17,7 +16,7 @@ from gates.launch import held as H
 from gates.rules.footprint import DiskShort
 from harness import ledger as L
 from harness.orchestrator import Orchestrator
-from tests.gates.candidates import ONE_ROW_TAP, candidate, context, make_repo, tensors_left
+from tests.gates.candidates import ONE_ROW_TAP, candidate, process_gone, context, make_repo, tensors_left
 from tests.harness.test_batch_loop import EDIT2
 from tests.harness.test_faults import COMBINE_EDIT, EDIT, faster, queued
 
@@ -59,12 +58,16 @@ class Watched:
         monkeypatch.setattr("gates.scorer.run_bench", bench)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+def _first_scorer_ends(how: str, scored):
+    """A scorer stand-in: the first judgment's scorer (``scored()`` is 1: the next sides are
+    held by then) ends in a crash or, ``how`` "halt", a full disk; later ones find a gain."""
+    def answer(req):
+        if scored() == 1:
+            if how == "halt":
+                raise DiskShort("disk full: runs/ is short (a test)", "runs", 1, 0)
+            raise RuntimeError("the scorer broke (a test)")
+        return faster(req.machine, req.scorer, -0.12)
+    return answer
 
 
 def _tests(ctx, ns):
@@ -109,25 +112,18 @@ def test_the_next_members_side_starts_held_beside_the_scorer_and_verdicts_stand(
     print(lines)
     assert tensors_left(tests) == []
     pids = [p for h in seen.holds for p in h.pids]
-    assert pids and all(_gone(p) for p in pids)
+    assert pids and all(process_gone(p) for p in pids)
 
 
 @pytest.mark.parametrize("how", ["crash", "halt"])
 def test_a_crash_or_halt_in_the_first_judgment_ends_the_prepared_side(tmp_path, monkeypatch, how):
     ctx, ns = _two(tmp_path)
 
-    def answer(req):
-        if len(seen.scored) == 1:  # the first member's scorer, once the next side is held
-            if how == "halt":
-                raise DiskShort("disk full: runs/ is short (a test)", "runs", 1, 0)
-            raise RuntimeError("the scorer broke (a test)")
-        return faster(req.machine, req.scorer, -0.12)
-
-    seen = Watched(monkeypatch, answer)
+    seen = Watched(monkeypatch, _first_scorer_ends(how, lambda: len(seen.scored)))
     Orchestrator(ctx).tick(spawn=False)
     assert seen.early and seen.early[0] is not None and seen.holds
     pids = [p for h in seen.holds[:1] for p in h.pids]
-    assert pids and all(_gone(p) for p in pids)
+    assert pids and all(process_gone(p) for p in pids)
     assert not seen.early[0].b_dir.exists()  # its folder went with it
     first, second = (ctx.ledger.attempt(n) for n in ns)
     if how == "halt":  # the loop stops: the next member is left for the next loop
@@ -178,26 +174,19 @@ def test_across_batches_the_next_batchs_sides_start_held_beside_the_scorer(tmp_p
     assert {"A early", "B early"} <= parts
     assert tensors_left(tests) == []
     pids = [p for h in seen.holds for p in h.pids]
-    assert len(seen.holds) == 2 and all(_gone(p) for p in pids)
+    assert len(seen.holds) == 2 and all(process_gone(p) for p in pids)
 
 
 @pytest.mark.parametrize("how", ["crash", "halt"])
 def test_a_crash_or_halt_ends_the_next_batchs_prepared_sides(tmp_path, monkeypatch, how):
     ctx, ns = _two(tmp_path, COMBINE_EDIT)
 
-    def answer(req):
-        if len(seen.scored) == 1:  # the first judgment's scorer, once the next sides are held
-            if how == "halt":
-                raise DiskShort("disk full: runs/ is short (a test)", "runs", 1, 0)
-            raise RuntimeError("the scorer broke (a test)")
-        return faster(req.machine, req.scorer, -0.12)
-
-    seen = Watched(monkeypatch, answer, sides=2)
+    seen = Watched(monkeypatch, _first_scorer_ends(how, lambda: len(seen.scored)), sides=2)
     Orchestrator(ctx).tick(spawn=False)
     (early,) = seen.early
     assert early is not None and early.sides == ("A record", "B replay") and len(seen.holds) >= 2
     pids = [p for h in seen.holds[:2] for p in h.pids]
-    assert pids and all(_gone(p) for p in pids)
+    assert pids and all(process_gone(p) for p in pids)
     assert not early.a_dir.exists() and not early.b_dir.exists()  # its folders went with them
     first, second = (ctx.ledger.attempt(n) for n in ns)
     if how == "halt":  # the loop stops: nothing judged the next, its draw never written
@@ -241,7 +230,7 @@ def test_the_next_batch_of_two_is_prepared_then_its_second_member(tmp_path, monk
     assert seen.prepared_for[1].hidden.to_dict() == drawn
     assert tensors_left(tests) == []
     pids = [p for h in seen.holds for p in h.pids]
-    assert len(seen.holds) == 3 and all(_gone(p) for p in pids)
+    assert len(seen.holds) == 3 and all(process_gone(p) for p in pids)
 
 
 def test_a_merge_keeps_the_next_batchs_prepared_sides_and_a_win_after_it_is_judged_again_alone(
@@ -260,4 +249,4 @@ def test_a_merge_keeps_the_next_batchs_prepared_sides_and_a_win_after_it_is_judg
     assert again["early"] is None  # the rebased commit against the new main: nothing prepared
     assert once["verdict"] == again["verdict"] == "PASS bit-identical"
     assert len(seen.early) == 1 and len(seen.holds) == 2
-    assert all(_gone(p) for h in seen.holds for p in h.pids)
+    assert all(process_gone(p) for h in seen.holds for p in h.pids)
