@@ -27,7 +27,8 @@
 #   micro OPS BRANCH... - issue 26: bench/tools/op_bench.py, the ops OPS (comma list, 'dense'
 #            for every dense projection) of each candidate BRANCH's tree beside main's (checked
 #            against main's outputs, timed interleaved); then kern profile main --rows 128
-#   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set): kern loop with the replay backend
+#   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set;
+#            LOOP_WALL_HOURS: no judgment starts past it): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
 #            (bench/journey/ledger.sqlite) as its ledger, in its own process session across
 #            device calls; loop-wait waits, then brings back the ledger, the exports and a
@@ -135,6 +136,9 @@ c = yaml.safe_load(pathlib.Path("kern.yaml").read_text())
 c["agent"].update(backend="replay", replay_dir="bench/journey/patches")
 # tick 1 spawns LOOP_CONCURRENCY replays (3 unless set), tick 2 judges them in number order
 c["loop"]["concurrency"] = int(os.environ.get("LOOP_CONCURRENCY", "3"))
+# LOOP_WALL_HOURS: the loop starts no judgment past it (the device's budget, not a kill mid-judgment)
+if os.environ.get("LOOP_WALL_HOURS"):
+    c["budgets"]["wall_hours"] = float(os.environ["LOOP_WALL_HOURS"])
 pathlib.Path("/tmp/kern-loop.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
 PY
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
