@@ -112,6 +112,19 @@ def test_weights_changed_under_a_lease_fail_the_candidate_and_retire_the_store()
     assert not held.keep and held.failed_check is None and "still held" in held.reason
 
 
+@given(st.sampled_from([True, False, None]), st.booleans(), st.booleans(),
+       st.sampled_from([("A",), ("A", "B"), ("B",)]))
+def test_a_store_whose_dev_shm_was_not_swept_clean_is_not_kept_and_blames_nobody(intact, freed, clean, sides):
+    """Entries its group's /dev/shm kept after the sweep (or no word from the store on what it
+    maps) retire the store: a side's file would reach the next lease. It is no check of the
+    candidate's (nothing of the gates reads that folder); weights written still are."""
+    rel = R.released(intact, sides, freed, clean)
+    assert rel.keep == (intact is True and freed and clean)
+    assert rel.failed_check == R.released(intact, sides, freed).failed_check
+    if intact is True and freed and not clean:
+        assert "/dev/shm could not be swept" in rel.reason
+
+
 def test_code_the_store_key_does_not_cover_is_named():
     assert R.uncovered(list(R.STORE_FILES)) == []
     assert R.uncovered(["k31/model.py", "k31/moe/experts.py", "k31/collectives.py"]) == \
@@ -240,6 +253,28 @@ def test_a_lease_of_the_weights_alone_builds_no_state_and_hands_only_weights(sma
     released = small_store.release(out)
     assert released["weights_intact"] and released["freed"] and released["caches_restored"] is None
     assert not small_store.open
+
+
+def test_a_release_reports_the_dev_shm_files_the_store_maps_by_name_and_inode(small_store, tmp_path):
+    """What the harness's sweep of the group's /dev/shm keeps (torch's CUDA IPC counts, mapped
+    by the store; here a file this process maps, the store being in this process)."""
+    import mmap
+    import tempfile
+
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    out = tmp_path / "store.json"
+    lease = protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"], state=False)
+    with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="torch_kern_test_") as f:
+        f.write(b"\0" * 4096)
+        f.flush()
+        pair = [os.path.basename(f.name), os.fstat(f.fileno()).st_ino]
+        with mmap.mmap(f.fileno(), 4096):
+            small_store.lease(lease, out)
+            assert pair in small_store.release(out)["shm"]
+        small_store.lease(lease, out)
+        shm = small_store.release(out)["shm"]
+    assert isinstance(shm, list) and pair not in shm  # unmapped: the sweep would remove it
 
 
 def test_a_tap_sides_own_state_on_the_stores_weights_is_the_model_it_builds(small_store):
