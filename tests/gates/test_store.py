@@ -403,6 +403,54 @@ def test_a_store_ends_with_its_holder_interrupted(repo, tmp_path):
     assert _gone(pids)
 
 
+# a side that joined the store's group (a candidate's): files for the next judgment's sides
+SHM_PLANT = r"""
+import os
+store = [p for p in os.listdir("/proc") if p.isdigit() and
+         b"gates.side.driver\0store" in open("/proc/%s/cmdline" % p, "rb").read()]
+assert store, "the store process is not in the group's PID namespace"
+open("/dev/shm/planted", "w").write("for the next judgment")
+open("/dev/shm/torch_%s_x" % store[0], "w").write("named like the store's")
+os.makedirs("/dev/shm/dir/sub")
+"""
+
+
+@pytest.mark.slow
+def test_a_stores_group_dev_shm_is_swept_after_each_lease(repo, tmp_path):
+    """A store process in its own sandbox group (the CPU: it maps none of /dev/shm, and says
+    so having read its maps inside the sandbox); a side that joined it plants a file, a file
+    named like the store's and a folder in the group's /dev/shm. The release sweeps them (said
+    in the store's log and its record), the store is kept, and the next lease finds nothing."""
+    from gates.launch import sandbox
+    from gates.launch.process import side_env
+    from gates.rules.shm import ShmSweep
+
+    if sandbox.facts().namespaces:
+        pytest.skip(f"needs the namespace sandbox (a group's /dev/shm of its own): {sandbox.facts().namespaces}")
+    work = tmp_path / "runs" / "store" / "s1"
+    box = sandbox.side_group("store", repo, work / "store.json", peers=False)
+    lease = protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"], state=False)
+    with ModelStores() as stores:
+        store = stores.open(R.Plan(R.START, ""), lambda: ModelStore(KEY, repo, SPEC, work, Placement(), box, 300))
+        assert store.lease(lease, 120)["weights_intact"]
+        cmd = [sys.executable, "-c", SHM_PLANT, "gates.side.driver", "tap", "--tree", str(repo), "--out",
+               str(tmp_path / "runs" / "tap" / "t1" / "tap.json")]
+        r = subprocess.run(sandbox.wrap(cmd, Placement(), box), capture_output=True, text=True, timeout=120,
+                           cwd=ROOT, env=side_env(Placement()))
+        assert r.returncode == 0, r.stderr
+        planted = sorted(os.listdir(box.shm))
+        assert len(planted) == 3 and "planted" in planted and any(n.startswith("torch_") for n in planted)
+        assert stores.released(("A", "B"), 120).keep
+        assert stores.last_release["shm"] == []  # read inside its sandbox: it maps none of it
+        assert stores.last_sweep == ShmSweep(tuple(planted)) and os.listdir(box.shm) == []
+        assert "swept 3 entries of the group's /dev/shm" in store.log_path.read_text()
+        assert stores.plan(R.Need(KEY, True, 1, True)).action == R.REUSE
+        assert store.lease(lease, 120)["weights_intact"]
+        assert stores.released(("A",), 120).keep and stores.last_sweep == ShmSweep(())
+        shm = box.shm
+    assert not os.path.exists(shm)  # gone with the store's group
+
+
 HOLDER = """
 import json, os, sys, time
 from pathlib import Path
