@@ -9,9 +9,9 @@ IPC consumer counts, ``torch_<pid>_*``: the next lease's sides open them by name
 says which by (name, inode), read off its /proc/self/maps; an entry stays only where both
 match. A name alone is no proof: a side that unlinks the store's file and makes one of the same
 name gets another inode (the store's mapping keeps the old one alive, so no new file gets it);
-a hard link to it has another name. Every ambiguity of the maps text
-(a name ending in " (deleted)", an escaped newline) can only sweep more, never keep an entry
-that is not the store's, since keeping needs the inode of a file the store maps.
+a hard link to it has another name. Every ambiguity of the maps text (a name ending in
+" (deleted)", an escaped newline) can only sweep more, never keep an entry that is not the
+store's, since keeping needs the inode of a file the store maps.
 """
 from __future__ import annotations
 

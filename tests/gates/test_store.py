@@ -521,6 +521,11 @@ def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, mo
     assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
     assert first["store"]["kept"] and second["store"]["kept"]
     assert first["store"]["weights_check"] is None and second["store"]["weights_check"] is None
+    from gates.launch.sandbox import facts
+
+    if not facts().namespaces:  # the group's /dev/shm swept after each run: honest sides leave nothing
+        assert first["store"]["shm_swept"] == second["store"]["shm_swept"] == \
+            {"removed": 0, "names": [], "left": [], "mapped_known": True}
     assert second["work_dir"] != first["work_dir"]  # each run its own folder; the store its own
     assert (Path(second["work_dir"]) / "sideA.log").exists()
     assert [p.name for p in (repo / "runs" / "store").iterdir()] == [store_dir.name]
