@@ -1265,6 +1265,7 @@ class _TapLease:
         self.files: list[Path] = []
         self.leased = False
         self.ended = None  # the release's Release, once made
+        self.swept = None  # the store group's /dev/shm swept after the release (ShmSweep)
         if stores is None:
             return
         if refused is not None:
@@ -1332,6 +1333,7 @@ class _TapLease:
         for f in self.files:
             f.unlink(missing_ok=True)
         rel = self.ended = self.stores.released(tuple(self.sides), self.timeout)
+        self.swept = self.stores.last_sweep  # its group's /dev/shm after the lease: recorded
         return rel.failed_check if rel is not None else None
 
     def abandon(self) -> None:
@@ -1349,7 +1351,8 @@ class _TapLease:
         rel = self.ended
         return {"plan": self.plan.action, "why": self.plan.reason, "attached": list(self.sides),
                 "kept": rel.keep if rel is not None else None,
-                "released": rel.reason if rel is not None else None}
+                "released": rel.reason if rel is not None else None,
+                "shm_swept": self.swept.record() if self.swept is not None else None}
 
 
 def _stamp() -> str:

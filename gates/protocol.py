@@ -405,8 +405,10 @@ class StoreHandles:
 @dataclass(frozen=True)
 class StoreRelease:
     """The lease ends: its state dropped, the weights verified again. The store answers
-    ``{"released": n, "weights_intact": bool, "freed": bool, "held_bytes": n}`` (``freed``:
-    the state left the device; CUDA IPC keeps a block until its consumers release it)."""
+    ``{"released": n, "weights_intact": bool, "freed": bool, "held_bytes": n, "shm": [[name,
+    inode], ...] | None}`` (``freed``: the state left the device; CUDA IPC keeps a block until
+    its consumers release it; ``shm``: the /dev/shm files it maps now, which the harness's
+    sweep of its group's /dev/shm keeps)."""
 
     def line(self) -> str:
         return json.dumps({"release": True}) + "\n"

@@ -330,6 +330,7 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
         rel = stores.released(tuple(sorted(trees)), timeout) if leased else None
         if rel is not None:  # the weights verified again: a side that wrote them is named (analyse)
             result["store"].update(kept=rel.keep, released=rel.reason, weights_check=rel.failed_check,
+                                   shm_swept=stores.last_sweep.record() if stores.last_sweep else None,
                                    **{k: (stores.last_release or {}).get(k)
                                       for k in ("freed", "held_bytes", "caches_restored")})
         if own_stores:

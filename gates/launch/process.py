@@ -367,6 +367,15 @@ class Interactive:
             raise SideError(kind, f"{self.name} ended ({kind}): {_last_words(tail)}", self.log_path)
         return json.loads(line)
 
+    def note(self, line: str) -> None:
+        """A line of the harness's in the process's log: the file's offset is the one the
+        process writes at, so lines follow each other and none overwrites another."""
+        try:
+            self._log.write(line.rstrip("\n") + "\n")
+            self._log.flush()
+        except (OSError, ValueError):
+            pass  # a log closed or full: the line is in the run's results too
+
     def send(self, obj: dict) -> None:
         try:
             self.proc.stdin.write(json.dumps(obj) + "\n")

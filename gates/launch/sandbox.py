@@ -28,6 +28,7 @@ from pathlib import Path
 from ..requests import Placement
 from ..rules.confinement import (COMPILE_MODE, SANDBOX_USER, ConfinedSide, Facts, Machine, SandboxUnavailable,
                                  blocked, choose, held_plan, inside, moved_group, plan, side_of, staged)
+from ..rules.shm import ShmEntry, ShmSweep, swept
 
 HARNESS_ROOT = Path(__file__).resolve().parents[2]
 CONFINE = str(HARNESS_ROOT / "gates" / "side" / "confine.py")
@@ -317,6 +318,70 @@ def _prepare(side: ConfinedSide, m: Machine, cmd: list[str] | None = None) -> No
             shutil.copyfile(spec, os.path.join(side.stage, os.path.basename(spec)))
 
 
+def erase(path: str) -> bool:
+    """Remove the folder ``path`` and everything beneath it, whatever its modes and depth (a
+    sandboxed process may leave a folder it made unreadable, or nested deeper than a recursion
+    or a path reaches): each folder is made the owner's (0700) and its folders are moved up into
+    ``path`` before it is removed, so no more than two folders are open at once and no path
+    grows. Never follows a link (a folder is what lstat says is one). True once it is gone;
+    False where something of it could not be removed (what stays is left)."""
+    import stat as st
+
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        if not st.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+            return True
+        os.chmod(path, 0o700)
+        top = os.open(path, flags)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    moved = 0
+
+    def free_name() -> str:
+        nonlocal moved
+        while True:
+            moved += 1
+            try:
+                os.stat(f"{moved}.kern-erase", dir_fd=top, follow_symlinks=False)
+            except FileNotFoundError:
+                return f"{moved}.kern-erase"
+
+    try:
+        while True:
+            names = os.listdir(top)
+            if not names:
+                break
+            for name in names:
+                if not st.S_ISDIR(os.stat(name, dir_fd=top, follow_symlinks=False).st_mode):
+                    os.unlink(name, dir_fd=top)
+                    continue
+                os.chmod(name, 0o700, dir_fd=top)  # a folder, no link: it is its owner's again
+                sub = os.open(name, flags, dir_fd=top)
+                try:
+                    for child in os.listdir(sub):
+                        if st.S_ISDIR(os.stat(child, dir_fd=sub, follow_symlinks=False).st_mode):
+                            # moving a folder to another parent writes its "..": its owner's first
+                            os.chmod(child, 0o700, dir_fd=sub)
+                            os.rename(child, free_name(), src_dir_fd=sub, dst_dir_fd=top)
+                        else:
+                            os.unlink(child, dir_fd=sub)
+                finally:
+                    os.close(sub)
+                os.rmdir(name, dir_fd=top)
+    except OSError:
+        return False
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(path)
+    except OSError:
+        return False
+    return True
+
+
 @dataclass
 class Group:
     """One sandbox's namespaces (user, PID, IPC, network) for several processes
@@ -368,6 +433,29 @@ class Group:
             self._held = json.loads(line)
         return self._held
 
+    def sweep_shm(self, keep: frozenset) -> ShmSweep | None:
+        """Remove every entry of the group's /dev/shm but the files ``keep`` names by (name,
+        inode) (gates/rules/shm.py's :func:`~gates.rules.shm.swept`), from the machine's side:
+        once a lease's sides ended, what one left there reaches no later side. None where the
+        group has no /dev/shm of its own (not under namespaces, or not started)."""
+        import stat as st
+
+        if self.shm is None:
+            return None
+        listing = []
+        try:
+            os.chmod(self.shm, 0o700)  # a member may have changed its mode (it owns it in there)
+            with os.scandir(self.shm) as entries:
+                for e in entries:
+                    s = e.stat(follow_symlinks=False)
+                    listing.append(ShmEntry(e.name, s.st_ino, st.S_ISDIR(s.st_mode)))
+        except OSError:
+            return ShmSweep((), (".",))  # the folder itself could not be listed: nothing is known swept
+        removed, left = [], []
+        for e in swept(listing, keep):
+            (removed if erase(os.path.join(self.shm, e.name)) else left).append(e.name)
+        return ShmSweep(tuple(removed), tuple(left))
+
     @property
     def alive(self) -> bool:
         """Its holder runs (or none was started yet)."""
@@ -386,7 +474,7 @@ class Group:
             self._holder = None
             self._held = None
         if self.shm is not None:
-            shutil.rmtree(self.shm, ignore_errors=True)
+            erase(self.shm)  # whatever a member left there, of any mode or depth
             self.shm = None
         if self.mechanism == "user":
             from gates.side.confine import own_tree

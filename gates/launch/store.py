@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..protocol import STORE_QUIT, StoreHandles, StoreLease, StoreRelease
 from ..requests import Placement
+from ..rules.shm import ShmSweep, reported
 from ..rules.store import (NONE, REPLACE, REUSE, STORE_FILES, Held, Need, Plan, StoreKey, decide,
                            released, uncovered)
 from . import sandbox
@@ -128,6 +129,19 @@ class ModelStore:
         self.intact = bool(r.get("weights_intact"))
         return r
 
+    def sweep(self, reply: dict) -> ShmSweep | None:
+        """After a release (``reply``, the store's answer; every side of the lease has ended):
+        every entry of the group's /dev/shm removed but the files the store said it maps now
+        (gates/rules/shm.py), said in the store's log. None where the group has no /dev/shm of
+        its own (the sandbox is not namespaces: docs/sandbox.md)."""
+        if self.group is None or self.group.shm is None:
+            return None
+        keep = reported(reply.get("shm"))
+        done = ShmSweep((), (), False) if keep is None else self.group.sweep_shm(keep)
+        if done is not None:
+            self.proc.note(done.line(self.leases))
+        return done
+
     def close(self) -> None:
         """End the process (asked to, then killed) and the sandbox it shares with its sides."""
         p = self.proc.proc
@@ -152,6 +166,8 @@ class ModelStores:
         self.store: ModelStore | None = None
         self.started = 0  # store processes started, for the results and the tests
         self.last_release: dict | None = None  # the store's answer to the last release
+        # its group's /dev/shm swept after the last release (None: none swept, no private one)
+        self.last_sweep: ShmSweep | None = None
 
     def plan(self, need: Need) -> Plan:
         return decide(self.store.held() if self.store else None, need)
@@ -170,14 +186,17 @@ class ModelStores:
         return self.store
 
     def released(self, sides: tuple, timeout_s: float):
-        """End the held store's open lease: :func:`~gates.rules.store.released`'s
+        """End the held store's open lease (``sides``: every side of it has ended) and sweep
+        its group's /dev/shm (:meth:`ModelStore.sweep`): :func:`~gates.rules.store.released`'s
         :class:`~gates.rules.store.Release` (a store not to keep is ended here)."""
         if self.store is None:
             return None
         r = self.store.release(timeout_s)
         self.last_release = r
+        self.last_sweep = None if r is None else self.store.sweep(r)
         rel = released(None if r is None else bool(r.get("weights_intact")), sides,
-                       True if r is None else bool(r.get("freed", True)))
+                       True if r is None else bool(r.get("freed", True)),
+                       self.last_sweep is None or self.last_sweep.clean)
         if not rel.keep:
             self.close()
         return rel

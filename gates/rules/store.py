@@ -16,8 +16,9 @@ shared weights is named, and the store that held them is not leased again.
 * :func:`decide`: for a scorer run's :class:`Need` and the store held (:class:`Held`, or
   None): reuse it, start one, replace it, or none (each side builds its own model), with why.
   A lease asked for while another is open is refused (:class:`StoreRefused`).
-* :func:`released`: what a lease's end means (:class:`Release`): keep the store, or retire it,
-  and the failed check of the candidate's side when the weights changed under the lease.
+* :func:`released`: what a lease's end means (:class:`Release`): keep the store, or retire it
+  (its state still on the device, its group's /dev/shm not swept clean), and the failed check
+  of the candidate's side when the weights changed under the lease.
 * :func:`uncovered`: the store process ran only the code its key covers (:data:`STORE_FILES`).
 """
 from __future__ import annotations
@@ -125,19 +126,25 @@ class Release:
 WEIGHTS_CHECK = "shared_weights_unchanged"
 
 
-def released(intact: bool | None, sides: tuple[str, ...], freed: bool = True) -> Release:
+def released(intact: bool | None, sides: tuple[str, ...], freed: bool = True,
+             shm_clean: bool = True) -> Release:
     """Pure: a lease ended; ``intact``: the store's digest of its weights matched their
     build's (None: not verified, the store ended or did not answer); ``sides``: the sides that
     attached during it ("A" main's, "B" the candidate's); ``freed``: the lease's state left the
     device (CUDA IPC keeps a block its consumers did not release: a store still holding one
-    would leave the next run's state no room, so a new store serves it). Main's side runs the
-    code main merged, so weights changed under a lease the candidate's side shared are its
-    doing."""
+    would leave the next run's state no room, so a new store serves it); ``shm_clean``: its
+    group's /dev/shm holds nothing but the store's own live files after the sweep
+    (gates/rules/shm.py; where it may hold more, a side's file would reach the next lease's
+    sides, so the store and its group end). Main's side runs the code main merged, so weights
+    changed under a lease the candidate's side shared are its doing."""
     if intact is None:
         return Release(False, "the store's weights could not be verified after the lease")
     if intact and not freed:
         return Release(False, "its weights verified unchanged, but the lease's state is still "
                               "held on the device")
+    if intact and not shm_clean:
+        return Release(False, "its weights verified unchanged, but its group's /dev/shm could not "
+                              "be swept (entries left, or the store did not say which files it maps)")
     if intact:
         return Release(True, "its weights verified unchanged after the lease")
     check = None

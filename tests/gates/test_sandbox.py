@@ -618,6 +618,81 @@ def test_the_ranks_of_one_side_meet_without_landlock_and_admit_no_other_side(tmp
     assert got["planted"] == "A" and got["own tree"] == ["kernels"], got  # one side's folder
 
 
+# a member standing for the model store: it maps two files of the group's /dev/shm (as the store
+# keeps torch's CUDA IPC counts mapped), says its PID, then its /proc/self/maps on every line
+SHM_MAPPER = r"""
+import json, mmap, os, sys
+held = []
+for name in ("torch_2_keep", "torch_2_swapped"):
+    fd = os.open("/dev/shm/" + name, os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, 4096)
+    held.append(mmap.mmap(fd, 4096))
+print(os.getpid(), flush=True)
+for _ in sys.stdin:
+    print(json.dumps(os.fsdecode(open("/proc/self/maps", "rb").read())), flush=True)
+"""
+# a later member (a candidate's side): what it leaves in the group's /dev/shm for later sides
+SHM_PLANTER = r"""
+import os, sys
+d = "/dev/shm/"
+open(d + "planted", "w").write("for the next judgment")
+open(d + "torch_%s_x" % sys.argv[1], "w").write("named like the store's")
+os.makedirs(d + "dir/sub")
+open(d + "dir/sub/f", "w").write("x")
+os.chmod(d + "dir/sub", 0)
+os.symlink("/tmp", d + "link")
+os.link(d + "torch_2_keep", d + "torch_2_keep.link")  # the store's inode, another name
+os.unlink(d + "torch_2_swapped")  # the store's name, another inode
+open(d + "torch_2_swapped", "w").write("planted under the store's name")
+"""
+
+
+@pytest.mark.skipif(S.facts().namespaces != "", reason="needs the namespace sandbox")
+def test_a_groups_dev_shm_is_swept_of_all_but_the_files_a_live_member_maps(tmp_path, home):
+    """The model store's sweep after a lease (gates/rules/shm.py), on a real group: a member
+    maps files of the group's /dev/shm, a later member plants files, a folder it made
+    unreadable, a link, a hard link to a mapped file and a file under a mapped file's name;
+    once it ended, the sweep keeps (by name and inode, read off the mapper's own maps inside
+    the sandbox) the mapped file alone, and the mapper still holds it."""
+    from gates.rules import shm as H
+
+    trees = {k: tmp_path / f"tree{k}" for k in "AB"}
+    for t in trees.values():
+        (t / "kernels").mkdir(parents=True)
+    runs = {"A": tmp_path / "runs" / "store" / "s1", "B": tmp_path / "runs" / "tap" / "t1"}
+
+    def side(code, mode, k, *args):
+        return [sys.executable, "-c", code, *args, "gates.side.driver", mode, "--tree", str(trees[k]),
+                "--out", str(runs[k] / f"{mode}.json")]
+
+    with S.group("store", trees["A"], runs["A"] / "store.json", peers=False) as box:
+        a = subprocess.Popen(S.wrap(side(SHM_MAPPER, "store", "A"), Placement(), box), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=S.HARNESS_ROOT,
+                             env=side_env(Placement()))
+        try:
+            pid = a.stdout.readline().strip()
+            assert pid, a.stderr.read()
+            r = subprocess.run(S.wrap(side(SHM_PLANTER, "tap", "B", pid), Placement(), box), capture_output=True,
+                               text=True, timeout=60, cwd=S.HARNESS_ROOT, env=side_env(Placement()))
+            assert r.returncode == 0, r.stderr
+            a.stdin.write("maps\n")
+            a.stdin.flush()
+            maps = json.loads(a.stdout.readline())
+            assert "/dev/shm/torch_2_swapped (deleted)" in maps  # the mapper's file was unlinked
+            keep = H.mapped(maps)
+            assert {n for n, _ in keep} == {"torch_2_keep"}
+            done = box.sweep_shm(keep)
+            assert done == H.ShmSweep(tuple(sorted(["dir", "link", "planted", f"torch_{pid}_x",
+                                                    "torch_2_keep.link", "torch_2_swapped"])))
+            assert os.listdir(box.shm) == ["torch_2_keep"]
+            a.stdin.write("maps\n")
+            a.stdin.flush()
+            assert keep <= H.mapped(json.loads(a.stdout.readline()))  # it still maps its file
+        finally:
+            a.kill()
+            a.wait()
+
+
 def test_kern_test_without_a_sandbox_says_who_fixes_it(tmp_path, monkeypatch, capsys):
     """A gate verb started where no sandbox can be made ends before any side starts, with the
     fix (kern.yaml's sandbox: off, or the operator's)."""

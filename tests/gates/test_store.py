@@ -112,6 +112,19 @@ def test_weights_changed_under_a_lease_fail_the_candidate_and_retire_the_store()
     assert not held.keep and held.failed_check is None and "still held" in held.reason
 
 
+@given(st.sampled_from([True, False, None]), st.booleans(), st.booleans(),
+       st.sampled_from([("A",), ("A", "B"), ("B",)]))
+def test_a_store_whose_dev_shm_was_not_swept_clean_is_not_kept_and_blames_nobody(intact, freed, clean, sides):
+    """Entries its group's /dev/shm kept after the sweep (or no word from the store on what it
+    maps) retire the store: a side's file would reach the next lease. It is no check of the
+    candidate's (nothing of the gates reads that folder); weights written still are."""
+    rel = R.released(intact, sides, freed, clean)
+    assert rel.keep == (intact is True and freed and clean)
+    assert rel.failed_check == R.released(intact, sides, freed).failed_check
+    if intact is True and freed and not clean:
+        assert "/dev/shm could not be swept" in rel.reason
+
+
 def test_code_the_store_key_does_not_cover_is_named():
     assert R.uncovered(list(R.STORE_FILES)) == []
     assert R.uncovered(["k31/model.py", "k31/moe/experts.py", "k31/collectives.py"]) == \
@@ -242,6 +255,28 @@ def test_a_lease_of_the_weights_alone_builds_no_state_and_hands_only_weights(sma
     assert not small_store.open
 
 
+def test_a_release_reports_the_dev_shm_files_the_store_maps_by_name_and_inode(small_store, tmp_path):
+    """What the harness's sweep of the group's /dev/shm keeps (torch's CUDA IPC counts, mapped
+    by the store; here a file this process maps, the store being in this process)."""
+    import mmap
+    import tempfile
+
+    if not os.access("/dev/shm", os.W_OK):
+        pytest.skip("no writable /dev/shm")
+    out = tmp_path / "store.json"
+    lease = protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"], state=False)
+    with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="torch_kern_test_") as f:
+        f.write(b"\0" * 4096)
+        f.flush()
+        pair = [os.path.basename(f.name), os.fstat(f.fileno()).st_ino]
+        with mmap.mmap(f.fileno(), 4096):
+            small_store.lease(lease, out)
+            assert pair in small_store.release(out)["shm"]
+        small_store.lease(lease, out)
+        shm = small_store.release(out)["shm"]
+    assert isinstance(shm, list) and pair not in shm  # unmapped: the sweep would remove it
+
+
 def test_a_tap_sides_own_state_on_the_stores_weights_is_the_model_it_builds(small_store):
     """What a tap side attached to the store's weights runs (gates/side/session.py's
     ``model_with``: the weights, its own state from the target seed) is bit for bit the model
@@ -368,6 +403,54 @@ def test_a_store_ends_with_its_holder_interrupted(repo, tmp_path):
     assert _gone(pids)
 
 
+# a side that joined the store's group (a candidate's): files for the next judgment's sides
+SHM_PLANT = r"""
+import os
+store = [p for p in os.listdir("/proc") if p.isdigit() and
+         b"gates.side.driver\0store" in open("/proc/%s/cmdline" % p, "rb").read()]
+assert store, "the store process is not in the group's PID namespace"
+open("/dev/shm/planted", "w").write("for the next judgment")
+open("/dev/shm/torch_%s_x" % store[0], "w").write("named like the store's")
+os.makedirs("/dev/shm/dir/sub")
+"""
+
+
+@pytest.mark.slow
+def test_a_stores_group_dev_shm_is_swept_after_each_lease(repo, tmp_path):
+    """A store process in its own sandbox group (the CPU: it maps none of /dev/shm, and says
+    so having read its maps inside the sandbox); a side that joined it plants a file, a file
+    named like the store's and a folder in the group's /dev/shm. The release sweeps them (said
+    in the store's log and its record), the store is kept, and the next lease finds nothing."""
+    from gates.launch import sandbox
+    from gates.launch.process import side_env
+    from gates.rules.shm import ShmSweep
+
+    if sandbox.facts().namespaces:
+        pytest.skip(f"needs the namespace sandbox (a group's /dev/shm of its own): {sandbox.facts().namespaces}")
+    work = tmp_path / "runs" / "store" / "s1"
+    box = sandbox.side_group("store", repo, work / "store.json", peers=False)
+    lease = protocol.StoreLease(SPEC["context"], SPEC["rows"], SPEC["steps"], state=False)
+    with ModelStores() as stores:
+        store = stores.open(R.Plan(R.START, ""), lambda: ModelStore(KEY, repo, SPEC, work, Placement(), box, 300))
+        assert store.lease(lease, 120)["weights_intact"]
+        cmd = [sys.executable, "-c", SHM_PLANT, "gates.side.driver", "tap", "--tree", str(repo), "--out",
+               str(tmp_path / "runs" / "tap" / "t1" / "tap.json")]
+        r = subprocess.run(sandbox.wrap(cmd, Placement(), box), capture_output=True, text=True, timeout=120,
+                           cwd=ROOT, env=side_env(Placement()))
+        assert r.returncode == 0, r.stderr
+        planted = sorted(os.listdir(box.shm))
+        assert len(planted) == 3 and "planted" in planted and any(n.startswith("torch_") for n in planted)
+        assert stores.released(("A", "B"), 120).keep
+        assert stores.last_release["shm"] == []  # read inside its sandbox: it maps none of it
+        assert stores.last_sweep == ShmSweep(tuple(planted)) and os.listdir(box.shm) == []
+        assert "swept 3 entries of the group's /dev/shm" in store.log_path.read_text()
+        assert stores.plan(R.Need(KEY, True, 1, True)).action == R.REUSE
+        assert store.lease(lease, 120)["weights_intact"]
+        assert stores.released(("A",), 120).keep and stores.last_sweep == ShmSweep(())
+        shm = box.shm
+    assert not os.path.exists(shm)  # gone with the store's group
+
+
 HOLDER = """
 import json, os, sys, time
 from pathlib import Path
@@ -438,6 +521,11 @@ def test_a_scorer_run_and_its_re_measurement_lease_one_store_on_the_cpu(repo, mo
     assert (first["store"]["plan"], second["store"]["plan"]) == ("start", "reuse")
     assert first["store"]["kept"] and second["store"]["kept"]
     assert first["store"]["weights_check"] is None and second["store"]["weights_check"] is None
+    from gates.launch.sandbox import facts
+
+    if not facts().namespaces:  # the group's /dev/shm swept after each run: honest sides leave nothing
+        assert first["store"]["shm_swept"] == second["store"]["shm_swept"] == \
+            {"removed": 0, "names": [], "left": [], "mapped_known": True}
     assert second["work_dir"] != first["work_dir"]  # each run its own folder; the store its own
     assert (Path(second["work_dir"]) / "sideA.log").exists()
     assert [p.name for p in (repo / "runs" / "store").iterdir()] == [store_dir.name]
