@@ -405,8 +405,8 @@ class StoreHandles:
 @dataclass(frozen=True)
 class StoreRelease:
     """The lease ends: its state dropped, the weights verified again. The store answers
-    ``{"released": n, "weights_intact": bool, "freed": bool, "held_bytes": n, "shm": [[name,
-    inode], ...] | None}`` (``freed``: the state left the device; CUDA IPC keeps a block until
+    ``{"released": n, "weights_intact": bool, "freed": bool, "held_bytes": n, "shm": [its
+    /proc/self/maps lines under /dev/shm] | None}`` (``freed``: the state left the device; CUDA IPC keeps a block until
     its consumers release it; ``shm``: the /dev/shm files it maps now, which the harness's
     sweep of its group's /dev/shm keeps)."""
 

@@ -1,6 +1,6 @@
 """A sandbox group's /dev/shm after a lease of the model store: what stays and what is swept
 (pure; the listing and unlinking is gates/launch/sandbox.py's ``Group.sweep_shm``, the store's
-report of what it maps gates/side/store.py's release).
+report of what it maps, its raw /proc/self/maps lines, gates/side/store.py's release).
 
 The model store's group lives across judgments, and every member shares its /dev/shm: a file a
 candidate's side leaves there would be read by later judgments' sides. Once every side of a
@@ -92,17 +92,12 @@ def mapped(maps: str) -> frozenset[tuple[str, int]]:
 
 
 def reported(value) -> frozenset[tuple[str, int]] | None:
-    """The (name, inode) pairs of the store's release reply (``shm``: a list of [name, inode]);
-    None where it is not such a list (the store did not say what it maps)."""
-    if not isinstance(value, list):
+    """The (name, inode) pairs of the store's release reply (``shm``: its /proc/self/maps
+    lines under /dev/shm, read here by :func:`mapped`); None where it is not a list of lines
+    (the store did not say what it maps)."""
+    if not isinstance(value, list) or not all(isinstance(line, str) for line in value):
         return None
-    out = set()
-    for pair in value:
-        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
-                and isinstance(pair[1], int) and not isinstance(pair[1], bool)):
-            return None
-        out.add((pair[0], pair[1]))
-    return frozenset(out)
+    return mapped("\n".join(value))
 
 
 def swept(listing: list[ShmEntry], keep: frozenset[tuple[str, int]]) -> tuple[ShmEntry, ...]:

@@ -73,18 +73,17 @@ class WeightDigest:
         return self._digest() == self._built
 
 
-def shm_mapped() -> list | None:
-    """The /dev/shm files this process maps now (torch's CUDA IPC consumer counts it keeps
-    for the next lease's sides), as sorted [name, inode] pairs read off /proc/self/maps
-    (gates/rules/shm.py's :func:`~gates.rules.shm.mapped`); None where that cannot be read.
-    The harness keeps these and sweeps the rest of the group's /dev/shm after each lease."""
-    from ..rules.shm import mapped
-
+def shm_maps() -> list[str] | None:
+    """The lines of this process's /proc/self/maps that map a file under /dev/shm (torch's
+    CUDA IPC consumer counts it keeps for the next lease's sides), as the kernel wrote them;
+    None where that cannot be read. The harness reads them (gates/rules/shm.py's
+    ``mapped``: the parsing stays on its side of the trust boundary), keeps those files and
+    sweeps the rest of the group's /dev/shm after each lease."""
     try:
         text = os.fsdecode(Path("/proc/self/maps").read_bytes())
     except OSError:
         return None
-    return sorted([name, inode] for name, inode in mapped(text))
+    return [line for line in text.split("\n") if " /dev/shm/" in line]
 
 
 def loaded_files() -> list[str]:
@@ -201,7 +200,7 @@ class Store:
         log(f"store: lease {self.leases} released; weights {'unchanged' if intact else 'CHANGED'}; "
             f"{held / 2**20:.0f} MiB of its state still on the device")
         return {"released": self.leases, "weights_intact": intact, "freed": freed, "held_bytes": held,
-                "caches_restored": restored, "shm": shm_mapped()}
+                "caches_restored": restored, "shm": shm_maps()}
 
 
 def serve(opts: "protocol.StoreOptions", device: str, out: Path, channel) -> dict:

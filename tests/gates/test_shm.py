@@ -106,14 +106,18 @@ def test_a_file_named_like_the_stores_is_swept_unless_it_is_the_stores_inode():
     assert H.swept([H.ShmEntry("torch_2_7", 41, False)], keep) == ()
 
 
+LINE = "7f00-7f01 rw-s 00000000 00:1a {inode} /dev/shm/{name}"
+
+
 @pytest.mark.parametrize("value,want", [
-    ([["torch_2_7", 41], ["a b", 3]], frozenset({("torch_2_7", 41), ("a b", 3)})),
+    ([LINE.format(inode=41, name="torch_2_7"), LINE.format(inode=3, name="a b")],
+     frozenset({("torch_2_7", 41), ("a b", 3)})),
     ([], frozenset()),
+    ([LINE.format(inode=41, name="torch_2_7") + " (deleted)"], frozenset()),
     (None, None),  # the store could not read its maps
     ({"torch_2_7": 41}, None),
-    ([["torch_2_7", "41"]], None),
-    ([["torch_2_7", True]], None),
-    ([["torch_2_7", 41, 0]], None),
+    ([["torch_2_7", 41]], None),
+    ([LINE.format(inode=41, name="torch_2_7"), 7], None),
 ])
 def test_the_stores_report_is_read_or_refused_whole(value, want):
     assert H.reported(value) == want

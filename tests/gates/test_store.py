@@ -24,6 +24,7 @@ from gates.launch.store import ModelStore, ModelStores, store_digest
 from gates.requests import Placement
 from gates.rules import confinement as C
 from gates.rules import store as R
+from gates.rules.shm import reported
 from gates.scorer import processes
 from tests.gates.candidates import ROOT, make_repo
 
@@ -268,13 +269,13 @@ def test_a_release_reports_the_dev_shm_files_the_store_maps_by_name_and_inode(sm
     with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="torch_kern_test_") as f:
         f.write(b"\0" * 4096)
         f.flush()
-        pair = [os.path.basename(f.name), os.fstat(f.fileno()).st_ino]
+        pair = (os.path.basename(f.name), os.fstat(f.fileno()).st_ino)
         with mmap.mmap(f.fileno(), 4096):
             small_store.lease(lease, out)
-            assert pair in small_store.release(out)["shm"]
+            assert pair in reported(small_store.release(out)["shm"])
         small_store.lease(lease, out)
-        shm = small_store.release(out)["shm"]
-    assert isinstance(shm, list) and pair not in shm  # unmapped: the sweep would remove it
+        shm = reported(small_store.release(out)["shm"])
+    assert shm is not None and pair not in shm  # unmapped: the sweep would remove it
 
 
 def test_a_tap_sides_own_state_on_the_stores_weights_is_the_model_it_builds(small_store):
@@ -441,7 +442,7 @@ def test_a_stores_group_dev_shm_is_swept_after_each_lease(repo, tmp_path):
         planted = sorted(os.listdir(box.shm))
         assert len(planted) == 3 and "planted" in planted and any(n.startswith("torch_") for n in planted)
         assert stores.released(("A", "B"), 120).keep
-        assert stores.last_release["shm"] == []  # read inside its sandbox: it maps none of it
+        assert reported(stores.last_release["shm"]) == frozenset()  # read inside its sandbox: it maps none of it
         assert stores.last_sweep == ShmSweep(tuple(planted)) and os.listdir(box.shm) == []
         assert "swept 3 entries of the group's /dev/shm" in store.log_path.read_text()
         assert stores.plan(R.Need(KEY, True, 1, True)).action == R.REUSE
