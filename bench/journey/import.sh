@@ -9,8 +9,8 @@
 # Run from the repository root on main with a clean tree. It stops before committing anything
 # where a step fails, and says which. Nothing the run brought back is deleted.
 set -euo pipefail
-dir=${1:?usage: bash bench/journey/import.sh DIR MESSAGE (DIR: the loop phase's fetched \$OUT)}
-msg=${2:?usage: bash bench/journey/import.sh DIR MESSAGE (the commit's subject after 'bench: ')}
+dir=${1:?usage: bash bench/journey/import.sh DIR MESSAGE, DIR the loop phase fetched OUT folder}
+msg=${2:?usage: bash bench/journey/import.sh DIR MESSAGE, the commit subject after bench:}
 py=${PYTHON:-python3}
 kern() { $py -m harness.cli "$@"; }
 die() { echo "import: $*" >&2; exit 2; }
