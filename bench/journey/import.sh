@@ -71,4 +71,8 @@ kern --repo "$jr" --config "$jr/kern.yaml" report --plot bench/journey/journey.p
 rm -rf "$jr"
 
 git add bench/journey
-git commit -q -m "bench: $msg" && git log --oneline -1
+if git diff --cached --quiet; then
+  echo "import: the journey's files are as main holds them: nothing to commit"
+else
+  git commit -q -m "bench: $msg" && git log --oneline -1
+fi
