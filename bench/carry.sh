@@ -4,7 +4,8 @@
 #                       triton, numpy, matplotlib but not these; 2026-12-04: 15 wheels, 4.6 MB;
 #                       since issue 37 also pydantic, its compiled core (pinned as a pair: the
 #                       download takes no dependencies) and their typing helpers, 5 wheels,
-#                       2.8 MB). A .carry/ made before then lacks them: delete .carry/.whl
+#                       2.8 MB); since 2026-12-05 pytest-xdist and execnet (the GPU hacks run on
+#                       several workers). A .carry/ made before then lacks them: delete .carry/.whl
 #   .carry/repo.bundle  main and any BRANCH named (the journey's attempt commits travel as main's
 #                       files: gpu_evidence.sh rebuilds them on the device with
 #                       bench/journey/rebuild.py, so no tag or side branch is carried)
@@ -16,7 +17,7 @@ if [ -z "$(ls .carry/.whl/*.whl 2>/dev/null)" ]; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .carry/.whl gitpython gitdb smmap rich markdown-it-py mdurl pygments pyyaml pytest pluggy \
-    iniconfig packaging hypothesis sortedcontainers attrs \
+    iniconfig packaging hypothesis sortedcontainers attrs pytest-xdist execnet \
     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection typing-extensions
 fi
 python3 bench/journey/rebuild.py check >/dev/null || {

@@ -119,6 +119,8 @@ def test_a_persisting_l2_window_is_seen_after_every_visit(benches):
     assert l2 and "set aside for persisting accesses" in l2[0]["why"], b["failed_checks"]
 
 
+# one worker under xdist's loadgroup (bench/gpu_evidence.sh hacks): the fixture judges all four
+@pytest.mark.xdist_group("scorer_only")
 @pytest.mark.parametrize("hack", H.SCORER_ONLY, ids=lambda h: h.name)
 def test_scorer_only_hacks_end_abandoned_through_kern_try(scorer_only, hack):
     number, out, attempt = scorer_only[hack.name]
