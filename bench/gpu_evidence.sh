@@ -211,7 +211,7 @@ p.write_text(text.replace(old, new, 1))
 PY
       git commit -qam "judging $k: $side" && git checkout -q main
       t0=$(date +%s); timeout ${JUDGING_TIMEOUT:-600} python3 -m harness.cli try "cand-$k" 2>&1 | tail -12
-      echo "judging $side $k: kern try rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s" | tee -a /tmp/judging.txt
+      echo "judging $side $k: kern try rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s" | tee -a /tmp/judging.txt $OUT/judging_walls.txt
     done
     cd /tmp/r
   done
