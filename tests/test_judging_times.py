@@ -74,5 +74,34 @@ def test_medians_count_each_figure_over_the_judgments_that_have_it():
              "total_s": 200.0}]
     m = judging_times.medians(rows)
     assert m["FAIL"] == {"judgments": 2, "accuracy_s": 20.0, "scorer_s": None, "remeasure_s": None,
-                         "total_s": 11.0, "overlap_s": None, "gates_s": 20.0}
+                         "total_s": 11.0, "accuracy_warm_s": None, "total_warm_s": None,
+                         "overlap_s": None, "gates_s": 20.0}
     assert m["PASS bit-identical"]["gates_s"] == 190.0
+
+
+def test_a_kern_try_on_a_fresh_clone_exports_its_seconds_without_mains_compile(tmp_path):
+    """The H200's kern try of #9's patch (2026-12-05, bench/results/…-fair-bar-*): the clone's
+    first judgment compiled main (compile_main); its warm figures are its walls less that phase.
+    ``--attempt`` keeps only the attempts named."""
+    import tarfile
+
+    results = ROOT / "bench" / "results"
+    with tarfile.open(results / "2026-12-05-h200-fair-bar-runs.tgz") as tar:
+        tar.extractall(tmp_path, filter="data")
+    out = tmp_path / "judging.json"
+    args = ["--ledger", str(results / "2026-12-05-h200-fair-bar-ledger.sqlite"),
+            "--attempts", str(tmp_path / "runs" / "attempts"), "--out", str(out)]
+    assert judging_times.main([*args, "--attempt", "1"]) == 0
+    (r,) = json.loads(out.read_text())["rows"]
+    doc = json.loads((tmp_path / "runs" / "attempts" / "1" / "judgment-1.json").read_text())
+    compiled = sum(s["seconds"] for s in doc["test"]["phases"] if s["phase"] == "compile_main")
+    assert compiled > 10 and r["compile_main_s"] == compiled
+    assert r["accuracy_warm_s"] == r["accuracy_s"] - compiled and r["total_warm_s"] == r["total_s"] - compiled
+    m = json.loads(out.read_text())["medians"][r["verdict"]]
+    assert m["accuracy_warm_s"] == r["accuracy_warm_s"]
+    try:
+        judging_times.main([*args, "--attempt", "7"])
+    except SystemExit as e:
+        assert e.code == 2  # no judgment of attempt 7: the user is told, nothing written
+    else:
+        raise AssertionError("an --attempt with no judgment files must stop with a usage error")

@@ -2,7 +2,8 @@
 # After a GPU run of the journey: what the loop phase brought back (bench/gpu_evidence.sh
 # loop-start's or loop-wait's $OUT, or a chain's <k>-loop-start/ folder, fetched here to DIR)
 # into main's files, in one commit: the ledger, each attempt's kept files, the device's main
-# (the gates' merges) merged, the new attempts' recipes (rebuild.py record), the export.
+# (the gates' merges) merged, the new attempts' recipes (rebuild.py record), the export, and
+# the new judgments' seconds (bench/results/<date>-<gpu>-judging-loop-<first>-<last>.json).
 #
 #   bash bench/journey/import.sh DIR "the H200 run of <date>: <what it judged>"
 #
@@ -69,6 +70,19 @@ cp -r bench/journey/attempts/. "$jr/runs/attempts/"
 for f in md html json; do kern --repo "$jr" --config "$jr/kern.yaml" report --format $f --out bench/journey/journey.$f; done
 kern --repo "$jr" --config "$jr/kern.yaml" report --plot bench/journey/journey.png
 rm -rf "$jr"
+
+# 5. the run's new judgments' seconds by phase (issue 34; the loop compiled main when it profiled
+# it, so these are its steady state), beside the other results
+judged=()
+for n in "${new[@]}"; do compgen -G "bench/journey/attempts/$n/judgment-*.json" >/dev/null && judged+=("$n"); done
+if [ ${#judged[@]} -gt 0 ]; then
+  machine=$($py -c "import glob, json, sys; sys.path.insert(0, 'bench/tools'); import judging_times as j; print(j.machine_of([json.load(open(p)) for n in sys.argv[1:] for p in glob.glob(f'bench/journey/attempts/{n}/judgment-*.json')]))" "${judged[@]}")
+  times=bench/results/$(date -u +%F)-$machine-judging-loop-${judged[0]}-${judged[-1]}.json
+  $py bench/tools/judging_times.py --ledger bench/journey/ledger.sqlite --attempts bench/journey/attempts \
+    $(printf -- '--attempt %s ' "${judged[@]}") --out "$times" --note "kern loop, $msg" \
+    || die "bench/tools/judging_times.py failed (above)"
+  git add "$times"
+fi
 
 git add bench/journey
 if git diff --cached --quiet; then

@@ -1,14 +1,15 @@
 """Every judgment's seconds, as one JSON record for bench/results/ (issue 34).
 
     python bench/tools/judging_times.py --ledger runs/ledger.sqlite --attempts runs/attempts \
-        [--machine h200] [--date 2026-12-05] [--out FILE] [--note TEXT]
+        [--machine h200] [--date 2026-12-05] [--out FILE] [--note TEXT] [--attempt N ...]
 
 Reads the ledger (a copy: opening one may migrate it) and each attempt's judgment files
 (``runs/attempts/<n>/judgment-<k>.json``, or ``bench/journey/attempts/``) and writes
 ``bench/results/<date>-<machine>-judging.json``: one row per judgment with its verdict kind
 (``verdict``: the accuracy gate's verdict, ``scope`` when only the scope gate ran), the
 attempt's final state and reason, ``accuracy_s``, ``scorer_s``, ``remeasure_s``, ``total_s``
-and its phases (``phases``: gate -> part -> phase -> seconds; ``by_phase``: phase -> seconds
+, the same two without main's compile (``accuracy_warm_s``, ``total_warm_s``: the loop's
+steady state; ``compile_main_s`` the compile) and its phases (``phases``: gate -> part -> phase -> seconds; ``by_phase``: phase -> seconds
 over every part; both on the gates' paths, adding up to their walls), what ran beside them
 (``beside``: the candidate's start and build beside main's recording, each with its phases,
 ``seconds``, ``overlap_s`` and ``after_s``; ``overlap_s``: their seconds that main's recording
@@ -50,9 +51,20 @@ def row(number: int, k: int, doc: dict, state: str | None, reason: str | None, l
     return {"attempt": number, "judgment": k, "last": last, "verdict": verdict_kind(doc),
             "state": state if last else "judged again", "reason": reason if last else None,
             "accuracy_s": t.accuracy_s, "scorer_s": t.scorer_s, "remeasure_s": t.remeasure_s,
-            "total_s": t.total_s, "phases_recorded": doc.get("times") is not None,
+            "total_s": t.total_s, **warm(t.accuracy_s, t.total_s, t.by_phase().get("compile_main")),
+            "phases_recorded": doc.get("times") is not None,
             "phases": {g: t.by_part(g) for g in GATES if t.by_part(g)}, "by_phase": t.by_phase(),
             "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside]}
+
+
+def warm(accuracy_s, total_s, compile_main_s) -> dict:
+    """Pure: a judgment's seconds without main's compile (``compile_main``: paid once per main,
+    by the loop when it profiles main, by a ``kern try`` on a fresh clone in its first judgment):
+    the loop's steady state, which issue 34's goals are read on. None where not measured."""
+    c = compile_main_s or 0.0
+    return {"compile_main_s": compile_main_s,
+            "accuracy_warm_s": None if accuracy_s is None else accuracy_s - c,
+            "total_warm_s": None if total_s is None else total_s - c}
 
 
 def _median(xs: list) -> float | None:
@@ -70,7 +82,8 @@ def medians(rows: list[dict]) -> dict:
         both = [r["accuracy_s"] + (r["scorer_s"] or 0.0) + (r["remeasure_s"] or 0.0)
                 for r in rs if r["accuracy_s"] is not None]
         out[kind] = {"judgments": len(rs),
-                     **{k: _median([r[k] for r in rs]) for k in ("accuracy_s", "scorer_s", "remeasure_s", "total_s")},
+                     **{k: _median([r.get(k) for r in rs]) for k in ("accuracy_s", "scorer_s", "remeasure_s", "total_s",
+                                                                 "accuracy_warm_s", "total_warm_s")},
                      "overlap_s": _median([r.get("overlap_s") for r in rs]),
                      "gates_s": _median(both)}
     return out
@@ -86,9 +99,9 @@ def machine_of(docs: list[dict]) -> str:
     return "cpu"
 
 
-def collect(ledger: Path, attempts: Path) -> tuple[list[dict], list[dict]]:
-    """(rows, judgment files) of every attempt of ``ledger`` with judgment files under
-    ``attempts``, in attempt and judgment order."""
+def collect(ledger: Path, attempts: Path, only: set[int] | None = None) -> tuple[list[dict], list[dict]]:
+    """(rows, judgment files) of every attempt of ``ledger`` (``only``: of those numbers) with
+    judgment files under ``attempts``, in attempt and judgment order."""
     from harness.ledger import Ledger
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,6 +114,8 @@ def collect(ledger: Path, attempts: Path) -> tuple[list[dict], list[dict]]:
             states = {a.number: (a.state, a.reason) for a in led.attempts()}
     rows, docs = [], []
     for number in sorted(states):
+        if only is not None and number not in only:
+            continue
         files = sorted((attempts / str(number)).glob("judgment-*.json"),
                        key=lambda p: int(p.stem.split("-")[1]) if p.stem.split("-")[1].isdigit() else 0)
         for i, path in enumerate(files):
@@ -126,10 +141,15 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None,
                     help="default: bench/results/<date>-<machine>-judging.json")
     ap.add_argument("--note", default="")
+    ap.add_argument("--attempt", type=int, action="append", default=None, metavar="N",
+                    help="only attempt N (repeat for several; default: every attempt), e.g. the "
+                         "attempts one GPU run judged")
     args = ap.parse_args(argv)
     if not args.ledger.is_file():
         ap.error(f"no ledger at {args.ledger} (expected a kern-loop ledger.sqlite)")
-    rows, docs = collect(args.ledger, args.attempts)
+    rows, docs = collect(args.ledger, args.attempts, set(args.attempt) if args.attempt else None)
+    if args.attempt and not rows:
+        ap.error(f"no judgment files of attempts {args.attempt} under {args.attempts}")
     machine = args.machine or machine_of(docs)
     out = args.out or ROOT / "bench" / "results" / f"{args.date}-{machine}-judging.json"
     rec = record(rows, machine, args.date, {"ledger": str(args.ledger), "attempts": str(args.attempts)},
@@ -138,7 +158,8 @@ def main(argv=None) -> int:
     out.write_text(json.dumps(rec, indent=1) + "\n")
     for kind, m in rec["medians"].items():
         print(f"{kind}: {m['judgments']} judgment(s), median accuracy {m['accuracy_s']}, scorer "
-              f"{m['scorer_s']}, total {m['total_s']}")
+              f"{m['scorer_s']}, total {m['total_s']}; without main's compile: accuracy "
+              f"{m['accuracy_warm_s']}, total {m['total_warm_s']}")
     print(f"wrote {out}")
     return 0
 
