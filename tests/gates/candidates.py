@@ -1,4 +1,4 @@
-"""Real candidate commits for gate tests: a temporary repository holding this project's kernel
+"""Real candidate commits for gate tests: a temporary repository holding the fixture kernel
 tree on ``main``, and one branch per candidate with one edit to a kernel source.
 
 Each edit names the exact source text it replaces and fails loudly when that text is gone,
@@ -6,14 +6,36 @@ so a refactor of a kernel cannot silently turn a test into one that checks nothi
 """
 from __future__ import annotations
 
+import io
 import json
-import shutil
+import subprocess
+import tarfile
 from pathlib import Path
 
 import git
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# The kernel tree the gates' tests and the reward-hack catalogue judge and edit: kernels/ as
+# committed at this commit, not the working tree's. The journey's loop merges kernel commits
+# into main (bench/journey/), so an edit anchored on today's source would fail on tomorrow's
+# main; the gates under test are the working tree's. Its protected kernel files must equal the
+# working tree's (tests/gates/test_fixture_tree.py): move the pin when one of them changes.
+FIXTURE_KERNELS = "b9707babb2cc0b150fa70530314a5465413acb1d"
+
+
+def fixture_kernels(dest: Path) -> None:
+    """Write ``FIXTURE_KERNELS``'s ``kernels/`` under ``dest`` (``dest/kernels/...``)."""
+    got = subprocess.run(["git", "archive", "--format=tar", FIXTURE_KERNELS, "kernels"], cwd=ROOT,
+                         capture_output=True)
+    if got.returncode != 0:
+        raise RuntimeError(
+            f"tests: the gates' fixture kernel tree is kernels/ at commit {FIXTURE_KERNELS}, which "
+            f"{ROOT} cannot read ({got.stderr.decode().strip()}); the tests need the project's "
+            f"git history: clone it whole, not shallow")
+    with tarfile.open(fileobj=io.BytesIO(got.stdout)) as tar:
+        tar.extractall(dest, filter="data")
 
 
 # kern.yaml overrides for a judgment on the smallest tap: one visible row, one step, one bucket
@@ -23,13 +45,11 @@ ONE_ROW_TAP = {"profiles.cpu.test_rows": [1], "profiles.cpu.test_steps": 1, "pro
 
 def make_repo(tmp: Path, overrides: dict | None = None, tree: bool = True) -> Path:
     """``tmp/repo``, a git repository on ``main`` holding kern.yaml (``overrides``:
-    'section.key' -> value) and, with ``tree``, this project's kernel tree."""
+    'section.key' -> value) and, with ``tree``, the fixture kernel tree (``FIXTURE_KERNELS``)."""
     repo = tmp / "repo"
+    repo.mkdir(parents=True)
     if tree:
-        shutil.copytree(ROOT / "kernels", repo / "kernels",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    else:
-        repo.mkdir(parents=True)
+        fixture_kernels(repo)
     cfg = yaml.safe_load((ROOT / "kern.yaml").read_text())
     for path, value in (overrides or {}).items():
         node = cfg

@@ -62,21 +62,41 @@ def test_the_gpus_path_records_what_the_cpus_does(side, clean, monkeypatch):
     assert _pass(side) == clean
 
 
+def _at_last_call(clean, op, fault):
+    """``fault(args)`` after the pass's last call of ``op`` only: what it leaves flows into the
+    ops after it (a NaN through the router, say), never into an earlier call of ``op``."""
+    n, seen = len(_calls(clean, op)), []
+
+    def after(args):
+        seen.append(1)
+        if len(seen) == n:
+            fault(args)
+    return after
+
+
+def _before(calls, clean, op):
+    """The calls of ``calls`` before its last call of ``op``, and the same of ``clean``."""
+    last = max(i for i, c in enumerate(calls) if c["op"] == op)
+    return calls[:last], clean[:last], calls[last]
+
+
 def test_an_unwritten_element_is_counted_in_its_call(side, clean, monkeypatch):
     def skip(args):
         args["out"].view(-1)[5] = float("nan")  # the poison the hook put there, left
-    calls = _pass(side, monkeypatch, "moe.combine", skip)
-    combine = _calls(calls, "moe.combine")
-    assert combine and all(c["unwritten"]["out"] == 1 for c in combine)
-    assert all(c["outputs"]["out"] != b["outputs"]["out"]
-               for c, b in zip(combine, _calls(clean, "moe.combine")))
+    calls = _pass(side, monkeypatch, "moe.combine", _at_last_call(clean, "moe.combine", skip))
+    before, clean_before, hit = _before(calls, clean, "moe.combine")
+    assert hit["unwritten"]["out"] == 1 and hit["nonfinite"]["out"] == 0
+    assert hit["outputs"]["out"] != _calls(clean, "moe.combine")[-1]["outputs"]["out"]
+    assert before == clean_before  # every earlier call reports and records what it did
 
 
-def test_a_non_finite_value_is_counted(side, monkeypatch):
+def test_a_non_finite_value_is_counted(side, clean, monkeypatch):
     def overflow(args):
         args["out"].view(-1)[0] = float("inf")
-    combine = _calls(_pass(side, monkeypatch, "moe.combine", overflow), "moe.combine")
-    assert combine and all(c["nonfinite"]["out"] == 1 and c["unwritten"]["out"] == 0 for c in combine)
+    calls = _pass(side, monkeypatch, "moe.combine", _at_last_call(clean, "moe.combine", overflow))
+    before, clean_before, hit = _before(calls, clean, "moe.combine")
+    assert hit["nonfinite"]["out"] == 1 and hit["unwritten"]["out"] == 0
+    assert before == clean_before
 
 
 def test_a_write_outside_the_state_view_is_named(side, clean, monkeypatch):
