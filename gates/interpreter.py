@@ -1,6 +1,7 @@
 """Triton's CPU interpreter for a process without a GPU, chosen before triton is imported:
 by the loop's process (``kern profile``/``kern try``/``kern loop``) and by each side's; and, in
-the processes that run kernels on it (sides, the test session), its language patched once."""
+the processes that run kernels on it (sides, the test session), its language patched once and
+the overflow checks whose outcome it discards skipped."""
 from __future__ import annotations
 
 import inspect
@@ -67,4 +68,39 @@ def keep_language_patched() -> bool:
 
     patch_lang.kern_keeps_patched = True
     interpreter._patch_lang = patch_lang
+    return True
+
+
+def skip_discarded_overflow_checks() -> bool:
+    """Stop the interpreter computing integer-overflow checks whose outcome it throws away;
+    True when it now does.
+
+    Why: triton's interpreter (3.6 to 3.9) builds with ``sanitize_overflow`` on and ``debug``
+    off. For every int32 add, sub and mul it then casts both operands to int64, redoes the op
+    and compares the result with the type's bounds, and hands that to ``device_assert``, which
+    returns at once without ``debug`` (a compiled kernel without debug never emits the check
+    either). On the small step that discarded work is about a quarter of the interpreter's
+    time (cProfile, 2 rows: 1.19 s of CPU a step, 0.90 s without it, 2026-12-05). What a
+    kernel computes does not change: the check never fed a value (the whole small step's
+    logits are bit-identical with and without it: tests/gates/test_interpreter.py).
+
+    Contract: only where the interpreter runs the kernels (``TRITON_INTERPRET=1``) and its
+    options have ``debug`` off (with it on the check would assert, so it is left on). A triton
+    whose interpreter lacks the options this relies on is left as it is (slower, same
+    results)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    try:
+        import dataclasses
+
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    builder = getattr(interpreter, "interpreter_builder", None)
+    options = getattr(builder, "options", None)
+    if not dataclasses.is_dataclass(options) or not hasattr(options, "sanitize_overflow") \
+            or getattr(options, "debug", True):
+        return False
+    if options.sanitize_overflow:
+        builder.options = dataclasses.replace(options, sanitize_overflow=False)
     return True
