@@ -1,7 +1,7 @@
 """Triton's CPU interpreter for a process without a GPU, chosen before triton is imported:
 by the loop's process (``kern profile``/``kern try``/``kern loop``) and by each side's; and, in
-the processes that run kernels on it (sides, the test session), its language patched once and
-the overflow checks whose outcome it discards skipped."""
+the processes that run kernels on it (sides, the test session), its language patched once,
+the overflow checks whose outcome it discards skipped and its numpy dtypes remembered."""
 from __future__ import annotations
 
 import inspect
@@ -58,7 +58,11 @@ def keep_language_patched() -> bool:
     langs = (tl, tl.core)
     patched: set[int] = set()
 
+    every = {id(m) for m in langs}
+
     def patch_lang(fn):
+        if patched == every:  # both patched: no kernel can want more (its globals not walked)
+            return _Kept()
         # the language modules a kernel sees, as triton's own _patch_lang picks them
         wanted = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in langs}
         if not wanted <= patched:
@@ -103,4 +107,50 @@ def skip_discarded_overflow_checks() -> bool:
         return False
     if options.sanitize_overflow:
         builder.options = dataclasses.replace(options, sanitize_overflow=False)
+    return True
+
+
+def remember_numpy_dtypes() -> bool:
+    """Make the interpreter look up a Triton type's numpy dtype once per type instead of
+    building its whole table at every lookup; True when it now does.
+
+    Why: triton's interpreter (3.6 to 3.9) maps a type to numpy in ``_get_np_dtype``, which
+    builds a dict of every scalar type at each call: tens of thousands of calls a small step,
+    about 7 % of its CPU once the overflow checks are skipped (cProfile, 2 rows, 2026-12-05).
+    The answer depends on the type alone: a pointer or a block of pointers is uint64 (asked of
+    triton each time, as cheap), any other block its element's, a scalar its table entry; the
+    scalar's answer is kept, keyed as triton's own table keys it (by the type's name). A type
+    the table lacks raises as before and is not kept.
+
+    Contract: as :func:`keep_language_patched`. A triton without that function is left as it
+    is (slower, same results)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        return False
+    original = getattr(interpreter, "_get_np_dtype", None)
+    if original is None or not callable(original):
+        return False
+    if getattr(original, "kern_remembers", False):
+        return True
+    known: dict = {}
+
+    def np_dtype(tt_dtype):
+        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(scalar, tl.pointer_type):
+            return original(tt_dtype)
+        try:
+            return known[scalar]
+        except KeyError:
+            found = known[scalar] = original(scalar)
+            return found
+        except TypeError:  # a type that hashes to no key: asked of triton each time
+            return original(tt_dtype)
+
+    np_dtype.kern_remembers = True
+    np_dtype.__wrapped__ = original  # triton's own, for the test that holds the two equal
+    interpreter._get_np_dtype = np_dtype
     return True
