@@ -12,9 +12,11 @@ except ImportError:  # pragma: no cover - torch is a hard dependency
     _CUDA = False
 if not _CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from gates.interpreter import keep_language_patched
+    from gates.interpreter import keep_language_patched, remember_numpy_dtypes, skip_discarded_overflow_checks
 
     keep_language_patched()  # as the gates' side processes run the kernels
+    skip_discarded_overflow_checks()
+    remember_numpy_dtypes()
 
 import pytest
 

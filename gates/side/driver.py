@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 
 from .. import protocol
-from ..interpreter import keep_language_patched, prepare_interpreter
+from ..interpreter import (keep_language_patched, prepare_interpreter, remember_numpy_dtypes,
+                           skip_discarded_overflow_checks)
 from . import clock as phase_clock
 from .clock import CompileClock, PhaseClock
 from .rank import rank_digests
@@ -58,6 +59,8 @@ def main(argv=None) -> int:
         hold_for_go(args.mode)
     prepare_interpreter()
     keep_language_patched()  # before the tree: its kernels run on the interpreter as patched
+    skip_discarded_overflow_checks()  # and without the checks no kernel's value depends on
+    remember_numpy_dtypes()
     phase_clock.CLOCK.compiler.install()  # once triton may be imported, before any kernel
     root = open_tree(args.tree)
     import torch
