@@ -42,6 +42,8 @@
 #            session on one warm machine (no idle gap between them), e.g. chain-start "gates-gpu 300"
 #            "JUDGING_SIDES=after judging" "loop-start 3 1500 100000"; each phase's $OUT comes back
 #            in <k>-<phase>/
+#   demo [TIMEOUT] - issue 34: README command 1 (kern loop --demo) on the GPU, timed whole, with the
+#            demo repository's ledger and report
 #   hacks [TIMEOUT] [EXPR] - issue 13: the GPU cases of tests/adversarial (small model on the
 #            GPU); EXPR, when given, is pytest's -k (each case runs only its own scorer)
 #   fairbar [WHICH] [TIMEOUT] - issue 35: the scorer's band rule at 128k. WHICH: attempt-9 (#9's
@@ -126,6 +128,17 @@ pathlib.Path('$OUT/op_bench.json').write_text(json.dumps(out, indent=1))" "$@"
   # the profile's JSON under $OUT alone (the device returns 8 files at most; its logs go to /tmp)
   t0=$(date +%s); timeout 200 python3 -m harness.cli profile main --rows 128 --out /tmp/profile_128.json \
     2>/tmp/profile.err | tail -32; cp /tmp/profile_128.json $OUT/; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
+  ;;
+demo)  # [TIMEOUT] - issue 34: README command 1 on this GPU (kern loop --demo), timed whole; its
+  # output, the demo repository's ledger and its report come back
+  t0=$(date +%s); timeout ${2:-600} python3 -m harness.cli loop --demo --ticks 4 --every 1s --wait-agents 120 \
+    --no-live >/tmp/demo.log 2>&1; rc=$?
+  tail -30 /tmp/demo.log; echo "kern loop --demo: rc $rc, wall $(( $(date +%s)-t0 ))s" | tee -a /tmp/demo.log
+  cp /tmp/demo.log $OUT/; d=$(ls -d runs/demo/*/ 2>/dev/null | tail -1)
+  if [ -n "$d" ]; then
+    cp "$d/runs/ledger.sqlite" $OUT/demo_ledger.sqlite
+    python3 -m harness.cli --repo "$d" --config "$d/kern.yaml" report --format md --out $OUT/demo_report.md
+  fi
   ;;
 loop-start)
   ticks=${2:?loop-start needs TICKS}
