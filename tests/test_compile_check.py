@@ -25,6 +25,18 @@ def twice(out_ptr, N: tl.constexpr):
 @triton.jit
 def once(out_ptr, n, N: tl.constexpr):
     tl.store(out_ptr + tl.arange(0, N), tl.zeros([N], tl.float32) + n)
+
+
+@triton.jit
+def unit(out_ptr, stride):
+    tl.static_assert(stride == 1)  # compiles only where the JIT made the integer 1 a constant
+    tl.store(out_ptr + stride, 1.0)
+
+
+@triton.jit(do_not_specialize=["stride"])
+def unit_kept(out_ptr, stride):
+    tl.static_assert(stride == 1)
+    tl.store(out_ptr + stride, 1.0)
 '''
 
 
@@ -61,3 +73,13 @@ def test_the_residual_tests_kernels_are_recorded_and_compile(tmp_path):
     assert n == of and int(n) > 0, last
     ptx = sorted(tmp_path.glob("_mix_kernel-*.ptx"))
     assert len(ptx) == int(n) and ".target sm_90" in ptx[0].read_text()
+
+
+def test_an_integer_one_compiles_as_the_gpus_jit_makes_it_a_constant_unless_kept(tmp_path):
+    one = {"signature": {"out_ptr": "*fp32", "stride": "i32"}, "constexprs": {}, "ones": ["stride"],
+           "options": {}}
+    done = _compile(tmp_path, [{"module": "cc_kernels", "name": "unit", **one},
+                               {"module": "cc_kernels", "name": "unit_kept", **one}])
+    assert "ok    cc_kernels.unit " in done.stdout + " ", done.stdout + done.stderr
+    assert "FAIL  cc_kernels.unit_kept" in done.stdout, done.stdout  # do_not_specialize: an i32
+    assert done.returncode == 1 and "1 of 2 launches compiled" in done.stdout, done.stdout

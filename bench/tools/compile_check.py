@@ -2,7 +2,9 @@
 without a GPU: the kernels' launches are recorded under the interpreter, then each distinct
 (kernel, argument types, constexprs) is compiled by the Triton found first on --triton-path,
 down to a cubin (ptxas included), with the 16-divisibility hints the GPU's JIT would give
-(pointers and integers that are multiples of 16), so the code read is the code the GPU runs.
+(pointers and integers that are multiples of 16), an integer argument of 1 made a constant as the
+JIT makes it (unless the kernel's ``do_not_specialize`` names it) and ``maxnreg`` kept, so the
+code read is the code the GPU runs.
 
 Why: the H200 runs triton 3.6 while this machine interprets with 3.9; a kernel that is right
 on the interpreter can still fail to compile there (a reassigned constexpr, an op the older
@@ -80,7 +82,7 @@ def record(pytest_args: list[str], out: Path) -> int:
         params = inspect.signature(fn).parameters
         bound = dict(zip(params, args))
         bound.update({k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS})
-        signature, constexprs, aligned = {}, {}, []
+        signature, constexprs, aligned, ones = {}, {}, [], []
         for name, p in params.items():
             if name not in bound:
                 if p.default is inspect.Parameter.empty:
@@ -95,6 +97,11 @@ def record(pytest_args: list[str], out: Path) -> int:
             if kind == "const":
                 signature[name] = "constexpr"
                 constexprs[name] = what
+            elif what in ("i32", "i64") and value == 1:
+                # the GPU's JIT makes an integer 1 a constant (a unit stride folds away), unless
+                # the kernel says do_not_specialize: compile_all decides with the JITFunction
+                signature[name] = what
+                ones.append(name)
             else:
                 signature[name] = what
                 # the GPU's JIT specializes these as 16-divisible (vector loads follow from it)
@@ -102,8 +109,8 @@ def record(pytest_args: list[str], out: Path) -> int:
                         (what in ("i32", "i64") and value % 16 == 0):
                     aligned.append(name)
         entry = {"module": fn.__module__, "name": fn.__name__, "signature": signature,
-                 "constexprs": constexprs, "aligned": aligned,
-                 "options": {k: kwargs[k] for k in ("num_warps", "num_stages") if k in kwargs}}
+                 "constexprs": constexprs, "aligned": aligned, "ones": ones,
+                 "options": {k: kwargs[k] for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}}
         seen.setdefault(json.dumps(entry, sort_keys=True), entry)
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
 
@@ -148,8 +155,13 @@ def compile_all(launches: Path, dump: Path | None = None) -> int:
         try:
             fn = _jit_function(e["module"], e["name"])
             consts = {k: _constexpr_value(v) for k, v in e["constexprs"].items()}
+            signature = dict(e["signature"])
+            keep = {fn.arg_names[i] if isinstance(i, int) else i for i in (getattr(fn, "do_not_specialize", None) or ())}
+            for n in e.get("ones", ()):
+                if n not in keep:  # as the GPU's JIT specializes an integer 1
+                    signature[n], consts[n] = "constexpr", 1
             attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in e.get("aligned", ())}
-            src = ASTSource(fn, e["signature"], constexprs=consts, attrs=attrs)
+            src = ASTSource(fn, signature, constexprs=consts, attrs=attrs)
             kernel = triton.compile(src, target=target, options=e["options"])
             smem = kernel.metadata.shared
             if dump is not None:
