@@ -19,6 +19,39 @@ def prepare_interpreter() -> None:
         pass
 
 
+def run_interpreted_kernels_fast() -> None:
+    """In a process that runs kernels on the interpreter (a side, the test session), before
+    any kernel: the three changes below, none of which changes a value a kernel computes."""
+    keep_language_patched()
+    skip_discarded_overflow_checks()
+    remember_numpy_dtypes()
+
+
+def _running_interpreter():
+    """triton's interpreter module where it runs the kernels (``TRITON_INTERPRET=1``), else None."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return None
+    try:
+        from triton.runtime import interpreter
+    except ImportError:
+        return None
+    return interpreter
+
+
+def _replace_once(interpreter, name: str, mark: str, make) -> bool:
+    """Replace the interpreter's function ``name`` with ``make(original)``, marked ``mark`` so a
+    second call keeps the first replacement; False (left as it is) where triton lacks it."""
+    original = getattr(interpreter, name, None)
+    if original is None or not callable(original):
+        return False
+    if getattr(original, mark, False):
+        return True
+    replacement = make(original)
+    setattr(replacement, mark, True)
+    setattr(interpreter, name, replacement)
+    return True
+
+
 class _Kept:
     """The scope a launch gets back once the language stays patched: nothing to restore."""
 
@@ -43,36 +76,28 @@ def keep_language_patched() -> bool:
     process that also uses ``triton.language`` objects outside kernels (none here: launchers
     compute grids with plain Python) would see the interpreter's bindings there. A triton
     whose interpreter lacks the hook this relies on is left as it is (slower, same results)."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    interpreter = _running_interpreter()
+    if interpreter is None:
         return False
-    try:
-        import triton.language as tl
-        from triton.runtime import interpreter
-    except ImportError:
-        return False
-    original = getattr(interpreter, "_patch_lang", None)
-    if original is None or not callable(original):
-        return False
-    if getattr(original, "kern_keeps_patched", False):
-        return True
-    langs = (tl, tl.core)
-    patched: set[int] = set()
+    import triton.language as tl
 
-    every = {id(m) for m in langs}
+    def make(original):
+        langs = (tl, tl.core)
+        every = {id(m) for m in langs}
+        patched: set[int] = set()
 
-    def patch_lang(fn):
-        if patched == every:  # both patched: no kernel can want more (its globals not walked)
+        def patch_lang(fn):
+            if patched == every:  # both patched: no kernel can want more (its globals not walked)
+                return _Kept()
+            # the language modules a kernel sees, as triton's own _patch_lang picks them
+            wanted = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in langs}
+            if not wanted <= patched:
+                original(fn)  # its scope is dropped: the binding stays for the process
+                patched.update(wanted)
             return _Kept()
-        # the language modules a kernel sees, as triton's own _patch_lang picks them
-        wanted = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in langs}
-        if not wanted <= patched:
-            original(fn)  # its scope is dropped: the binding stays for the process
-            patched.update(wanted)
-        return _Kept()
+        return patch_lang
 
-    patch_lang.kern_keeps_patched = True
-    interpreter._patch_lang = patch_lang
-    return True
+    return _replace_once(interpreter, "_patch_lang", "kern_keeps_patched", make)
 
 
 def skip_discarded_overflow_checks() -> bool:
@@ -92,13 +117,10 @@ def skip_discarded_overflow_checks() -> bool:
     options have ``debug`` off (with it on the check would assert, so it is left on). A triton
     whose interpreter lacks the options this relies on is left as it is (slower, same
     results)."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    try:
-        import dataclasses
+    import dataclasses
 
-        from triton.runtime import interpreter
-    except ImportError:
+    interpreter = _running_interpreter()
+    if interpreter is None:
         return False
     builder = getattr(interpreter, "interpreter_builder", None)
     options = getattr(builder, "options", None)
@@ -124,33 +146,26 @@ def remember_numpy_dtypes() -> bool:
 
     Contract: as :func:`keep_language_patched`. A triton without that function is left as it
     is (slower, same results)."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    interpreter = _running_interpreter()
+    if interpreter is None:
         return False
-    try:
-        import triton.language as tl
-        from triton.runtime import interpreter
-    except ImportError:
-        return False
-    original = getattr(interpreter, "_get_np_dtype", None)
-    if original is None or not callable(original):
-        return False
-    if getattr(original, "kern_remembers", False):
-        return True
-    known: dict = {}
+    import triton.language as tl
 
-    def np_dtype(tt_dtype):
-        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
-        if isinstance(scalar, tl.pointer_type):
-            return original(tt_dtype)
-        try:
-            return known[scalar]
-        except KeyError:
-            found = known[scalar] = original(scalar)
-            return found
-        except TypeError:  # a type that hashes to no key: asked of triton each time
-            return original(tt_dtype)
+    def make(original):
+        known: dict = {}
 
-    np_dtype.kern_remembers = True
-    np_dtype.__wrapped__ = original  # triton's own, for the test that holds the two equal
-    interpreter._get_np_dtype = np_dtype
-    return True
+        def np_dtype(tt_dtype):
+            scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+            if isinstance(scalar, tl.pointer_type):
+                return original(tt_dtype)
+            try:
+                return known[scalar]
+            except KeyError:
+                found = known[scalar] = original(scalar)
+                return found
+            except TypeError:  # a type that hashes to no key: asked of triton each time
+                return original(tt_dtype)
+        np_dtype.__wrapped__ = original  # triton's own, for the test that holds the two equal
+        return np_dtype
+
+    return _replace_once(interpreter, "_get_np_dtype", "kern_remembers", make)

@@ -12,11 +12,9 @@ except ImportError:  # pragma: no cover - torch is a hard dependency
     _CUDA = False
 if not _CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    from gates.interpreter import keep_language_patched, remember_numpy_dtypes, skip_discarded_overflow_checks
+    from gates.interpreter import run_interpreted_kernels_fast
 
-    keep_language_patched()  # as the gates' side processes run the kernels
-    skip_discarded_overflow_checks()
-    remember_numpy_dtypes()
+    run_interpreted_kernels_fast()  # as the gates' side processes run the kernels
 
 import pytest
 

@@ -32,8 +32,7 @@ import time
 from pathlib import Path
 
 from .. import protocol
-from ..interpreter import (keep_language_patched, prepare_interpreter, remember_numpy_dtypes,
-                           skip_discarded_overflow_checks)
+from ..interpreter import prepare_interpreter, run_interpreted_kernels_fast
 from . import clock as phase_clock
 from .clock import CompileClock, PhaseClock
 from .rank import rank_digests
@@ -58,9 +57,7 @@ def main(argv=None) -> int:
     if args.hold:
         hold_for_go(args.mode)
     prepare_interpreter()
-    keep_language_patched()  # before the tree: its kernels run on the interpreter as patched
-    skip_discarded_overflow_checks()  # and without the checks no kernel's value depends on
-    remember_numpy_dtypes()
+    run_interpreted_kernels_fast()  # before the tree: its kernels run on the interpreter so
     phase_clock.CLOCK.compiler.install()  # once triton may be imported, before any kernel
     root = open_tree(args.tree)
     import torch
