@@ -76,12 +76,11 @@ rm -rf "$jr"
 judged=()
 for n in "${new[@]}"; do compgen -G "bench/journey/attempts/$n/judgment-*.json" >/dev/null && judged+=("$n"); done
 if [ ${#judged[@]} -gt 0 ]; then
-  machine=$($py -c "import glob, json, sys; sys.path.insert(0, 'bench/tools'); import judging_times as j; print(j.machine_of([json.load(open(p)) for n in sys.argv[1:] for p in glob.glob(f'bench/journey/attempts/{n}/judgment-*.json')]))" "${judged[@]}")
-  times=bench/results/$(date -u +%F)-$machine-judging-loop-${judged[0]}-${judged[-1]}.json
+  suffix=loop-${judged[0]}-${judged[-1]}
   $py bench/tools/judging_times.py --ledger bench/journey/ledger.sqlite --attempts bench/journey/attempts \
-    $(printf -- '--attempt %s ' "${judged[@]}") --out "$times" --note "kern loop, $msg" \
+    $(printf -- '--attempt %s ' "${judged[@]}") --suffix "$suffix" --note "kern loop, $msg" \
     || die "bench/tools/judging_times.py failed (above)"
-  git add "$times"
+  git add bench/results/*-judging-"$suffix".json
 fi
 
 git add bench/journey

@@ -156,7 +156,8 @@ def compile_all(launches: Path, dump: Path | None = None) -> int:
             fn = _jit_function(e["module"], e["name"])
             consts = {k: _constexpr_value(v) for k, v in e["constexprs"].items()}
             signature = dict(e["signature"])
-            keep = {fn.arg_names[i] if isinstance(i, int) else i for i in (getattr(fn, "do_not_specialize", None) or ())}
+            keep = {fn.arg_names[i] if isinstance(i, int) else i
+                    for i in (getattr(fn, "do_not_specialize", None) or ())}
             for n in e.get("ones", ()):
                 if n not in keep:  # as the GPU's JIT specializes an integer 1
                     signature[n], consts[n] = "constexpr", 1

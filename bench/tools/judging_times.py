@@ -1,16 +1,16 @@
 """Every judgment's seconds, as one JSON record for bench/results/ (issue 34).
 
     python bench/tools/judging_times.py --ledger runs/ledger.sqlite --attempts runs/attempts \
-        [--machine h200] [--date 2026-12-05] [--out FILE] [--note TEXT] [--attempt N ...]
+        [--machine h200] [--date 2026-12-05] [--out FILE | --suffix S] [--note TEXT] [--attempt N ...]
 
 Reads the ledger (a copy: opening one may migrate it) and each attempt's judgment files
 (``runs/attempts/<n>/judgment-<k>.json``, or ``bench/journey/attempts/``) and writes
 ``bench/results/<date>-<machine>-judging.json``: one row per judgment with its verdict kind
 (``verdict``: the accuracy gate's verdict, ``scope`` when only the scope gate ran), the
-attempt's final state and reason, ``accuracy_s``, ``scorer_s``, ``remeasure_s``, ``total_s``
-, the same two without main's compile (``accuracy_warm_s``, ``total_warm_s``: the loop's
-steady state; ``compile_main_s`` the compile) and its phases (``phases``: gate -> part -> phase -> seconds; ``by_phase``: phase -> seconds
-over every part; both on the gates' paths, adding up to their walls), what ran beside them
+attempt's final state and reason, ``accuracy_s``, ``scorer_s``, ``remeasure_s``, ``total_s``,
+the first and last without main's compile (``accuracy_warm_s``, ``total_warm_s``: the loop's
+steady state; ``compile_main_s``: the compile) and its phases (``phases``: gate -> part ->
+phase -> seconds; ``by_phase``: phase -> seconds over every part; both on the gates' paths, adding up to their walls), what ran beside them
 (``beside``: the candidate's start and build beside main's recording, each with its phases,
 ``seconds``, ``overlap_s`` and ``after_s``; ``overlap_s``: their seconds that main's recording
 covered, None when nothing ran beside or no timeline was kept), then the medians per verdict
@@ -139,7 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--machine", default=None, help="default: the judgments' GPU, else cpu")
     ap.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"))
     ap.add_argument("--out", type=Path, default=None,
-                    help="default: bench/results/<date>-<machine>-judging.json")
+                    help="default: bench/results/<date>-<machine>-judging[-SUFFIX].json")
+    ap.add_argument("--suffix", default="", help="ends the default file's name, e.g. loop-12-18")
     ap.add_argument("--note", default="")
     ap.add_argument("--attempt", type=int, action="append", default=None, metavar="N",
                     help="only attempt N (repeat for several; default: every attempt), e.g. the "
@@ -151,7 +152,8 @@ def main(argv=None) -> int:
     if args.attempt and not rows:
         ap.error(f"no judgment files of attempts {args.attempt} under {args.attempts}")
     machine = args.machine or machine_of(docs)
-    out = args.out or ROOT / "bench" / "results" / f"{args.date}-{machine}-judging.json"
+    out = args.out or ROOT / "bench" / "results" / \
+        f"{args.date}-{machine}-judging{'-' + args.suffix if args.suffix else ''}.json"
     rec = record(rows, machine, args.date, {"ledger": str(args.ledger), "attempts": str(args.attempts)},
                  args.note)
     out.parent.mkdir(parents=True, exist_ok=True)
