@@ -13,6 +13,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from gates.launch.process import harness_path
+
 from . import faults
 
 HARNESS_ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +74,7 @@ def start_agent(d: Path, worktree: Path) -> int:
              "--worktree", str(worktree), "--settings", str(d / "settings.json"),
              "--out", str(d / "proposal.json")],
             cwd=HARNESS_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**faults.without(os.environ), "PYTHONPATH": str(HARNESS_ROOT)})
+            env={**faults.without(os.environ), "PYTHONPATH": harness_path()})
     (d / PID_FILE).write_text(str(proc.pid))
     return proc.pid
 

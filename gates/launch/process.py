@@ -33,6 +33,14 @@ _PASS = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "CUDA_VISIBLE_DEVICES", "TR
          "NVSHMEM_DISABLE_NVLS", "CUDA_HOME", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
 
 
+def harness_path() -> str:
+    """PYTHONPATH of a process that runs this harness's code: the harness first, then the caller's
+    own entries (where the user runs the harness from carried wheels, its dependencies live
+    there: a child without them cannot import the harness)."""
+    return os.pathsep.join([str(HARNESS_ROOT)] + [
+        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     try:
         import ctypes
@@ -54,9 +62,7 @@ def side_env(place: Placement, extra: dict | None = None) -> dict:
     env = {k: os.environ[k] for k in _PASS if k in os.environ}
     if place.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = place.gpus
-    # the harness first; then whatever site the user runs the harness from (carried wheels)
-    env["PYTHONPATH"] = os.pathsep.join([str(HARNESS_ROOT)] + [
-        p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = harness_path()
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONHASHSEED"] = "0"
     # multicast stays off everywhere (it can take shared GPUs out of service)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.processes import (LoopLocked, acquire_loop_lock, agent_pid, agent_started, alive,
-                               end_agent)
+                               end_agent, start_agent)
 
 
 def ended(pid: int) -> bool:
@@ -53,3 +53,27 @@ def test_one_loop_per_repository(tmp_path):
     finally:
         holder.close()
     acquire_loop_lock(runs).close()  # released: the next loop takes it
+
+
+def test_an_agent_imports_from_the_sites_its_loop_was_started_with(tmp_path, monkeypatch):
+    # on the GPU machine the harness's dependencies come from carried wheels on PYTHONPATH
+    # (bench/device_env.sh); an agent started without them ended at its first import
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "open(os.environ['MARK'], 'w').write(os.pathsep.join(sys.path))\n")
+    mark = tmp_path / "mark"
+    monkeypatch.setenv("PYTHONPATH", f"{site}{os.pathsep}")
+    monkeypatch.setenv("MARK", str(mark))
+    d = tmp_path / "attempt"
+    d.mkdir()
+    pid = start_agent(d, tmp_path)  # no brief: the agent ends with an error, after its start
+    deadline = time.monotonic() + 60
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(pid)
+    assert mark.exists(), "the agent never started with the loop's PYTHONPATH entries"
+    seen = mark.read_text().split(os.pathsep)
+    assert str(site) in seen
+    assert seen.index(str(Path(__file__).resolve().parents[2])) < seen.index(str(site))
