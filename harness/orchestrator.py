@@ -91,6 +91,19 @@ def attempt_dir(runs: Path, number: int) -> Path:
     return runs / "attempts" / str(number)
 
 
+def agent_last_line(log: Path) -> str:
+    """The last non-empty line of an agent's log ('' when there is none to read)."""
+    from gates.results import last_lines
+
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return (last_lines(tail, 1) or ("",))[0]
+
+
 class Orchestrator:
     def __init__(self, ctx: Context):
         self.ctx = ctx
@@ -99,6 +112,7 @@ class Orchestrator:
         self.idle_ticks = 0
         self.started = time.monotonic()
         self.halt: str | None = None  # why the loop must stop now (a full disk)
+        self.agent_crashes = 0  # agents in a row that ended without a proposal
         self.judged = 0  # attempts the last collect judged
         self.ceiling = ""  # what the latest profile's floors divide by (briefs say it)
 
@@ -450,8 +464,12 @@ class Orchestrator:
                 end_agent(pid)
                 self._final(a.number, L.TIMED_OUT, f"agent ran past {limit:.0f}s", report)
             else:
-                self._final(a.number, L.CRASHED, "agent process ended without a proposal "
+                words = agent_last_line(d / "agent.log")
+                self._final(a.number, L.CRASHED, f"{L.AGENT_DIED}: {words[:160]} "
                             f"(log {d / 'agent.log'})", report)
+                self.agent_crashes += 1
+                self.halt = self.halt or planning.agents_broken(
+                    self.agent_crashes, self.cfg.loop.stop_after_agent_crashes, words[:200])
             return
         try:
             prop = parse_proposal(prop_path.read_text(errors="replace"))
@@ -459,6 +477,7 @@ class Orchestrator:
             self._final(a.number, L.CRASHED, f"agent returned garbage in {prop_path}: {e}"[:300],
                         report)
             return
+        self.agent_crashes = 0
         self.led.update(a.number, tokens=prop.tokens_in + prop.tokens_out, cost_usd=prop.cost_usd)
         if prop.kind == "declined":
             self.led.transition(a.number, L.NOT_DONE, reason=prop.message[:300],
@@ -620,7 +639,7 @@ class Orchestrator:
         folder = Path(self.cfg.agent.replay_dir or "")
         if not folder.is_absolute():
             folder = self.ctx.repo.root / folder
-        done = sum(1 for a in self.led.attempts() if a.backend == "replay")
+        done = planning.replays_used(self.led.attempts())
         out = []
         for i in range(slots):
             name = target_at(folder, done + i) if folder.is_dir() else None
@@ -659,7 +678,7 @@ class Orchestrator:
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
         # the replay backend's patch: one per replay attempt before this one, in number order
-        replay_index = sum(1 for a in self.led.attempts() if a.backend == "replay" and a.number < number)
+        replay_index = planning.replays_used(self.led.attempts(), before=number)
         settings = {"agent": cfg.agent.options(), "context": {"index": replay_index, "seed": number,
                                                        "root": str(ctx.repo.root)}}
         (d / "settings.json").write_text(json.dumps(settings, indent=1))

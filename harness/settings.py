@@ -203,6 +203,8 @@ class Loop:
     min_every: Annotated[Str, rule(_min_every)] = "1s"
     concurrency: Annotated[Int, Ge(0), Le(256)]  # 0: judge what is queued, start no agent
     stop_after_idle_ticks: Annotated[Int, Ge(1)]
+    # agents in a row that end without a proposal before the loop stops (0: never)
+    stop_after_agent_crashes: Annotated[Int, Ge(0)] = 3
     trial_merge_parts: Annotated[Int, Ge(0), rule(_trial_parts)] = 0
     trial_merge_recent: Annotated[Int, Ge(2)] = 12
     # profile rows the planner may brief (op names, or 'dense projections (cuBLAS)'); None: every row

@@ -2,7 +2,8 @@
 
 Which patch: the orchestrator passes ``index`` (constructor context, ``make_agent(...,
 index=N)`` or ``"context": {"index": N}`` in run.py's settings file) = how many replay attempts
-this run made before this one, counting crashed and re-queued ones once. Patch ``index`` of
+this run made before this one, counting crashed and re-queued ones once, not one whose agent
+died before proposing (``harness.planning.replays_used``). Patch ``index`` of
 the folder's patch files sorted by file name is applied; past the end the backend declines
 with "nothing left to replay". The index is state the orchestrator owns (its ledger), not this
 process: a re-queued attempt gets the same index and so the same patch.

@@ -106,3 +106,54 @@ def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path)
         finish(orch, n, proc, cost=0.0)
     assert [(r.collected, r.spawned, r.stop) for r in reports] == [([], [], None)] * 3
     assert orch.idle_ticks == 0 and orch.led.attempt(n).state == L.RUNNING
+
+
+def dead_agent(orch: Orchestrator, last_words: str) -> int:
+    """An attempt whose agent process ended without a proposal, its log ending with ``last_words``."""
+    led = orch.led
+    n = led.new_attempt(title="t", hypothesis="", target="moe.experts", backend="replay",
+                        base_sha=orch.ctx.repo.main_sha(), phase_id=None)
+    d = attempt_dir(orch.ctx.runs, n)
+    d.mkdir(parents=True)
+    (d / "agent.log").write_text(f"Traceback (most recent call last):\n  File \"x.py\"\n{last_words}\n\n")
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    proc.wait()
+    (d / "agent.pid").write_text(str(proc.pid))
+    led.transition(n, L.RUNNING)
+    return n
+
+
+def test_agents_that_die_before_proposing_stop_the_loop_after_the_limit_in_a_row(tmp_path):
+    # 2026-12-05 on the GPU machine: every replay agent failed its first import, and the loop
+    # used up 22 replay patches in four minutes, each row saying only "see the log"
+    repo = light_repo(tmp_path, {"loop.concurrency": 0, "loop.stop_after_agent_crashes": 2,
+                                 "loop.trial_merge_parts": 0})
+    orch = orchestrator(repo)
+    words = "ModuleNotFoundError: No module named 'annotated_types'"
+    first = dead_agent(orch, words)
+    report = orch.tick(spawn=False)
+    assert report.stop is None and orch.led.attempt(first).state == L.CRASHED
+    assert words in orch.led.attempt(first).reason  # the row says why, not only where the log is
+    n, proc = working_agent(orch)  # an agent that proposes in between: the count starts again
+    finish(orch, n, proc, cost=0.0)
+    second = dead_agent(orch, words)
+    assert orch.tick(spawn=False).stop is None
+    third = dead_agent(orch, "OSError: [Errno 2] No such file or directory: 'claude'")
+    report = orch.tick(spawn=False)
+    assert [s for _, s, _ in report.collected] == [L.CRASHED]
+    assert report.stop == ("environment: 2 agents in a row ended without a proposal; the last one's log "
+                           "ends: OSError: [Errno 2] No such file or directory: 'claude'. Operator: run that "
+                           "agent by hand (python -m harness.agents.run, its attempt folder's settings) and "
+                           "mend its environment")
+    (end,) = orch.led.stops().values()
+    assert (end.how, end.reason) == (L.RUN_HALTED, report.stop)
+    assert {orch.led.attempt(k).state for k in (second, third)} == {L.CRASHED}
+
+
+def test_the_limit_zero_never_stops_the_loop_for_dead_agents(tmp_path):
+    repo = light_repo(tmp_path, {"loop.concurrency": 0, "loop.stop_after_agent_crashes": 0,
+                                 "loop.trial_merge_parts": 0})
+    orch = orchestrator(repo)
+    for _ in range(3):
+        dead_agent(orch, "ImportError: boom")
+        assert orch.tick(spawn=False).stop is None
