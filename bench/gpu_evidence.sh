@@ -82,6 +82,19 @@ fi
 cp -r "$ROOT/.carry/.whl" . && source bench/device_env.sh
 echo "commit $(git rev-parse HEAD 2>/dev/null || echo snapshot); $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__)')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+# the full config's step peaks at 85.8 GiB (bench/results/2026-11-29-h200-step-full.json): on a
+# smaller card every judgment ends out of memory. 2026-12-05 a call that named nvidia-h200 got an
+# H100 (80 GB); the device's run() needs needs_h200=true for these phases
+case "$phase" in
+  loop-start|try|try-start|judging|fairbar|final|step|gates|bench|compile|micro|ab|judged)
+    gib=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)') || exit 4
+    if [ "$gib" -lt "${FULL_CONFIG_GIB:-100}" ]; then
+      echo "environment: phase $phase runs the full config (its step peaks at 85.8 GiB) but this GPU has $gib GiB;" \
+        "expected >= ${FULL_CONFIG_GIB:-100} GiB (an H200: call the device with needs_h200=true)" >&2
+      exit 4
+    fi
+    ;;
+esac
 try_collect() {  # the ledger and the attempts' logs of a finished kern try, into $OUT
   python3 -c "import sqlite3; sqlite3.connect('runs/ledger.sqlite').execute('PRAGMA wal_checkpoint(TRUNCATE)')"
   cp runs/ledger.sqlite $OUT/
@@ -291,7 +304,7 @@ hacks)  # [TIMEOUT] [EXPR]: the cases judge verdicts, not times, so they share t
   # the device's L2 set-aside, which the other cases' sides check)
   t0=$(date +%s); limit=${2:-300}
   if [ -z "${3:-}" ] && python3 -c "import xdist" 2>/dev/null; then
-    timeout $limit python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial -n ${HACKS_WORKERS:-3} \
+    timeout $limit python3 -m pytest -v -p no:cacheprovider -rA -m gpu tests/adversarial -n ${HACKS_WORKERS:-3} \
       --dist loadgroup -k "not persisting_l2" 2>&1 | tail -40 | tee $OUT/gpu_hacks.txt
     left=$(( limit - ($(date +%s)-t0) )); [ $left -gt 10 ] || left=10
     timeout $left python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/adversarial -k persisting_l2 \
