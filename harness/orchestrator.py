@@ -180,13 +180,38 @@ class Orchestrator:
                 break
             a = waiting[n]
             if a.state == L.QUEUED:  # re-queued after a restart: judged again (judging from its start)
-                jobs.append((n, a.commit_sha, a.base_sha, True))
+                job = self._requeued_job(a, report)
+                if job is not None:
+                    jobs.append(job)
             else:
                 tip = self._collect_agent(a, limit, report)
                 if tip is not None:
                     jobs.append((n, tip, a.base_sha, False))
         self.judged = len(jobs)
         self._judge_all(jobs, report)
+
+    def _requeued_job(self, a, report: TickReport) -> tuple | None:
+        """The job of a commit re-queued by a restart, judged against today's main: one made
+        on an older main is rebased onto it first, since its old base may not run under the gates
+        of today (2026-12-05: #11's base 8339e6e, judged after the scorer's workload gained
+        timed inputs, crashed its scorer), and a win there would be rebased and judged again
+        anyway. A commit main already holds is judged as it is (recorded, never merged twice);
+        one that does not rebase ends abandoned as a conflict. None: nothing to judge."""
+        from . import progress as P
+
+        repo = self.ctx.repo
+        main = repo.main_sha()
+        if a.base_sha == main or repo.is_ancestor(a.commit_sha, main):
+            return a.number, a.commit_sha, a.base_sha, True
+        ok, tip = repo.rebase(a.number, main, self.ctx.runs, tip=a.commit_sha)
+        if not ok:
+            self.led.transition(a.number, L.ABANDONED, reason=L.CONFLICT,
+                                gate=GateSummary(conflict=tip))
+            report.collected.append((a.number, L.ABANDONED, L.CONFLICT))
+            self.ctx.repo.close_attempt(a.number, self.ctx.runs)
+            return None
+        self.ctx.progress(P.Rebased(a.number, main))
+        return a.number, tip, main, True
 
     def _judge_all(self, jobs: list, report: TickReport) -> None:
         """Judge ``jobs`` and apply their outcomes in number order. With more than one judging

@@ -112,6 +112,14 @@ class Repo:
         self.git.git.worktree("add", str(path), self.branch(number))
         return path
 
+    def is_ancestor(self, sha: str, of: str) -> bool:
+        """Whether commit ``sha`` is ``of`` or one of its ancestors."""
+        try:
+            self.git.git.merge_base("--is-ancestor", sha, of)
+        except git.GitCommandError:
+            return False
+        return True
+
     def fast_forward_main(self, sha: str) -> bool:
         """Move main to ``sha`` iff that is a fast-forward; never rewrites main."""
         current = self.main_sha()

@@ -456,3 +456,26 @@ def test_a_second_loop_on_the_same_repository_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"pid {os.getpid()} on {os.uname().nodename} already runs a loop" in err
     assert run_loop_tick(repo) == 0  # the holder ended: the next loop runs
+
+
+# --------------------------------------------------------------------------- re-queued on an older main
+def test_a_commit_requeued_on_an_older_main_is_rebased_and_judged_against_todays(tmp_path, monkeypatch):
+    # 2026-12-05: #11, left judging on main 8339e6e, was judged after a restart against that
+    # base under gates whose scorer its base's workload could not serve: the scorer crashed
+    repo = make_repo(tmp_path)
+    first = candidate(repo, "c1", [EDIT])
+    clash = candidate(repo, "c2", [(COMBINE_EDIT[0], COMBINE_EDIT[1], "# clashing\n" + COMBINE_EDIT[1])])
+    moved = candidate(repo, "m1", [COMBINE_EDIT])
+    git.Repo(repo).git.merge("-q", "--ff-only", moved)  # main moved on after c1 and c2 were made
+    ctx, _ = context(repo)
+    n1, n2 = queued(ctx, first, "made on the older main"), queued(ctx, clash, "clashes with today's main")
+    gates = Gates(monkeypatch)
+    rep = Orchestrator(ctx).tick(spawn=False)
+    (test, rev, base), *_ = gates.calls
+    assert (test, base) == ("test", moved) and rev != first
+    assert git.Repo(repo).commit(rev).parents[0].hexsha == moved  # c1's change, on today's main
+    a1, a2 = ctx.ledger.attempt(n1), ctx.ledger.attempt(n2)
+    assert (a1.state, a1.base_sha) == (L.MERGED, moved) and ctx.repo.main_sha() == rev
+    assert (a2.state, a2.reason) == (L.ABANDONED, L.CONFLICT) and a2.gate.conflict
+    assert (n2, L.ABANDONED, L.CONFLICT) in rep.collected
+    assert all(r != clash for _, r, _ in gates.calls)  # never judged
