@@ -156,17 +156,7 @@ demo)  # [TIMEOUT] - issue 34: README command 1 on this GPU (kern loop --demo), 
 loop-start)
   ticks=${2:?loop-start needs TICKS}
   mkdir -p runs && cp bench/journey/ledger.sqlite runs/ledger.sqlite
-  python3 - <<'PY'
-import os, yaml, pathlib
-c = yaml.safe_load(pathlib.Path("kern.yaml").read_text())
-c["agent"].update(backend="replay", replay_dir="bench/journey/patches")
-# tick 1 spawns LOOP_CONCURRENCY replays (3 unless set), tick 2 judges them in number order
-c["loop"]["concurrency"] = int(os.environ.get("LOOP_CONCURRENCY", "3"))
-# LOOP_WALL_HOURS: the loop starts no judgment past it (the device's budget, not a kill mid-judgment)
-if os.environ.get("LOOP_WALL_HOURS"):
-    c["budgets"]["wall_hours"] = float(os.environ["LOOP_WALL_HOURS"])
-pathlib.Path("/tmp/kern-loop.yaml").write_text(yaml.safe_dump(c, sort_keys=False))
-PY
+  python3 bench/journey/loop_config.py /tmp/kern-loop.yaml || exit 3
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
   detached_start loop ${4:-110} "timeout ${3:-1500} python3 -m harness.cli --config /tmp/kern-loop.yaml loop --ticks $ticks --every 1s --wait-agents 120 --no-live --report"
   tail -30 /tmp/loop.log; detached_state loop "kern loop"
