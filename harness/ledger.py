@@ -36,8 +36,7 @@ ABANDONED = "abandoned"
 NOT_DONE = "not done"  # an idea analysed and declined, with its estimate
 WAITING = "waiting"  # depends on another attempt (``waiting_on``)
 CRASHED = "crashed"
-# the reason's start when an agent's process ended before writing any proposal (its patch, for
-# the replay backend, was never used: the next replay attempt is offered it again)
+# the reason's start when an agent's process ended before writing any proposal
 AGENT_DIED = "agent process ended without a proposal"
 TIMED_OUT = "timed out"
 # the user ended it before a verdict: Ctrl-C or SIGTERM to its ``kern try``, or ``kern cancel``

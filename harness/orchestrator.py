@@ -664,7 +664,7 @@ class Orchestrator:
         folder = Path(self.cfg.agent.replay_dir or "")
         if not folder.is_absolute():
             folder = self.ctx.repo.root / folder
-        done = planning.replays_used(self.led.attempts())
+        done = sum(1 for a in self.led.attempts() if a.backend == "replay")
         out = []
         for i in range(slots):
             name = target_at(folder, done + i) if folder.is_dir() else None
@@ -703,7 +703,7 @@ class Orchestrator:
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
         # the replay backend's patch: one per replay attempt before this one, in number order
-        replay_index = planning.replays_used(self.led.attempts(), before=number)
+        replay_index = sum(1 for a in self.led.attempts() if a.backend == "replay" and a.number < number)
         settings = {"agent": cfg.agent.options(), "context": {"index": replay_index, "seed": number,
                                                        "root": str(ctx.repo.root)}}
         (d / "settings.json").write_text(json.dumps(settings, indent=1))

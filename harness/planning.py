@@ -162,17 +162,6 @@ def plan(profile_ops: dict, step_ms: float, journey: list[dict], slots: int,
     return out[:slots]
 
 
-def replays_used(attempts, before: int | None = None) -> int:
-    """Pure: how many replay patches the ledger's ``attempts`` (those numbered below ``before``,
-    when given) have used, in number order: every replay attempt's, crashed and re-queued ones
-    once, except one whose agent died before proposing (``ledger.AGENT_DIED``), which never read
-    its patch. The replay backend applies patch number ``replays_used(..., before=n)`` for n."""
-    from .ledger import AGENT_DIED, CRASHED
-
-    return sum(1 for a in attempts if a.backend == "replay" and (before is None or a.number < before)
-               and not (a.state == CRASHED and (a.reason or "").startswith(AGENT_DIED)))
-
-
 def agents_broken(streak: int, limit: int, last_line: str) -> str | None:
     """Pure: why the loop must stop when ``streak`` agents in a row ended without a proposal
     (``limit`` of kern.yaml's loop.stop_after_agent_crashes, 0: never). Agents of different

@@ -2,8 +2,9 @@
 
 Which patch: the orchestrator passes ``index`` (constructor context, ``make_agent(...,
 index=N)`` or ``"context": {"index": N}`` in run.py's settings file) = how many replay attempts
-this run made before this one, counting crashed and re-queued ones once, not one whose agent
-died before proposing (``harness.planning.replays_used``). Patch ``index`` of
+this run made before this one, counting crashed and re-queued ones once (an agent that died
+before proposing used its patch up too: the loop stops after a few of those, kern.yaml's
+``loop.stop_after_agent_crashes``). Patch ``index`` of
 the folder's patch files sorted by file name is applied; past the end the backend declines
 with "nothing left to replay". The index is state the orchestrator owns (its ledger), not this
 process: a re-queued attempt gets the same index and so the same patch.

@@ -127,18 +127,3 @@ def test_dead_agents_stop_the_loop_exactly_from_the_limit(streak, limit, line):
     assert (why is None) == (limit == 0 or streak < limit)
     if why:
         assert why.startswith(f"environment: {streak} agents in a row") and (line or "(empty)") in why
-
-
-def test_a_replay_whose_agent_died_before_proposing_leaves_its_patch_to_the_next():
-    from types import SimpleNamespace as A
-
-    from harness import ledger as L
-
-    rows = [A(number=1, backend="replay", state=L.MERGED, reason=None),
-            A(number=2, backend="tuner", state=L.ABANDONED, reason="slower"),
-            A(number=3, backend="replay", state=L.CRASHED, reason=f"{L.AGENT_DIED}: ImportError: x (log a)"),
-            A(number=4, backend="replay", state=L.CRASHED, reason="kern test: the candidate's side ended with error"),
-            A(number=5, backend="replay", state=L.QUEUED, reason="not judged: the loop stopped (disk)"),
-            A(number=6, backend="replay", state=L.RUNNING, reason=None)]
-    assert planning.replays_used(rows) == 4  # 1, 4, 5, 6: #3 never read its patch
-    assert [planning.replays_used(rows, before=n) for n in range(1, 8)] == [0, 1, 1, 1, 2, 3, 4]
