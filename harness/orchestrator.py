@@ -95,10 +95,10 @@ def agent_last_line(log: Path) -> str:
     """The last non-empty line of an agent's log ('' when there is none to read)."""
     from gates.results import last_lines
 
+    from .agents.common import read_tail
+
     try:
-        with open(log, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
-            tail = f.read().decode("utf-8", "replace")
+        tail = read_tail(log, 2048)
     except OSError:
         return ""
     return (last_lines(tail, 1) or ("",))[0]
