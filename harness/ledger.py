@@ -596,7 +596,9 @@ class Ledger:
     # ----------------------------------------------------------------- attempts
     def new_attempt(self, *, title: str, hypothesis: str, target: str, backend: str,
                     base_sha: str | None, phase_id: int | None, tick_id: int | None = None,
-                    at: str | None = None) -> int:
+                    source: str | None = None, at: str | None = None) -> int:
+        """A queued attempt; ``source``: what its agent is handed beside the brief (the replay
+        backend's patch file), kept in its 'created' event (:meth:`sources`)."""
         at = self._at(at)
         with self._tx() as db:
             try:
@@ -610,8 +612,15 @@ class Ledger:
                                   f"rows of the ledger (the caller must create them first): {e}") from None
             self._event(db, n, at, "created", {"state": QUEUED, "title": title, "target": target,
                                                "backend": backend, "base_sha": base_sha,
-                                               "phase_id": phase_id, "tick_id": tick_id})
+                                               "phase_id": phase_id, "tick_id": tick_id,
+                                               **({"source": source} if source is not None else {})})
         return n
+
+    def sources(self) -> dict[int, str]:
+        """Each attempt's ``source`` (:meth:`new_attempt`), for the attempts that were given one."""
+        rows = self._q("SELECT attempt, data FROM events WHERE kind='created' ORDER BY id")
+        return {r["attempt"]: d["source"] for r in rows
+                if isinstance(d := _loads(r["data"]), dict) and isinstance(d.get("source"), str)}
 
     def update(self, number: int, *, at: str | None = None, **fields) -> None:
         """Record facts about an attempt without changing its state (e.g. its commit SHA,

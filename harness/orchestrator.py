@@ -60,6 +60,16 @@ class TickReport:
     draining: str | None = None  # a budget is spent: no attempt starts, those in flight finish
 
 
+AGENT_START_FAILED = "starting the agent"  # failure_reason's words for an agent never started
+
+
+def agent_never_proposed(a: L.Attempt) -> bool:
+    """Pure: whether attempt ``a`` crashed before its agent could propose (not started, or its
+    process died): what it was handed (a replay patch) was never used."""
+    return a.state == L.CRASHED and (a.reason or "").startswith(
+        (L.AGENT_DIED, f"{AGENT_START_FAILED} failed"))
+
+
 def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:
     """Pure: (the reason the ledger records, whether the loop must stop). A full disk stops
     the loop: every later attempt would fail the same way and be lost for nothing."""
@@ -648,52 +658,65 @@ class Orchestrator:
         journey = [{"target": a.target, "state": a.state, "estimate_ms": a.estimate_ms} for a in attempts]
         targets = planning.plan(main_profile["ops"], main_profile["step_ms"], journey, slots,
                                 busy={a.target for a in in_flight}, allowed=self.cfg.loop.targets)
+        picks: list = [None] * len(targets)
         if self.cfg.agent.backend == "replay":  # each patch names the target it was written for
-            targets = self._replay_targets(main_profile, journey, targets, slots)
-        for t in targets:
+            targets, picks = self._replay_targets(main_profile, journey, targets, slots)
+        for t, pick in zip(targets, picks):
             if self.halt:
                 return
-            self._spawn(t, main_profile, attempts, tick_id, report)
+            self._spawn(t, main_profile, attempts, tick_id, report, pick)
 
-    def _replay_targets(self, main_profile: dict, journey: list, planned: list, slots: int) -> list:
+    def _replay_targets(self, main_profile: dict, journey: list, planned: list,
+                        slots: int) -> tuple[list, list]:
         """The targets of the next ``slots`` replayed patches (the ones their ``Target:`` lines
-        name, profile rows or not); a patch that names none, or past the last one, takes the
-        planner's pick."""
-        from .agents.replay import target_at
+        name, profile rows or not; a patch that names none, or past the last one, takes the
+        planner's pick) and each one's patch: (place in the folder, file name or None past the
+        end), picked by :func:`harness.agents.replay.next_patches` over the ledger's rows."""
+        from .agents.replay import ReplayUse, next_patches, patch_files, target_at
 
         folder = Path(self.cfg.agent.replay_dir or "")
         if not folder.is_absolute():
             folder = self.ctx.repo.root / folder
-        done = sum(1 for a in self.led.attempts() if a.backend == "replay")
-        out = []
-        for i in range(slots):
-            name = target_at(folder, done + i) if folder.is_dir() else None
-            if name is None:
-                if i < len(planned):
-                    out.append(planned[i])
+        names = [p.name for p in patch_files(folder)] if folder.is_dir() else []
+        sources = self.led.sources()
+        uses = [ReplayUse(sources.get(a.number), agent_never_proposed(a))
+                for a in self.led.attempts() if a.backend == "replay"]
+        targets, picks = [], []
+        for i, place in enumerate(next_patches(names, uses, slots)):
+            name = target_at(folder, place) if folder.is_dir() else None
+            if name is not None:
+                targets.append(planning.target_of(name, main_profile["ops"], main_profile["step_ms"],
+                                                  journey))
+            elif i < len(planned):
+                targets.append(planned[i])
+            else:
                 continue
-            out.append(planning.target_of(name, main_profile["ops"], main_profile["step_ms"], journey))
-        return out
+            picks.append((place, names[place] if place < len(names) else None))
+        return targets, picks
 
     def _spawn(self, t: planning.OpTarget, main_profile: dict, attempts: list, tick_id: int,
-               report: TickReport) -> None:
+               report: TickReport, replay: tuple[int, str | None] | None = None) -> None:
+        """Queue and start one agent on ``t``; ``replay``: the replay backend's patch (its place
+        in the folder and its file name, recorded in the attempt's row)."""
         ctx = self.ctx
         base = ctx.repo.main_sha()
         phase = self.led.phase(phase_definition(ctx))
         backend = self.cfg.agent.backend
         number = self.led.new_attempt(title=f"{t.name}: {backend} attempt", hypothesis="",
                                       target=t.name, backend=backend, base_sha=base,
-                                      phase_id=phase, tick_id=tick_id)
+                                      phase_id=phase, tick_id=tick_id,
+                                      source=replay[1] if replay else None)
         try:
-            self._start_agent(number, t, main_profile, attempts, base, report)
+            self._start_agent(number, t, main_profile, attempts, base, report,
+                              replay[0] if replay else 0)
         except Exception as e:  # noqa: BLE001 - recorded; the loop goes on (or stops: disk full)
-            reason, stop = failure_reason("starting the agent", e)
+            reason, stop = failure_reason(AGENT_START_FAILED, e)
             self._final(number, L.CRASHED, reason, report)
             if stop:
                 self.halt = reason
 
     def _start_agent(self, number: int, t: planning.OpTarget, main_profile: dict, attempts: list,
-                     base: str, report: TickReport) -> None:
+                     base: str, report: TickReport, replay_index: int) -> None:
         cfg, ctx = self.cfg, self.ctx
         d = attempt_dir(ctx.runs, number)
         d.mkdir(parents=True, exist_ok=True)
@@ -702,8 +725,6 @@ class Orchestrator:
         text = brief.text
         (d / "brief.json").write_text(json.dumps(brief.as_dict(), indent=1))
         (d / "brief.md").write_text(text)
-        # the replay backend's patch: one per replay attempt before this one, in number order
-        replay_index = sum(1 for a in self.led.attempts() if a.backend == "replay" and a.number < number)
         settings = {"agent": cfg.agent.options(), "context": {"index": replay_index, "seed": number,
                                                        "root": str(ctx.repo.root)}}
         (d / "settings.json").write_text(json.dumps(settings, indent=1))

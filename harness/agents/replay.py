@@ -1,13 +1,12 @@
 """The replay backend: applies recorded patches from ``agent.replay_dir``, for tests and demos.
 
 Which patch: the orchestrator passes ``index`` (constructor context, ``make_agent(...,
-index=N)`` or ``"context": {"index": N}`` in run.py's settings file) = how many replay attempts
-this run made before this one, counting crashed and re-queued ones once (an agent that died
-before proposing used its patch up too: the loop stops after a few of those, kern.yaml's
-``loop.stop_after_agent_crashes``). Patch ``index`` of
-the folder's patch files sorted by file name is applied; past the end the backend declines
-with "nothing left to replay". The index is state the orchestrator owns (its ledger), not this
-process: a re-queued attempt gets the same index and so the same patch.
+index=N)`` or ``"context": {"index": N}`` in run.py's settings file), the place in the folder's
+patch files sorted by file name; past the end the backend declines with "nothing left to
+replay". The orchestrator picks it with :func:`next_patches` over its ledger, where each replay
+attempt's row records the patch it was handed: the first patch no attempt holds, so a patch
+whose agent died before reading it goes to the next attempt (not a neighbour's patch, whatever
+else is in flight).
 
 Patch files (other files, and names starting with ``.``, are ignored):
 
@@ -28,6 +27,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..settings import Agent
@@ -72,6 +73,35 @@ def target_at(folder: Path, index: int) -> str | None:
     return patch_target(files[index].read_text(encoding="utf-8", errors="replace"))
 
 
+# A patch whose agent died before proposing is handed out again, up to this many deaths in all:
+# an agent killed by its environment must not use a patch up, one killed by the patch itself
+# must not stall the loop on it (kern.yaml's loop.stop_after_agent_crashes halts a streak).
+DEATHS_PER_PATCH = 2
+
+
+@dataclass(frozen=True)
+class ReplayUse:
+    """One replay attempt of the ledger, in attempt-number order: the patch file it was handed
+    (None: a row from before rows recorded it, which was handed the patch at its place among
+    the replay attempts) and whether its agent ended without a proposal (the patch unread)."""
+    patch: str | None
+    unread: bool
+
+
+def next_patches(names: list[str], uses: list[ReplayUse], count: int) -> list[int]:
+    """Pure: the places in ``names`` (the folder's patch files, sorted) of the next ``count``
+    patches to hand out, lowest first: those no attempt holds (an attempt holds its patch unless
+    its agent died unread) and fewer than DEATHS_PER_PATCH agents died on. Past the last patch:
+    ``len(names)`` (the agent declines, nothing left)."""
+    held, died = Counter(), Counter()
+    for place, use in enumerate(uses):
+        name = use.patch if use.patch is not None else (names[place] if place < len(names) else None)
+        if name is not None:
+            (died if use.unread else held)[name] += 1
+    free = [i for i, name in enumerate(names) if not held[name] and died[name] < DEATHS_PER_PATCH]
+    return (free + [len(names)] * count)[:count]
+
+
 def json_proposal(data, name: str) -> Proposal:
     if isinstance(data, dict) and isinstance(data.get("declined"), str):
         est = data.get("estimate_ms")
@@ -109,7 +139,7 @@ class ReplayAgent:
         if self.index >= len(files):
             return Proposal(kind="declined", estimate_ms=0,
                             message=f"nothing left to replay ({len(files)} patches in "
-                                    f"{self.folder}, this is replay attempt {self.index + 1})")
+                                    f"{self.folder}, each handed out; asked for place {self.index + 1})")
         patch = files[self.index]
         text = patch.read_text(encoding="utf-8", errors="replace")
         if patch.suffix == ".json":

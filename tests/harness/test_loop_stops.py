@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from harness import cli
+from harness.agents.replay import DEATHS_PER_PATCH, ReplayUse, next_patches
 from harness import ledger as L
 from harness.orchestrator import Orchestrator, attempt_dir, budget_spent
 from harness.pipeline import Context
@@ -108,11 +112,12 @@ def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path)
     assert orch.idle_ticks == 0 and orch.led.attempt(n).state == L.RUNNING
 
 
-def dead_agent(orch: Orchestrator, last_words: str) -> int:
-    """An attempt whose agent process ended without a proposal, its log ending with ``last_words``."""
+def dead_agent(orch: Orchestrator, last_words: str, source: str | None = None) -> int:
+    """An attempt whose agent process ended without a proposal, its log ending with ``last_words``
+    (``source``: the replay patch it was handed)."""
     led = orch.led
     n = led.new_attempt(title="t", hypothesis="", target="moe.experts", backend="replay",
-                        base_sha=orch.ctx.repo.main_sha(), phase_id=None)
+                        base_sha=orch.ctx.repo.main_sha(), phase_id=None, source=source)
     d = attempt_dir(orch.ctx.runs, n)
     d.mkdir(parents=True)
     (d / "agent.log").write_text(f"Traceback (most recent call last):\n  File \"x.py\"\n{last_words}\n\n")
@@ -157,3 +162,72 @@ def test_the_limit_zero_never_stops_the_loop_for_dead_agents(tmp_path):
     for _ in range(3):
         dead_agent(orch, "ImportError: boom")
         assert orch.tick(spawn=False).stop is None
+
+
+def test_a_replay_patch_whose_agent_died_goes_to_the_next_attempt_while_another_is_in_flight(tmp_path):
+    # 2026-12-05: handing out patches by counting replay rows gave a dead agent's patch to no one
+    from tests.harness.test_faults import fake_profile
+
+    repo = light_repo(tmp_path, {"agent.backend": "replay", "agent.replay_dir": "patches",
+                                 "loop.concurrency": 2, "loop.trial_merge_parts": 0,
+                                 "loop.stop_after_agent_crashes": 0})
+    patches = repo / "patches"
+    patches.mkdir()
+    for name in ("01-a", "02-b", "03-c"):
+        (patches / f"{name}.json").write_text(json.dumps({"declined": f"idea {name}", "estimate_ms": -0.1}))
+    fake_profile(repo, ["moe.experts", "mla.topk"])
+    orch = orchestrator(repo)
+    dead = dead_agent(orch, "ImportError: boom", source="01-a.json")
+    busy = orch.led.new_attempt(title="t", hypothesis="", target="moe.experts", backend="replay",
+                                base_sha=orch.ctx.repo.main_sha(), phase_id=None, source="02-b.json")
+    orch.led.transition(busy, L.RUNNING)  # in flight (its agent not collectable: no pid file)
+    d = attempt_dir(orch.ctx.runs, busy)
+    d.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    (d / "agent.pid").write_text(str(proc.pid))
+    try:
+        report = orch.tick()
+        (again, _), = report.spawned
+        assert orch.led.attempt(dead).state == L.CRASHED
+        assert orch.led.sources()[again] == "01-a.json"  # not 03-c: 01-a was never read
+        settings = json.loads((attempt_dir(orch.ctx.runs, again) / "settings.json").read_text())
+        assert settings["context"]["index"] == 0
+        orch.wait_agents([again], 60)
+    finally:
+        finish(orch, busy, proc, cost=0.0)
+    assert orch.tick(spawn=False).collected == [(busy, L.NOT_DONE, "no idea left"),
+                                                (again, L.NOT_DONE, "idea 01-a")]
+    # 01-a's second death uses it up (a patch that kills its agent must not stall the loop)
+    second = dead_agent(orch, "ImportError: boom", source="01-a.json")
+    orch.tick(spawn=False)
+    assert orch.led.attempt(second).state == L.CRASHED
+    report = orch.tick()
+    assert [orch.led.sources()[n] for n, _ in report.spawned] == ["03-c.json"]
+
+
+@pytest.mark.parametrize("uses,count,want", [
+    ([], 2, [0, 1]),
+    # rows from before rows named their patch: the one at their place among replay attempts
+    ([ReplayUse(None, False), ReplayUse(None, True)], 2, [1, 2]),
+    ([ReplayUse(None, False), ReplayUse("c", False)], 3, [1, 3, 4]),
+    ([ReplayUse("a", True), ReplayUse("b", False)], 1, [0]),
+    ([ReplayUse("a", True), ReplayUse("a", True), ReplayUse("b", False)], 2, [2, 3]),
+    ([ReplayUse("a", True), ReplayUse("a", False)], 1, [1]),  # re-offered once, now read
+    ([ReplayUse("gone", False)], 1, [0]),  # a patch since removed from the folder holds nothing
+])
+def test_next_patches(uses, count, want):
+    assert next_patches(["a", "b", "c", "d"], uses, count) == want
+
+
+@given(st.lists(st.tuples(st.sampled_from([None, "a", "b", "c", "x"]), st.booleans()), max_size=8),
+       st.integers(0, 5))
+def test_next_patches_hands_out_each_free_patch_once_in_order(raw, count):
+    names = ["a", "b", "c"]
+    uses = [ReplayUse(p, u) for p, u in raw]
+    got = next_patches(names, uses, count)
+    assert len(got) == count and got == sorted(got)
+    real = [i for i in got if i < len(names)]
+    assert len(set(real)) == len(real) and all(i == len(names) for i in got[len(real):])
+    for i in real:  # nothing handed out that a row holds or that killed DEATHS_PER_PATCH agents
+        mine = [u for k, u in enumerate(uses) if (u.patch or (names[k] if k < 3 else None)) == names[i]]
+        assert all(u.unread for u in mine) and len(mine) < DEATHS_PER_PATCH
