@@ -68,6 +68,44 @@ def visible_gpus(env: dict, device_count: int) -> list[str]:
     return [str(i) for i in range(device_count)]
 
 
+def slot_models(slots: list[Slot], listed: list[dict] | str) -> str:
+    """Pure: what judges on ``slots``, for the phase a score belongs to: ``cpu`` when no slot
+    holds a GPU, else the distinct models of the slots' GPUs (sorted, joined by `` + ``).
+    ``listed``: the GPUs as nvidia-smi lists them (``index``, ``uuid``, ``name``), or why it
+    could not list them (every GPU then reads ``unlisted``: a phase of its own, not a guess)."""
+    ids = [d for s in slots for d in s.devices]
+    if not ids:
+        return "cpu"
+    names = set()
+    for d in ids:
+        rows = [] if isinstance(listed, str) else [
+            g for g in listed if d in (g.get("index"), g.get("uuid")) or (d.startswith("GPU-")
+                                                                      and str(g.get("uuid", "")).startswith(d))]
+        names.add(rows[0]["name"] if len(rows) == 1 else f"unlisted GPU {d}")
+    return " + ".join(sorted(names))
+
+
+def gpu_listing() -> list[dict] | str:
+    """The GPUs nvidia-smi lists (``index``, ``uuid``, ``name``; physical ids, whatever
+    CUDA_VISIBLE_DEVICES says), or why none could be read. No CUDA call: the loop's own process
+    never makes a context on a GPU its judgments time."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return "nvidia-smi not on PATH"
+    try:
+        r = subprocess.run([exe, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"nvidia-smi failed: {e}"
+    if r.returncode != 0:
+        return f"nvidia-smi exit {r.returncode}: {r.stderr.strip()[:200]}"
+    return [dict(zip(("index", "uuid", "name"), (c.strip() for c in line.split(",", 2))))
+            for line in r.stdout.splitlines() if line.strip()]
+
+
 def resolve_slots(spec, *, cuda: bool, visible: list[str], gpus_per_slot: int, host: str) -> list[Slot]:
     """Pure: the slots of ``farm.slots`` (``spec``) on this host. ``auto``: with CUDA every
     visible GPU in groups of ``gpus_per_slot`` (the left-over GPUs unused), without one CPU

@@ -51,6 +51,8 @@ class Context:
     # ModelStores, by slot name), held by kern loop and kern try (:func:`holding_stores`); None:
     # each judgment starts its own and ends it
     stores: dict | None = None
+    # what judges here (judged_on(), read once): part of the phase's definition
+    _judged_on: str | None = field(default=None, init=False, repr=False)
 
     def stores_for(self, slot: "farm.Slot"):
         """The model store ``slot`` keeps across judgments (None: none is held here)."""
@@ -64,6 +66,17 @@ class Context:
         if self.pool is None:
             self.pool = farm.Pool(self.runs, farm.slots_for(self.cfg.farm, self.cuda))
         return self.pool
+
+    def judged_on(self) -> str:
+        """``cpu`` or the models of this machine's judging GPUs (:func:`farm.slot_models`);
+        a Ray farm's nodes are not read from here: ``ray farm`` then."""
+        if self._judged_on is None:
+            if self.remote is not None:
+                self._judged_on = "ray farm"
+            else:
+                slots = self.slots().slots
+                self._judged_on = farm.slot_models(slots, farm.gpu_listing() if self.cuda else [])
+        return self._judged_on
 
     def placement(self, slot: "farm.Slot") -> Placement:
         """Where the sides of a judgment on ``slot`` (held) run, under kern.yaml's sandbox."""
@@ -132,7 +145,7 @@ def phase_definition(ctx: Context) -> dict:
     m = cfg.machine
     return {"model": m.model, "layout": m.layout, "buckets": list(m.buckets),
             "weights": list(m.weights), "context": m.context, "seed": cfg.target.seed,
-            "corpus": corpus_hash(), "replay": REPLAY_PROTOCOL}
+            "corpus": corpus_hash(), "replay": REPLAY_PROTOCOL, "device": ctx.judged_on()}
 
 
 # What one timed replay is. 3 (issue 35): one step of input set n from the seeded recurrent

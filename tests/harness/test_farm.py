@@ -249,3 +249,40 @@ def test_two_slots_judge_two_attempts_at_once_and_apply_them_in_number_order(tmp
     assert (a1.state, a2.state, a2.reason) == (L.MERGED, L.ABANDONED, L.SLOWER)
     assert {a1.slot, a2.slot} == {"cpu0", "cpu1"} and a1.host == a2.host == os.uname().nodename
     assert a2.base_sha == base and ctx.repo.main_sha() == one
+
+
+H200 = {"index": "0", "uuid": "GPU-4f1c-aa", "name": "NVIDIA H200"}
+H100 = {"index": "1", "uuid": "GPU-77d2-bb", "name": "NVIDIA H100 80GB HBM3"}
+
+
+@pytest.mark.parametrize("slots,listed,want", [
+    ([Slot("h", "cpu0")], "nvidia-smi not on PATH", "cpu"),
+    ([Slot("h", "gpu0", ("0",))], [H200, H100], "NVIDIA H200"),
+    ([Slot("h", "gpu0", ("0",)), Slot("h", "gpu1", ("1",))], [H200, H100],
+     "NVIDIA H100 80GB HBM3 + NVIDIA H200"),  # a mixed machine: both named, in one order
+    ([Slot("h", "gpu0", ("GPU-77d2",))], [H200, H100], "NVIDIA H100 80GB HBM3"),  # a uuid prefix
+    ([Slot("h", "gpu0", ("3",))], [H200, H100], "unlisted GPU 3"),
+    ([Slot("h", "gpu0", ("0",))], "nvidia-smi exit 9: no driver", "unlisted GPU 0"),
+])
+def test_slot_models_name_what_judges_on_the_slots(slots, listed, want):
+    assert farm.slot_models(slots, listed) == want
+
+
+def test_a_score_judged_on_another_gpu_model_belongs_to_a_phase_of_its_own(tmp_path, monkeypatch):
+    # the device lends an H100 or an H200: one ledger must not draw one main-score line across both
+    from harness import ledger as L
+    from harness.pipeline import Context, phase_definition
+    from harness.settings import load
+    from harness.worktrees import Repo
+    from tests.gates.candidates import make_repo
+
+    repo = make_repo(tmp_path, tree=False)
+    led = L.Ledger(L.default_path(repo))
+    monkeypatch.setattr(farm, "slots_for", lambda *a, **k: [Slot("h", "gpu0", ("0",))])
+    phases = []
+    for card in (H200, {**H100, "index": "0"}, H200):
+        monkeypatch.setattr(farm, "gpu_listing", lambda card=card: [card])
+        ctx = Context(Repo(repo), load(repo / "kern.yaml").resolve(True), repo / "runs", True, led)
+        phases.append(led.phase(phase_definition(ctx)))
+    assert phases[0] != phases[1] and phases[2] != phases[1]
+    assert [p.definition["device"] for p in led.phases()] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
