@@ -6,7 +6,7 @@ ignores the rest, so the orchestrator may pass the same set to every backend):
 - ``root``: the repository root (``agent.replay_dir`` is relative to it)
 - ``tree``: kern.yaml ``target.tree`` (tuner)
 - ``seed``: kern.yaml ``target.seed`` (tuner)
-- ``index``: how many replay attempts this run made before this one (replay)
+- ``index``: the replay patch to apply, its place in ``agent.replay_dir`` sorted (replay)
 - ``transcript_dir``: where transcripts go (default: beside the worktree)
 - ``api_key``, ``base_url``, ``client``: the Messages API (anthropic; tests)
 """

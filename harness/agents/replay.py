@@ -130,8 +130,8 @@ class ReplayAgent:
         if not folder.is_dir():
             raise AgentConfigError(f"agent.replay_dir: expected a folder, found nothing at {folder}")
         if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-            raise AgentConfigError(f"replay: expected index= the number of earlier replay attempts "
-                                   f"in this run (the orchestrator passes it), found {index!r}")
+            raise AgentConfigError(f"replay: expected index= the place of the patch to apply among "
+                                   f"the folder's patches (the orchestrator passes it), found {index!r}")
         self.folder, self.index = folder, index
 
     def propose(self, brief: Brief, worktree) -> Proposal:
