@@ -51,11 +51,12 @@
 #            both (two judgments: give the call 600 s, or one WHICH a call); kern try of each
 #            (bench/tools/fair_bar.py candidates), then fair_bar.py record of the judgments into
 #            $OUT/fair_bar.json (copy it to bench/results/<date>-h200-fair-bar.json)
-#   final [BASE] - issue 14: main's whole gain in one interleaved run, kern bench main --vs BASE,
-#            then kern profile main --rows 128. Default BASE 8062018: its kernel tree (every
-#            editable file) is byte for byte 1ce3bd7's, the main issue 14 measured, on today's
-#            protected model; 1ce3bd7 itself cannot be a side of today's gates (its protected
-#            workload has no position_bound: checked on the CPU, 2026-12-01)
+#   final [BASE] [TIMEOUT] - issues 14 and 36: main's whole gain in one interleaved run, kern bench
+#            main --vs BASE, then kern profile main --rows 128. BASE kernels-of:REV (the default:
+#            kernels-of:f52bebd, issue 36's start) is REV's kernel tree on main's protected model,
+#            built here by bench/tools/kernel_base.py: an old main cannot be a side of today's
+#            gates (f52bebd's workload has no timed_inputs; 1ce3bd7's had no position_bound).
+#            8062018 is issue 14's (its kernel tree is byte for byte 1ce3bd7's)
 # The detached phases (try-, loop-, judging-, chain-start/-wait) run through bench/detached.sh.
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl:
 # bash bench/carry.sh [BRANCH...] builds both here.
@@ -281,7 +282,13 @@ fairbar)
   try_collect
   ;;
 final)
-  base=${2:-8062018}
+  base=${2:-kernels-of:f52bebd}
+  if [ "${base#kernels-of:}" != "$base" ]; then  # an old main's kernel tree on main's protected model
+    rev=${base#kernels-of:}
+    base=$(python3 bench/tools/kernel_base.py "$rev" --branch "kernels-of-$rev") || exit 1
+    echo "final: $rev's kernel tree on main's protected model is $base (bench/tools/kernel_base.py)" \
+      | tee $OUT/final_base.txt
+  fi
   t0=$(date +%s); timeout ${3:-420} python3 -m harness.cli bench main --vs "$base" \
     --out $OUT/bench_main_vs_${base}.json 2>$OUT/bench_main_vs_${base}.err | tail -24
   echo "kern bench main --vs $base: wall $(( $(date +%s)-t0 ))s"
