@@ -61,13 +61,14 @@ class TickReport:
 
 
 AGENT_START_FAILED = "starting the agent"  # failure_reason's words for an agent never started
+STRANDED = "the loop stopped before this attempt's agent started"  # resume's, for the same
 
 
 def agent_never_proposed(a: L.Attempt) -> bool:
-    """Pure: whether attempt ``a`` crashed before its agent could propose (not started, or its
-    process died): what it was handed (a replay patch) was never used."""
+    """Pure: whether attempt ``a`` crashed before its agent could propose (never started, its
+    start failed, or its process died): what it was handed (a replay patch) was never used."""
     return a.state == L.CRASHED and (a.reason or "").startswith(
-        (L.AGENT_DIED, f"{AGENT_START_FAILED} failed"))
+        (L.AGENT_DIED, f"{AGENT_START_FAILED} failed", STRANDED))
 
 
 def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:
@@ -150,8 +151,7 @@ class Orchestrator:
             done.requeued.append(a.number)
         for a in self.led.attempts(states=[L.QUEUED]):
             if not a.commit_sha:  # the loop died between creating the attempt and its agent
-                self.led.transition(a.number, L.CRASHED, reason="the loop stopped before this "
-                                    "attempt's agent started; nothing was judged")
+                self.led.transition(a.number, L.CRASHED, reason=f"{STRANDED}; nothing was judged")
                 self.ctx.repo.close_attempt(a.number, self.ctx.runs)
                 done.stranded.append(a.number)
         noted = self.ctx.repo.noted()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from harness import cli
 from harness.agents.replay import DEATHS_PER_PATCH, ReplayUse, next_patches
 from harness import ledger as L
-from harness.orchestrator import Orchestrator, attempt_dir, budget_spent
+from harness.orchestrator import Orchestrator, agent_never_proposed, attempt_dir, budget_spent
 from harness.pipeline import Context
 from harness.settings import Budgets, load
 from harness.worktrees import Repo
@@ -231,3 +231,17 @@ def test_next_patches_hands_out_each_free_patch_once_in_order(raw, count):
     for i in real:  # nothing handed out that a row holds or that killed DEATHS_PER_PATCH agents
         mine = [u for k, u in enumerate(uses) if (u.patch or (names[k] if k < 3 else None)) == names[i]]
         assert all(u.unread for u in mine) and len(mine) < DEATHS_PER_PATCH
+
+
+@pytest.mark.parametrize("state,reason,unread", [
+    (L.CRASHED, f"{L.AGENT_DIED}: ImportError: boom (log x)", True),
+    (L.CRASHED, "starting the agent failed: OSError: no worktree", True),
+    (L.CRASHED, "the loop stopped before this attempt's agent started; nothing was judged", True),
+    (L.CRASHED, "agent returned garbage in proposal.json: expected a JSON object", False),  # it ran
+    (L.CRASHED, "kern test: the candidate's side ended with error", False),
+    (L.TIMED_OUT, "agent ran past 600s", False),
+    (L.INTERRUPTED, "kern cancel", False),  # the user ended it: its patch is not handed out again
+    (L.NOT_DONE, "declined", False),
+])
+def test_which_ended_attempts_left_their_replay_patch_unread(state, reason, unread):
+    assert agent_never_proposed(L.Attempt(1, state=state, reason=reason)) is unread
