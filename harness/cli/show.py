@@ -221,6 +221,11 @@ class AttemptView:
     times_recorded: bool = False  # kept by the judgment itself (else read from its reports)
 
     @property
+    def source(self) -> str | None:
+        """What its agent was handed beside the brief (the replay backend's patch file)."""
+        return next((_data(e, "source") for e in self.events if e.kind == "created"), None)
+
+    @property
     def took_s(self) -> float | None:
         a = self.attempt
         return _since(a.created_at, a.finished_at or a.updated_at)
@@ -242,7 +247,8 @@ class AttemptView:
         return {
             "number": a.number, "title": a.title, "state": a.state, "reason": a.reason,
             "decision": a.decision, "backend": a.backend, "target": a.target or None,
-            "phase": a.phase_id, "tick": a.tick_id, "hypothesis": a.hypothesis or None,
+            "phase": a.phase_id, "tick": a.tick_id, "source": self.source,
+            "hypothesis": a.hypothesis or None,
             "base_sha": a.base_sha, "commit_sha": a.commit_sha, "merged_sha": a.merged_sha,
             "parts": a.parts, "rerun_of": a.rerun_of, "estimate_ms": a.estimate_ms,
             "created_at": a.created_at, "finished_at": a.finished_at, "took_s": self.took_s,
@@ -335,6 +341,8 @@ def show_lines(v: AttemptView) -> list[str]:
              f"phase {a.phase_id if a.phase_id is not None else '-'}"]
     if a.tick_id is not None:
         facts.append(f"tick {a.tick_id}")
+    if v.source:
+        facts.append(f"handed {v.source}")
     if a.host:
         facts.append(f"judged on {a.host} {a.slot or ''}".rstrip())
     if a.parts:

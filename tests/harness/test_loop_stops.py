@@ -164,7 +164,7 @@ def test_the_limit_zero_never_stops_the_loop_for_dead_agents(tmp_path):
         assert orch.tick(spawn=False).stop is None
 
 
-def test_a_replay_patch_whose_agent_died_goes_to_the_next_attempt_while_another_is_in_flight(tmp_path):
+def test_a_replay_patch_whose_agent_died_goes_to_the_next_attempt_while_another_is_in_flight(tmp_path, capsys):
     # 2026-12-05: handing out patches by counting replay rows gave a dead agent's patch to no one
     from tests.harness.test_faults import fake_profile
 
@@ -203,6 +203,11 @@ def test_a_replay_patch_whose_agent_died_goes_to_the_next_attempt_while_another_
     assert orch.led.attempt(second).state == L.CRASHED
     report = orch.tick()
     assert [orch.led.sources()[n] for n, _ in report.spawned] == ["03-c.json"]
+    capsys.readouterr()
+    assert cli.main(["--repo", str(repo), "show", str(again)]) == 0
+    assert "handed 01-a.json" in capsys.readouterr().out  # kern show names the patch
+    assert cli.main(["--repo", str(repo), "show", str(again), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "01-a.json"
 
 
 @pytest.mark.parametrize("uses,count,want", [
