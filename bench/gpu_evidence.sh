@@ -56,7 +56,9 @@
 #            kernels-of:f52bebd, issue 36's start) is REV's kernel tree on main's protected model,
 #            built here by bench/tools/kernel_base.py: an old main cannot be a side of today's
 #            gates (f52bebd's workload has no timed_inputs; 1ce3bd7's had no position_bound).
-#            8062018 is issue 14's (its kernel tree is byte for byte 1ce3bd7's)
+#            8062018 is issue 14's (its kernel tree is byte for byte 1ce3bd7's). FINAL_MAIN=BUNDLE
+#            benches that bundle's main (a fast-forward of the carried one): in a chain after a
+#            loop, FINAL_MAIN=/tmp/chain-out/1-loop-start/device-main.bundle (the loop's merges)
 # The detached phases (try-, loop-, judging-, chain-start/-wait) run through bench/detached.sh.
 # Writes JSON/logs to $OUT. Needs: .carry/repo.bundle (main + evidence branches), .carry/.whl:
 # bash bench/carry.sh [BRANCH...] builds both here.
@@ -282,6 +284,11 @@ fairbar)
   try_collect
   ;;
 final)
+  if [ -n "${FINAL_MAIN:-}" ]; then  # a bundle of another clone's main: a chain's loop, with its merges
+    git fetch -q "$FINAL_MAIN" main && git merge -q --ff-only FETCH_HEAD \
+      || { echo "final: FINAL_MAIN=$FINAL_MAIN holds no main that fast-forwards this clone's" >&2; exit 1; }
+    echo "final: main is $(git rev-parse --short HEAD), from $FINAL_MAIN"
+  fi
   base=${2:-kernels-of:f52bebd}
   if [ "${base#kernels-of:}" != "$base" ]; then  # an old main's kernel tree on main's protected model
     rev=${base#kernels-of:}
