@@ -68,7 +68,8 @@ def agent_never_proposed(a: L.Attempt) -> bool:
     """Pure: whether attempt ``a`` crashed before its agent could propose (never started, its
     start failed, or its process died): what it was handed (a replay patch) was never used."""
     return a.state == L.CRASHED and (a.reason or "").startswith(
-        (L.AGENT_DIED, f"{AGENT_START_FAILED} failed", STRANDED))
+        (L.AGENT_DIED, f"{AGENT_START_FAILED} failed", f"disk full while {AGENT_START_FAILED}",
+         STRANDED))
 
 
 def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:

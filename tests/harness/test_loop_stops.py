@@ -3,20 +3,21 @@ a spent budget starts no attempt, lets those in flight finish, then stops and sa
 ledger and in ``kern status``; a tick that collects nothing while an agent works is not idle."""
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from harness import cli
-from harness.agents.replay import DEATHS_PER_PATCH, ReplayUse, next_patches
 from harness import ledger as L
-from harness.orchestrator import Orchestrator, agent_never_proposed, attempt_dir, budget_spent
+from harness.agents.replay import DEATHS_PER_PATCH, ReplayUse, next_patches
+from harness.orchestrator import (Orchestrator, agent_never_proposed, attempt_dir, budget_spent,
+                                  failure_reason)
 from harness.pipeline import Context
 from harness.settings import Budgets, load
 from harness.worktrees import Repo
@@ -241,6 +242,7 @@ def test_next_patches_hands_out_each_free_patch_once_in_order(raw, count):
 @pytest.mark.parametrize("state,reason,unread", [
     (L.CRASHED, f"{L.AGENT_DIED}: ImportError: boom (log x)", True),
     (L.CRASHED, "starting the agent failed: OSError: no worktree", True),
+    (L.CRASHED, failure_reason("starting the agent", OSError(errno.ENOSPC, "full"))[0], True),
     (L.CRASHED, "the loop stopped before this attempt's agent started; nothing was judged", True),
     (L.CRASHED, "agent returned garbage in proposal.json: expected a JSON object", False),  # it ran
     (L.CRASHED, "kern test: the candidate's side ended with error", False),
