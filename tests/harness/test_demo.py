@@ -93,18 +93,18 @@ def test_the_demo_repository_starts_slow_and_the_tuner_tries_the_setting_first(t
         assert {(c.name, c.new) for c in nxt} == {("moe.experts.passes", 0), ("moe.experts.passes", n)}
 
 
-# The plain tree's step at 2 rows (tests/harness/loop_replay.py STEP_MS: kern step --rows 2,
-# load average 1.5) and one run of the routed experts, 0.84 of it since the experts kernel of
-# 2026-12-01: README command 1 on a fresh clone (idle 2-core machine, 2026-12-01 20:20 UTC)
-# profiled main at 6440 ms with 5 runs and 1469 ms with 1 (1243 ms a run). Before that kernel
-# a run was 0.29 of the step (the demo then started at 5 runs)
-STEP_MS = 869.5
-PASS_MS = 0.84 * STEP_MS
+# The demo's step at 2 rows with the experts run once, and one more run of them: the profile of
+# README command 1's main, then at 3 runs, in the slow suite on 2026-12-05 (main 79c93ac's
+# tree, both workers busy): step 1705.069 ms at 3 runs, of which
+# moe.experts' events 1225.050 ms, so 408.35 ms a run and 888.37 ms for the step at one run.
+# (2026-12-01 it was 869.5 ms and 0.84 of it a run: the experts kernels have got faster since.)
+STEP_MS = 888.37
+PASS_MS = 408.35
 
 
 @pytest.mark.slow  # 3000 simulated A/Bs: a minute on the 2-core machine
 def test_the_demo_ab_shape_stays_decided_on_a_loaded_machine():
-    """The demo's A/B of 3 -> 1 (and of 1 -> 3) simulated beside one busy and one bursty
+    """The demo's A/B of 4 -> 1 (and of 1 -> 4) simulated beside one busy and one bursty
     process (the CI's other slow worker and more): 'faster' in at least 997 of 1000 (resp.
     'slower' or 'within noise', the demo's third kind, in all), and the re-measurement of the
     large gain (bench.reverify_rounds, sides in alternating processes) 'faster' in 990."""
@@ -115,7 +115,7 @@ def test_the_demo_ab_shape_stays_decided_on_a_loaded_machine():
     seen = classifications(3, 1000, slow, fast, rounds, replays, cfg, **load_)
     assert seen.get("faster", 0) >= 997, seen
     seen = classifications(4, 1000, fast, slow, rounds, replays, cfg, **load_)
-    assert seen.get("slower", 0) + seen.get("within noise", 0) == 1000, seen
+    assert seen.get("slower", 0) + seen.get("within noise", 0) == 1000, seen  # the third kind
     again = classifications(5, 1000, slow, fast, cfg.reverify_rounds, replays, cfg,
                             gap_s=4.0, **load_)
     assert again.get("faster", 0) >= 990, again
