@@ -68,20 +68,26 @@ def agent_never_proposed(a: L.Attempt) -> bool:
     """Pure: whether attempt ``a`` crashed before its agent could propose (never started, its
     start failed, or its process died): what it was handed (a replay patch) was never used."""
     return a.state == L.CRASHED and (a.reason or "").startswith(
-        (L.AGENT_DIED, f"{AGENT_START_FAILED} failed", f"disk full while {AGENT_START_FAILED}",
-         STRANDED))
+        (L.AGENT_DIED, STRANDED, *failure_starts(AGENT_START_FAILED)))
+
+
+def failure_starts(doing: str) -> tuple[str, str]:
+    """Pure: how :func:`failure_reason`'s reasons for ``doing`` begin (a full disk, any other
+    failure); a :class:`DiskShort`'s own words are not among them."""
+    return f"disk full while {doing}", f"{doing} failed"
 
 
 def failure_reason(doing: str, e: BaseException) -> tuple[str, bool]:
     """Pure: (the reason the ledger records, whether the loop must stop). A full disk stops
     the loop: every later attempt would fail the same way and be lost for nothing."""
+    full, failed = failure_starts(doing)
     if isinstance(e, DiskShort):  # no room for a judgment, or a side ran out: says where
         return str(e)[:600], True
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         where = f" writing {e.filename}" if e.filename else ""
-        return (f"disk full while {doing}{where} (no space left on device): the operator must "
+        return (f"{full}{where} (no space left on device): the operator must "
                 f"free space on the disk holding runs/, then start kern loop again", True)
-    return f"{doing} failed: {type(e).__name__}: {e}"[:300], False
+    return f"{failed}: {type(e).__name__}: {e}"[:300], False
 
 
 def collectable(in_flight: dict[int, bool]) -> list[int]:
