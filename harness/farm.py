@@ -85,25 +85,32 @@ def slot_models(slots: list[Slot], listed: list[dict] | str) -> str:
     return " + ".join(sorted(names))
 
 
-def gpu_listing() -> list[dict] | str:
-    """The GPUs nvidia-smi lists (``index``, ``uuid``, ``name``; physical ids, whatever
-    CUDA_VISIBLE_DEVICES says), or why none could be read. No CUDA call: the loop's own process
-    never makes a context on a GPU its judgments time."""
+def nvidia_smi(fields: list[str]) -> list[dict] | str | None:
+    """The GPUs nvidia-smi lists, one dict of ``fields`` (its ``--query-gpu`` names) per GPU
+    (physical ids, whatever CUDA_VISIBLE_DEVICES says); a str: why it could not list them; None:
+    no nvidia-smi on PATH. No CUDA call: the loop's own process never makes a context on a GPU
+    its judgments time."""
     import shutil
     import subprocess
 
     exe = shutil.which("nvidia-smi")
     if not exe:
-        return "nvidia-smi not on PATH"
+        return None
     try:
-        r = subprocess.run([exe, "--query-gpu=index,uuid,name", "--format=csv,noheader"],
+        r = subprocess.run([exe, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return f"nvidia-smi failed: {e}"
+        return str(e)
     if r.returncode != 0:
-        return f"nvidia-smi exit {r.returncode}: {r.stderr.strip()[:200]}"
-    return [dict(zip(("index", "uuid", "name"), (c.strip() for c in line.split(",", 2))))
-            for line in r.stdout.splitlines() if line.strip()]
+        return (r.stderr or r.stdout).strip()[-300:]
+    return [dict(zip(fields, (c.strip() for c in line.split(",", len(fields) - 1))))
+            for line in r.stdout.strip().splitlines() if line.strip()]
+
+
+def gpu_listing() -> list[dict] | str:
+    """:func:`slot_models`'s input: each GPU's ``index``, ``uuid`` and ``name``, or why none."""
+    got = nvidia_smi(["index", "uuid", "name"])
+    return "nvidia-smi not on PATH" if got is None else got
 
 
 def resolve_slots(spec, *, cuda: bool, visible: list[str], gpus_per_slot: int, host: str) -> list[Slot]:

@@ -13,7 +13,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -384,21 +383,16 @@ def _probe_gpu() -> dict:
 
 
 def _probe_smi() -> dict:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return {"present": False}
+    from ..farm import nvidia_smi
+
     fields = list(SMI_FIELDS)
     for attempt in (fields, [f.replace("clocks_event_reasons", "clocks_throttle_reasons") for f in fields]):
-        try:  # older drivers only know the field by its former name
-            r = subprocess.run([exe, f"--query-gpu={','.join(attempt)}", "--format=csv,noheader,nounits"],
-                               capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return {"present": True, "error": str(e)}
-        if r.returncode == 0:
-            rows = [dict(zip(fields, (c.strip() for c in line.split(","))))
-                    for line in r.stdout.strip().splitlines() if line.strip()]
-            return {"present": True, "gpus": rows}
-    return {"present": True, "error": (r.stderr or r.stdout).strip()[-300:]}
+        got = nvidia_smi(attempt)  # older drivers only know the field by its former name
+        if got is None:
+            return {"present": False}
+        if isinstance(got, list):
+            return {"present": True, "gpus": [dict(zip(fields, row.values())) for row in got]}
+    return {"present": True, "error": got}
 
 
 def _probe_git(repo: Path, runs: Path) -> dict:

@@ -286,3 +286,15 @@ def test_a_score_judged_on_another_gpu_model_belongs_to_a_phase_of_its_own(tmp_p
         phases.append(led.phase(phase_definition(ctx)))
     assert phases[0] != phases[1] and phases[2] != phases[1]
     assert [p.definition["device"] for p in led.phases()] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+
+
+def test_gpu_listing_reads_nvidia_smi_and_says_why_not(tmp_path, monkeypatch):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "0, GPU-4f1c-aa, NVIDIA H200"\necho "1, GPU-77d2-bb, NVIDIA H100 80GB HBM3"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert farm.gpu_listing() == [H200, H100]
+    smi.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    assert farm.gpu_listing() == "NVIDIA-SMI has failed"
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert farm.gpu_listing() == "nvidia-smi not on PATH"
