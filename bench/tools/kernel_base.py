@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from gates.rules.scope import matches  # noqa: E402
+from harness.gitcmd import GitError, git, git_or_none  # noqa: E402
 
 AUTHOR = ("kern-loop", "kern@loop")
 
@@ -47,16 +47,9 @@ def kernel_changes(old: dict[str, tuple[str, str]], new: dict[str, tuple[str, st
     return out
 
 
-def _git(repo: Path, *args: str, env: dict | None = None, text_in: str | None = None) -> str:
-    r = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, env=env, input=text_in)
-    if r.returncode != 0:
-        raise SystemExit(f"kernel_base: git {' '.join(args)} failed: {r.stderr.strip()}")
-    return r.stdout
-
-
 def _tree(repo: Path, rev: str) -> dict[str, tuple[str, str]]:
     entries = {}
-    for line in _git(repo, "ls-tree", "-r", "-z", rev).split("\0"):
+    for line in git(repo, "ls-tree", "-r", "-z", rev).split("\0"):
         if line:
             meta, path = line.split("\t", 1)
             mode, kind, sha = meta.split()
@@ -70,30 +63,29 @@ def build(rev: str, onto: str, repo: Path = ROOT) -> str:
     import yaml
 
     for r in (rev, onto):
-        if subprocess.run(["git", "cat-file", "-e", f"{r}^{{commit}}"], cwd=repo,
-                          capture_output=True).returncode != 0:
+        if git_or_none(repo, "cat-file", "-e", f"{r}^{{commit}}") is None:
             raise SystemExit(f"kernel_base: {r!r} is not a commit of {repo} (the user names one "
                              "main holds, such as f52bebd)")
-    cfg = yaml.safe_load(_git(repo, "show", f"{onto}:kern.yaml"))
+    cfg = yaml.safe_load(git(repo, "show", f"{onto}:kern.yaml"))
     changes = kernel_changes(_tree(repo, rev), _tree(repo, onto), list(cfg["editable"]),
                              list(cfg["protected"]))
-    when = _git(repo, "log", "-1", "--format=%cI", rev).strip()
+    when = git(repo, "log", "-1", "--format=%cI", rev).strip()
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, "GIT_INDEX_FILE": str(Path(d) / "index"),
                "GIT_AUTHOR_NAME": AUTHOR[0], "GIT_AUTHOR_EMAIL": AUTHOR[1], "GIT_AUTHOR_DATE": when,
                "GIT_COMMITTER_NAME": AUTHOR[0], "GIT_COMMITTER_EMAIL": AUTHOR[1],
                "GIT_COMMITTER_DATE": when}
-        _git(repo, "read-tree", onto, env=env)
+        git(repo, "read-tree", onto, env=env)
         lines = "".join(f"0 {'0' * 40}\t{p}\0" if e is None else f"{e[0]} {e[1]}\t{p}\0"
                         for p, e in changes)
         if lines:
-            _git(repo, "update-index", "-z", "--index-info", env=env, text_in=lines)
-        tree = _git(repo, "write-tree", env=env).strip()
-        short_rev, short_onto = (_git(repo, "rev-parse", "--short=7", r).strip() for r in (rev, onto))
+            git(repo, "update-index", "-z", "--index-info", env=env, input_text=lines)
+        tree = git(repo, "write-tree", env=env).strip()
+        short_rev, short_onto = (git(repo, "rev-parse", "--short=7", r).strip() for r in (rev, onto))
         message = (f"bench: {short_rev}'s kernel tree on {short_onto}'s protected model\n\n"
                    f"{len(changes)} editable file(s) as {short_rev} has them "
                    f"(bench/tools/kernel_base.py):\n" + "".join(f"  {p}\n" for p, _ in changes))
-        return _git(repo, "commit-tree", tree, "-p", onto, "-m", message, env=env).strip()
+        return git(repo, "commit-tree", tree, "-p", onto, "-m", message, env=env).strip()
 
 
 def main(argv=None) -> int:
@@ -104,9 +96,12 @@ def main(argv=None) -> int:
     ap.add_argument("--onto", default="HEAD", help="whose protected model (default HEAD)")
     ap.add_argument("--branch", help="also point this branch at the commit")
     a = ap.parse_args(argv)
-    sha = build(a.rev, a.onto)
+    try:
+        sha = build(a.rev, a.onto)
+    except GitError as e:
+        raise SystemExit(f"kernel_base: {e}") from None
     if a.branch:
-        _git(ROOT, "update-ref", f"refs/heads/{a.branch}", sha)
+        git(ROOT, "update-ref", f"refs/heads/{a.branch}", sha)
     print(sha)
     return 0
 
