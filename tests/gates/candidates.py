@@ -102,12 +102,15 @@ def candidate(repo: Path, branch: str, edits: list[tuple[str, str, str]], messag
     return sha
 
 
-def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict) -> dict:
+def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict, hidden: dict | None = None) -> dict:
     """{case: ``kern test`` report} for each of ``cases`` ({name: edits}) committed on its own
     branch of one repository (``overrides`` on kern.yaml) and judged against main, two at a
     time (the interpreter is CPU-bound; CI has two cores). Each judgment records main itself:
     a recording's tensors are deleted once no judgment holds it (gates/launch/disk.py), so two cases
-    judged at once on the same touched ops share one, later ones record it again."""
+    judged at once on the same touched ops share one, later ones record it again. While one
+    judgment records or replays against a recording, another on the same recording waits for
+    it (its lock, gates/accuracy.py); ``hidden`` ({case: ``Hidden``}) judges a case on a draw of
+    its own, hence on a recording of its own that no other case waits for."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -121,11 +124,12 @@ def accuracy_verdicts(tmp: Path, overrides: dict, cases: dict) -> dict:
     cuda = torch.cuda.is_available()
     cfg = load(repo / "kern.yaml").resolve(cuda)
 
-    def judge(sha):
-        return run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", cuda)).report
+    def judge(name, sha):
+        return run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", cuda,
+                                         hidden=(hidden or {}).get(name))).report
 
     with ThreadPoolExecutor(2) as pool:
-        futures = {n: pool.submit(judge, s) for n, s in shas.items()}
+        futures = {n: pool.submit(judge, n, s) for n, s in shas.items()}
         return {n: f.result() for n, f in futures.items()}
 
 
