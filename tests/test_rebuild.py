@@ -86,3 +86,30 @@ def test_a_wrong_recipe_is_named_with_expected_and_found(tmp_path, monkeypatch, 
     assert rebuild.main(["check", "11"]) == 1
     assert f"attempt 11: expected {recipes[11].commit}, rebuilt " in capsys.readouterr().out
     assert rebuild.main(["check", "99"]) == 2
+
+
+def test_record_names_the_onto_main_variant_when_the_handed_patch_does_not_apply(tmp_path, monkeypatch, capsys):
+    """Attempt 11 was handed the folder's 7th patch. In a folder whose 7th patch does not apply
+    on 11's base but whose onto-main variant is 11's real patch, record proves 11's commit from
+    the variant and names it, as the replay backend would have applied it."""
+    clone = tmp_path / "clone"
+    _git(ROOT, "clone", "-q", "--no-local", "--single-branch", str(ROOT), str(clone))
+    assert rebuild.main(["apply", "11", "--repo", str(clone)]) == 0
+    recipes = rebuild.load_manifest(rebuild.MANIFEST.read_text())
+    real = ROOT / recipes[11].patch
+    root = tmp_path / "root"
+    patches = root / "bench" / "journey" / "patches"
+    (patches / "onto-main").mkdir(parents=True)
+    for p in sorted((ROOT / "bench" / "journey" / "patches").glob("0*.patch"))[:7]:
+        (patches / p.name).write_bytes(p.read_bytes())
+    stacked = next((ROOT / "bench" / "journey" / "patches").glob("013-*.patch"))  # written on 008
+    (patches / real.name).write_bytes(stacked.read_bytes())  # so it does not apply on 11's base
+    (patches / "onto-main" / real.name).write_bytes(real.read_bytes())
+    monkeypatch.setattr(rebuild, "ROOT", root)
+    monkeypatch.setattr(rebuild, "MANIFEST", tmp_path / "commits.json")
+    capsys.readouterr()
+    assert rebuild.main(["record", "11", "--repo", str(clone)]) == 0, capsys.readouterr()
+    got = rebuild.load_manifest((tmp_path / "commits.json").read_text())[11]
+    assert got.patch == f"bench/journey/patches/onto-main/{real.name}"
+    assert (got.base, got.commit, got.committer_date) == (recipes[11].base, recipes[11].commit,
+                                                           recipes[11].committer_date)

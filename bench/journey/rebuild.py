@@ -185,7 +185,9 @@ class Scratch:
         try:
             git(self.path, "am", "-q", "--no-3way", str(patch), env=_env(recipe))
         except RebuildError as e:
-            subprocess.run(["git", "am", "--abort"], cwd=self.path, env=_env(), capture_output=True)
+            # with the recipe's committer: without an identity git refuses the abort too, and the
+            # next recipe's am would meet this one's rebase-apply folder
+            subprocess.run(["git", "am", "--abort"], cwd=self.path, env=_env(recipe), capture_output=True)
             raise RebuildError(f"attempt {recipe.attempt}: {recipe.patch} does not apply on "
                                f"{recipe.base[:12]}: {e}") from None
         git(self.path, "branch", "-f", f"rebuilt/{recipe.attempt}", "HEAD")
@@ -220,9 +222,10 @@ def ledger_rows(path: Path) -> dict[int, dict]:
         db.close()
 
 
-def recipe_of(n: int, row: dict, attempt_dir: Path) -> tuple[str, str]:
-    """(patch path relative to :data:`ROOT`, base) of replay attempt ``n``: the patch its
-    settings.json's replay index names in its replay_dir."""
+def recipe_of(n: int, row: dict, attempt_dir: Path) -> tuple[list[str], str]:
+    """(patch paths relative to :data:`ROOT`, base) of replay attempt ``n``: the patch its
+    settings.json's replay index names in its replay_dir, then its onto-main variant if it has
+    one, in the order the backend tries them (the first that applies on the base is the one)."""
     if row.get("backend") != "replay":
         raise RebuildError(f"attempt {n}: backend {row.get('backend')!r}: only the replay backend's "
                            f"commits are made from a patch of main's files")
@@ -233,12 +236,12 @@ def recipe_of(n: int, row: dict, attempt_dir: Path) -> tuple[str, str]:
         raise RebuildError(f"attempt {n}: {attempt_dir / 'settings.json'}: expected the replay index "
                            f"and replay_dir the loop wrote, found {type(e).__name__}: {e}") from None
     sys.path.insert(0, str(ROOT))
-    from harness.agents.replay import patch_files  # the backend's own order of the patches
+    from harness.agents.replay import patch_files, variants  # the backend's own rules
 
     files = patch_files(ROOT / folder)
     if not 0 <= index < len(files):
         raise RebuildError(f"attempt {n}: replay index {index}, but {folder} holds {len(files)} patches")
-    return str(files[index].relative_to(ROOT)), row["base_sha"]
+    return [str(p.relative_to(ROOT)) for p in variants(files[index])], row["base_sha"]
 
 
 def cmd_check(repo: Path, recipes: dict[int, Recipe], numbers: list[int], apply: bool) -> int:
@@ -294,7 +297,7 @@ def cmd_record(repo: Path, recipes: dict[int, Recipe], numbers: list[int], searc
                 bad += 1
                 continue
             try:
-                patch, base = recipe_of(n, row, ATTEMPTS / str(n))
+                patches, base = recipe_of(n, row, ATTEMPTS / str(n))
                 sha = row["commit_sha"]
                 if has_commit(repo, sha):
                     who, when = committer_of(git(repo, "cat-file", "commit", sha))
@@ -308,8 +311,16 @@ def cmd_record(repo: Path, recipes: dict[int, Recipe], numbers: list[int], searc
                           f"or pass --search to try each second the ledger allows")
                     bad += 1
                     continue
-                r = Recipe(n, patch, base, sha, who, tries[0])
-                raw = scratch.am(r)
+                raw, errors = None, []
+                for patch in patches:  # the backend's order: the first that applies was applied
+                    r = Recipe(n, patch, base, sha, who, tries[0])
+                    try:
+                        raw = scratch.am(r)
+                        break
+                    except RebuildError as e:
+                        errors.append(str(e))
+                if raw is None:
+                    raise RebuildError("; ".join(errors))
                 found = next((d for d in tries if object_sha(with_committer_date(raw, d)) == sha), None)
             except RebuildError as e:
                 print(e)

@@ -19,6 +19,11 @@ Patch files (other files, and names starting with ``.``, are ignored):
 - ``*.json``: ``{"declined": "the idea", "estimate_ms": -0.4}`` gives a declined proposal;
   ``{"failed": "why"}`` a failed one (fault injection).
 
+A queued patch written on top of earlier queued patches applies only once they are merged. Its
+variant written onto the queue's base alone may sit in ``ONTO_MAIN/`` under the same file name:
+when the patch itself does not apply (a predecessor was abandoned), the backend applies that
+variant instead, as an agent re-briefed on today's main would (:func:`variants`: the order tried).
+
 A patch names the target it was written for with a ``Target: <profile row>`` line before its
 diff (a trailer of the commit message): the orchestrator then briefs that target for the
 attempt that replays it (:func:`target_at`), and the ledger row records it.
@@ -36,12 +41,20 @@ from .base import Brief, Proposal
 from .common import AgentConfigError, GitError, git, subject
 
 PATCH_SUFFIXES = (".patch", ".diff", ".mbox", ".eml", ".json")
+ONTO_MAIN = "onto-main"  # the subfolder of the patches' variants written onto the queue's base alone
 
 
 def patch_files(folder: Path) -> list[Path]:
     return sorted((p for p in Path(folder).iterdir()
                    if p.is_file() and not p.name.startswith(".") and p.suffix in PATCH_SUFFIXES),
                   key=lambda p: p.name)
+
+
+def variants(patch: Path) -> list[Path]:
+    """The files to try for a handed-out patch, in order: the patch, then its variant written
+    onto the queue's base alone (``ONTO_MAIN/<same name>`` beside it), when there is one."""
+    alone = patch.parent / ONTO_MAIN / patch.name
+    return [patch, alone] if alone.is_file() else [patch]
 
 
 def diff_subject(text: str, stem: str) -> str:
@@ -147,20 +160,29 @@ class ReplayAgent:
                 return json_proposal(json.loads(text), patch.name)
             except ValueError as e:
                 return Proposal(kind="failed", reason=f"replay {patch.name}: not JSON ({e})")
-        try:
-            if text.startswith("From "):
+        errors = []
+        for tried in variants(patch):
+            try:
+                return self._apply(tried, tried.read_text(encoding="utf-8", errors="replace"), worktree)
+            except GitError as e:
+                errors.append(f"{tried.relative_to(self.folder)}: {e}")
+        return Proposal(kind="failed", reason=f"replay {patch.name} does not apply: "
+                                              + "; ".join(errors))
+
+    def _apply(self, patch: Path, text: str, worktree) -> Proposal:
+        """One commit of ``patch`` in ``worktree``, or :class:`GitError` with the worktree as
+        it was (a failed ``git am`` is aborted)."""
+        if text.startswith("From "):
+            try:
+                git(worktree, "am", "-q", str(patch), backend=self.name)
+            except GitError:
                 try:
-                    git(worktree, "am", "-q", str(patch), backend=self.name)
+                    git(worktree, "am", "--abort", backend=self.name)
                 except GitError:
-                    try:
-                        git(worktree, "am", "--abort", backend=self.name)
-                    except GitError:
-                        pass
-                    raise
-                return Proposal(kind="commit", message=subject(worktree))
-            message = diff_subject(text, patch.stem)
-            git(worktree, "apply", "--index", str(patch), backend=self.name)
-            git(worktree, "commit", "--no-verify", "-q", "-m", message, backend=self.name)
-            return Proposal(kind="commit", message=message)
-        except GitError as e:
-            return Proposal(kind="failed", reason=f"replay {patch.name} does not apply: {e}")
+                    pass
+                raise
+            return Proposal(kind="commit", message=subject(worktree))
+        message = diff_subject(text, patch.stem)
+        git(worktree, "apply", "--index", str(patch), backend=self.name)
+        git(worktree, "commit", "--no-verify", "-q", "-m", message, backend=self.name)
+        return Proposal(kind="commit", message=message)

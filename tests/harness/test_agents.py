@@ -308,6 +308,50 @@ def test_replay_applies_in_order_then_declines(repo, tmp_path):
     assert out[3][0] == "declined" and out[3][1].startswith("nothing left to replay")
 
 
+def test_a_stacked_patch_applies_itself_on_its_predecessor_else_its_onto_main_variant(repo, tmp_path):
+    """02 was written on 01; onto-main/02 is the same idea on main alone: each main gets the
+    one that applies, and a main that takes neither gets a failure naming both."""
+    folder = tmp_path / "patches"
+    folder.mkdir()
+    (folder / "onto-main").mkdir()
+    sh(repo, "checkout", "-q", "-b", "scratch", "main")
+    (repo / "kernels/k31/moe/a.py").write_text("A = 1\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "moe: add a")
+    (folder / "01-a.patch").write_text(sh(repo, "format-patch", "-1", "--stdout"))
+    (repo / "kernels/k31/moe/a.py").write_text("A = 1\nB = 2\n")
+    sh(repo, "commit", "-q", "-am", "moe: b beside a")
+    (folder / "02-b.patch").write_text(sh(repo, "format-patch", "-1", "--stdout"))
+    sh(repo, "checkout", "-q", "-b", "alone", "main")
+    (repo / "kernels/k31/moe/a.py").write_text("B = 2\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "moe: b alone")
+    (folder / "onto-main" / "02-b.patch").write_text(sh(repo, "format-patch", "-1", "--stdout"))
+
+    def propose_02(base: str):
+        sh(repo, "checkout", "-q", "attempt/1")
+        sh(repo, "reset", "-q", "--hard", base)
+        agent = make_agent(agent_settings({"backend": "replay", "replay_dir": "patches"}),
+                           root=tmp_path, index=1, seed=0, tree="kernels/k31")
+        return agent.propose(brief(attempt=12), repo)
+
+    on_01 = propose_02("scratch~1")  # main with 01 merged
+    assert (on_01.kind, on_01.message) == ("commit", "moe: b beside a")
+    assert (repo / "kernels/k31/moe/a.py").read_text() == "A = 1\nB = 2\n"
+    alone = propose_02("main")  # 01 abandoned
+    assert (alone.kind, alone.message) == ("commit", "moe: b alone")
+    assert commits_since_main(repo) == ["moe: b alone"]
+    assert not (repo / ".git" / "rebase-apply").exists()  # the first try's git am was aborted
+    (repo / "kernels/k31/moe/a.py").write_text("C = 3\n")  # a main that takes neither
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-q", "-m", "moe: c")
+    neither = propose_02("HEAD")
+    assert neither.kind == "failed"
+    assert "replay 02-b.patch does not apply: 02-b.patch: " in neither.reason
+    assert "; onto-main/02-b.patch: " in neither.reason
+    assert (repo / "kernels/k31/moe/a.py").read_text() == "C = 3\n"
+
+
 def test_replay_needs_its_index(tmp_path):
     (tmp_path / "p").mkdir()
     with pytest.raises(AgentConfigError, match="index="):
