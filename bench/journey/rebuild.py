@@ -330,8 +330,8 @@ def cmd_record(repo: Path, recipes: dict[int, Recipe], numbers: list[int], searc
                 print(f"attempt {n}: no committer date among {len(tries)} tried gives {sha[:12]}")
                 bad += 1
                 continue
-            recipes[n] = Recipe(n, patch, base, sha, who, found)
-            print(f"attempt {n}: recorded ({patch} on {base[:12]}, committer date {found})")
+            recipes[n] = Recipe(n, r.patch, base, sha, who, found)  # r: the variant that applied
+            print(f"attempt {n}: recorded ({r.patch} on {base[:12]}, committer date {found})")
     finally:
         scratch.close()
     MANIFEST.write_text(dump_manifest(recipes))

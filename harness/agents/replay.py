@@ -154,24 +154,25 @@ class ReplayAgent:
                             message=f"nothing left to replay ({len(files)} patches in "
                                     f"{self.folder}, each handed out; asked for place {self.index + 1})")
         patch = files[self.index]
-        text = patch.read_text(encoding="utf-8", errors="replace")
         if patch.suffix == ".json":
             try:
-                return json_proposal(json.loads(text), patch.name)
+                return json_proposal(json.loads(patch.read_text(encoding="utf-8", errors="replace")),
+                                     patch.name)
             except ValueError as e:
                 return Proposal(kind="failed", reason=f"replay {patch.name}: not JSON ({e})")
         errors = []
         for tried in variants(patch):
             try:
-                return self._apply(tried, tried.read_text(encoding="utf-8", errors="replace"), worktree)
+                return self._apply(tried, worktree)
             except GitError as e:
                 errors.append(f"{tried.relative_to(self.folder)}: {e}")
         return Proposal(kind="failed", reason=f"replay {patch.name} does not apply: "
                                               + "; ".join(errors))
 
-    def _apply(self, patch: Path, text: str, worktree) -> Proposal:
+    def _apply(self, patch: Path, worktree) -> Proposal:
         """One commit of ``patch`` in ``worktree``, or :class:`GitError` with the worktree as
         it was (a failed ``git am`` is aborted)."""
+        text = patch.read_text(encoding="utf-8", errors="replace")
         if text.startswith("From "):
             try:
                 git(worktree, "am", "-q", str(patch), backend=self.name)
