@@ -27,6 +27,11 @@
 #   micro OPS BRANCH... - issue 26: bench/tools/op_bench.py, the ops OPS (comma list, 'dense'
 #            for every dense projection) of each candidate BRANCH's tree beside main's (checked
 #            against main's outputs, timed interleaved); then kern profile main --rows 128
+#   queue-micro [FROM] [ROWS] [TIMEOUT] - issue 36: the journey's waiting patches from number FROM
+#            (default 007) each applied to main as the replay backend hands them out, one
+#            op_bench process per kernel family (bench/tools/queue_micro.py): which candidates
+#            are worth a judgment first; TIMEOUT (default 240 s) per family. Fits an H100
+#            (state for ROWS, default 16,64,128, not 256)
 #   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set;
 #            LOOP_WALL_HOURS: no judgment starts past it): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
@@ -144,6 +149,12 @@ pathlib.Path('$OUT/op_bench.json').write_text(json.dumps(out, indent=1))" "$@"
   # the profile's JSON under $OUT alone (the device returns 8 files at most; its logs go to /tmp)
   t0=$(date +%s); timeout 200 python3 -m harness.cli profile main --rows 128 --out /tmp/profile_128.json \
     2>/tmp/profile.err | tail -32; cp /tmp/profile_128.json $OUT/; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
+  ;;
+queue-micro)
+  t0=$(date +%s)
+  python3 bench/tools/queue_micro.py --from ${2:-007} --rows ${3:-16,64,128} --timeout ${4:-240} \
+    --out $OUT/queue_micro.json 2>/tmp/queue_micro.err | tail -60
+  tail -40 /tmp/queue_micro.err; echo "queue-micro: wall $(( $(date +%s)-t0 ))s"
   ;;
 demo)  # [TIMEOUT] - issue 34: README command 1 on this GPU (kern loop --demo), timed whole; its
   # output, the demo repository's ledger and its report come back

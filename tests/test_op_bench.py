@@ -54,3 +54,16 @@ def test_a_changed_op_is_checked_and_timed_beside_main(tmp_path):
     # the experts leave rows of other ranks' pairs unwritten by contract: main is main, not 'unwritten'
     experts = json.loads(out.read_text())["ops"]["moe.experts"]["2"]["variants"]
     assert set(experts) == {"main"} and experts["main"]["check"] == "bit-identical"
+
+
+def test_a_tunables_only_candidate_changes_the_op(tmp_path):
+    from kernels.k31 import contracts
+    spec = contracts.OPS["moe.experts"]
+    assert op_bench.op_files(spec) == ["moe/experts.py", "moe/group.py", "moe/tunables.py"]
+    tar = subprocess.run(["git", "archive", "HEAD", "kernels/k31"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(tmp_path), "--strip-components=2"], input=tar.stdout, check=True)
+    assert not op_bench.sources_differ(spec, tmp_path)
+    tun = tmp_path / "moe" / "tunables.py"
+    tun.write_text(tun.read_text().replace('"moe.experts.fc2_k_tiles": (2,', '"moe.experts.fc2_k_tiles": (1,'))
+    assert op_bench.sources_differ(spec, tmp_path)
+    assert not op_bench.sources_differ(contracts.OPS["mla.topk"], tmp_path)

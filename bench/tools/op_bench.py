@@ -104,11 +104,18 @@ def kernel_of(pkg: str, path: str):
     return getattr(importlib.import_module(f"{pkg}.{module.removeprefix('kernels.k31.')}"), fn)
 
 
+def op_files(spec) -> list[str]:
+    """The files an op's result depends on in a tree: its sources and the tunables beside each
+    (a tunables-only candidate changes the op too), as paths under kernels/k31/."""
+    rels = [src.removeprefix("kernels/k31/") for src in spec.sources]
+    tunables = {str(Path(r).parent / "tunables.py") for r in rels}
+    return rels + sorted(tunables - set(rels))
+
+
 def sources_differ(spec, folder: Path) -> bool:
-    for src in spec.sources:
-        rel = src.removeprefix("kernels/k31/")
-        a, b = ROOT / src, folder / rel
-        if not b.exists() or a.read_bytes() != b.read_bytes():
+    for rel in op_files(spec):
+        a, b = ROOT / "kernels" / "k31" / rel, folder / rel
+        if a.exists() != b.exists() or (a.exists() and a.read_bytes() != b.read_bytes()):
             return True
     return False
 

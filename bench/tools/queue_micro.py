@@ -1,0 +1,182 @@
+"""Device tool: the journey's waiting queue micro-benchmarked before its judgments, one
+op_bench process per kernel family with every waiting patch of that family beside main.
+
+    python3 bench/tools/queue_micro.py --from 007 --out $OUT/queue_micro.json [--rows 16,64,128]
+        [--timeout 240] [--work /tmp/qm]
+
+Each patch under bench/journey/patches/ from ``--from`` on is applied to main in its own
+worktree the way the replay backend would hand it out with every predecessor abandoned (the
+patch, else its onto-main variant: ``harness.agents.replay.variants``); the ops it changes are
+those whose sources, or the tunables beside them, it touches. Then bench/tools/op_bench.py
+runs each family's ops with main's tree and the family's candidate trees (checked against
+main's outputs, timed interleaved in one process). The orchestrator reads the ratios to decide
+which candidates are worth a judgment first; nothing here decides a merge (the gates do).
+A family whose process fails or times out keeps its error and the others go on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+PATCHES = ROOT / "bench" / "journey" / "patches"
+TREE = "kernels/k31/"
+
+
+@dataclass(frozen=True)
+class QueuedPatch:
+    """One waiting patch as applied on the device: its file name, the file that applied (the
+    patch or its onto-main variant; None when neither did) and the paths its diff touches."""
+    name: str
+    applied: str | None
+    paths: tuple[str, ...]
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class FamilyRun:
+    """One op_bench process: the ops of a family that its patches change, and those patches."""
+    family: str
+    ops: tuple[str, ...]
+    patches: tuple[str, ...]
+
+
+def touched_paths(diff_text: str) -> tuple[str, ...]:
+    """Pure: the ``b/`` paths of a git diff's files, in order."""
+    out = []
+    for line in diff_text.splitlines():
+        if line.startswith("diff --git "):
+            out.append(line.split(" b/", 1)[1])
+    return tuple(out)
+
+
+def ops_changed(paths: Iterable[str], op_files: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Pure: the ops (of ``op_files``: op name -> its files under kernels/k31/) that a patch
+    touching ``paths`` changes, sorted."""
+    rels = {p.removeprefix(TREE) for p in paths if p.startswith(TREE)}
+    return tuple(sorted(op for op, files in op_files.items() if rels & set(files)))
+
+
+def plan(queue: Iterable[QueuedPatch], op_files: Mapping[str, tuple[str, ...]],
+         family_of: Mapping[str, str]) -> list[FamilyRun]:
+    """Pure: one run per family (first seen first) over the patches that applied; the family of
+    a patch is that of the ops it changes (several families: one run each). A family's dense
+    ops are asked as op_bench's group ``dense`` when a patch changes every dense op."""
+    dense = tuple(sorted(op for op, fam in family_of.items() if fam == "dense"))
+    runs: dict[str, tuple[list[str], list[str]]] = {}
+    for q in queue:
+        if q.applied is None:
+            continue
+        for op in ops_changed(q.paths, op_files):
+            ops, names = runs.setdefault(family_of[op], ([], []))
+            if op not in ops:
+                ops.append(op)
+            if q.name not in names:
+                names.append(q.name)
+    out = []
+    for fam, (ops, names) in runs.items():
+        asked = ("dense",) if fam == "dense" and set(dense) <= set(ops) else tuple(sorted(ops))
+        out.append(FamilyRun(fam, asked, tuple(names)))
+    return out
+
+
+def variant_name(patch: str) -> str:
+    """op_bench's variant name for a patch file: its number (``013-...patch`` -> ``p013``)."""
+    return "p" + patch.split("-", 1)[0]
+
+
+# ------------------------------------------------------------------ the shell
+def git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def apply_queue(repo: Path, names: list[str], work: Path) -> list[QueuedPatch]:
+    """Each patch of ``repo``'s queue applied to its main in a worktree ``work/<variant name>``."""
+    from harness.agents.replay import variants
+
+    patches = repo / PATCHES.relative_to(ROOT)
+    out = []
+    for name in names:
+        wt = work / variant_name(name)
+        if wt.exists():
+            git("worktree", "remove", "--force", str(wt), cwd=repo)
+        r = git("worktree", "add", "--detach", "-q", str(wt), "main", cwd=repo)
+        if r.returncode:
+            raise SystemExit(f"queue_micro: environment: git worktree add {wt} failed: {r.stderr.strip()}")
+        errors = []
+        for f in variants(patches / name):
+            r = git("apply", "--index", str(f), cwd=wt)
+            if r.returncode == 0:
+                out.append(QueuedPatch(name, str(f.relative_to(repo)), touched_paths(f.read_text())))
+                break
+            errors.append(f"{f.relative_to(repo)}: {r.stderr.strip()[:300]}")
+        else:
+            out.append(QueuedPatch(name, None, (), "; ".join(errors)))
+    return out
+
+
+def log(msg: str) -> None:
+    print(f"queue_micro: {msg}", file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="queue_micro", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--from", dest="first", required=True, help="the first waiting patch's number, e.g. 007")
+    ap.add_argument("--out", required=True, type=Path)
+    ap.add_argument("--rows", default="16,64,128")
+    ap.add_argument("--timeout", type=int, default=240, help="seconds for each family's op_bench")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/qm"))
+    args = ap.parse_args(argv)
+
+    from harness.agents.replay import patch_files
+    from kernels.k31 import contracts
+    from bench.tools.op_bench import op_files
+
+    names = [p.name for p in patch_files(PATCHES) if p.name.split("-", 1)[0] >= args.first]
+    if not names:
+        raise SystemExit(f"queue_micro: no patch in {PATCHES.relative_to(ROOT)} from {args.first} on")
+    args.work.mkdir(parents=True, exist_ok=True)
+    queue = apply_queue(ROOT, names, args.work)
+    files = {op: tuple(op_files(s)) for op, s in contracts.OPS.items()}
+    runs = plan(queue, files, {op: s.family for op, s in contracts.OPS.items()})
+    main_rev = git("rev-parse", "--short", "main").stdout.strip()
+    result = {"what": "the journey's waiting queue, each family's patches beside main in one op_bench process",
+              "date": time.strftime("%Y-%m-%d"), "main": main_rev, "rows": args.rows,
+              "queue": [q.__dict__ | {"paths": list(q.paths)} for q in queue], "families": {}}
+    for q in queue:
+        log(f"{q.name}: " + (f"applied {q.applied}" if q.applied else f"neither applies: {q.error}"))
+    for run in runs:
+        out = args.work / f"{run.family}.json"
+        cmd = [sys.executable, str(ROOT / "bench/tools/op_bench.py"), "--rows", args.rows, "--out", str(out),
+               "--commit", f"main {main_rev}; queue " + " ".join(run.patches),
+               "--variant", f"main={ROOT / 'kernels' / 'k31'}"]
+        cmd += [a for op in run.ops for a in ("--op", op)]
+        cmd += [a for n in run.patches for a in ("--variant", f"{variant_name(n)}={args.work / variant_name(n) / 'kernels' / 'k31'}")]
+        log(f"{run.family}: ops {', '.join(run.ops)}; patches {', '.join(run.patches)}")
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
+            rc, tail = r.returncode, (r.stdout + r.stderr)[-3000:]
+        except subprocess.TimeoutExpired as e:
+            rc, tail = "timeout", ((e.stdout or b"").decode() + (e.stderr or b"").decode())[-3000:]
+        entry = {"ops": list(run.ops), "patches": list(run.patches), "rc": rc,
+                 "wall_s": round(time.monotonic() - t0, 1), "tail": tail.splitlines()[-40:],
+                 "op_bench": json.loads(out.read_text()) if out.exists() else None}
+        result["families"][run.family] = entry
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+        log(f"{run.family}: rc {rc}, {entry['wall_s']} s")
+        print("\n".join(entry["tail"][-25:]), flush=True)
+    args.out.write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""bench/tools/queue_micro.py: which ops a queued patch changes, how the queue splits into one
+op_bench process per family, and the queue applied as the replay backend would hand it out."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from hypothesis import given, strategies as st
+
+from bench.tools import op_bench, queue_micro
+from bench.tools.queue_micro import QueuedPatch
+from kernels.k31 import contracts
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = {op: tuple(op_bench.op_files(s)) for op, s in contracts.OPS.items()}
+FAMILY = {op: s.family for op, s in contracts.OPS.items()}
+
+
+def test_touched_paths_reads_every_file_of_a_diff():
+    diff = ("From x\nSubject: s\n\ndiff --git a/kernels/k31/moe/experts.py b/kernels/k31/moe/experts.py\n"
+            "--- a\n+++ b\n@@\n-x\n+y\ndiff --git a/kernels/k31/dense/tunables.py b/kernels/k31/dense/tunables.py\n")
+    assert queue_micro.touched_paths(diff) == ("kernels/k31/moe/experts.py", "kernels/k31/dense/tunables.py")
+
+
+def test_ops_changed_by_source_and_by_the_tunables_beside_it():
+    assert queue_micro.ops_changed(["kernels/k31/moe/experts.py"], FILES) == ("moe.experts",)
+    assert queue_micro.ops_changed(["kernels/k31/moe/group.py"], FILES) == ("moe.experts",)
+    assert queue_micro.ops_changed(["kernels/k31/mla/tunables.py"], FILES) == (
+        "mla.absorb", "mla.index_logits", "mla.prep", "mla.sparse_decode", "mla.topk", "mla.vup_gate")
+    dense = queue_micro.ops_changed(["kernels/k31/dense/linear.py"], FILES)
+    assert dense and all(FAMILY[op] == "dense" for op in dense)
+    assert queue_micro.ops_changed(["README.md", "kernels/k31/config.py"], FILES) == ()
+
+
+@given(st.lists(st.sampled_from(sorted({f for fs in FILES.values() for f in fs})), max_size=4),
+       st.booleans())
+def test_plan_runs_every_applied_patch_once_per_family_it_changes(rels, applied):
+    q = [QueuedPatch("030-x.patch", "p" if applied else None, tuple("kernels/k31/" + r for r in rels)),
+         QueuedPatch("031-y.patch", "p", ("kernels/k31/moe/experts.py",))]
+    runs = queue_micro.plan(q, FILES, FAMILY)
+    fams = [r.family for r in runs]
+    assert len(fams) == len(set(fams))
+    changed = {FAMILY[op] for op in queue_micro.ops_changed(q[0].paths, FILES)} if applied else set()
+    assert {r.family for r in runs if "030-x.patch" in r.patches} == changed
+    moe = next(r for r in runs if r.family == "moe")
+    assert "031-y.patch" in moe.patches and "moe.experts" in moe.ops
+    for r in runs:
+        assert r.ops == ("dense",) or all(FAMILY[op] == r.family for op in r.ops)
+
+
+def test_the_queue_applies_each_patch_or_its_onto_main_variant(tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "main"], check=True)
+    names = ["008-moe.experts-single-scale-multiply.patch", "013-moe.experts-fc2-padding-rows-shared.patch"]
+    q = queue_micro.apply_queue(repo, names, tmp_path / "work")
+    assert [p.applied for p in q] == ["bench/journey/patches/" + names[0],
+                                      "bench/journey/patches/onto-main/" + names[1]]
+    assert all(p.paths == ("kernels/k31/moe/experts.py",) for p in q)
+    for p in q:  # the worktree holds main plus that patch, nothing else
+        wt = tmp_path / "work" / queue_micro.variant_name(p.name)
+        changed = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=wt, capture_output=True,
+                                 text=True, check=True).stdout.split()
+        assert changed == ["kernels/k31/moe/experts.py"]
