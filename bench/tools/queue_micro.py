@@ -153,14 +153,15 @@ def main(argv=None) -> int:
               "queue": [q.__dict__ | {"paths": list(q.paths)} for q in queue], "families": {}}
     for q in queue:
         log(f"{q.name}: " + (f"applied {q.applied}" if q.applied else f"neither applies: {q.error}"))
-    for run in runs:
-        out = args.work / f"{run.family}.json"
+    def bench(run: FamilyRun, key: str) -> dict:
+        out = args.work / f"{key}.json"
         cmd = [sys.executable, str(ROOT / "bench/tools/op_bench.py"), "--rows", args.rows, "--out", str(out),
                "--commit", f"main {main_rev}; queue " + " ".join(run.patches),
                "--variant", f"main={ROOT / 'kernels' / 'k31'}"]
         cmd += [a for op in run.ops for a in ("--op", op)]
-        cmd += [a for n in run.patches for a in ("--variant", f"{variant_name(n)}={args.work / variant_name(n) / 'kernels' / 'k31'}")]
-        log(f"{run.family}: ops {', '.join(run.ops)}; patches {', '.join(run.patches)}")
+        cmd += [a for n in run.patches
+                for a in ("--variant", f"{variant_name(n)}={args.work / variant_name(n) / 'kernels' / 'k31'}")]
+        log(f"{key}: ops {', '.join(run.ops)}; patches {', '.join(run.patches)}")
         t0 = time.monotonic()
         try:
             r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
@@ -170,10 +171,21 @@ def main(argv=None) -> int:
         entry = {"ops": list(run.ops), "patches": list(run.patches), "rc": rc,
                  "wall_s": round(time.monotonic() - t0, 1), "tail": tail.splitlines()[-40:],
                  "op_bench": json.loads(out.read_text()) if out.exists() else None}
-        result["families"][run.family] = entry
-        args.out.write_text(json.dumps(result, indent=1, default=str))
-        log(f"{run.family}: rc {rc}, {entry['wall_s']} s")
+        log(f"{key}: rc {rc}, {entry['wall_s']} s")
         print("\n".join(entry["tail"][-25:]), flush=True)
+        return entry
+
+    for run in runs:
+        entry = result["families"][run.family] = bench(run, run.family)
+        args.out.write_text(json.dumps(result, indent=1, default=str))
+        if entry["rc"] not in (0, "timeout") and len(run.patches) > 1:
+            # one candidate that faults the GPU poisons the whole process's CUDA context: each
+            # patch again in its own process, so the others keep their numbers
+            entry["alone"] = {}
+            for name in run.patches:
+                alone = FamilyRun(run.family, run.ops, (name,))
+                entry["alone"][name] = bench(alone, f"{run.family}-{variant_name(name)}")
+                args.out.write_text(json.dumps(result, indent=1, default=str))
     args.out.write_text(json.dumps(result, indent=1, default=str))
     return 0
 
