@@ -67,3 +67,27 @@ def test_a_tunables_only_candidate_changes_the_op(tmp_path):
     tun.write_text(tun.read_text().replace('"moe.experts.fc2_k_tiles": (2,', '"moe.experts.fc2_k_tiles": (1,'))
     assert op_bench.sources_differ(spec, tmp_path)
     assert not op_bench.sources_differ(contracts.OPS["mla.topk"], tmp_path)
+
+
+@pytest.mark.gpu
+def test_a_captured_graph_keeps_the_tensors_it_writes_alive():
+    """The graph of a closure outlives the caller's names for its tensors: replays after they are
+    dropped and their memory could be reused still write the graph's own output."""
+    import gc
+    import weakref
+
+    import torch
+
+    from bench.tools.experts_bench import graph_of
+
+    dev = torch.device("cuda")
+    x, y = torch.arange(1 << 20, device=dev, dtype=torch.float32), torch.empty(1 << 20, device=dev)
+    g = graph_of(lambda: torch.mul(x, 2, out=y), dev)
+    alive = weakref.ref(y)
+    del x, y
+    gc.collect()
+    others = [torch.full((1 << 20,), 7.0, device=dev) for _ in range(8)]  # what freed memory would hold
+    g.replay()
+    torch.cuda.synchronize()
+    assert alive() is not None and torch.equal(alive(), torch.arange(1 << 20, device=dev, dtype=torch.float32) * 2)
+    assert all(bool((o == 7).all()) for o in others)

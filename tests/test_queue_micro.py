@@ -16,31 +16,40 @@ FILES = {op: tuple(op_bench.op_files(s)) for op, s in contracts.OPS.items()}
 FAMILY = {op: s.family for op, s in contracts.OPS.items()}
 
 
-def test_touched_paths_reads_every_file_of_a_diff():
+def test_changed_lines_reads_every_file_of_a_diff():
     diff = ("From x\nSubject: s\n\ndiff --git a/kernels/k31/moe/experts.py b/kernels/k31/moe/experts.py\n"
-            "--- a\n+++ b\n@@\n-x\n+y\ndiff --git a/kernels/k31/dense/tunables.py b/kernels/k31/dense/tunables.py\n")
-    assert queue_micro.touched_paths(diff) == ("kernels/k31/moe/experts.py", "kernels/k31/dense/tunables.py")
+            "--- a/kernels/k31/moe/experts.py\n+++ b/kernels/k31/moe/experts.py\n@@ -1 +1 @@\n-x\n+y\n ctx\n"
+            "diff --git a/kernels/k31/dense/tunables.py b/kernels/k31/dense/tunables.py\n")
+    assert queue_micro.changed_lines(diff) == {"kernels/k31/moe/experts.py": "x\ny",
+                                               "kernels/k31/dense/tunables.py": ""}
 
 
-def test_ops_changed_by_source_and_by_the_tunables_beside_it():
-    assert queue_micro.ops_changed(["kernels/k31/moe/experts.py"], FILES) == ("moe.experts",)
-    assert queue_micro.ops_changed(["kernels/k31/moe/group.py"], FILES) == ("moe.experts",)
-    assert queue_micro.ops_changed(["kernels/k31/mla/tunables.py"], FILES) == (
+def changes(*paths, text=""):
+    return {p: text for p in paths}
+
+
+def test_ops_changed_by_source_and_by_the_knobs_a_tunables_diff_names():
+    assert queue_micro.ops_changed(changes("kernels/k31/moe/experts.py"), FILES) == ("moe.experts",)
+    assert queue_micro.ops_changed(changes("kernels/k31/moe/group.py"), FILES) == ("moe.experts",)
+    named = changes("kernels/k31/mla/tunables.py", text='    "mla.index_logits.block_t": (64, (32, 64)),')
+    assert queue_micro.ops_changed(named, FILES) == ("mla.index_logits",)
+    assert queue_micro.ops_changed(changes("kernels/k31/mla/tunables.py", text="# a comment"), FILES) == (
         "mla.absorb", "mla.index_logits", "mla.prep", "mla.sparse_decode", "mla.topk", "mla.vup_gate")
-    dense = queue_micro.ops_changed(["kernels/k31/dense/linear.py"], FILES)
+    dense = queue_micro.ops_changed(changes("kernels/k31/dense/linear.py", "kernels/k31/dense/tunables.py",
+                                            text='"dense.linear.max_k": (4608, (0,)),'), FILES)
     assert dense and all(FAMILY[op] == "dense" for op in dense)
-    assert queue_micro.ops_changed(["README.md", "kernels/k31/config.py"], FILES) == ()
+    assert queue_micro.ops_changed(changes("README.md", "kernels/k31/config.py"), FILES) == ()
 
 
 @given(st.lists(st.sampled_from(sorted({f for fs in FILES.values() for f in fs})), max_size=4),
        st.booleans())
 def test_plan_runs_every_applied_patch_once_per_family_it_changes(rels, applied):
-    q = [QueuedPatch("030-x.patch", "p" if applied else None, tuple("kernels/k31/" + r for r in rels)),
-         QueuedPatch("031-y.patch", "p", ("kernels/k31/moe/experts.py",))]
+    q = [QueuedPatch("030-x.patch", "p" if applied else None, changes(*("kernels/k31/" + r for r in rels))),
+         QueuedPatch("031-y.patch", "p", changes("kernels/k31/moe/experts.py"))]
     runs = queue_micro.plan(q, FILES, FAMILY)
     fams = [r.family for r in runs]
     assert len(fams) == len(set(fams))
-    changed = {FAMILY[op] for op in queue_micro.ops_changed(q[0].paths, FILES)} if applied else set()
+    changed = {FAMILY[op] for op in queue_micro.ops_changed(q[0].changes, FILES)} if applied else set()
     assert {r.family for r in runs if "030-x.patch" in r.patches} == changed
     moe = next(r for r in runs if r.family == "moe")
     assert "031-y.patch" in moe.patches and "moe.experts" in moe.ops

@@ -193,7 +193,21 @@ def graph_of(fn, device):
     with torch.cuda.graph(g):
         fn()
     torch.cuda.synchronize(device)
-    return g
+    return HeldGraph(g, fn)
+
+
+class HeldGraph:
+    """A captured graph and the function it was captured from. The graph replays raw pointers to
+    the tensors ``fn`` closes over (inputs, poisoned outputs), so it holds ``fn`` and they live
+    as long as it: op_bench's loop used to drop them after capture, the allocator handed their
+    memory to the next variant's tensors, and replays wrote there ('an illegal memory access',
+    on the H200 2026-12-03 and the H100 2026-12-06)."""
+
+    def __init__(self, graph, fn):
+        self.graph, self.fn = graph, fn
+
+    def replay(self) -> None:
+        self.graph.replay()
 
 
 def time_graphs(graphs: dict, rounds: int, replays: int) -> dict[str, list[float]]:

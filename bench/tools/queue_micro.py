@@ -34,11 +34,15 @@ TREE = "kernels/k31/"
 @dataclass(frozen=True)
 class QueuedPatch:
     """One waiting patch as applied on the device: its file name, the file that applied (the
-    patch or its onto-main variant; None when neither did) and the paths its diff touches."""
+    patch or its onto-main variant; None when neither did) and the lines its diff changes, by path."""
     name: str
     applied: str | None
-    paths: tuple[str, ...]
+    changes: Mapping[str, str]  # path -> its added and removed lines
     error: str = ""
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(self.changes)
 
 
 @dataclass(frozen=True)
@@ -49,20 +53,33 @@ class FamilyRun:
     patches: tuple[str, ...]
 
 
-def touched_paths(diff_text: str) -> tuple[str, ...]:
-    """Pure: the ``b/`` paths of a git diff's files, in order."""
-    out = []
+def changed_lines(diff_text: str) -> dict[str, str]:
+    """Pure: each file of a git diff (its ``b/`` path, in order) and its added and removed lines."""
+    out: dict[str, list[str]] = {}
+    current = None
     for line in diff_text.splitlines():
         if line.startswith("diff --git "):
-            out.append(line.split(" b/", 1)[1])
-    return tuple(out)
+            current = out.setdefault(line.split(" b/", 1)[1], [])
+        elif current is not None and line[:1] in "+-" and not line.startswith(("+++", "---")):
+            current.append(line[1:])
+    return {path: "\n".join(lines) for path, lines in out.items()}
 
 
-def ops_changed(paths: Iterable[str], op_files: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
-    """Pure: the ops (of ``op_files``: op name -> its files under kernels/k31/) that a patch
-    touching ``paths`` changes, sorted."""
-    rels = {p.removeprefix(TREE) for p in paths if p.startswith(TREE)}
-    return tuple(sorted(op for op, files in op_files.items() if rels & set(files)))
+def ops_changed(changes: Mapping[str, str], op_files: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """Pure: the ops (of ``op_files``: op name -> its files under kernels/k31/) that a patch with
+    ``changes`` (path -> changed lines) changes, sorted. A tunables file changes the ops whose
+    knobs (``"<op>.``) its changed lines name; when they name none (a family-wide knob such as
+    ``dense.linear.*``), every op beside it. Over-asking costs the device memory: op_bench
+    records and copies every op it is asked for."""
+    rels = {p.removeprefix(TREE): text for p, text in changes.items() if p.startswith(TREE)}
+    out = set()
+    for rel, text in rels.items():
+        users = [op for op, files in op_files.items() if rel in files]
+        if rel.endswith("tunables.py"):
+            named = [op for op in users if f'"{op}.' in text]
+            users = named or users
+        out.update(users)
+    return tuple(sorted(out))
 
 
 def plan(queue: Iterable[QueuedPatch], op_files: Mapping[str, tuple[str, ...]],
@@ -75,7 +92,7 @@ def plan(queue: Iterable[QueuedPatch], op_files: Mapping[str, tuple[str, ...]],
     for q in queue:
         if q.applied is None:
             continue
-        for op in ops_changed(q.paths, op_files):
+        for op in ops_changed(q.changes, op_files):
             ops, names = runs.setdefault(family_of[op], ([], []))
             if op not in ops:
                 ops.append(op)
@@ -115,11 +132,11 @@ def apply_queue(repo: Path, names: list[str], work: Path) -> list[QueuedPatch]:
         for f in variants(patches / name):
             r = git("apply", "--index", str(f), cwd=wt)
             if r.returncode == 0:
-                out.append(QueuedPatch(name, str(f.relative_to(repo)), touched_paths(f.read_text())))
+                out.append(QueuedPatch(name, str(f.relative_to(repo)), changed_lines(f.read_text())))
                 break
             errors.append(f"{f.relative_to(repo)}: {r.stderr.strip()[:300]}")
         else:
-            out.append(QueuedPatch(name, None, (), "; ".join(errors)))
+            out.append(QueuedPatch(name, None, {}, "; ".join(errors)))
     return out
 
 
@@ -150,7 +167,7 @@ def main(argv=None) -> int:
     main_rev = git("rev-parse", "--short", "main").stdout.strip()
     result = {"what": "the journey's waiting queue, each family's patches beside main in one op_bench process",
               "date": time.strftime("%Y-%m-%d"), "main": main_rev, "rows": args.rows,
-              "queue": [q.__dict__ | {"paths": list(q.paths)} for q in queue], "families": {}}
+              "queue": [{"name": q.name, "applied": q.applied, "paths": list(q.paths), "error": q.error} for q in queue], "families": {}}
     for q in queue:
         log(f"{q.name}: " + (f"applied {q.applied}" if q.applied else f"neither applies: {q.error}"))
     def bench(run: FamilyRun, key: str) -> dict:
