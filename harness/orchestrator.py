@@ -36,6 +36,7 @@ from . import faults
 from . import ledger as L
 from . import planning, trials
 from .agents.base import ProposalError, parse_proposal
+from .agents.common import AgentConfigError
 from .briefs import ceiling_text, make_brief
 from .pipeline import Context, gpu_lock, judge_and_record, note_for, phase_definition
 from .processes import (agent_pid, agent_started, alive, end_agent, judge_alive, judge_of,
@@ -673,23 +674,31 @@ class Orchestrator:
                 return
             self._spawn(t, main_profile, attempts, tick_id, report, pick)
 
+    def replay_folder(self) -> Path:
+        """The replay backend's folder of patches (kern.yaml ``agent.replay_dir``)."""
+        folder = Path(self.cfg.agent.replay_dir or "")
+        return folder if folder.is_absolute() else self.ctx.repo.root / folder
+
     def _replay_targets(self, main_profile: dict, journey: list, planned: list,
                         slots: int) -> tuple[list, list]:
         """The targets of the next ``slots`` replayed patches (the ones their ``Target:`` lines
         name, profile rows or not; a patch that names none, or past the last one, takes the
         planner's pick) and each one's patch: (place in the folder, file name or None past the
         end), picked by :func:`harness.agents.replay.next_patches` over the ledger's rows."""
-        from .agents.replay import ReplayUse, next_patches, patch_files, target_at
+        from .agents.replay import ReplayUse, next_patches, patch_files, queue_order, target_at
 
-        folder = Path(self.cfg.agent.replay_dir or "")
-        if not folder.is_absolute():
-            folder = self.ctx.repo.root / folder
+        folder = self.replay_folder()
         names = [p.name for p in patch_files(folder)] if folder.is_dir() else []
         sources = self.led.sources()
         uses = [ReplayUse(sources.get(a.number), agent_never_proposed(a))
                 for a in self.led.attempts() if a.backend == "replay"]
         targets, picks = [], []
-        for i, place in enumerate(next_patches(names, uses, slots)):
+        try:
+            order = queue_order(folder) if folder.is_dir() else []
+        except AgentConfigError as e:  # edited while the loop runs: stop it, saying what to mend
+            self.halt = str(e)
+            return [], []
+        for i, place in enumerate(next_patches(names, uses, slots, order)):
             name = target_at(folder, place) if folder.is_dir() else None
             if name is not None:
                 targets.append(planning.target_of(name, main_profile["ops"], main_profile["step_ms"],

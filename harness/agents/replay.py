@@ -24,6 +24,11 @@ variant written onto the queue's base alone may sit in ``ONTO_MAIN/`` under the 
 when the patch itself does not apply (a predecessor was abandoned), the backend applies that
 variant instead, as an agent re-briefed on today's main would (:func:`variants`: the order tried).
 
+Which waiting patch goes first: by file name, unless the folder holds ``ORDER_FILE`` (one
+patch file name a line, ``#`` comments): the waiting patches it lists go first, in its order,
+then the rest by name. It ranks only what is handed out next; a patch's place (its ``index``,
+and the patch of a row from before rows named theirs) stays its place in file-name order.
+
 A patch names the target it was written for with a ``Target: <profile row>`` line before its
 diff (a trailer of the commit message): the orchestrator then briefs that target for the
 attempt that replays it (:func:`target_at`), and the ledger row records it.
@@ -42,6 +47,7 @@ from .common import AgentConfigError, GitError, git, subject
 
 PATCH_SUFFIXES = (".patch", ".diff", ".mbox", ".eml", ".json")
 ONTO_MAIN = "onto-main"  # the subfolder of the patches' variants written onto the queue's base alone
+ORDER_FILE = "ORDER"  # the orchestrator's ranking of the waiting patches (optional)
 
 
 def patch_files(folder: Path) -> list[Path]:
@@ -101,18 +107,39 @@ class ReplayUse:
     unread: bool
 
 
-def next_patches(names: list[str], uses: list[ReplayUse], count: int) -> list[int]:
+def next_patches(names: list[str], uses: list[ReplayUse], count: int,
+                 order: list[str] = ()) -> list[int]:
     """Pure: the places in ``names`` (the folder's patch files, sorted) of the next ``count``
-    patches to hand out, lowest first: those no attempt holds (an attempt holds its patch unless
-    its agent died unread) and fewer than DEATHS_PER_PATCH agents died on. Past the last patch:
-    ``len(names)`` (the agent declines, nothing left)."""
+    patches to hand out: those no attempt holds (an attempt holds its patch unless its agent
+    died unread) and fewer than DEATHS_PER_PATCH agents died on, those ``order`` lists first
+    (in its order), then the rest lowest place first. Past the last patch: ``len(names)`` (the
+    agent declines, nothing left)."""
     held, died = Counter(), Counter()
     for place, use in enumerate(uses):
         name = use.patch if use.patch is not None else (names[place] if place < len(names) else None)
         if name is not None:
             (died if use.unread else held)[name] += 1
-    free = [i for i, name in enumerate(names) if not held[name] and died[name] < DEATHS_PER_PATCH]
+    rank = {name: i for i, name in reversed(list(enumerate(order)))}
+    free = sorted((i for i, name in enumerate(names) if not held[name] and died[name] < DEATHS_PER_PATCH),
+                  key=lambda i: (rank.get(names[i], len(rank)), i))
     return (free + [len(names)] * count)[:count]
+
+
+def queue_order(folder: Path) -> list[str]:
+    """The patch file names ``folder/ORDER_FILE`` ranks first (none when there is no such file).
+    A listed name with no patch file is the orchestrator's mistake: it says so."""
+    path = Path(folder) / ORDER_FILE
+    if not path.is_file():
+        return []
+    listed = [line.split("#", 1)[0].strip() for line in path.read_text().splitlines()]
+    listed = [name for name in listed if name]
+    known = {p.name for p in patch_files(folder)}
+    missing = [name for name in listed if name not in known]
+    if missing:
+        raise AgentConfigError(f"replay: {path} lists {', '.join(missing)}, which are not patch files "
+                               f"in {folder}; expected names such as {sorted(known)[:2]} (operator: fix "
+                               f"or remove the line)")
+    return listed
 
 
 def json_proposal(data, name: str) -> Proposal:

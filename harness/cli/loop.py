@@ -446,6 +446,15 @@ def _loop(args, say, started: float) -> int:
         return 2
     progress(f"sandbox: {sandbox.facts().describe(confined) if confined != 'off' else 'off (kern.yaml)'}")
     orch = Orchestrator(ctx)
+    if ctx.cfg.agent.backend == "replay":
+        from ..agents.common import AgentConfigError
+        from ..agents.replay import queue_order
+
+        try:
+            queue_order(orch.replay_folder())
+        except AgentConfigError as e:
+            print(f"kern loop: refusing to start: {e}", file=sys.stderr)
+            return 2
     ctx.stores = {}  # each slot's model store, kept across the loop's judgments (closed below)
     resumed = orch.resume()
     if resumed.requeued:

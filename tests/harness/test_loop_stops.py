@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from harness import cli
 from harness import ledger as L
-from harness.agents.replay import DEATHS_PER_PATCH, ReplayUse, next_patches
+from harness.agents.common import AgentConfigError
+from harness.agents.replay import DEATHS_PER_PATCH, ReplayUse, next_patches, queue_order
 from harness.orchestrator import (Orchestrator, agent_never_proposed, attempt_dir, budget_spent,
                                   failure_reason)
 from harness.pipeline import Context
@@ -237,6 +238,59 @@ def test_next_patches_hands_out_each_free_patch_once_in_order(raw, count):
     for i in real:  # nothing handed out that a row holds or that killed DEATHS_PER_PATCH agents
         mine = [u for k, u in enumerate(uses) if (u.patch or (names[k] if k < 3 else None)) == names[i]]
         assert all(u.unread for u in mine) and len(mine) < DEATHS_PER_PATCH
+
+
+@pytest.mark.parametrize("uses,order,count,want", [
+    ([], ["c", "a"], 4, [2, 0, 1, 3]),
+    ([ReplayUse("c", False)], ["c", "a"], 2, [0, 1]),  # a ranked patch already held is skipped
+    # a row from before rows named their patch holds the patch at its place, whatever the order
+    ([ReplayUse(None, False)], ["b", "a"], 2, [1, 2]),
+    ([ReplayUse("d", True)], ["d"], 1, [3]),  # a patch whose agent died unread, re-offered first
+])
+def test_next_patches_hands_out_the_ranked_waiting_patches_first(uses, order, count, want):
+    assert next_patches(["a", "b", "c", "d"], uses, count, order) == want
+
+
+@given(st.lists(st.tuples(st.sampled_from([None, "a", "b", "c", "x"]), st.booleans()), max_size=8),
+       st.permutations(["a", "b", "c"]), st.integers(0, 3), st.integers(0, 5))
+def test_an_order_changes_which_patch_comes_first_never_which_are_handed_out(raw, perm, k, count):
+    names, order = ["a", "b", "c"], list(perm[:k])
+    uses = [ReplayUse(p, u) for p, u in raw]
+    plain, ranked = next_patches(names, uses, 3 + count), next_patches(names, uses, 3 + count, order)
+    assert sorted(plain) == sorted(ranked)
+    real = [names[i] for i in ranked if i < len(names)]
+    listed = [n for n in real if n in order]
+    assert real[:len(listed)] == sorted(listed, key=order.index)  # ranked ones first, in order
+
+
+def test_the_loop_hands_out_the_patch_order_ranks_first_and_refuses_an_unknown_name(tmp_path, capsys):
+    from tests.harness.test_faults import fake_profile
+
+    repo = light_repo(tmp_path, {"agent.backend": "replay", "agent.replay_dir": "patches",
+                                 "loop.concurrency": 1, "loop.trial_merge_parts": 0})
+    patches = repo / "patches"
+    patches.mkdir()
+    for name in ("01-a", "02-b", "03-c"):
+        (patches / f"{name}.json").write_text(json.dumps({"declined": f"idea {name}", "estimate_ms": -0.1}))
+    (patches / "ORDER").write_text("# the orchestrator's ranking\n03-c.json  # measured fastest\n")
+    fake_profile(repo, ["moe.experts", "mla.topk"])
+    orch = orchestrator(repo)
+    (first, _), = orch.tick().spawned
+    assert orch.led.sources()[first] == "03-c.json"
+    settings = json.loads((attempt_dir(orch.ctx.runs, first) / "settings.json").read_text())
+    assert settings["context"]["index"] == 2  # its place in file-name order
+    orch.wait_agents([first], 60)
+    assert orch.tick(spawn=False).collected == [(first, L.NOT_DONE, "idea 03-c")]
+    (patches / "ORDER").write_text("04-d.json\n")
+    with pytest.raises(AgentConfigError, match="lists 04-d.json, which are not patch files"):
+        queue_order(patches)
+    # edited so while the loop runs: the loop stops and says what to mend, nothing handed out
+    report = orch.tick()
+    assert report.spawned == [] and "lists 04-d.json" in report.stop
+    # kern loop refuses to start on it
+    capsys.readouterr()
+    assert cli.main(["--repo", str(repo), "loop", "--ticks", "1", "--no-live"]) == 2
+    assert "kern loop: refusing to start: replay: " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("state,reason,unread", [
