@@ -71,3 +71,36 @@ def test_the_queue_applies_each_patch_or_its_onto_main_variant(tmp_path):
         changed = subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=wt, capture_output=True,
                                  text=True, check=True).stdout.split()
         assert changed == ["kernels/k31/moe/experts.py"]
+
+
+def _doc(ops: dict) -> dict:
+    """An op_bench document: op -> rows -> variant -> (ms per step, check) or an error string."""
+    return {"ops": {op: {rows: {"variants": {v: ({"error": x} if isinstance(x, str) else
+                                                  {"ms_per_step": x[0], "check": x[1]})
+                                             for v, x in vs.items()}}
+                         for rows, vs in per.items()} for op, per in ops.items()}}
+
+
+def test_the_summary_sums_each_patchs_ops_and_says_what_never_ran():
+    same, differs = "bit-identical", "differs: rel_rms 1e-7, max ulp 3"
+    queue = [QueuedPatch("030-a.patch", "p", changes("kernels/k31/moe/situ.py", "kernels/k31/moe/norm.py")),
+             QueuedPatch("031-b.patch", "p", changes("kernels/k31/moe/experts.py")),
+             QueuedPatch("032-c.patch", None, {}, "both failed"),
+             QueuedPatch("033-d.patch", "p", changes("kernels/k31/kda/conv.py"))]
+    families = {
+        "moe": {"patches": ["030-a.patch", "031-b.patch"], "rc": 1, "op_bench": None, "alone": {
+            "030-a.patch": {"op_bench": _doc({
+                "moe.situ": {"16": {"main": (1.0, same), "p030": (0.75, same)}},
+                "moe.latent_norm": {"16": {"main": (0.5, same), "p030": (0.25, same)}}})},
+            "031-b.patch": {"op_bench": _doc({
+                "moe.experts": {"16": {"main": (10.0, same), "p031": (10.5, differs)},
+                                "64": {"main": (20.0, same), "p031": "RuntimeError: boom"}}})}}},
+        "kda": {"patches": ["033-d.patch"], "rc": "timeout", "op_bench": None}}
+    a, b, c, d = queue_micro.summarize(queue, families)
+    assert (a.saved_ms, a.identical, a.errors) == ({"16": 0.5}, True, ())
+    assert (b.saved_ms, b.identical) == ({"16": -0.5}, False)
+    assert b.errors == ("moe.experts at 64 rows: RuntimeError: boom",)
+    assert c.errors == ("did not apply: both failed",) and not c.saved_ms
+    assert "no op of it was timed" in d.errors[0] and not d.identical
+    table = queue_micro.summary_table([a, b, c, d])
+    assert "+0.500" in table and "-0.500" in table and "did not apply" in table

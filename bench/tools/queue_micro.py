@@ -105,6 +105,61 @@ def plan(queue: Iterable[QueuedPatch], op_files: Mapping[str, tuple[str, ...]],
     return out
 
 
+@dataclass(frozen=True)
+class PatchSummary:
+    """What one patch's op_bench rows say, summed over the ops it changed: per row count, the
+    step's ms saved (main's ms per step minus the patch's; negative: slower) and whether every
+    output was bit-identical to main's; errors where a run failed."""
+    name: str
+    saved_ms: Mapping[str, float]
+    identical: bool
+    errors: tuple[str, ...] = ()
+
+
+def summarize(queue: Iterable[QueuedPatch], families: Mapping[str, dict]) -> list[PatchSummary]:
+    """Pure: each patch's summary from the families' op_bench documents (a family's rerun of a
+    patch alone, when there is one, stands for that patch), in queue order. A patch that did not
+    apply, or whose op never ran, says why instead of a number."""
+    docs: dict[str, list[dict]] = {}
+    for fam in families.values():
+        alone = fam.get("alone", {})
+        for name in fam["patches"]:
+            doc = alone[name]["op_bench"] if name in alone else fam["op_bench"]
+            docs.setdefault(name, []).append(doc)
+    out = []
+    for q in queue:
+        if q.applied is None:
+            out.append(PatchSummary(q.name, {}, False, (f"did not apply: {q.error}",)))
+            continue
+        v, saved, identical, errors = variant_name(q.name), {}, True, []
+        for doc in docs.get(q.name, []):
+            for op, per in ((doc or {}).get("ops") or {}).items():
+                for rows, e in per.items():
+                    mine, main = e["variants"].get(v), e["variants"].get("main", {})
+                    if mine is None:
+                        continue  # this op is main's in the patch's tree
+                    if "ms_per_step" not in mine or "ms_per_step" not in main:
+                        errors.append(f"{op} at {rows} rows: {mine.get('error') or main.get('error') or 'not timed'}")
+                        continue
+                    saved[rows] = saved.get(rows, 0.0) + main["ms_per_step"] - mine["ms_per_step"]
+                    identical = identical and mine["check"] == "bit-identical"
+        if not saved and not errors:
+            errors.append("no op of it was timed (its family's op_bench failed: see families)")
+        out.append(PatchSummary(q.name, saved, identical and bool(saved), tuple(errors)))
+    return out
+
+
+def summary_table(rows: list[PatchSummary]) -> str:
+    counts = sorted({r for s in rows for r in s.saved_ms}, key=int)
+    lines = ["ms per step saved by each patch's ops (negative: slower), by rows",
+             f"{'patch':58s} " + " ".join(f"{r:>8s}" for r in counts) + "  outputs"]
+    for s in rows:
+        cells = " ".join(f"{s.saved_ms[r]:+8.3f}" if r in s.saved_ms else f"{'-':>8s}" for r in counts)
+        what = "bit-identical" if s.identical else ("differ" if s.saved_ms else "")
+        lines.append(f"{s.name[:58]:58s} {cells}  {what}{'  ' + '; '.join(s.errors) if s.errors else ''}")
+    return "\n".join(lines)
+
+
 def variant_name(patch: str) -> str:
     """op_bench's variant name for a patch file: its number (``013-...patch`` -> ``p013``)."""
     return "p" + patch.split("-", 1)[0]
@@ -203,7 +258,10 @@ def main(argv=None) -> int:
                 alone = FamilyRun(run.family, run.ops, (name,))
                 entry["alone"][name] = bench(alone, f"{run.family}-{variant_name(name)}")
                 args.out.write_text(json.dumps(result, indent=1, default=str))
+    summary = summarize(queue, result["families"])
+    result["summary"] = [s.__dict__ for s in summary]
     args.out.write_text(json.dumps(result, indent=1, default=str))
+    print(summary_table(summary), flush=True)
     return 0
 
 
