@@ -83,3 +83,31 @@ def test_an_integer_one_compiles_as_the_gpus_jit_makes_it_a_constant_unless_kept
     assert "ok    cc_kernels.unit " in done.stdout + " ", done.stdout + done.stderr
     assert "FAIL  cc_kernels.unit_kept" in done.stdout, done.stdout  # do_not_specialize: an i32
     assert done.returncode == 1 and "1 of 2 launches compiled" in done.stdout, done.stdout
+
+
+def test_every_interpreter_only_flag_a_launcher_passes_is_named():
+    """A constexpr a launcher sets to INTERPRET must be in INTERPRETER_FLAGS, or compile_check
+    compiles the interpreter's variant of that kernel instead of the GPU's."""
+    import re
+
+    from kernels.k31.platform import INTERPRETER_FLAGS
+
+    passed = {m for f in (ROOT / "kernels" / "k31").rglob("*.py")
+              for m in re.findall(r"\b([A-Z][A-Z0-9_]*)=INTERPRET\b", f.read_text())}
+    assert passed and passed <= set(INTERPRETER_FLAGS), passed - set(INTERPRETER_FLAGS)
+
+
+def test_the_experts_kernels_compile_as_the_gpu_runs_them(tmp_path):
+    """The interpreter launches moe.experts with DOT_F32=True (f32 dot operands); the code compiled
+    is the GPU's: bf16 weights from registers into the MMA (2026-12-06: the f32 variant had been
+    compiled instead, 57 KB of shared memory against the GPU's 36 KB)."""
+    import re
+
+    done = subprocess.run([sys.executable, str(TOOL), "--dump", str(tmp_path), "tests/kernels/test_moe.py",
+                           "-k", "experts_odd_dims"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    fc1 = [line for line in done.stdout.splitlines() if "moe.experts._fc1_kernel" in line]
+    assert fc1 and all("compiled with DOT_F32=False RNE=False" in line for line in fc1), done.stdout[-2000:]
+    for ttgir in tmp_path.glob("_fc*_kernel-*.ttgir"):
+        dots = re.findall(r"(?:warp_group_dot|tt\.dot) [^\n]*", ttgir.read_text())
+        assert dots and all("bf16" in d and "xf32, #ttg.dot_op" not in d for d in dots), (ttgir.name, dots[:2])

@@ -3,8 +3,11 @@ without a GPU: the kernels' launches are recorded under the interpreter, then ea
 (kernel, argument types, constexprs) is compiled by the Triton found first on --triton-path,
 down to a cubin (ptxas included), with the 16-divisibility hints the GPU's JIT would give
 (pointers and integers that are multiples of 16), an integer argument of 1 made a constant as the
-JIT makes it (unless the kernel's ``do_not_specialize`` names it) and ``maxnreg`` kept, so the
-code read is the code the GPU runs.
+JIT makes it (unless the kernel's ``do_not_specialize`` names it), ``maxnreg`` kept, and the
+interpreter-only constexprs (``kernels/k31/platform.py`` ``INTERPRETER_FLAGS``: f32 dot operands,
+hand-made rounding) set to False as on a GPU, so the code read is the code the GPU runs. Launch
+shapes are the tests' own: under the interpreter most launchers pick few large programs, so a
+GPU's block sizes are compiled only by tests that use the ``gpu_launch`` fixture.
 
 Why: the H200 runs triton 3.6 while this machine interprets with 3.9; a kernel that is right
 on the interpreter can still fail to compile there (a reassigned constexpr, an op the older
@@ -147,6 +150,8 @@ def compile_all(launches: Path, dump: Path | None = None) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from kernels.k31.platform import INTERPRETER_FLAGS
+
     target = GPUTarget("cuda", 90, 32)
     entries = json.loads(launches.read_text())
     failed = 0
@@ -155,6 +160,9 @@ def compile_all(launches: Path, dump: Path | None = None) -> int:
         try:
             fn = _jit_function(e["module"], e["name"])
             consts = {k: _constexpr_value(v) for k, v in e["constexprs"].items()}
+            for flag in INTERPRETER_FLAGS:  # the interpreter's workarounds: a GPU runs without them
+                if consts.get(flag) is True:
+                    consts[flag] = False
             signature = dict(e["signature"])
             keep = {fn.arg_names[i] if isinstance(i, int) else i
                     for i in (getattr(fn, "do_not_specialize", None) or ())}
@@ -171,7 +179,8 @@ def compile_all(launches: Path, dump: Path | None = None) -> int:
                 for kind in ("ttgir", "ptx", "sass"):
                     if kind in kernel.asm:
                         (dump / f"{stem}.{kind}").write_text(kernel.asm[kind])
-            print(f"ok    {label}  (shared memory {smem} B)")
+            flags = " ".join(f"{f}=False" for f in INTERPRETER_FLAGS if e["constexprs"].get(f) is True)
+            print(f"ok    {label}  (shared memory {smem} B{', compiled with ' + flags if flags else ''})")
         except Exception as ex:  # noqa: BLE001 - every failure is reported, then counted
             failed += 1
             text = str(ex).strip().splitlines()

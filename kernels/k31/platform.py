@@ -9,6 +9,11 @@ import os
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
+# The constexprs launchers set to INTERPRET (dots on f32 operands, round-to-nearest-even done by
+# hand): on a GPU they are always False. bench/tools/compile_check.py compiles a recorded launch
+# with that value, so what it reads is the GPU's code; a new such flag must be named here.
+INTERPRETER_FLAGS = ("DOT_F32", "RNE")
+
 # Launch shapes under the interpreter. It pays per program instance and per tl op (numpy over a
 # whole block), not per element, so there the launchers choose few programs with large blocks
 # (many rows per program, whole dimensions per block, one split) instead of the tunables' GPU
