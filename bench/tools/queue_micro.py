@@ -227,6 +227,7 @@ def main(argv=None) -> int:
         log(f"{q.name}: " + (f"applied {q.applied}" if q.applied else f"neither applies: {q.error}"))
     def bench(run: FamilyRun, key: str) -> dict:
         out = args.work / f"{key}.json"
+        out.unlink(missing_ok=True)  # an earlier run's numbers are never read as this one's
         cmd = [sys.executable, str(ROOT / "bench/tools/op_bench.py"), "--rows", args.rows, "--out", str(out),
                "--commit", f"main {main_rev}; queue " + " ".join(run.patches),
                "--variant", f"main={ROOT / 'kernels' / 'k31'}"]
@@ -258,6 +259,8 @@ def main(argv=None) -> int:
                 alone = FamilyRun(run.family, run.ops, (name,))
                 entry["alone"][name] = bench(alone, f"{run.family}-{variant_name(name)}")
                 args.out.write_text(json.dumps(result, indent=1, default=str))
+    for q in queue:  # the trees op_bench read; the repository keeps no worktree of them
+        git("worktree", "remove", "--force", str(args.work / variant_name(q.name)))
     summary = summarize(queue, result["families"])
     result["summary"] = [s.__dict__ for s in summary]
     args.out.write_text(json.dumps(result, indent=1, default=str))
