@@ -25,6 +25,14 @@ the two Triton versions. A copy is the same under every mechanism and version an
 little: the small config's 24 kernels compiled for sm_90 are 7.3 MB in 192 files, copied in
 8-25 ms on the CPU machine (2026-12-04).
 
+A compile side starts on a copy of the compiled cache of main's nearest ancestor made the same
+way (:func:`seed_for`: same spec, device kind and Triton), so after a merge only the kernels
+whose source changed compile again (77 s from empty on the H200 at the full config, 12-05):
+Triton keys each entry by the kernel's source, its callees' and its constants, the same key a
+candidate's side relies on when it starts on main's cache. That cache was itself made by a
+compile side from that ancestor's source; no judging side's file enters the chain. Every
+:data:`SEED_CHAIN`-th main compiles from empty, so entries of kernels long gone do not ride on.
+
 On the CPU the interpreter compiles nothing (no file appears in Triton's cache during a
 small-config step), so the compile side there imports the tree and builds no model: its
 cache holds only what the tree's import wrote.
@@ -52,6 +60,10 @@ from ..spec import side_spec
 # compile other kernels raises it, so every main compiles again
 COMPILE_PROTOCOL = 2  # 2: the tap's check kernels too (tap.compile_checks)
 MADE, CACHED, FAILED, NONE = "made", "cached", "failed", "none"
+# compiles seeded one from another before one starts empty again: bounds what the chain
+# carries of kernels no main has any more (a few files a changed kernel) and how long any
+# entry lives
+SEED_CHAIN = 8
 
 
 @dataclass(frozen=True)
@@ -69,9 +81,37 @@ class CompiledCache:
     bytes: int = 0
     log: str | None = None
     detail: str = ""
+    seed: str | None = None  # the key of the ancestor's cache its compile side started on
+    generation: int = 0  # compiles since one started empty (0: this one did)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class MadeCache:
+    """An installed compiled cache as its record in ``runs/compiled/<key>.json`` names it."""
+
+    key: str
+    commit: str
+    family: str  # :func:`family_key`: what must match for its files to serve another tree
+    generation: int
+
+
+def family_key(spec: dict, cuda: bool, triton_version: str) -> str:
+    """Pure: :func:`cache_key` without the kernels tree: caches of one family differ only in
+    the source they were compiled from."""
+    return cache_key("", spec, cuda, triton_version)
+
+
+def seed_for(made: list[MadeCache], family: str, distance: dict[str, int]) -> MadeCache | None:
+    """Pure: the cache a new main's compile side starts on: of ``made``, those of ``family``
+    whose commit is an ancestor (``distance``: commit -> commits between it and the new main,
+    ancestors only) and whose chain may grow (generation below ``SEED_CHAIN - 1``); the nearest,
+    ties by key. None: it starts empty."""
+    fit = [m for m in made if m.family == family and m.commit in distance
+           and m.generation + 1 < SEED_CHAIN]
+    return min(fit, key=lambda m: (distance[m.commit], m.key), default=None)
 
 
 def compile_spec(target: Target, machine: MachineProfile, layout: str | None = None,
@@ -114,8 +154,12 @@ def prepare(repo: Path, rev: str, runs: Path, target: Target, machine: MachinePr
         fcntl.flock(lock, fcntl.LOCK_EX)
         if dest.is_dir() and meta.exists():
             m = json.loads(meta.read_text())
-            return CompiledCache(CACHED, key, str(dest), 0.0, m["files"], m["bytes"], m.get("log"))
-        return _compile(repo, sha, runs, tree, spec, key, timeout_s, place.seeded(None), progress)
+            return CompiledCache(CACHED, key, str(dest), 0.0, m["files"], m["bytes"], m.get("log"),
+                                 seed=m.get("seed"), generation=m.get("generation", 0))
+        family = family_key(spec, cuda, _triton_version())
+        made = _made(root)
+        seed = seed_for(made, family, _ancestors(repo, sha, {m.commit for m in made if m.family == family}))
+        return _compile(repo, sha, runs, tree, spec, key, family, seed, timeout_s, place, progress)
 
 
 def existing(repo: Path, rev: str, runs: Path, target: Target, machine: MachineProfile, cuda: bool,
@@ -131,20 +175,23 @@ def existing(repo: Path, rev: str, runs: Path, target: Target, machine: MachineP
     return str(dest) if dest.is_dir() and (runs / "compiled" / f"{key}.json").exists() else None
 
 
-def _compile(repo, sha, runs, tree, spec, key, timeout_s, place: Placement, progress) -> CompiledCache:
+def _compile(repo, sha, runs, tree, spec, key, family, seed: MadeCache | None, timeout_s,
+             place: Placement, progress) -> CompiledCache:
     root = runs / "compiled"
     work = root / f"{key}-side"  # the compile side's run folder: spec, log, result, its cache
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     worktree = checkout.checkout(repo, sha, runs)
-    res = ranks.run("compile", worktree, spec, work / "compile.json", timeout_s, place, progress)
+    res = ranks.run("compile", worktree, spec, work / "compile.json", timeout_s,
+                    place.seeded(root / seed.key if seed else None), progress)
+    chain = {"seed": seed.key if seed else None, "generation": seed.generation + 1 if seed else 0}
     built = work / confinement.COMPILED_CACHE
     if not res.ok:
         shutil.rmtree(built, ignore_errors=True)
         last = [ln for ln in res.log_tail.strip().splitlines() if ln.strip()][-1:]
         return CompiledCache(FAILED, key, None, res.wall_s, log=str(res.log_path),
                              detail=f"the compile side of {sha[:12]} ended {res.kind}: "
-                                    f"{last[0][:300] if last else '(no log)'}")
+                                    f"{last[0][:300] if last else '(no log)'}", **chain)
     partial = root / f"{key}.partial"
     remove(partial)
     dest = root / key
@@ -154,9 +201,41 @@ def _compile(repo, sha, runs, tree, spec, key, timeout_s, place: Placement, prog
     os.replace(partial, dest)
     shutil.rmtree(built, ignore_errors=True)
     (root / f"{key}.json").write_text(json.dumps(
-        {"key": key, "commit": sha, "kernels": tree, "spec": spec, "wall_s": res.wall_s,
-         "files": files, "bytes": size, "log": str(res.log_path), "result": res.result}, indent=1))
-    return CompiledCache(MADE, key, str(dest), res.wall_s, files, size, str(res.log_path))
+        {"key": key, "commit": sha, "kernels": tree, "spec": spec, "family": family, **chain,
+         "wall_s": res.wall_s, "files": files, "bytes": size, "log": str(res.log_path),
+         "result": res.result}, indent=1))
+    return CompiledCache(MADE, key, str(dest), res.wall_s, files, size, str(res.log_path), **chain)
+
+
+def _made(root: Path) -> list[MadeCache]:
+    """The installed caches' records that name their family (older records do not: never a
+    seed). A record without its folder, or one that does not parse, is skipped."""
+    out = []
+    for meta in sorted(root.glob("*.json")):
+        try:
+            m = json.loads(meta.read_text())
+            made = MadeCache(m["key"], m["commit"], m["family"], int(m.get("generation", 0)))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if meta.stem == made.key and (root / made.key).is_dir():
+            out.append(made)
+    return out
+
+
+def _ancestors(repo: Path, sha: str, commits: set[str]) -> dict[str, int]:
+    """Of ``commits``, those that are ancestors of ``sha`` (itself excluded), each with the
+    number of commits from it to ``sha``."""
+    import git
+
+    g = git.Repo(repo).git
+    out = {}
+    for c in sorted(commits - {sha}):
+        try:
+            g.merge_base("--is-ancestor", c, sha)
+            out[c] = int(g.rev_list("--count", f"{c}..{sha}"))
+        except (git.GitCommandError, ValueError):
+            continue  # not an ancestor, or a commit this repository no longer has
+    return out
 
 
 def remove(folder: Path) -> None:

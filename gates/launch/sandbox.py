@@ -66,9 +66,10 @@ def copy_cache(src: str, dst: str, known_as: str | None = None) -> int:
 def fresh_cache(side: ConfinedSide, seed: str | None) -> None:
     """The side's Triton cache, new before it starts: whatever a process of the same name
     left there (one killed before its sandbox removed it) is removed, then ``seed`` copied
-    in (a compile side's starts empty: it compiles main's kernels from main's source alone)."""
+    in (a compile side's seed is an ancestor main's compiled cache, or none:
+    gates/launch/compiled.py chooses)."""
     shutil.rmtree(side.triton_cache, ignore_errors=True)
-    if seed and side.mode != COMPILE_MODE and os.path.isdir(seed):
+    if seed and os.path.isdir(seed):
         copy_cache(seed, side.triton_cache)
     os.makedirs(side.triton_cache, exist_ok=True)
 

@@ -57,6 +57,35 @@ def test_the_key_is_the_content_not_the_place():
     assert k not in others and len(others) == 4
 
 
+def _made(key, commit, family="F", generation=0):
+    return C.MadeCache(key, commit, family, generation)
+
+
+def test_a_new_mains_compile_starts_on_its_nearest_ancestors_cache_of_its_family():
+    made = [_made("k1", "c1"), _made("k2", "c2", generation=3), _made("k3", "c3", family="G"),
+            _made("k4", "c4")]
+    # c2 the nearest ancestor; c3 nearer but another spec/device/Triton; c4 not an ancestor
+    assert C.seed_for(made, "F", {"c1": 5, "c2": 1, "c3": 0}).key == "k2"
+    assert C.seed_for(made, "F", {"c1": 5}).key == "k1"
+    assert C.seed_for(made, "F", {}) is None and C.seed_for([], "F", {"c1": 1}) is None
+    # a chain holds SEED_CHAIN compiles (generations 0 ..): the next starts empty
+    last = _made("k9", "c9", generation=C.SEED_CHAIN - 1)
+    assert C.seed_for([last], "F", {"c9": 1}) is None
+    assert C.seed_for([_made("k9", "c9", generation=C.SEED_CHAIN - 2)], "F", {"c9": 1}).key == "k9"
+    # ties by key, whatever the list's order
+    twins = [_made("kb", "cb"), _made("ka", "ca")]
+    assert C.seed_for(twins, "F", {"ca": 2, "cb": 2}).key == "ka"
+    assert C.seed_for(twins[::-1], "F", {"ca": 2, "cb": 2}).key == "ka"
+
+
+def test_the_family_is_the_key_less_the_source():
+    spec = C.compile_spec(TARGET, PROFILE)
+    assert C.family_key(spec, False, "3.6.0") == C.family_key(json.loads(json.dumps(spec)), False, "3.6.0")
+    assert len({C.family_key(spec, False, "3.6.0"), C.family_key(spec, True, "3.6.0"),
+                C.family_key(spec, False, "3.9.0"),
+                C.family_key(C.compile_spec(TARGET, profile(buckets=(2, 8))), False, "3.6.0")}) == 4
+
+
 def test_a_group_file_names_the_copies_and_nothing_outside_the_cache():
     """Triton's group files hold absolute paths: a copy's name its own files (else every
     lookup misses), and a member outside the cache (a side's planted path) is dropped."""
@@ -309,8 +338,8 @@ def _hits(report: dict) -> list:
 def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(tmp_path):
     """A candidate whose kernel tree plants a file in its Triton cache at import, and compiles
     a kernel there: judged twice against main, its second side finds neither (and compiles
-    the kernel again); once it is main, main's compiled cache is made from its source alone
-    by a compile side, and main's and the next candidate's sides start on a copy of it: they
+    the kernel again); once it is main, main's compiled cache is made from its source by a
+    compile side (on a copy of the previous main's, itself a compile side's), and main's and the next candidate's sides start on a copy of it: they
     find the compile side's files (its kernel: Triton's cache hit, no compile) and nothing any
     judging side wrote."""
     from gates.accuracy import run_test
@@ -366,6 +395,56 @@ def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(t
     assert len(step) == 1 and step[0]["seen"] == compiled_files and _hits(step[0]) == [True], step
     # every side's own cache went with it: no file any side planted is left anywhere
     assert sorted(p.name for p in tmp_path.rglob("planted-by-*")) == ["planted-by-compile"]
+
+
+@pytest.mark.slow
+def test_a_merged_mains_compile_side_starts_on_the_previous_mains_compiled_cache(tmp_path):
+    """Main's kernel tree compiles a kernel at import (through Triton, sm_90). Its first
+    compiled cache starts empty and compiles it; after a commit to another kernel, the new
+    main's compile side starts on a copy of that cache (exactly its files) and finds the
+    unchanged kernel there: Triton's cache hit, no compile. The record names the chain."""
+    from harness.settings import load
+    from tests.gates.candidates import make_repo
+
+    import git
+
+    repo = make_repo(tmp_path, SMALL)
+    (repo / "kernels" / "cache_probe.py").write_text(COMPILE_PROBE)
+    combine = repo / "kernels/k31/moe/combine.py"
+    combine.write_text(combine.read_text().replace("def moe_combine(", AT_IMPORT, 1))
+    g = git.Repo(repo).git
+    g.add("-A")
+    g.commit("-m", "main's tree compiles the probe's kernel at import")
+    cfg, runs = load(repo / "kern.yaml").resolve(False), repo / "runs"
+
+    def prepare():
+        seen = set(runs.rglob("*.log")) if runs.exists() else set()
+        got = C.prepare(repo, "main", runs, cfg.target, cfg.machine, False, 300,
+                        Placement(sandbox=cfg.sandbox))
+        assert got.kind == C.MADE, got
+        reports = _reports(runs, seen)
+        assert [r["mode"] for r in reports] == ["compile"], reports
+        return got, reports[0]
+
+    def files(cache):
+        return sorted(str(p.relative_to(cache)) for p in Path(cache).rglob("*") if p.is_file())
+
+    first, r1 = prepare()
+    assert (first.seed, first.generation) == (None, 0)
+    assert r1["seen"] == [] and _hits(r1) == [False]
+    first_files = files(first.path)
+    assert "planted-by-compile" in first_files and any(f.endswith(".cubin") for f in first_files)
+
+    situ = repo / "kernels/k31/moe/situ.py"
+    situ.write_text(situ.read_text() + "# a later main\n")
+    g.commit("-am", "a later main")
+    second, r2 = prepare()
+    assert second.key != first.key and (second.seed, second.generation) == (first.key, 1)
+    assert r2["seen"] == first_files  # a copy of the previous main's, nothing else
+    assert _hits(r2) == [True]  # the unchanged kernel is not compiled again
+    assert files(first.path) == first_files  # the seed itself untouched
+    meta = json.loads((runs / "compiled" / f"{second.key}.json").read_text())
+    assert (meta["seed"], meta["generation"]) == (first.key, 1)
 
 
 def test_the_compile_modes_builds_run_every_row_of_each():
