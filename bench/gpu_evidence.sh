@@ -32,6 +32,13 @@
 #            op_bench process per kernel family (bench/tools/queue_micro.py): which candidates
 #            are worth a judgment first; TIMEOUT (default 240 s) per family. Fits an H100
 #            (state for ROWS, default 16,64,128, not 256)
+#   ncu-experts [ROWS...] - Nsight Compute's counters of moe.experts' FC1 and FC2 kernels on the
+#            full config (bench/tools/ncu_experts.py; ROWS default 16 64 128): per row count one
+#            ncu run (--clock-control none: clocks as the device runs them) over a few eager calls,
+#            $OUT/ncu_experts_<rows>.json with duration, DRAM % of peak, issue slots busy, IPC,
+#            occupancy, registers, top warp stalls, instructions per weight word and a verdict per
+#            kernel (issue-, memory- or latency-bound); the reports in ncu_experts_reports.tgz.
+#            NCU_TIMEOUT (default 180 s) per row count. Fits an H100 up to 192 rows
 #   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set;
 #            LOOP_WALL_HOURS: no judgment starts past it): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
@@ -155,6 +162,33 @@ queue-micro)
   python3 bench/tools/queue_micro.py --from ${2:-007} --rows ${3:-16,64,128} --timeout ${4:-240} \
     --out $OUT/queue_micro.json 2>/tmp/queue_micro.err | tail -60
   tail -40 /tmp/queue_micro.err; echo "queue-micro: wall $(( $(date +%s)-t0 ))s"
+  ;;
+ncu-experts)  # [ROWS...] - is moe.experts issue-bound, memory-bound or latency-bound on this GPU
+  rows="${*:2}"; rows=${rows//,/ }; rows=${rows:-16 64 128}
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
+  if [ -z "$ncu" ]; then
+    echo "environment: phase ncu-experts needs Nsight Compute's ncu; expected it on PATH or under" \
+      "/opt/nvidia/nsight-compute/*/ncu, found neither" >&2
+    exit 4
+  fi
+  # the capture step holds the decode state: 192 rows fit an H100 (80 GB), 256 need the H200
+  gib=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)') || exit 4
+  for r in $rows; do
+    if [ "$r" -gt 192 ] && [ "$gib" -lt "${FULL_CONFIG_GIB:-100}" ]; then
+      echo "environment: ncu-experts at $r rows records a full-config step at $r rows; this GPU has $gib GiB," \
+        "expected >= ${FULL_CONFIG_GIB:-100} GiB above 192 rows (an H200: needs_h200=true), or ROWS <= 192" >&2
+      exit 4
+    fi
+  done
+  echo "ncu-experts: $("$ncu" --version | tail -1) ($ncu), rows $rows"
+  t0=$(date +%s); rm -rf /tmp/ncu_experts
+  python3 bench/tools/ncu_experts.py run --rows $rows --ncu "$ncu" --out-dir $OUT --work /tmp/ncu_experts \
+    --timeout ${NCU_TIMEOUT:-180} --commit "$(git rev-parse --short HEAD 2>/dev/null || echo snapshot)" \
+    2>/tmp/ncu_experts.err | tail -20; rc=${PIPESTATUS[0]}
+  tail -30 /tmp/ncu_experts.err
+  cp /tmp/ncu_experts.err /tmp/ncu_experts/ 2>/dev/null
+  tar -czf $OUT/ncu_experts_reports.tgz -C /tmp ncu_experts 2>/dev/null
+  echo "ncu-experts: rc $rc, wall $(( $(date +%s)-t0 ))s"
   ;;
 demo)  # [TIMEOUT] - issue 34: README command 1 on this GPU (kern loop --demo), timed whole; its
   # output, the demo repository's ledger and its report come back
