@@ -32,6 +32,9 @@
 #            op_bench process per kernel family (bench/tools/queue_micro.py): which candidates
 #            are worth a judgment first; TIMEOUT (default 240 s) per family. Fits an H100
 #            (state for ROWS, default 16,64,128, not 256)
+#   compile-chain [BUCKETS] - main's compile side of B (HEAD + a comment in one kernel) from empty
+#            against seeded by HEAD's compiled cache (bench/tools/compile_chain.py), one run;
+#            BUCKETS (e.g. 16,32,64,128 on an H100) narrows the scorer's build
 #   ncu-experts [ROWS...] - Nsight Compute's counters of moe.experts' FC1 and FC2 kernels on the
 #            full config (bench/tools/ncu_experts.py; ROWS default 16 64 128): per row count one
 #            ncu run (--clock-control none: clocks as the device runs them) over a few eager calls,
@@ -162,6 +165,12 @@ queue-micro)
   python3 bench/tools/queue_micro.py --from ${2:-007} --rows ${3:-16,64,128} --timeout ${4:-240} \
     --out $OUT/queue_micro.json 2>/tmp/queue_micro.err | tail -60
   tail -40 /tmp/queue_micro.err; echo "queue-micro: wall $(( $(date +%s)-t0 ))s"
+  ;;
+compile-chain)  # [BUCKETS] - what seeding a new main's compile side saves on this GPU
+  t0=$(date +%s)
+  python3 bench/tools/compile_chain.py ${2:+--buckets $2} --out $OUT/compile_chain.json 2>/tmp/compile_chain.err | tail -5
+  rc=${PIPESTATUS[0]}; tail -25 /tmp/compile_chain.err
+  echo "compile-chain: rc $rc, wall $(( $(date +%s)-t0 ))s"
   ;;
 ncu-experts)  # [ROWS...] - is moe.experts issue-bound, memory-bound or latency-bound on this GPU
   rows="${*:2}"; rows=${rows//,/ }; rows=${rows:-16 64 128}
