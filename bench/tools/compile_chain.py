@@ -82,9 +82,14 @@ def main(argv=None) -> int:
     place = Placement(sandbox=cfg.sandbox)
 
     def prep(rev, runs):
-        t0 = time.monotonic()
-        got = compiled.prepare(repo, rev, runs, cfg.target, machine, cuda, args.timeout, place,
-                               lambda m, *_: print(f"  {rev[:10]}: {m}", file=sys.stderr, flush=True))
+        t0, said = time.monotonic(), set()
+
+        def progress(line, *_):  # the side's last log line, polled: each new one once
+            if line and line not in said:
+                said.add(line)
+                print(f"  {rev[:10]}: {line}", file=sys.stderr, flush=True)
+
+        got = compiled.prepare(repo, rev, runs, cfg.target, machine, cuda, args.timeout, place, progress)
         wall = time.monotonic() - t0
         print(f"{rev[:10]} in {runs.name}: {got.kind}, {wall:.1f}s, seed {got.seed}, "
               f"{got.files} files", file=sys.stderr, flush=True)
