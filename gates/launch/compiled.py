@@ -64,6 +64,11 @@ MADE, CACHED, FAILED, NONE = "made", "cached", "failed", "none"
 # carries of kernels no main has any more (a few files a changed kernel) and how long any
 # entry lives
 SEED_CHAIN = 8
+# installed caches of main's ancestors kept beside a new main's (the nearest; older ones are
+# removed when it is installed): a judgment still running against a recent main finds its
+# cache; one against an older main compiles it again. Bounds runs/compiled over a long loop
+# (36.6 MB a main at the full config on the H200, 2026-12-06)
+KEEP_ANCESTORS = 8
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,14 @@ def seed_for(made: list[MadeCache], family: str, distance: dict[str, int]) -> Ma
     fit = [m for m in made if m.family == family and m.commit in distance
            and m.generation + 1 < SEED_CHAIN]
     return min(fit, key=lambda m: (distance[m.commit], m.key), default=None)
+
+
+def stale(made: list[MadeCache], distance: dict[str, int], keep: int = KEEP_ANCESTORS) -> list[str]:
+    """Pure: the keys of ``made`` to remove once a new main's cache is installed: caches of
+    its ancestors (``distance``) past the ``keep`` nearest (by distance, then key). Caches of
+    commits that are not its ancestors (``kern bench REV`` of another branch) are kept."""
+    ancestors = sorted((m for m in made if m.commit in distance), key=lambda m: (distance[m.commit], m.key))
+    return sorted(m.key for m in ancestors[keep:])
 
 
 def compile_spec(target: Target, machine: MachineProfile, layout: str | None = None,
@@ -204,6 +217,11 @@ def _compile(repo, sha, runs, tree, spec, key, family, seed: MadeCache | None, t
         {"key": key, "commit": sha, "kernels": tree, "spec": spec, "family": family, **chain,
          "wall_s": res.wall_s, "files": files, "bytes": size, "log": str(res.log_path),
          "result": res.result}, indent=1))
+    made = _made(root)
+    for old in stale(made, _ancestors(repo, sha, {m.commit for m in made}), KEEP_ANCESTORS):
+        (root / f"{old}.json").unlink(missing_ok=True)  # the record first: never a seed again
+        remove(root / old)
+        shutil.rmtree(root / f"{old}-side", ignore_errors=True)
     return CompiledCache(MADE, key, str(dest), res.wall_s, files, size, str(res.log_path), **chain)
 
 

@@ -78,6 +78,14 @@ def test_a_new_mains_compile_starts_on_its_nearest_ancestors_cache_of_its_family
     assert C.seed_for(twins[::-1], "F", {"ca": 2, "cb": 2}).key == "ka"
 
 
+def test_a_new_main_keeps_its_nearest_ancestors_caches_and_any_other_branchs():
+    made = [_made(f"k{i}", f"c{i}", family="FG"[i % 2]) for i in range(12)]
+    distance = {f"c{i}": 12 - i for i in range(11)}  # c11: not an ancestor (another branch)
+    assert C.stale(made, distance, keep=8) == ["k0", "k1", "k2"]  # the three farthest, any family
+    assert C.stale(made, distance, keep=11) == [] and C.stale([], distance) == []
+    assert "k11" not in C.stale(made, distance, keep=0)
+
+
 def test_the_family_is_the_key_less_the_source():
     spec = C.compile_spec(TARGET, PROFILE)
     assert C.family_key(spec, False, "3.6.0") == C.family_key(json.loads(json.dumps(spec)), False, "3.6.0")
@@ -398,11 +406,12 @@ def test_what_a_candidates_side_writes_in_its_triton_cache_no_later_side_reads(t
 
 
 @pytest.mark.slow
-def test_a_merged_mains_compile_side_starts_on_the_previous_mains_compiled_cache(tmp_path):
+def test_a_merged_mains_compile_side_starts_on_the_previous_mains_compiled_cache(tmp_path, monkeypatch):
     """Main's kernel tree compiles a kernel at import (through Triton, sm_90). Its first
     compiled cache starts empty and compiles it; after a commit to another kernel, the new
     main's compile side starts on a copy of that cache (exactly its files) and finds the
-    unchanged kernel there: Triton's cache hit, no compile. The record names the chain."""
+    unchanged kernel there: Triton's cache hit, no compile. The record names the chain. A
+    third main's install removes the caches of ancestors past the ones kept."""
     from harness.settings import load
     from tests.gates.candidates import make_repo
 
@@ -445,6 +454,16 @@ def test_a_merged_mains_compile_side_starts_on_the_previous_mains_compiled_cache
     assert files(first.path) == first_files  # the seed itself untouched
     meta = json.loads((runs / "compiled" / f"{second.key}.json").read_text())
     assert (meta["seed"], meta["generation"]) == (first.key, 1)
+
+    # a third main, keeping one ancestor's cache: the first main's goes (record, cache, side
+    # folder), the second's stays and seeds it
+    monkeypatch.setattr(C, "KEEP_ANCESTORS", 1)
+    situ.write_text(situ.read_text() + "# a third main\n")
+    g.commit("-am", "a third main")
+    third, _ = prepare()
+    assert (third.seed, third.generation) == (second.key, 2)
+    left = sorted(p.name for p in (runs / "compiled").iterdir() if not p.name.endswith(".lock"))
+    assert left == sorted([f"{k}{sfx}" for k in (second.key, third.key) for sfx in ("", ".json", "-side")])
 
 
 def test_the_compile_modes_builds_run_every_row_of_each():
