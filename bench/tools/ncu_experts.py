@@ -10,7 +10,9 @@ The question it settles: on an H100 moe.experts runs at 77 % of the card's read 
 H200 (44 % more bandwidth) it gains almost nothing; its K loop issues ~30 thread instructions per
 32-bit weight word (this tool on an H100, 2026-12-06: FC1 32, FC2 34), which at the H200's rate
 needs about as many warp instructions per cycle as an SM can issue (4). Only the counters say
-whether the issue slots (not the HBM, not latency) are what runs out.
+whether the issue slots (not the HBM, not latency) are what runs out. On the H200 (2026-12-06,
+bench/results/2026-12-06-h200-ncu-experts.json) neither was: FC1 at 128 rows 71 % of the issue
+slots, 58 % of DRAM peak, 16 warps an SM (24 % occupancy).
 
 ``run`` (the shell): per row count, ``ncu`` (``--clock-control none``: the device's clocks are
 never changed; ``--profile-from-start off``) profiles the ``target`` mode of this file into a
