@@ -22,7 +22,9 @@ Patch files (other files, and names starting with ``.``, are ignored):
 A queued patch written on top of earlier queued patches applies only once they are merged. Its
 variant written onto the queue's base alone may sit in ``ONTO_MAIN/`` under the same file name:
 when the patch itself does not apply (a predecessor was abandoned), the backend applies that
-variant instead, as an agent re-briefed on today's main would (:func:`variants`: the order tried).
+variant instead, as an agent re-briefed on today's main would. A patch whose lines another queued
+patch NNN also edits may have a third variant, written onto main with NNN merged, in
+``onto-NNN/`` (:func:`variants`: the order tried).
 
 Which waiting patch goes first: by file name, unless the folder holds ``ORDER_FILE`` (one
 patch file name a line, ``#`` comments): the waiting patches it lists go first, in its order,
@@ -47,6 +49,7 @@ from .common import AgentConfigError, GitError, git, subject
 
 PATCH_SUFFIXES = (".patch", ".diff", ".mbox", ".eml", ".json")
 ONTO_MAIN = "onto-main"  # the subfolder of the patches' variants written onto the queue's base alone
+ONTO_PREFIX = "onto-"  # onto-NNN/: variants written onto a main where queued patch NNN merged
 ORDER_FILE = "ORDER"  # the orchestrator's ranking of the waiting patches (optional)
 
 
@@ -58,9 +61,14 @@ def patch_files(folder: Path) -> list[Path]:
 
 def variants(patch: Path) -> list[Path]:
     """The files to try for a handed-out patch, in order: the patch, then its variant written
-    onto the queue's base alone (``ONTO_MAIN/<same name>`` beside it), when there is one."""
-    alone = patch.parent / ONTO_MAIN / patch.name
-    return [patch, alone] if alone.is_file() else [patch]
+    onto the queue's base alone (``ONTO_MAIN/<same name>`` beside it), then its variants written
+    onto a main where another queued patch merged (``onto-<that patch's number>/<same name>``,
+    by folder name), each where there is one. Variants that overlap apply to different mains
+    only (git am checks the context), so the first that applies is the one for this main."""
+    others = sorted(d.name for d in patch.parent.glob(ONTO_PREFIX + "*")
+                    if d.is_dir() and d.name != ONTO_MAIN)
+    tried = [patch.parent / folder / patch.name for folder in (ONTO_MAIN, *others)]
+    return [patch] + [p for p in tried if p.is_file()]
 
 
 def diff_subject(text: str, stem: str) -> str:

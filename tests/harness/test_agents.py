@@ -310,7 +310,8 @@ def test_replay_applies_in_order_then_declines(repo, tmp_path):
 
 def test_a_stacked_patch_applies_itself_on_its_predecessor_else_its_onto_main_variant(repo, tmp_path):
     """02 was written on 01; onto-main/02 is the same idea on main alone: each main gets the
-    one that applies, and a main that takes neither gets a failure naming both."""
+    one that applies, and a main that takes neither gets a failure naming both; a variant
+    written onto main with another queued patch merged (onto-03/) serves that main."""
     folder = tmp_path / "patches"
     folder.mkdir()
     (folder / "onto-main").mkdir()
@@ -350,6 +351,21 @@ def test_a_stacked_patch_applies_itself_on_its_predecessor_else_its_onto_main_va
     assert "replay 02-b.patch does not apply: 02-b.patch: " in neither.reason
     assert "; onto-main/02-b.patch: " in neither.reason
     assert (repo / "kernels/k31/moe/a.py").read_text() == "C = 3\n"
+    # that main is main with another queued patch (c) merged: 02's variant written onto it,
+    # in onto-<c>/, applies there (tried after the two above)
+    on_c = sh(repo, "rev-parse", "HEAD").strip()
+    (repo / "kernels/k31/moe/a.py").write_text("C = 3\nB = 2\n")
+    sh(repo, "commit", "-q", "-am", "moe: b beside c")
+    (folder / "onto-03").mkdir()
+    (folder / "onto-03" / "02-b.patch").write_text(sh(repo, "format-patch", "-1", "--stdout"))
+    with_c = propose_02(on_c)
+    assert (with_c.kind, with_c.message) == ("commit", "moe: b beside c")
+    assert (repo / "kernels/k31/moe/a.py").read_text() == "C = 3\nB = 2\n"
+    from harness.agents.replay import variants
+
+    assert [str(v.relative_to(folder)) for v in variants(folder / "02-b.patch")] == \
+        ["02-b.patch", "onto-main/02-b.patch", "onto-03/02-b.patch"]
+    assert [str(v.relative_to(folder)) for v in variants(folder / "01-a.patch")] == ["01-a.patch"]
 
 
 def test_replay_needs_its_index(tmp_path):
