@@ -224,8 +224,9 @@ def ledger_rows(path: Path) -> dict[int, dict]:
 
 def recipe_of(n: int, row: dict, attempt_dir: Path) -> tuple[list[str], str]:
     """(patch paths relative to :data:`ROOT`, base) of replay attempt ``n``: the patch its
-    settings.json's replay index names in its replay_dir, then its onto-main variant if it has
-    one, in the order the backend tries them (the first that applies on the base is the one)."""
+    settings.json's replay index names in its replay_dir, then its variants (onto-main/, onto-NNN/)
+    where it has them, in the order the backend tries them (the first that applies on the base
+    is the one)."""
     if row.get("backend") != "replay":
         raise RebuildError(f"attempt {n}: backend {row.get('backend')!r}: only the replay backend's "
                            f"commits are made from a patch of main's files")
