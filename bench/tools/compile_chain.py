@@ -39,6 +39,8 @@ def edited(text: str) -> str:
     if at < 0:
         raise ValueError("expected a '@triton.jit' function in the edited file; found none")
     colon = text.find("):\n", at) + 1
+    if colon == 0:
+        raise ValueError("expected the first '@triton.jit' function's signature to end with '):'; found none")
     return text[:colon + 2] + "    # compile_chain: one kernel's source changed\n" + text[colon + 2:]
 
 

@@ -171,8 +171,9 @@ def prepare(repo: Path, rev: str, runs: Path, target: Target, machine: MachinePr
                                  seed=m.get("seed"), generation=m.get("generation", 0))
         family = family_key(spec, cuda, _triton_version())
         made = _made(root)
-        seed = seed_for(made, family, _ancestors(repo, sha, {m.commit for m in made if m.family == family}))
-        return _compile(repo, sha, runs, tree, spec, key, family, seed, timeout_s, place, progress)
+        distance = _ancestors(repo, sha, {m.commit for m in made})  # the seed's and the pruning's
+        return _compile(repo, sha, runs, tree, spec, key, family, made, distance, timeout_s, place,
+                        progress)
 
 
 def existing(repo: Path, rev: str, runs: Path, target: Target, machine: MachineProfile, cuda: bool,
@@ -188,8 +189,9 @@ def existing(repo: Path, rev: str, runs: Path, target: Target, machine: MachineP
     return str(dest) if dest.is_dir() and (runs / "compiled" / f"{key}.json").exists() else None
 
 
-def _compile(repo, sha, runs, tree, spec, key, family, seed: MadeCache | None, timeout_s,
-             place: Placement, progress) -> CompiledCache:
+def _compile(repo, sha, runs, tree, spec, key, family, made: list[MadeCache], distance: dict[str, int],
+             timeout_s, place: Placement, progress) -> CompiledCache:
+    seed = seed_for(made, family, distance)
     root = runs / "compiled"
     work = root / f"{key}-side"  # the compile side's run folder: spec, log, result, its cache
     shutil.rmtree(work, ignore_errors=True)
@@ -217,8 +219,7 @@ def _compile(repo, sha, runs, tree, spec, key, family, seed: MadeCache | None, t
         {"key": key, "commit": sha, "kernels": tree, "spec": spec, "family": family, **chain,
          "wall_s": res.wall_s, "files": files, "bytes": size, "log": str(res.log_path),
          "result": res.result}, indent=1))
-    made = _made(root)
-    for old in stale(made, _ancestors(repo, sha, {m.commit for m in made}), KEEP_ANCESTORS):
+    for old in stale(made, distance, KEEP_ANCESTORS):  # made before this one: it is no ancestor
         (root / f"{old}.json").unlink(missing_ok=True)  # the record first: never a seed again
         remove(root / old)
         shutil.rmtree(root / f"{old}-side", ignore_errors=True)
