@@ -174,12 +174,7 @@ compile-chain)  # [BUCKETS] - what seeding a new main's compile side saves on th
   ;;
 ncu-experts)  # [ROWS...] - is moe.experts issue-bound, memory-bound or latency-bound on this GPU
   rows="${*:2}"; rows=${rows//,/ }; rows=${rows:-16 64 128}
-  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | sort -V | tail -1)
-  if [ -z "$ncu" ]; then
-    echo "environment: phase ncu-experts needs Nsight Compute's ncu; expected it on PATH or under" \
-      "/opt/nvidia/nsight-compute/*/ncu, found neither" >&2
-    exit 4
-  fi
+  # ncu_experts.py finds ncu (PATH, else /opt/nvidia/nsight-compute/*/ncu) and says where it looked
   # the capture step holds the decode state: 192 rows fit an H100 (80 GB), 256 need the H200
   gib=$(python3 -c 'import torch; print(torch.cuda.get_device_properties(0).total_memory >> 30)') || exit 4
   for r in $rows; do
@@ -189,9 +184,9 @@ ncu-experts)  # [ROWS...] - is moe.experts issue-bound, memory-bound or latency-
       exit 4
     fi
   done
-  echo "ncu-experts: $("$ncu" --version | tail -1) ($ncu), rows $rows"
+  echo "ncu-experts: rows $rows"
   t0=$(date +%s); rm -rf /tmp/ncu_experts
-  python3 bench/tools/ncu_experts.py run --rows $rows --ncu "$ncu" --out-dir $OUT --work /tmp/ncu_experts \
+  python3 bench/tools/ncu_experts.py run --rows $rows --out-dir $OUT --work /tmp/ncu_experts \
     --timeout ${NCU_TIMEOUT:-180} --commit "$(git rev-parse --short HEAD 2>/dev/null || echo snapshot)" \
     2>/tmp/ncu_experts.err | tail -20; rc=${PIPESTATUS[0]}
   tail -30 /tmp/ncu_experts.err
