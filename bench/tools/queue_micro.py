@@ -27,6 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from harness.gitcmd import GitError, git, git_or_none  # noqa: E402 (after the path)
+
 PATCHES = ROOT / "bench" / "journey" / "patches"
 TREE = "kernels/k31/"
 
@@ -166,10 +168,6 @@ def variant_name(patch: str) -> str:
 
 
 # ------------------------------------------------------------------ the shell
-def git(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
-
-
 def apply_queue(repo: Path, names: list[str], work: Path) -> list[QueuedPatch]:
     """Each patch of ``repo``'s queue applied to its main in a worktree ``work/<variant name>``."""
     from harness.agents.replay import variants
@@ -179,17 +177,20 @@ def apply_queue(repo: Path, names: list[str], work: Path) -> list[QueuedPatch]:
     for name in names:
         wt = work / variant_name(name)
         if wt.exists():
-            git("worktree", "remove", "--force", str(wt), cwd=repo)
-        r = git("worktree", "add", "--detach", "-q", str(wt), "main", cwd=repo)
-        if r.returncode:
-            raise SystemExit(f"queue_micro: environment: git worktree add {wt} failed: {r.stderr.strip()}")
+            git_or_none(repo, "worktree", "remove", "--force", str(wt))
+        try:
+            git(repo, "worktree", "add", "--detach", "-q", str(wt), "main")
+        except GitError as e:
+            raise SystemExit(f"queue_micro: environment: git worktree add {wt} failed: {e.said}") from None
         errors = []
         for f in variants(patches / name):
-            r = git("apply", "--index", str(f), cwd=wt)
-            if r.returncode == 0:
-                out.append(QueuedPatch(name, str(f.relative_to(repo)), changed_lines(f.read_text())))
-                break
-            errors.append(f"{f.relative_to(repo)}: {r.stderr.strip()[:300]}")
+            try:
+                git(wt, "apply", "--index", str(f))
+            except GitError as e:  # does not apply here: the next variant, or the error kept
+                errors.append(f"{f.relative_to(repo)}: {e.said[:300]}")
+                continue
+            out.append(QueuedPatch(name, str(f.relative_to(repo)), changed_lines(f.read_text())))
+            break
         else:
             out.append(QueuedPatch(name, None, {}, "; ".join(errors)))
     return out
@@ -219,7 +220,7 @@ def main(argv=None) -> int:
     queue = apply_queue(ROOT, names, args.work)
     files = {op: tuple(op_files(s)) for op, s in contracts.OPS.items()}
     runs = plan(queue, files, {op: s.family for op, s in contracts.OPS.items()})
-    main_rev = git("rev-parse", "--short", "main").stdout.strip()
+    main_rev = git(ROOT, "rev-parse", "--short", "main").strip()
     result = {"what": "the journey's waiting queue, each family's patches beside main in one op_bench process",
               "date": time.strftime("%Y-%m-%d"), "main": main_rev, "rows": args.rows,
               "queue": [{"name": q.name, "applied": q.applied, "paths": list(q.paths), "error": q.error} for q in queue], "families": {}}
@@ -260,7 +261,7 @@ def main(argv=None) -> int:
                 entry["alone"][name] = bench(alone, f"{run.family}-{variant_name(name)}")
                 args.out.write_text(json.dumps(result, indent=1, default=str))
     for q in queue:  # the trees op_bench read; the repository keeps no worktree of them
-        git("worktree", "remove", "--force", str(args.work / variant_name(q.name)))
+        git_or_none(ROOT, "worktree", "remove", "--force", str(args.work / variant_name(q.name)))
     summary = summarize(queue, result["families"])
     result["summary"] = [s.__dict__ for s in summary]
     args.out.write_text(json.dumps(result, indent=1, default=str))
