@@ -24,9 +24,6 @@
 #            device keeps running after the call returns) and waits up to 570 s; try-wait, the
 #            next call, keeps the clone, waits for it to end and brings the ledger back. Then
 #            another phase may follow in the same command (a second run of this script)
-#   micro OPS BRANCH... - issue 26: bench/tools/op_bench.py, the ops OPS (comma list, 'dense'
-#            for every dense projection) of each candidate BRANCH's tree beside main's (checked
-#            against main's outputs, timed interleaved); then kern profile main --rows 128
 #   queue-micro [FROM] [ROWS] [TIMEOUT] - issue 36: the journey's waiting patches from number FROM
 #            (default 007) each applied to main as the replay backend hands them out, one
 #            op_bench process per kernel family (bench/tools/queue_micro.py): which candidates
@@ -130,36 +127,6 @@ loop_collect() {  # the journey's ledger, its exports and the clone's main (the 
   tar -czf $OUT/attempts.tgz runs/attempts runs/profile runs/bench/*/*.log runs/tap/*/*.log 2>/dev/null
 }
 case $phase in
-micro)
-  ops=${2:?micro needs OPS}; shift 2
-  mkdir -p /tmp/variants/main && git archive main kernels/k31 | tar -x -C /tmp/variants/main --strip-components=2
-  vargs=(--variant main=/tmp/variants/main)
-  for b in "$@"; do
-    v=${b##*/}; mkdir -p /tmp/variants/$v && git archive "$b" kernels/k31 | tar -x -C /tmp/variants/$v --strip-components=2
-    vargs+=(--variant "$v=/tmp/variants/$v")
-  done
-  oargs=(); for o in ${ops//,/ }; do oargs+=(--op "$o"); done
-  # one process per candidate (main beside it): a candidate that faults the GPU (an illegal
-  # address poisons the whole CUDA context) loses its own numbers only
-  mkdir -p /tmp/ob; t0=$(date +%s)
-  for b in "$@"; do
-    v=${b##*/}
-    timeout ${MICRO_TIMEOUT:-150} python3 bench/tools/op_bench.py "${oargs[@]}" --variant main=/tmp/variants/main \
-      --variant "$v=/tmp/variants/$v" --out /tmp/ob/$v.json --commit "main $(git rev-parse --short main); $b $(git rev-parse --short $b)" \
-      2>/tmp/ob/$v.err | tail -30; echo "op_bench $v: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
-  done
-  python3 -c "
-import json, pathlib, sys
-out = {}
-for b in sys.argv[1:]:
-    v = b.rsplit('/', 1)[-1]; j, e = pathlib.Path(f'/tmp/ob/{v}.json'), pathlib.Path(f'/tmp/ob/{v}.err')
-    out[v] = {'result': json.loads(j.read_text()) if j.exists() else None,
-              'stderr_tail': e.read_text().splitlines()[-25:] if e.exists() else []}
-pathlib.Path('$OUT/op_bench.json').write_text(json.dumps(out, indent=1))" "$@"
-  # the profile's JSON under $OUT alone (the device returns 8 files at most; its logs go to /tmp)
-  t0=$(date +%s); timeout 200 python3 -m harness.cli profile main --rows 128 --out /tmp/profile_128.json \
-    2>/tmp/profile.err | tail -32; cp /tmp/profile_128.json $OUT/; echo "kern profile main --rows 128: wall $(( $(date +%s)-t0 ))s"
-  ;;
 queue-micro)
   t0=$(date +%s)
   python3 bench/tools/queue_micro.py --from ${2:-007} --rows ${3:-16,64,128} --timeout ${4:-240} \
