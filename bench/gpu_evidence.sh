@@ -336,9 +336,19 @@ hacks)  # [TIMEOUT] [EXPR]: the cases judge verdicts, not times, so they share t
   echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
   ;;
 gates-gpu)  # the gates' GPU tests (the fingerprint's device, the model store over CUDA IPC): run
-  # them before a loop on gates code that no GPU has run yet. Usage: gates-gpu [TIMEOUT] [EXPR]
-  t0=$(date +%s); timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider -rA -m gpu tests/gates ${3:+-k "$3"} \
-    2>&1 | tail -30 | tee $OUT/gates_gpu.txt; echo "gates' GPU tests: rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t0 ))s"
+  # them before a loop on gates code that no GPU has run yet. Usage: gates-gpu [TIMEOUT] [EXPR].
+  # One pytest process a test, each with its traceback: a test cut off by the timeout hides no
+  # other's failure (2026-12-06: '.F' then the timeout, and no word of what failed)
+  t0=$(date +%s); limit=${2:-300}; : > $OUT/gates_gpu.txt
+  tests=$(python3 -m pytest --collect-only -q -p no:cacheprovider -m gpu tests/gates ${3:+-k "$3"} | grep '::')
+  for t in $tests; do
+    left=$(( limit - ($(date +%s)-t0) ))
+    if [ $left -lt 20 ]; then echo "gates-gpu: $t not run (no time left of $limit s)" | tee -a $OUT/gates_gpu.txt; continue; fi
+    t1=$(date +%s)
+    timeout $left python3 -m pytest -q -p no:cacheprovider -rA --tb=short "$t" 2>&1 | tail -80 >> $OUT/gates_gpu.txt
+    echo "gates-gpu: $t rc ${PIPESTATUS[0]}, wall $(( $(date +%s)-t1 ))s" | tee -a $OUT/gates_gpu.txt
+  done
+  tail -60 $OUT/gates_gpu.txt; echo "gates' GPU tests: wall $(( $(date +%s)-t0 ))s"
   ;;
 kernel-tests)
   timeout ${2:-300} python3 -m pytest -q -p no:cacheprovider tests/kernels 2>&1 | tail -15 | tee $OUT/kernel_tests_gpu.txt
