@@ -13,6 +13,7 @@ from harness import ledger as L
 from harness.pipeline import Context, try_commit
 from harness.settings import load
 from harness.worktrees import Repo
+from tests.gates.candidates import GPU_SMALL
 from tests.adversarial.hacks import (BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SCORER_ONLY, TAP_HACKS,
                                      TIMED_BAND, commit_hack, make_catalogue_repo)
 
@@ -21,11 +22,7 @@ from tests.adversarial.hacks import (BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SCORER
 SETTINGS = {"profiles.cpu.test_rows": [1], "profiles.cpu.buckets": [2], "profiles.cpu.weights": [1],
             "profiles.cpu.rounds": 1, "profiles.cpu.replays": 2, "test.timeout_s": 200,
             "bench.timeout_s": 300,
-            # on a GPU the same small model (the catalogue's GPU cases are mechanics too)
-            "profiles.gpu.model": "small", "profiles.gpu.layout": "tp2", "profiles.gpu.context": 96,
-            "profiles.gpu.test_context": 80, "profiles.gpu.test_rows": [1], "profiles.gpu.buckets": [2],
-            "profiles.gpu.weights": [1], "profiles.gpu.test_steps": 1, "profiles.gpu.rounds": 1,
-            "profiles.gpu.replays": 2}
+            **GPU_SMALL}  # on a GPU the same small model (the catalogue's GPU cases are mechanics too)
 
 
 @pytest.fixture(scope="session")

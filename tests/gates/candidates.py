@@ -38,6 +38,14 @@ def fixture_kernels(dest: Path) -> None:
         tar.extractall(dest, filter="data")
 
 
+# kern.yaml overrides that run the small model on a GPU too, at the smallest tap and bench: the
+# gates' GPU tests and the catalogue's GPU cases prove mechanics, which do not depend on the
+# model's size (the GPU profile's full config would not fit an 80 GB card, and takes minutes)
+GPU_SMALL = {"profiles.gpu.model": "small", "profiles.gpu.layout": "tp2", "profiles.gpu.context": 96,
+             "profiles.gpu.test_context": 80, "profiles.gpu.test_rows": [1], "profiles.gpu.buckets": [2],
+             "profiles.gpu.weights": [1], "profiles.gpu.test_steps": 1, "profiles.gpu.rounds": 1,
+             "profiles.gpu.replays": 2}
+
 # kern.yaml overrides for a judgment on the smallest tap: one visible row, one step, one bucket
 ONE_ROW_TAP = {"profiles.cpu.test_rows": [1], "profiles.cpu.test_steps": 1, "profiles.cpu.buckets": [2],
                "profiles.cpu.weights": [1], "test.timeout_s": 300}
