@@ -13,9 +13,9 @@ from harness import ledger as L
 from harness.pipeline import Context, try_commit
 from harness.settings import load
 from harness.worktrees import Repo
-from tests.gates.candidates import GPU_SMALL
 from tests.adversarial.hacks import (BENCH_HACKS, GPU_HACKS, SCOPE_HACKS, SCORER_ONLY, TAP_HACKS,
                                      TIMED_BAND, commit_hack, make_catalogue_repo)
+from tests.gates.candidates import GPU_SMALL
 
 # The lightest settings that still prove each point: the tap runs one awkward size (1, odd)
 # and the one bucket (2, a bench size), one step; the bench times that bucket.
