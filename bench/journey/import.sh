@@ -56,11 +56,12 @@ fi
 # those of earlier attempts the run judged again on a newer main (rebased: a new commit)
 rec=()
 for n in "${new[@]}"; do [ -f "bench/journey/attempts/$n/settings.json" ] && rec+=("$n"); done
-rec+=($($py -c "import json, sqlite3, sys
+again=($($py -c "import json, sqlite3, sys
 known = json.load(open('bench/journey/commits.json'))['attempts']
 rows = sqlite3.connect(sys.argv[1]).execute('select number, commit_sha from attempts')
 print(' '.join(str(n) for n, sha in rows if str(n) in known and sha and known[str(n)]['commit'] != sha))" \
   bench/journey/ledger.sqlite))
+rec+=("${again[@]}")
 if [ ${#rec[@]} -gt 0 ]; then
   $py bench/journey/rebuild.py record "${rec[@]}" || die "rebuild.py record ${rec[*]} failed (above): fetch the bundle or pass --search by hand"
 fi
@@ -79,8 +80,8 @@ rm -rf "$jr"
 
 # 5. the run's new judgments' seconds by phase (issue 34; the loop compiled main when it profiled
 # it, so these are its steady state), beside the other results
-judged=()
-for n in "${new[@]}"; do compgen -G "bench/journey/attempts/$n/judgment-*.json" >/dev/null && judged+=("$n"); done
+# (the attempts with a judgment file main does not hold yet: new ones, and earlier ones judged again)
+judged=($(git ls-files --others -- 'bench/journey/attempts/*/judgment-*.json' | cut -d/ -f4 | sort -nu))
 if [ ${#judged[@]} -gt 0 ]; then
   suffix=loop-${judged[0]}-${judged[-1]}
   $py bench/tools/judging_times.py --ledger bench/journey/ledger.sqlite --attempts bench/journey/attempts \
