@@ -95,7 +95,13 @@ else
   echo "no git on the device: running from the main snapshot only"; mkdir -p /tmp/r && tar -xf "$ROOT/.carry/main.tar" -C /tmp/r && cd /tmp/r
 fi
 cp -r "$ROOT/.carry/.whl" . && source bench/device_env.sh
-echo "commit $(git rev-parse HEAD 2>/dev/null || echo snapshot); $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__)')"
+# the commit the phase runs: its clone's; a chain's own line names the carried bundle's main (its
+# phases clone it), not the device copy's HEAD (2026-12-06: it printed the session's first commit)
+case "$phase" in
+  chain-start|chain-wait|judging-start|judging-wait) at=$(git bundle list-heads "$ROOT/.carry/repo.bundle" refs/heads/main 2>/dev/null | cut -c1-40) ;;
+  *) at=$(git rev-parse HEAD 2>/dev/null) ;;
+esac
+echo "commit ${at:-snapshot}; $(python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__)')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
 # the full config's step peaks at 85.8 GiB (bench/results/2026-11-29-h200-step-full.json): on a
 # smaller card every judgment ends out of memory. 2026-12-05 a call that named nvidia-h200 got an
