@@ -250,11 +250,13 @@ def test_a_version_2_ledger_gains_host_and_slot_and_keeps_its_rows(tmp_path):
     assert again.attempt(m).parts == [1, n] and again.attempt(1).parts is None
 
 
-HISTORY = Path(__file__).resolve().parents[2] / "bench" / "journey" / "ledger.sqlite"
+# the H200 journey's ledger as it stood in schema 3 (bench/journey/ledger.sqlite at f2d0bb7; the
+# loop's next run wrote schema 4)
+HISTORY = Path(__file__).resolve().parent / "golden" / "journey-ledger-v3.sqlite"
 
 
 def test_the_real_history_a_version_3_ledger_gains_interrupted_and_keeps_every_row(tmp_path):
-    """bench/journey/ledger.sqlite (the H200 journey, schema 3) opens read-only as it is, and
+    """The H200 journey's ledger in schema 3 opens read-only as it is, and
     opened to write is rebuilt with the state 'interrupted': every row, event and score the
     same, the merge triggers and the unique merge index back, foreign keys intact."""
     path = tmp_path / "ledger.sqlite"
