@@ -581,21 +581,22 @@ class Orchestrator:
 
     # ------------------------------------------------------------ trial merges
     def trial_merge(self, tick_id: int, report: TickReport) -> int | None:
-        """When this tick judged nothing and a slot is free: queue a trial merge of recent
-        near-misses (harness/trials.py) as an attempt of its own, judged by a later tick's
-        collect like any commit (so in number order). Returns its number, or None."""
+        """When this tick judged nothing, or a full trial's worth of near-misses waits, and a
+        slot is free (``trials.due``): queue a trial merge of recent near-misses
+        (harness/trials.py) as an attempt of its own, judged by a later tick's collect like any
+        commit (so in number order). Returns its number, or None."""
         loop = self.cfg.loop
         max_parts = loop.trial_merge_parts
         if max_parts < 2:
             return None
         busy = [a for a in self.led.attempts(states=L.IN_FLIGHT) if a.backend == trials.BACKEND]
         free = 1 if self.ctx.remote is not None else self.ctx.slots().free()
-        if not trials.due(True, self.judged, len(busy), free):
-            return None
         phase = self.led.phase(phase_definition(self.ctx))
         attempts = self.led.attempts()
-        parts = trials.pick_parts(trials.near_misses(attempts, phase, loop.trial_merge_recent),
-                                  max_parts)
+        ready = trials.near_misses(attempts, phase, loop.trial_merge_recent)
+        if not trials.due(True, self.judged, len(busy), free, len(ready), max_parts):
+            return None
+        parts = trials.pick_parts(ready, max_parts)
         if not parts:
             return None
         main = self.ctx.repo.main_sha()

@@ -1,8 +1,8 @@
 """Trial merges: near-misses that may add up.
 
 Merged gains do not simply add, and attempts that ended ``within noise`` while measured
-faster may together be a real gain. When a tick had nothing to judge and a slot is free, the
-orchestrator forms a **trial merge** of up to ``loop.trial_merge_parts`` of the
+faster may together be a real gain. When a tick had nothing to judge, or a full trial's worth
+of them waits, and a slot is free, the orchestrator forms a **trial merge** of up to ``loop.trial_merge_parts`` of the
 ``loop.trial_merge_recent`` latest such near-misses: their commits picked one by one onto main
 (a part that conflicts with main or with the parts before it is left out), squashed into one
 commit, and queued as an attempt of its own (backend ``trial``) whose ``parts`` column lists
@@ -45,10 +45,16 @@ def pick_parts(candidates: list, max_parts: int) -> list:
     return candidates[:max_parts]
 
 
-def due(spawn: bool, judged: int, in_flight_trials: int, free_slots: int) -> bool:
-    """Pure: a tick forms a trial when it may start work (not a bounded run's last tick), it
-    judged nothing, no trial is already in flight, and a slot is free."""
-    return spawn and judged == 0 and in_flight_trials == 0 and free_slots > 0
+def due(spawn: bool, judged: int, in_flight_trials: int, free_slots: int, ready: int = 0,
+        max_parts: int = 0) -> bool:
+    """Pure: a tick forms a trial when it may start work (not a bounded run's last tick), no
+    trial is already in flight, a slot is free, and it judged nothing or a full trial's worth
+    of near-misses waits (``ready`` >= ``max_parts`` >= 2): an agent fast enough that every tick
+    judges something (the replay backend over a long queue) would otherwise leave its
+    near-misses apart until its queue ran dry."""
+    if not (spawn and in_flight_trials == 0 and free_slots > 0):
+        return False
+    return judged == 0 or (max_parts >= 2 and ready >= max_parts)
 
 
 def title(parts: list) -> str:

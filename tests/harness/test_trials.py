@@ -9,7 +9,7 @@ import git
 from harness import ledger as L
 from harness import trials
 from harness.journey import markdown
-from harness.orchestrator import Orchestrator
+from harness.orchestrator import Orchestrator, TickReport
 from tests.gates.candidates import candidate, context, make_repo
 from tests.harness.test_faults import COMBINE_EDIT, EDIT, SITU, Gates, fake_profile, queued
 
@@ -42,12 +42,20 @@ def test_parts_are_the_best_few_and_at_least_two():
     assert trials.pick_parts(c, 0) == []  # loop.trial_merge_parts 0: off
 
 
-def test_a_trial_is_formed_only_by_an_idle_tick_that_may_start_work():
+def test_a_trial_is_formed_by_an_idle_tick_or_a_full_set_of_near_misses_when_it_may_start_work():
     assert trials.due(True, judged=0, in_flight_trials=0, free_slots=1)
     assert not trials.due(False, 0, 0, 1)  # a bounded run's last tick leaves nothing half done
-    assert not trials.due(True, 2, 0, 1)  # it judged attempts: the slots were busy
+    assert not trials.due(True, 2, 0, 1)  # it judged attempts and no near-miss waits
     assert not trials.due(True, 0, 1, 1)  # one trial at a time
     assert not trials.due(True, 0, 0, 0)  # every slot held (a kern try beside the loop)
+    # a tick that judged (a replay backend's every tick) still forms one for a full set
+    assert trials.due(True, 2, 0, 1, ready=3, max_parts=3)
+    assert trials.due(True, 2, 0, 1, ready=5, max_parts=3)
+    assert not trials.due(True, 2, 0, 1, ready=2, max_parts=3)  # not full: an idle tick may take them
+    assert not trials.due(True, 2, 1, 1, ready=3, max_parts=3)  # one trial at a time
+    assert not trials.due(True, 2, 0, 0, ready=3, max_parts=3)  # no free slot
+    assert not trials.due(False, 2, 0, 1, ready=3, max_parts=3)  # a bounded run's last tick
+    assert not trials.due(True, 2, 0, 1, ready=4, max_parts=1)  # loop.trial_merge_parts < 2: off
 
 
 def _near_miss(ctx, sha, title, delta):
@@ -94,6 +102,28 @@ def test_two_near_misses_are_tried_together_judged_merged_and_shown_in_the_journ
     # the parts are combined once: #3 (left out) has no partner now, so no second trial
     assert orch.trial_merge(None, formed) is None
     assert ctx.ledger.attempt(n3).state == L.ABANDONED and len(ctx.ledger.attempts()) == 4
+
+
+def test_a_tick_that_judged_forms_a_trial_once_a_full_set_of_near_misses_waits(tmp_path, monkeypatch):
+    """The replay backend's every tick judges something: near-misses are still combined, once
+    loop.trial_merge_parts (3) of them wait, not before."""
+    repo = make_repo(tmp_path, {"loop.concurrency": 1})
+    fake_profile(repo, ["moe.situ"])
+    one = candidate(repo, "one", [EDIT])
+    two = candidate(repo, "two", [COMBINE_EDIT])
+    clash = candidate(repo, "clash", [(SITU, "def moe_situ(", "# another comment\ndef moe_situ(")])
+    Gates(monkeypatch)
+    ctx, settings = context(repo)
+    n1 = _near_miss(ctx, one, "moe.situ: a comment", -0.5)
+    n2 = _near_miss(ctx, two, "moe.combine: a comment", -0.2)
+    orch = Orchestrator(ctx)
+    orch.judged = 1  # this tick judged an attempt
+    assert orch.trial_merge(None, TickReport(None)) is None  # two of three: an idle tick may take them
+    n3 = _near_miss(ctx, clash, "moe.situ: another comment", -0.4)
+    report = TickReport(None)
+    number = orch.trial_merge(None, report)
+    assert number == 4 and report.spawned == [(4, f"trial merge of #{n1} + #{n2}")]  # #3 clashes with #1
+    assert ctx.ledger.attempt(4).parts == [n1, n2] and n3 == 3
 
 
 def test_trial_merge_keys_are_validated():
