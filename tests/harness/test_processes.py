@@ -29,7 +29,9 @@ def test_the_pid_file_names_a_process_until_it_is_ended(tmp_path):
                             start_new_session=True)
     (tmp_path / "agent.pid").write_text(str(proc.pid))
     deadline = time.monotonic() + 10
-    while not (tmp_path / "child").exists() and time.monotonic() < deadline:
+    # the shell's redirect creates the file before echo writes it: wait for the whole line
+    while not (tmp_path / "child").is_file() or not (tmp_path / "child").read_text().endswith("\n"):
+        assert time.monotonic() < deadline, "the shell never wrote its child's pid"
         time.sleep(0.05)
     child = int((tmp_path / "child").read_text())
     assert agent_pid(tmp_path) == proc.pid and alive(proc.pid) and alive(child)
