@@ -95,8 +95,8 @@ else
   echo "no git on the device: running from the main snapshot only"; mkdir -p /tmp/r && tar -xf "$ROOT/.carry/main.tar" -C /tmp/r && cd /tmp/r
 fi
 cp -r "$ROOT/.carry/.whl" . && source bench/device_env.sh
-# the commit the phase runs: its clone's; a chain's own line names the carried bundle's main (its
-# phases clone it), not the device copy's HEAD (2026-12-06: it printed the session's first commit)
+# the commit the phase runs: its clone's; the phases that clone nothing here (a chain, judging)
+# name the carried bundle's main, which their phases clone, not the device copy's HEAD
 case "$phase" in
   chain-start|chain-wait|judging-start|judging-wait) at=$(git bundle list-heads "$ROOT/.carry/repo.bundle" refs/heads/main 2>/dev/null | cut -c1-40) ;;
   *) at=$(git rev-parse HEAD 2>/dev/null) ;;
