@@ -4,11 +4,11 @@ Merged gains do not simply add, and attempts that ended ``within noise`` while m
 faster may together be a real gain. When a tick had nothing to judge, or a full trial's worth
 of them waits, and a slot is free, the orchestrator forms a **trial merge** of up to
 ``loop.trial_merge_parts`` of the ``loop.trial_merge_recent`` latest such near-misses: their
-commits picked one by one onto main
-(a part that conflicts with main or with the parts before it is left out), squashed into one
-commit, and queued as an attempt of its own (backend ``trial``) whose ``parts`` column lists
-them (a near-miss takes part in one trial at most). It is judged like any attempt (scope,
-accuracy, scorer, guard) and merges only on its own measured gain.
+commits picked one by one onto main (a part that conflicts with main or with the parts before
+it is left out), squashed into one commit, and queued as an attempt of its own (backend
+``trial``) whose ``parts`` column lists them (a near-miss takes part in one trial at most). It
+is judged like any attempt (scope, accuracy, scorer, guard) and merges only on its own measured
+gain.
 
 :func:`near_misses` and :func:`pick_parts` decide (pure); :func:`form` is the git shell.
 """
