@@ -35,10 +35,9 @@ def test_the_h200_journey_exports_one_row_per_judgment_and_medians_per_verdict(t
             assert r["phases"]["accuracy"]["B replay"] == {"unmeasured": doc["test"]["b_wall_s"]}
             assert abs(sum(r["by_phase"].values()) - r["accuracy_s"] - (r["scorer_s"] or 0)) < 1e-6
             assert r["beside"] == [] and r["overlap_s"] is None  # each replay started after main recorded
-        else:  # the judgment's own seconds, its replay started beside main's recording
+        else:  # the judgment's own seconds
             assert r["phases_recorded"] is True and r["total_s"] == doc["times"]["total_s"]
             assert r["total_s"] >= r["accuracy_s"] + (r["scorer_s"] or 0)
-            assert r["beside"] and r["overlap_s"] > 0
     kinds = {r["verdict"] for r in rec["rows"]}
     assert set(rec["medians"]) == kinds
     bit = [r for r in rec["rows"] if r["verdict"] == "PASS bit-identical"]
