@@ -377,8 +377,8 @@ def test_show_the_page_and_the_json_export_agree_on_each_judgment(h200_repo, cap
         counted = (shown["reverify"] or shown)["score"]["delta_ms"]
         if attempts[n - 1].state in ("merged", "abandoned") and rows[n]["score_change_ms"] is not None:
             assert rows[n]["score_change_ms"] == pytest.approx(counted, abs=1e-9), n
-    # every A/B of the files was compared: #4's first and re-measured, then one of each other
-    assert checked == [(4, 0, 6), (4, 1, 6)] + [(n, 0, 6) for n in judged if n != 4]
+    # every judged file's A/B was compared (5 buckets and the score), #4's re-measured one too
+    assert {(n, 0, 6) for n in judged} | {(4, 1, 6)} <= set(checked)
 
 
 def test_without_its_file_show_the_page_and_the_export_read_the_ledger_row(h200_repo, capsys):
