@@ -113,3 +113,14 @@ def test_record_names_the_onto_main_variant_when_the_handed_patch_does_not_apply
     assert got.patch == f"bench/journey/patches/onto-main/{real.name}"
     assert (got.base, got.commit, got.committer_date) == (recipes[11].base, recipes[11].commit,
                                                            recipes[11].committer_date)
+
+
+def test_moved_names_the_attempts_whose_ledger_row_names_another_commit():
+    def recipe(n, sha):
+        return rebuild.Recipe(n, "p.patch", "b" * 40, sha, "kern-loop replay <kern-loop@localhost>", "1 +0000")
+
+    recipes = {5: recipe(5, "a" * 40), 11: recipe(11, "c" * 40), 12: recipe(12, "d" * 40)}
+    rows = {5: {"commit_sha": "a" * 40}, 11: {"commit_sha": "e" * 40},  # #11 judged again, rebased
+            12: {"commit_sha": None}, 13: {"commit_sha": "f" * 40}}  # no commit yet; no recipe yet
+    assert rebuild.moved(recipes, rows) == [11]
+    assert rebuild.moved(recipes, {}) == []  # a ledger without those rows moves nothing

@@ -56,12 +56,7 @@ fi
 # those of earlier attempts the run judged again on a newer main (rebased: a new commit)
 rec=()
 for n in "${new[@]}"; do [ -f "bench/journey/attempts/$n/settings.json" ] && rec+=("$n"); done
-again=($($py -c "import json, sqlite3, sys
-known = json.load(open('bench/journey/commits.json'))['attempts']
-rows = sqlite3.connect(sys.argv[1]).execute('select number, commit_sha from attempts')
-print(' '.join(str(n) for n, sha in rows if str(n) in known and sha and known[str(n)]['commit'] != sha))" \
-  bench/journey/ledger.sqlite))
-rec+=("${again[@]}")
+rec+=($($py bench/journey/rebuild.py moved))
 if [ ${#rec[@]} -gt 0 ]; then
   $py bench/journey/rebuild.py record "${rec[@]}" || die "rebuild.py record ${rec[*]} failed (above): fetch the bundle or pass --search by hand"
 fi

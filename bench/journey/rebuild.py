@@ -12,6 +12,7 @@ branch needs to travel.
     python bench/journey/rebuild.py apply [--repo R] # the commits R lacks, as branches attempt/<n>
     python bench/journey/rebuild.py record 12 13    # recipes of attempts whose commits are here
                                                     # (a device bundle brought them back)
+    python bench/journey/rebuild.py moved           # attempts the ledger names a newer commit of
 
 ``apply`` names each rebuilt commit ``attempt/<n>``, the branch the loop itself keeps for an
 attempt, so a restarted loop re-judges an attempt left ``judging`` from its commit, and
@@ -245,6 +246,13 @@ def recipe_of(n: int, row: dict, attempt_dir: Path) -> tuple[list[str], str]:
     return [str(p.relative_to(ROOT)) for p in variants(files[index])], row["base_sha"]
 
 
+def moved(recipes: dict[int, Recipe], rows: dict[int, dict]) -> list[int]:
+    """Pure: the attempts whose recipe names another commit than their ledger row: judged again
+    on a newer main since they were recorded (the loop rebased them), so recorded again."""
+    return sorted(n for n, r in recipes.items()
+                  if (rows.get(n) or {}).get("commit_sha") not in (None, "", r.commit))
+
+
 def cmd_check(repo: Path, recipes: dict[int, Recipe], numbers: list[int], apply: bool) -> int:
     led = ledger_rows(LEDGER) if LEDGER.exists() else {}
     todo = [recipes[n] for n in numbers]
@@ -342,7 +350,7 @@ def cmd_record(repo: Path, recipes: dict[int, Recipe], numbers: list[int], searc
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("verb", choices=("check", "apply", "record"))
+    p.add_argument("verb", choices=("check", "apply", "record", "moved"))
     p.add_argument("numbers", nargs="*", type=int, help="attempts (default: every recipe)")
     p.add_argument("--repo", default=str(ROOT),
                    help="the repository whose objects hold the bases and that gets the commits "
@@ -353,6 +361,9 @@ def main(argv=None) -> int:
     repo = Path(args.repo).resolve()
     try:
         recipes = load_manifest(MANIFEST.read_text()) if MANIFEST.exists() else {}
+        if args.verb == "moved":
+            print(" ".join(map(str, moved(recipes, ledger_rows(LEDGER) if LEDGER.exists() else {}))))
+            return 0
         if args.verb == "record":
             if not args.numbers:
                 p.error("record: name the attempts")
