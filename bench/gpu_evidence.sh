@@ -344,7 +344,7 @@ hacks)  # [TIMEOUT] [EXPR]: the cases judge verdicts, not times, so they share t
 gates-gpu)  # the gates' GPU tests (the fingerprint's device, the model store over CUDA IPC): run
   # them before a loop on gates code that no GPU has run yet. Usage: gates-gpu [TIMEOUT] [EXPR].
   # One pytest process a test, each with its traceback: a test cut off by the timeout hides no
-  # other's failure (2026-12-06: '.F' then the timeout, and no word of what failed)
+  # other's failure or traceback
   t0=$(date +%s); limit=${2:-300}; : > $OUT/gates_gpu.txt
   tests=$(python3 -m pytest --collect-only -q -p no:cacheprovider -m gpu tests/gates ${3:+-k "$3"} | grep '::')
   for t in $tests; do

@@ -364,8 +364,7 @@ def _gone(pids, within_s=30.0) -> bool:
 # the scorer times one bucket on the CPU here: what these tests show of the store (started,
 # leased, reused by a second run, ended) does not depend on how many buckets a run times, and
 # the CPU scorer test's two runs cost about a bucket each (kern.yaml's two: 72 s idle, one: 40 s).
-# On a GPU the small model too (GPU_SMALL): under kern.yaml's full config the first GPU test
-# failed on an H100 on 2026-12-06 (its step peaks at 85.8 GiB; the traceback was not kept)
+# On a GPU the small model too (GPU_SMALL): the full config's step (85.8 GiB) fits no 80 GB card
 CPU_ONE_BUCKET = {"profiles.cpu.buckets": [2], "profiles.cpu.weights": [1]}
 
 
