@@ -3,7 +3,8 @@
 # loop-start's or loop-wait's $OUT, or a chain's <k>-loop-start/ folder, fetched here to DIR)
 # into main's files, in one commit: the ledger, each attempt's kept files, the device's main
 # (the gates' merges) merged, the new attempts' recipes (rebuild.py record), the export, and
-# the new judgments' seconds (bench/results/<date>-<gpu>-judging-loop-<first>-<last>.json).
+# the new judgments' seconds (bench/results/<date>-<gpu>-judging-loop-<first>-<last>.json) and
+# the loop's profiles of main (bench/results/<date>-<gpu>-profile-<rows>-loop-<sha7>.json).
 #
 #   bash bench/journey/import.sh DIR "the H200 run of <date>: <what it judged>"
 #
@@ -83,6 +84,13 @@ if [ ${#judged[@]} -gt 0 ]; then
     $(printf -- '--attempt %s ' "${judged[@]}") --suffix "$suffix" --note "kern loop, $msg" \
     || die "bench/tools/judging_times.py failed (above)"
   git add bench/results/*-judging-"$suffix".json
+fi
+
+# 6. the loop's profiles of main measured in this run (the next briefs read them: kern brief --profile)
+if [ -n "${tmp:-}" ] && [ -d "$tmp/runs/profile" ]; then
+  $py bench/tools/loop_profile.py --profiles "$tmp/runs/profile" --ledger bench/journey/ledger.sqlite \
+    || die "bench/tools/loop_profile.py failed (above)"
+  git add bench/results/*-profile-*-loop-*.json
 fi
 
 git add bench/journey
