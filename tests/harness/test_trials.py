@@ -11,7 +11,7 @@ from harness import trials
 from harness.journey import markdown
 from harness.orchestrator import Orchestrator, TickReport
 from tests.gates.candidates import candidate, context, make_repo
-from tests.harness.test_faults import COMBINE_EDIT, EDIT, SITU, Gates, fake_profile, queued
+from tests.harness.test_faults import COMBINE_EDIT, EDIT, SITU, Gates, fake_profile, faster, queued
 
 
 def _a(n, delta=-0.3, state=L.ABANDONED, reason=L.WITHIN_NOISE, phase=1, **kw):
@@ -106,24 +106,41 @@ def test_two_near_misses_are_tried_together_judged_merged_and_shown_in_the_journ
 
 def test_a_tick_that_judged_forms_a_trial_once_a_full_set_of_near_misses_waits(tmp_path, monkeypatch):
     """The replay backend's every tick judges something: near-misses are still combined, once
-    loop.trial_merge_parts (3) of them wait, not before."""
+    loop.trial_merge_parts (3) of them wait, not before. Each tick here judges a queued commit
+    that ends within noise (2 % faster: the cpu profile's noise floor is 10 %)."""
     repo = make_repo(tmp_path, {"loop.concurrency": 1})
     fake_profile(repo, ["moe.situ"])
     one = candidate(repo, "one", [EDIT])
     two = candidate(repo, "two", [COMBINE_EDIT])
     clash = candidate(repo, "clash", [(SITU, "def moe_situ(", "# another comment\ndef moe_situ(")])
-    Gates(monkeypatch)
+    gates = Gates(monkeypatch)
+
+    def near_miss_bench(req, progress=print, stores=None):
+        gates.calls.append(("bench", req.rev, req.base))
+        return faster(req.machine, req.scorer, speedup=0.02)
+
+    monkeypatch.setattr("gates.scorer.run_bench", near_miss_bench)
     ctx, settings = context(repo)
     n1 = _near_miss(ctx, one, "moe.situ: a comment", -0.5)
-    n2 = _near_miss(ctx, two, "moe.combine: a comment", -0.2)
+    n2 = queued(ctx, two, "moe.combine: a comment")
     orch = Orchestrator(ctx)
-    orch.judged = 1  # this tick judged an attempt
-    assert orch.trial_merge(None, TickReport(None)) is None  # two of three: an idle tick may take them
-    n3 = _near_miss(ctx, clash, "moe.situ: another comment", -0.4)
-    report = TickReport(None)
-    number = orch.trial_merge(None, report)
-    assert number == 4 and report.spawned == [(4, f"trial merge of #{n1} + #{n2}")]  # #3 clashes with #1
-    assert ctx.ledger.attempt(4).parts == [n1, n2] and n3 == 3
+
+    first = orch.tick(spawn=True)  # judges #2 within noise: two near-misses wait, no trial
+    assert [c[:2] for c in first.collected] == [(n2, L.ABANDONED)]
+    assert ctx.ledger.attempt(n2).reason == L.WITHIN_NOISE
+    assert not any(title.startswith("trial merge") for _, title in first.spawned), first.spawned
+    for n, _ in first.spawned:  # the agent this tick briefed: out of the way
+        ctx.ledger.transition(n, L.INTERRUPTED, reason="this test's")
+    n3 = queued(ctx, clash, "moe.situ: another comment")
+
+    second = orch.tick(spawn=True)  # judges #n3 within noise: the third near-miss
+    assert [c[:2] for c in second.collected] == [(n3, L.ABANDONED)]
+    (number, title), = [s for s in second.spawned if s[1].startswith("trial merge")]
+    # the largest gains first: #n2 and #n3 (2 % of the step) before #n1 (0.5 ms), which
+    # clashes with #n3 and is left out
+    assert ctx.ledger.attempt(n3).delta_ms < ctx.ledger.attempt(n1).delta_ms
+    assert title == f"trial merge of #{n2} + #{n3}"
+    assert ctx.ledger.attempt(number).parts == [n2, n3]
 
 
 def test_trial_merge_keys_are_validated():
