@@ -33,6 +33,12 @@ def unit(out_ptr, stride):
     tl.store(out_ptr + stride, 1.0)
 
 
+@triton.jit
+def unrolled(out_ptr, N: tl.constexpr):
+    for p in tl.static_range(N):  # N stores traced one by one: seconds of lowering
+        tl.store(out_ptr + p, p * 1.0)
+
+
 @triton.jit(do_not_specialize=["stride"])
 def unit_kept(out_ptr, stride):
     tl.static_assert(stride == 1)
@@ -40,13 +46,13 @@ def unit_kept(out_ptr, stride):
 '''
 
 
-def _compile(tmp_path, launches):
+def _compile(tmp_path, launches, *flags):
     (tmp_path / "cc_kernels.py").write_text(BAD_KERNEL)
     path = tmp_path / "launches.json"
     path.write_text(json.dumps(launches))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
-    return subprocess.run([sys.executable, str(TOOL), "--compile", str(path)], env=env,
+    return subprocess.run([sys.executable, str(TOOL), "--compile", str(path), *flags], env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -83,6 +89,19 @@ def test_an_integer_one_compiles_as_the_gpus_jit_makes_it_a_constant_unless_kept
     assert "ok    cc_kernels.unit " in done.stdout + " ", done.stdout + done.stderr
     assert "FAIL  cc_kernels.unit_kept" in done.stdout, done.stdout  # do_not_specialize: an i32
     assert done.returncode == 1 and "1 of 2 launches compiled" in done.stdout, done.stdout
+
+
+def test_a_launch_whose_compile_outlasts_the_limit_fails_the_check_and_the_next_still_compiles(tmp_path):
+    slow = {"module": "cc_kernels", "name": "unrolled", "signature": {"out_ptr": "*fp32", "N": "constexpr"},
+            "constexprs": {"N": 20000}, "options": {}}
+    good = {"module": "cc_kernels", "name": "once",
+            "signature": {"out_ptr": "*fp32", "n": "fp32", "N": "constexpr"},
+            "constexprs": {"N": 64}, "options": {"num_warps": 2}}
+    done = _compile(tmp_path, [slow, good], "--launch-timeout", "2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL  cc_kernels.unrolled" in done.stdout, done.stdout
+    assert "compiling took longer than 2 s (--launch-timeout)" in done.stdout, done.stdout
+    assert "ok    cc_kernels.once" in done.stdout and "1 of 2 launches compiled" in done.stdout, done.stdout
 
 
 def test_every_interpreter_only_flag_a_launcher_passes_is_named():

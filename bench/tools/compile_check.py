@@ -143,9 +143,29 @@ def _constexpr_value(v):
     return v
 
 
-def compile_all(launches: Path, dump: Path | None = None) -> int:
+class CompileTimeout(Exception):
+    """A launch's compile outlasted ``--launch-timeout`` (Triton's frontend may wrap it in
+    its own error: :func:`_timed_out` looks down the chain)."""
+
+
+def _alarm(signum, frame):
+    raise CompileTimeout
+
+
+def _timed_out(ex: BaseException | None) -> bool:
+    while ex is not None:
+        if isinstance(ex, CompileTimeout):
+            return True
+        ex = ex.__cause__ or ex.__context__
+    return False
+
+
+def compile_all(launches: Path, dump: Path | None = None, limit_s: float = 300.0) -> int:
     """In the process whose Triton is the one to check: compile every recorded launch for
-    sm_90 and print one line each."""
+    sm_90 and print one line each; a launch whose compile outlasts ``limit_s`` (Triton's
+    lowering or ptxas, killed) is reported and counted as failed."""
+    import signal
+
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -171,7 +191,12 @@ def compile_all(launches: Path, dump: Path | None = None) -> int:
                     signature[n], consts[n] = "constexpr", 1
             attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in e.get("aligned", ())}
             src = ASTSource(fn, signature, constexprs=consts, attrs=attrs)
-            kernel = triton.compile(src, target=target, options=e["options"])
+            signal.signal(signal.SIGALRM, _alarm)
+            signal.setitimer(signal.ITIMER_REAL, limit_s)
+            try:  # (subprocess.run kills ptxas when the alarm's exception reaches it)
+                kernel = triton.compile(src, target=target, options=e["options"])
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
             smem = kernel.metadata.shared
             if dump is not None:
                 dump.mkdir(parents=True, exist_ok=True)
@@ -183,9 +208,15 @@ def compile_all(launches: Path, dump: Path | None = None) -> int:
             print(f"ok    {label}  (shared memory {smem} B{', compiled with ' + flags if flags else ''})")
         except Exception as ex:  # noqa: BLE001 - every failure is reported, then counted
             failed += 1
-            text = str(ex).strip().splitlines()
-            print(f"FAIL  {label}\n      constexprs {e['constexprs']}\n      "
-                  + "\n      ".join(text[-12:] or [type(ex).__name__]))
+            if not _timed_out(ex):
+                text = str(ex).strip().splitlines()
+                print(f"FAIL  {label}\n      constexprs {e['constexprs']}\n      "
+                      + "\n      ".join(text[-12:] or [type(ex).__name__]))
+                continue
+            print(f"FAIL  {label}\n      constexprs {e['constexprs']}\n      compiling took longer than "
+                  f"{limit_s:g} s (--launch-timeout): a GPU's first call of this launch would stall as "
+                  "long. If the shape is the interpreter's whole-batch tile (kernels/k31/platform.py "
+                  "row_tiles), compile the GPU's shape instead: a test with the gpu_launch fixture")
     print(f"triton {triton.__version__}: {len(entries) - failed} of {len(entries)} launches "
           "compiled for sm_90")
     return 1 if failed else 0
@@ -200,12 +231,15 @@ def main(argv=None) -> int:
                          "default: this Python's Triton")
     ap.add_argument("--dump", metavar="DIR", help="write each compiled launch's ttgir, ptx and sass "
                                                   "there (NAME-K.ptx ...)")
+    ap.add_argument("--launch-timeout", type=float, default=300.0, metavar="S",
+                    help="seconds one launch's compile may take before it is reported as failed "
+                         "(default 300; an interpreter-only tile can keep ptxas busy for an hour)")
     ap.add_argument("--compile", metavar="LAUNCHES", help=argparse.SUPPRESS)
     ap.add_argument("pytest_args", nargs="*", help="what pytest runs to launch the kernels")
     a, rest = ap.parse_known_args(argv)
     a.pytest_args += rest  # pytest's own options (-k, -x) pass through
     if a.compile:
-        return compile_all(Path(a.compile), Path(a.dump).resolve() if a.dump else None)
+        return compile_all(Path(a.compile), Path(a.dump).resolve() if a.dump else None, a.launch_timeout)
     if not a.pytest_args:
         ap.error("name the tests whose kernel launches to compile, e.g. tests/kernels/test_moe.py")
     with tempfile.TemporaryDirectory() as tmp:
@@ -228,7 +262,8 @@ def main(argv=None) -> int:
                                                         env.get("PYTHONPATH")) if p)
         dump = ["--dump", str(Path(a.dump).resolve())] if a.dump else []
         done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--compile",
-                               str(launches), *dump], cwd=ROOT, env=env).returncode
+                               str(launches), "--launch-timeout", str(a.launch_timeout), *dump],
+                              cwd=ROOT, env=env).returncode
         return done or (1 if rc not in (0, 5) else 0)
 
 
