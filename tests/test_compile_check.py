@@ -56,13 +56,18 @@ def _compile(tmp_path, launches, *flags):
                           capture_output=True, text=True, timeout=300)
 
 
+def _launch(name: str, n: int, **options) -> dict:
+    """A recorded launch of BAD_KERNEL's ``name`` with constexpr ``N = n``."""
+    signature = {"out_ptr": "*fp32", **({"n": "fp32"} if name == "once" else {}), "N": "constexpr"}
+    return {"module": "cc_kernels", "name": name, "signature": signature, "constexprs": {"N": n},
+            "options": options}
+
+
+GOOD = _launch("once", 64, num_warps=2)
+
+
 def test_a_rejected_kernel_fails_the_check_with_the_compilers_words(tmp_path):
-    bad = {"module": "cc_kernels", "name": "twice", "signature": {"out_ptr": "*fp32", "N": "constexpr"},
-           "constexprs": {"N": 8}, "options": {}}
-    good = {"module": "cc_kernels", "name": "once",
-            "signature": {"out_ptr": "*fp32", "n": "fp32", "N": "constexpr"},
-            "constexprs": {"N": 64}, "options": {"num_warps": 2}}
-    done = _compile(tmp_path, [good, bad])
+    done = _compile(tmp_path, [GOOD, _launch("twice", 8)])
     assert done.returncode == 1, done.stdout + done.stderr
     assert "ok    cc_kernels.once" in done.stdout, done.stdout
     assert "FAIL  cc_kernels.twice" in done.stdout and "reassigned" in done.stdout, done.stdout
@@ -92,12 +97,7 @@ def test_an_integer_one_compiles_as_the_gpus_jit_makes_it_a_constant_unless_kept
 
 
 def test_a_launch_whose_compile_outlasts_the_limit_fails_the_check_and_the_next_still_compiles(tmp_path):
-    slow = {"module": "cc_kernels", "name": "unrolled", "signature": {"out_ptr": "*fp32", "N": "constexpr"},
-            "constexprs": {"N": 20000}, "options": {}}
-    good = {"module": "cc_kernels", "name": "once",
-            "signature": {"out_ptr": "*fp32", "n": "fp32", "N": "constexpr"},
-            "constexprs": {"N": 64}, "options": {"num_warps": 2}}
-    done = _compile(tmp_path, [slow, good], "--launch-timeout", "2")
+    done = _compile(tmp_path, [_launch("unrolled", 20000), GOOD], "--launch-timeout", "2")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL  cc_kernels.unrolled" in done.stdout, done.stdout
     assert "compiling took longer than 2 s (--launch-timeout)" in done.stdout, done.stdout
