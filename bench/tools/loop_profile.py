@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 NAME = re.compile(r"^(?P<sha>[0-9a-f]{12})-loop-[0-9a-f]+\.json$")
 
@@ -55,14 +58,16 @@ def result(measured: dict, commit: str, date: str) -> tuple[str, dict]:
 
 def last_run_date(ledger: Path) -> str:
     """The date (YYYY-MM-DD) of the ledger's last run: the run that measured the profiles."""
-    con = sqlite3.connect(f"file:{ledger}?mode=ro&immutable=1", uri=True)
+    from harness.ledger import Ledger
+
+    led = Ledger(ledger, readonly=True)
     try:
-        row = con.execute("select at from events where kind = 'run' order by id desc limit 1").fetchone()
+        runs = led.runs()
     finally:
-        con.close()
-    if not row:
+        led.close()
+    if not runs:
         raise ValueError(f"user: {ledger} records no run (expected the ledger the GPU run brought back)")
-    return row[0][:10]
+    return runs[-1].started_at[:10]
 
 
 def main(argv: list[str] | None = None) -> int:
