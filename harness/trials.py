@@ -46,8 +46,8 @@ def pick_parts(candidates: list, max_parts: int) -> list:
     return candidates[:max_parts]
 
 
-def due(spawn: bool, judged: int, in_flight_trials: int, free_slots: int, ready: int = 0,
-        max_parts: int = 0) -> bool:
+def due(spawn: bool, judged: int, in_flight_trials: int, free_slots: int, ready: int,
+        max_parts: int) -> bool:
     """Pure: a tick forms a trial when it may start work (not a bounded run's last tick), no
     trial is already in flight, a slot is free, and it judged nothing or a full trial's worth
     of near-misses waits (``ready`` >= ``max_parts`` >= 2): an agent fast enough that every tick

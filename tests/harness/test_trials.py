@@ -43,11 +43,11 @@ def test_parts_are_the_best_few_and_at_least_two():
 
 
 def test_a_trial_is_formed_by_an_idle_tick_or_a_full_set_of_near_misses_when_it_may_start_work():
-    assert trials.due(True, judged=0, in_flight_trials=0, free_slots=1)
-    assert not trials.due(False, 0, 0, 1)  # a bounded run's last tick leaves nothing half done
-    assert not trials.due(True, 2, 0, 1)  # it judged attempts and no near-miss waits
-    assert not trials.due(True, 0, 1, 1)  # one trial at a time
-    assert not trials.due(True, 0, 0, 0)  # every slot held (a kern try beside the loop)
+    assert trials.due(True, judged=0, in_flight_trials=0, free_slots=1, ready=0, max_parts=3)
+    assert not trials.due(False, 0, 0, 1, 3, 3)  # a bounded run's last tick leaves nothing half done
+    assert not trials.due(True, 2, 0, 1, 0, 3)  # it judged attempts and no near-miss waits
+    assert not trials.due(True, 0, 1, 1, 3, 3)  # one trial at a time
+    assert not trials.due(True, 0, 0, 0, 3, 3)  # every slot held (a kern try beside the loop)
     # a tick that judged (a replay backend's every tick) still forms one for a full set
     assert trials.due(True, 2, 0, 1, ready=3, max_parts=3)
     assert trials.due(True, 2, 0, 1, ready=5, max_parts=3)
