@@ -175,6 +175,7 @@ def compile_all(launches: Path, dump: Path | None = None, limit_s: float = 300.0
     target = GPUTarget("cuda", 90, 32)
     entries = json.loads(launches.read_text())
     failed = 0
+    signal.signal(signal.SIGALRM, _alarm)
     for e in entries:
         label = f"{e['module']}.{e['name']} {e['options'] or ''}".rstrip()
         try:
@@ -191,7 +192,6 @@ def compile_all(launches: Path, dump: Path | None = None, limit_s: float = 300.0
                     signature[n], consts[n] = "constexpr", 1
             attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in e.get("aligned", ())}
             src = ASTSource(fn, signature, constexprs=consts, attrs=attrs)
-            signal.signal(signal.SIGALRM, _alarm)
             signal.setitimer(signal.ITIMER_REAL, limit_s)
             try:  # (subprocess.run kills ptxas when the alarm's exception reaches it)
                 kernel = triton.compile(src, target=target, options=e["options"])
