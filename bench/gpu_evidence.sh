@@ -40,7 +40,7 @@
 #            kernel (issue-, memory- or latency-bound); the reports in ncu_experts_reports.tgz.
 #            NCU_TIMEOUT (default 180 s) per row count. Fits an H100 up to 192 rows
 #   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set;
-#            LOOP_WALL_HOURS: no judgment starts past it): kern loop with the replay backend
+#            LOOP_WALL_HOURS, TIMEOUT less a minute unless set: no judgment starts that could outlast it): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
 #            (bench/journey/ledger.sqlite) as its ledger, in its own process session across
 #            device calls; loop-wait waits, then brings back the ledger, the exports and a
@@ -181,6 +181,9 @@ demo)  # [TIMEOUT] - issue 34: README command 1 on this GPU (kern loop --demo), 
 loop-start)
   ticks=${2:?loop-start needs TICKS}
   mkdir -p runs && cp bench/journey/ledger.sqlite runs/ledger.sqlite
+  # the loop's wall budget ends a minute before the timeout kills it (its report is written in
+  # that minute): it starts no judgment that could outlast it (a killed one stays judging)
+  export LOOP_WALL_HOURS=${LOOP_WALL_HOURS:-$(python3 -c "print(max(${3:-1500} - 60, 60) / 3600)")}
   python3 bench/journey/loop_config.py /tmp/kern-loop.yaml || exit 3
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
   detached_start loop ${4:-110} "timeout ${3:-1500} python3 -m harness.cli --config /tmp/kern-loop.yaml loop --ticks $ticks --every 1s --wait-agents 120 --no-live --report"

@@ -131,6 +131,8 @@ class Orchestrator:
         self.idle_ticks = 0
         self.started = time.monotonic()
         self.halt: str | None = None  # why the loop must stop now (a full disk)
+        self.out_of_time: str | None = None  # why no judgment starts: the wall budget is too short
+        self.judged_s: list[float] = []  # this loop's judgments' wall seconds (the next may take as long)
         self.agent_crashes = 0  # agents in a row that ended without a proposal
         self.judged = 0  # attempts the last collect judged
         self.ceiling = ""  # what the latest profile's floors divide by (briefs say it)
@@ -243,6 +245,10 @@ class Orchestrator:
         from . import farm
         from .pipeline import draw_hidden, judgment
 
+        if self._stopping():  # none starts: each waits, queued, for the next loop
+            for n, _, _, queued in jobs:
+                self._unjudged(n, queued, report)
+            return
         if self.ctx.remote is not None:  # Ray: every judgment a task now; Ray runs them as slots free
             futures = {}
             for n, tip, base, queued in jobs:
@@ -305,7 +311,7 @@ class Orchestrator:
                 if len(b.members) == 1:
                     n = b.members[0]
                     tip, base, queued = by_n[n]
-                    if self.halt:  # (what was prepared for it is ended below)
+                    if self._stopping():  # (what was prepared for it is ended below)
                         self._unjudged(n, queued, report)
                         continue
                     if queued:
@@ -368,7 +374,7 @@ class Orchestrator:
         early = prepared[2]
         merged = out is not None and out.state == L.MERGED
         keep, why = overlap.keep_prepared(overlap.EndFacts(
-            halted=bool(self.halt), failed=out is None, merged=merged, batch_member=False,
+            halted=bool(self._stopping()), failed=out is None, merged=merged, batch_member=False,
             main_side_serves=False), early.sides)
         if not keep:
             early.close()
@@ -398,7 +404,7 @@ class Orchestrator:
         early = prepared[2] if prepared is not None else None  # the next member's tap sides
         carried = None  # the next batch's first member's, prepared beside the last member's scorer
         try:
-            while (n := B.next_member(state)) is not None and not self.halt:
+            while (n := B.next_member(state)) is not None and not self._stopping():
                 tip, base, queued = by_n[n]
                 if queued:
                     self.led.transition(n, L.JUDGING)
@@ -421,7 +427,7 @@ class Orchestrator:
                     carried = self._carry(ahead, carried, out)
                 elif early is not None:
                     keep, why = overlap.keep_prepared(overlap.EndFacts(
-                        halted=bool(self.halt), failed=out is None, merged=merged, batch_member=True,
+                        halted=bool(self._stopping()), failed=out is None, merged=merged, batch_member=True,
                         main_side_serves=recording.keeper is not None), early.sides)
                     if not keep:
                         early.close()
@@ -482,7 +488,7 @@ class Orchestrator:
         loop judges it; one still queued is left as it is."""
         if queued:
             return
-        self.led.transition(number, L.QUEUED, reason=f"not judged: the loop stopped ({self.halt})")
+        self.led.transition(number, L.QUEUED, reason=f"not judged: the loop stopped ({self._stopping()})")
         report.collected.append((number, L.QUEUED, "not judged: the loop stopped"))
 
     def _agent_ended(self, number: int, limit: float, now: float) -> bool:
@@ -540,6 +546,7 @@ class Orchestrator:
                hold_hidden: bool = False):
         """Judge attempt ``number`` and record its outcome; returns it (None: judging failed,
         recorded as such)."""
+        t0 = time.monotonic()
         try:
             out = judge_and_record(self.ctx, number, tip, base, first=first, hold_hidden=hold_hidden)
             report.collected.append((number, out.state, out.reason))
@@ -558,7 +565,18 @@ class Orchestrator:
             else:
                 self._final(number, L.CRASHED, reason, report)
         finally:
+            self.judged_s.append(time.monotonic() - t0)
             self.ctx.repo.close_attempt(number, self.ctx.runs)
+
+    def _stopping(self) -> str | None:
+        """Why no judgment starts now (None: one may): the loop halts, or the wall budget left
+        is shorter than this loop's longest judgment (:func:`no_time_to_judge`; sticky)."""
+        if self.halt:
+            return self.halt
+        if self.out_of_time is None:
+            self.out_of_time = no_time_to_judge(
+                self.cfg.budgets, (time.monotonic() - self.started) / 3600, self.judged_s)
+        return self.out_of_time
 
     def _rerun(self, number: int, report: TickReport) -> int | None:
         """Attempt ``number`` crashed because its node was lost: its commit is judged once
@@ -759,6 +777,8 @@ class Orchestrator:
         tick_id = self.led.add_tick(self.run_id, [])
         report = TickReport(tick_id)
         self.collect(report)
+        if self.out_of_time and not self.halt:  # collected attempts wait (queued) for the next loop
+            return self._stop(report, self.out_of_time, L.RUN_BUDGET)
         spent = None if self.halt else self.budget_stop()
         if spent and self.led.attempts(states=L.IN_FLIGHT):
             report.draining = spent  # attempts in flight finish (later ticks judge them); none starts
@@ -891,6 +911,22 @@ def budget_spent(b, use: dict, hours: float) -> str | None:
         return f"cost budget spent (${use['cost_usd']:.2f} of budgets.cost_usd ${b.cost_usd:.2f})"
     if hours >= b.wall_hours:
         return f"wall-time budget spent ({hours:.1f} h of budgets.wall_hours {b.wall_hours:g} h)"
+    return None
+
+
+def no_time_to_judge(b, hours: float, judged_s: list[float]) -> str | None:
+    """Pure: why no judgment may start after this loop's ``hours``: the wall budget
+    (``b.wall_hours``) has less left than the longest of this loop's judgments (``judged_s``,
+    wall seconds), or none. One begun anyway could outlast the budget, and a loop killed at its
+    end leaves the row judging, judged again from its start by the next loop; an attempt not
+    begun waits queued. None while one fits, and before this loop's first judgment."""
+    left = b.wall_hours * 3600 - hours * 3600
+    if left <= 0:
+        return f"wall-time budget spent ({hours:.1f} h of budgets.wall_hours {b.wall_hours:g} h)"
+    if judged_s and left < max(judged_s):
+        return (f"wall-time budget nearly spent: {left:.0f} s of budgets.wall_hours {b.wall_hours:g} h "
+                f"left, and this loop's longest judgment took {max(judged_s):.0f} s; the attempts "
+                f"collected wait, queued, for the next loop")
     return None
 
 

@@ -242,7 +242,8 @@ FARM_KINDS = get_args(get_type_hints(Farm)["kind"])
 
 @section
 class Budgets:
-    """``budgets``: the loop stops when one is spent (attempts in flight finish first)."""
+    """``budgets``: the loop stops when one is spent (attempts in flight finish first; past
+    ``wall_hours`` less its longest judgment, none starts: they wait queued)."""
     attempts: Annotated[Int, Ge(1)]
     tokens: Annotated[Int, Ge(1)]
     wall_hours: Annotated[Float, Gt(0)]

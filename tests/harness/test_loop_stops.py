@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from harness import ledger as L
 from harness.agents.common import AgentConfigError
 from harness.agents.replay import DEATHS_PER_PATCH, ReplayUse, next_patches, queue_order
 from harness.orchestrator import (Orchestrator, agent_never_proposed, attempt_dir, budget_spent,
-                                  failure_reason)
+                                  failure_reason, no_time_to_judge)
 from harness.pipeline import Context
 from harness.settings import Budgets, load
 from harness.worktrees import Repo
@@ -99,6 +100,44 @@ def test_a_spent_cost_budget_lets_the_attempts_in_flight_finish_then_stops_and_s
     d = json.loads(capsys.readouterr().out)
     assert d["run"]["stopped"] == {"at": end.at, "how": "budget spent", "reason": second.stop}
     assert d["run"]["running"] is None and d["budget"]["cost_usd"] == {"used": 1.5, "limit": 1.0}
+
+
+@pytest.mark.parametrize("hours,judged,words", [
+    (0.0, [], None),  # before the loop's first judgment: it starts
+    (0.5, [], None),
+    (0.9, [300.0], None),  # 360 s left, the longest took 300 s
+    (0.9, [300.0, 361.0], "wall-time budget nearly spent: 360 s of budgets.wall_hours 1 h left, and this "
+     "loop's longest judgment took 361 s; the attempts collected wait, queued, for the next loop"),
+    (1.0, [], "wall-time budget spent (1.0 h of budgets.wall_hours 1 h)"),
+    (1.2, [5.0], "wall-time budget spent (1.2 h of budgets.wall_hours 1 h)"),
+])
+def test_whether_the_wall_budget_left_fits_another_judgment(hours, judged, words):
+    assert no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), hours, judged) == words
+
+
+@given(st.floats(0, 2), st.lists(st.floats(0, 9000), max_size=6))
+def test_a_judgment_starts_only_while_the_longest_one_fits_in_the_wall_budget_left(hours, judged):
+    why = no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), hours, judged)
+    left = 3600 - hours * 3600
+    assert (why is None) == (left > 0 and (not judged or left >= max(judged)))
+
+
+def test_a_commit_whose_judgment_would_outlast_the_wall_budget_waits_queued_and_the_loop_stops(tmp_path):
+    repo = light_repo(tmp_path, {"budgets.wall_hours": 1.0, "loop.concurrency": 1})
+    orch = orchestrator(repo)
+    main = orch.ctx.repo.main_sha()
+    n = orch.led.new_attempt(title="t", hypothesis="", target="moe.experts", backend="command",
+                             base_sha=main, phase_id=None)
+    orch.led.update(n, commit_sha=main)  # a commit re-queued by a restart: judged by the next collect
+    orch.judged_s = [3700.0]  # this loop's longest judgment outlasts the hour the budget has left
+    report = orch.tick()
+    assert re.fullmatch(r"wall-time budget nearly spent: 3[56]\d\d s of budgets.wall_hours 1 h left, and "
+                        r"this loop's longest judgment took 3700 s; the attempts collected wait, "
+                        r"queued, for the next loop", report.stop)
+    assert report.spawned == [] and report.collected == []
+    assert orch.led.attempt(n).state == L.QUEUED and orch.led.attempt(n).commit_sha == main
+    (end,) = orch.led.stops().values()
+    assert (end.how, end.reason) == (L.RUN_BUDGET, report.stop)
 
 
 def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path):
