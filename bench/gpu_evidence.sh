@@ -125,6 +125,7 @@ loop_collect() {  # the journey's ledger, its exports and the clone's main (the 
   # a consistent copy while the loop may still write (sqlite's online backup)
   python3 -c "import sqlite3,sys; sqlite3.connect('runs/ledger.sqlite').backup(sqlite3.connect(sys.argv[1]))" $OUT/ledger.sqlite
   cp /tmp/kern-loop.yaml $OUT/ 2>/dev/null
+  cp /tmp/loop.log $OUT/loop.log 2>/dev/null  # each tick's and judgment's lines, with their times
   python3 -m harness.cli --config /tmp/kern-loop.yaml report --format json --out $OUT/journey.json >/dev/null 2>&1
   python3 -m harness.cli --config /tmp/kern-loop.yaml status > $OUT/loop_status.txt 2>&1
   # main, the gates' notes and every attempt's branch: an abandoned or interrupted attempt's
@@ -192,7 +193,7 @@ loop-start)
   ;;
 loop-wait)
   detached_wait loop ${2:-110}
-  tail -60 /tmp/loop.log; cp /tmp/loop.log $OUT/loop.log; detached_state loop "kern loop"
+  tail -60 /tmp/loop.log; detached_state loop "kern loop"
   loop_collect
   ;;
 try-start)
