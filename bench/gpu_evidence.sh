@@ -185,6 +185,8 @@ loop-start)
   # the loop's wall budget ends a minute before the timeout kills it (its report is written in
   # that minute): it starts no judgment that could outlast it (a killed one stays judging)
   export LOOP_WALL_HOURS=${LOOP_WALL_HOURS:-$(python3 -c "print(max(${3:-1500} - 60, 60) / 3600)")}
+  # the first judgment (main's compile in it): #11's 352 s on 2026-12-06, the longest measured
+  export LOOP_FIRST_JUDGMENT_S=${LOOP_FIRST_JUDGMENT_S:-360}
   python3 bench/journey/loop_config.py /tmp/kern-loop.yaml || exit 3
   python3 -c "import torch; from gates.side import tamper; torch.zeros(1, device='cuda'); print('persisting L2 bytes', tamper.persisting_l2_bytes(torch.device('cuda')))" || exit 3
   detached_start loop ${4:-110} "timeout ${3:-1500} python3 -m harness.cli --config /tmp/kern-loop.yaml loop --ticks $ticks --every 1s --wait-agents 120 --no-live --report"

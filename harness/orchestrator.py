@@ -574,8 +574,8 @@ class Orchestrator:
         if self.halt:
             return self.halt
         if self.out_of_time is None:
-            self.out_of_time = no_time_to_judge(
-                self.cfg.budgets, (time.monotonic() - self.started) / 3600, self.judged_s)
+            self.out_of_time = no_time_to_judge(self.cfg.budgets, (time.monotonic() - self.started) / 3600,
+                                                self.judged_s, self.cfg.loop.first_judgment_s)
         return self.out_of_time
 
     def _rerun(self, number: int, report: TickReport) -> int | None:
@@ -914,19 +914,22 @@ def budget_spent(b, use: dict, hours: float) -> str | None:
     return None
 
 
-def no_time_to_judge(b, hours: float, judged_s: list[float]) -> str | None:
+def no_time_to_judge(b, hours: float, judged_s: list[float], first_s: float = 0.0) -> str | None:
     """Pure: why no judgment may start after this loop's ``hours``: the wall budget
     (``b.wall_hours``) has less left than the longest of this loop's judgments (``judged_s``,
-    wall seconds), or none. One begun anyway could outlast the budget, and a loop killed at its
-    end leaves the row judging, judged again from its start by the next loop; an attempt not
-    begun waits queued. None while one fits, and before this loop's first judgment."""
+    wall seconds; before the first, ``first_s``: kern.yaml's loop.first_judgment_s), or none.
+    One begun anyway could outlast the budget, and a loop killed at its end leaves the row
+    judging, judged again from its start by the next loop; an attempt not begun waits queued.
+    None while one fits."""
     left = b.wall_hours * 3600 - hours * 3600
     if left <= 0:
         return f"wall-time budget spent ({hours:.1f} h of budgets.wall_hours {b.wall_hours:g} h)"
-    if judged_s and left < max(judged_s):
+    longest, whose = (max(judged_s), "this loop's longest judgment took") if judged_s else \
+        (first_s, "a first judgment is counted (loop.first_judgment_s) as")
+    if left < longest:
         return (f"wall-time budget nearly spent: {left:.0f} s of budgets.wall_hours {b.wall_hours:g} h "
-                f"left, and this loop's longest judgment took {max(judged_s):.0f} s; the attempts "
-                f"collected wait, queued, for the next loop")
+                f"left, and {whose} {longest:.0f} s; the attempts collected wait, queued, for the "
+                f"next loop")
     return None
 
 

@@ -207,6 +207,9 @@ class Loop:
     stop_after_agent_crashes: Annotated[Int, Ge(0)] = 3
     trial_merge_parts: Annotated[Int, Ge(0), rule(_trial_parts)] = 0
     trial_merge_recent: Annotated[Int, Ge(2)] = 12
+    # seconds the wall budget's deadline counts for a judgment before this loop has made one
+    # (later: its longest so far); 0: the loop's first judgment always starts
+    first_judgment_s: Annotated[Float, Ge(0)] = 0.0
     # profile rows the planner may brief (op names, or 'dense projections (cuBLAS)'); None: every row
     targets: Annotated[tuple[Str, ...], MinLen(1), LISTED] | None = None
 

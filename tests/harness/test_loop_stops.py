@@ -115,11 +115,22 @@ def test_whether_the_wall_budget_left_fits_another_judgment(hours, judged, words
     assert no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), hours, judged) == words
 
 
-@given(st.floats(0, 2), st.lists(st.floats(0, 9000), max_size=6))
-def test_a_judgment_starts_only_while_the_longest_one_fits_in_the_wall_budget_left(hours, judged):
-    why = no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), hours, judged)
+@pytest.mark.parametrize("judged,first,words", [
+    ([], 300.0, None),
+    ([], 400.0, "wall-time budget nearly spent: 360 s of budgets.wall_hours 1 h left, and a first judgment "
+     "is counted (loop.first_judgment_s) as 400 s; the attempts collected wait, queued, for the next loop"),
+    ([100.0], 400.0, None),  # once the loop has judged, its own judgments count, not the setting
+])
+def test_before_its_first_judgment_the_loop_counts_the_configured_seconds(judged, first, words):
+    assert no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), 0.9, judged,
+                            first) == words
+
+
+@given(st.floats(0, 2), st.lists(st.floats(0, 9000), max_size=6), st.floats(0, 9000))
+def test_a_judgment_starts_only_while_the_longest_one_fits_in_the_wall_budget_left(hours, judged, first):
+    why = no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), hours, judged, first)
     left = 3600 - hours * 3600
-    assert (why is None) == (left > 0 and (not judged or left >= max(judged)))
+    assert (why is None) == (left > 0 and left >= (max(judged) if judged else first))
 
 
 def test_a_commit_whose_judgment_would_outlast_the_wall_budget_waits_queued_and_the_loop_stops(tmp_path):
