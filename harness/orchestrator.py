@@ -909,6 +909,11 @@ def budget_spent(b, use: dict, hours: float) -> str | None:
         return f"token budget spent ({use['tokens']} of budgets.tokens {b.tokens})"
     if use["cost_usd"] >= b.cost_usd:
         return f"cost budget spent (${use['cost_usd']:.2f} of budgets.cost_usd ${b.cost_usd:.2f})"
+    return wall_spent(b, hours)
+
+
+def wall_spent(b, hours: float) -> str | None:
+    """Pure: the wall budget spent after this loop's ``hours``, in words; None while it is not."""
     if hours >= b.wall_hours:
         return f"wall-time budget spent ({hours:.1f} h of budgets.wall_hours {b.wall_hours:g} h)"
     return None
@@ -921,9 +926,10 @@ def no_time_to_judge(b, hours: float, judged_s: list[float], first_s: float = 0.
     One begun anyway could outlast the budget, and a loop killed at its end leaves the row
     judging, judged again from its start by the next loop; an attempt not begun waits queued.
     None while one fits."""
+    spent = wall_spent(b, hours)
+    if spent:
+        return spent
     left = b.wall_hours * 3600 - hours * 3600
-    if left <= 0:
-        return f"wall-time budget spent ({hours:.1f} h of budgets.wall_hours {b.wall_hours:g} h)"
     longest, whose = (max(judged_s), "this loop's longest judgment took") if judged_s else \
         (first_s, "a first judgment is counted (loop.first_judgment_s) as")
     if left < longest:
