@@ -139,6 +139,7 @@ class TimesSummary(_Section):
     scorer_s: float | None = None
     remeasure_s: float | None = None
     total_s: float | None = None
+    compile_main_s: float | None = None  # main's compile side, part of accuracy_s (once per main)
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,11 @@ class Orchestrator:
         self.started = time.monotonic()
         self.halt: str | None = None  # why the loop must stop now (a full disk)
         self.out_of_time: str | None = None  # why no judgment starts: the wall budget is too short
-        self.judged_s: list[float] = []  # this loop's judgments' wall seconds (the next may take as long)
+        # this loop's judgments' wall seconds less main's compile (the next may take as long), the
+        # seconds main's compile took, and the mains compiled: a new main (a merge) compiles again
+        self.judged_s: list[float] = []
+        self.compile_main_s: list[float] = []
+        self.compiled_mains: set[str] = set()
         self.agent_crashes = 0  # agents in a row that ended without a proposal
         self.judged = 0  # attempts the last collect judged
         self.ceiling = ""  # what the latest profile's floors divide by (briefs say it)
@@ -547,9 +551,12 @@ class Orchestrator:
         """Judge attempt ``number`` and record its outcome; returns it (None: judging failed,
         recorded as such)."""
         t0 = time.monotonic()
+        compile_s = 0.0
         try:
             out = judge_and_record(self.ctx, number, tip, base, first=first, hold_hidden=hold_hidden)
             report.collected.append((number, out.state, out.reason))
+            gate = out.fields.get("gate")
+            compile_s = (gate.times.compile_main_s if gate is not None and gate.times else None) or 0.0
             return out
         except L.LedgerError:
             raise  # nothing can be recorded: the loop stops, a restart re-queues the attempt
@@ -565,7 +572,10 @@ class Orchestrator:
             else:
                 self._final(number, L.CRASHED, reason, report)
         finally:
-            self.judged_s.append(time.monotonic() - t0)
+            self.judged_s.append(time.monotonic() - t0 - compile_s)
+            if compile_s:
+                self.compile_main_s.append(compile_s)
+            self.compiled_mains.add(base)
             self.ctx.repo.close_attempt(number, self.ctx.runs)
 
     def _stopping(self) -> str | None:
@@ -574,8 +584,10 @@ class Orchestrator:
         if self.halt:
             return self.halt
         if self.out_of_time is None:
+            new_main = self.compile_main_s and self.ctx.repo.main_sha() not in self.compiled_mains
             self.out_of_time = no_time_to_judge(self.cfg.budgets, (time.monotonic() - self.started) / 3600,
-                                                self.judged_s, self.cfg.loop.first_judgment_s)
+                                                self.judged_s, self.cfg.loop.first_judgment_s,
+                                                max(self.compile_main_s) if new_main else 0.0)
         return self.out_of_time
 
     def _rerun(self, number: int, report: TickReport) -> int | None:
@@ -664,6 +676,9 @@ class Orchestrator:
             # before its first side: this profile's and every judgment's against it
             main = compiled.prepare(self.ctx.repo.root, sha, self.ctx.runs, cfg.target,
                                     cfg.machine, self.ctx.cuda, cfg.profile.timeout_s, place)
+            self.compiled_mains.add(sha)  # the judgments against it compile nothing more
+            if main.wall_s > 0:
+                self.compile_main_s.append(main.wall_s)
             res = run_step(self.ctx.repo.root, sha, self.ctx.runs, spec, partial, cfg.profile.timeout_s,
                            place.seeded(main.path))
         if not res.ok:
@@ -919,23 +934,28 @@ def wall_spent(b, hours: float) -> str | None:
     return None
 
 
-def no_time_to_judge(b, hours: float, judged_s: list[float], first_s: float = 0.0) -> str | None:
+def no_time_to_judge(b, hours: float, judged_s: list[float], first_s: float = 0.0,
+                     compile_s: float = 0.0) -> str | None:
     """Pure: why no judgment may start after this loop's ``hours``: the wall budget
     (``b.wall_hours``) has less left than the longest of this loop's judgments (``judged_s``,
-    wall seconds; before the first, ``first_s``: kern.yaml's loop.first_judgment_s), or none.
-    One begun anyway could outlast the budget, and a loop killed at its end leaves the row
-    judging, judged again from its start by the next loop; an attempt not begun waits queued.
-    None while one fits."""
+    wall seconds less main's compile) plus ``compile_s`` (main's compile, where main changed
+    since the last; before the first judgment, ``first_s``: kern.yaml's loop.first_judgment_s),
+    or none. One begun anyway could outlast the budget, and a loop killed at its end leaves the
+    row judging, judged again from its start by the next loop; an attempt not begun waits
+    queued. None while one fits."""
     spent = wall_spent(b, hours)
     if spent:
         return spent
     left = b.wall_hours * 3600 - hours * 3600
-    longest, whose = (max(judged_s), "this loop's longest judgment took") if judged_s else \
-        (first_s, "a first judgment is counted (loop.first_judgment_s) as")
+    if judged_s:
+        longest = max(judged_s) + compile_s
+        whose = f"this loop's longest judgment took {max(judged_s):.0f} s" + (
+            f" and main's compile {compile_s:.0f} s (main changed since it was compiled)" if compile_s else "")
+    else:
+        longest, whose = first_s, f"a first judgment is counted (loop.first_judgment_s) as {first_s:.0f} s"
     if left < longest:
         return (f"wall-time budget nearly spent: {left:.0f} s of budgets.wall_hours {b.wall_hours:g} h "
-                f"left, and {whose} {longest:.0f} s; the attempts collected wait, queued, for the "
-                f"next loop")
+                f"left, and {whose}; the attempts collected wait, queued, for the next loop")
     return None
 
 

@@ -375,8 +375,10 @@ def with_times(out: Outcome, times: JudgmentTimes) -> Outcome:
     gate = out.fields.get("gate")
     if gate is None:
         return out
+    compiled = [x.seconds for x in times.spans if x.phase == "compile_main"]
     summary = TimesSummary(accuracy_s=times.accuracy_s, scorer_s=times.scorer_s,
-                           remeasure_s=times.remeasure_s, total_s=times.total_s)
+                           remeasure_s=times.remeasure_s, total_s=times.total_s,
+                           compile_main_s=sum(compiled) if compiled else None)
     return replace(out, fields={**out.fields, "gate": replace(gate, times=summary)})
 
 

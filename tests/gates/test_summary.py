@@ -110,7 +110,8 @@ SUMMARIES = st.builds(
                            medians_a=opt(st.dictionaries(texts(), st.floats(allow_nan=False), max_size=2)),
                            checks=opt(st.lists(texts(), max_size=2).map(tuple)))),
     times=opt(st.builds(TimesSummary, accuracy_s=opt(st.floats(0, 1e5)), scorer_s=opt(st.floats(0, 1e5)),
-                        remeasure_s=opt(st.floats(0, 1e5)), total_s=opt(st.floats(0, 1e5)))),
+                        remeasure_s=opt(st.floats(0, 1e5)), total_s=opt(st.floats(0, 1e5)),
+                        compile_main_s=opt(st.floats(0, 1e5)))),
     conflict=opt(texts()), detail=opt(texts()))
 
 
@@ -130,3 +131,17 @@ def test_the_ledger_keeps_the_typed_summary_and_refuses_a_dict(tmp_path):
     with pytest.raises(TypeError, match="gate must be a gates.summary.GateSummary, found dict"):
         led.update(n, gate={"scope": "ok"})
     led.close()
+
+
+@pytest.mark.parametrize("spans,compile_s", [
+    ((), None),  # main compiled before (its profile, an earlier judgment): nothing on this row
+    ((("accuracy", "coordinator", "compile_main", 85.0), ("accuracy", "A record", "tap", 7.0)), 85.0),
+])
+def test_the_row_s_times_say_what_main_s_compile_took_in_this_judgment(spans, compile_s):
+    from gates.rules.phases import JudgmentTimes, Span
+    from harness.pipeline import Outcome, with_times
+
+    times = JudgmentTimes(120.0, 80.0, None, 200.0, tuple(Span(*x) for x in spans))
+    out = with_times(Outcome("abandoned", "within noise", {"gate": GateSummary()}), times)
+    assert out.fields["gate"].times == TimesSummary(accuracy_s=120.0, scorer_s=80.0, total_s=200.0,
+                                                    compile_main_s=compile_s)

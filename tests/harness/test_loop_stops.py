@@ -126,11 +126,24 @@ def test_before_its_first_judgment_the_loop_counts_the_configured_seconds(judged
                             first) == words
 
 
-@given(st.floats(0, 2), st.lists(st.floats(0, 9000), max_size=6), st.floats(0, 9000))
-def test_a_judgment_starts_only_while_the_longest_one_fits_in_the_wall_budget_left(hours, judged, first):
-    why = no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), hours, judged, first)
+@pytest.mark.parametrize("compile_s,words", [
+    (0.0, None),  # main compiled already: 300 s fit in the 360 s left
+    (85.0, "wall-time budget nearly spent: 360 s of budgets.wall_hours 1 h left, and this loop's longest "
+     "judgment took 300 s and main's compile 85 s (main changed since it was compiled); the attempts "
+     "collected wait, queued, for the next loop"),
+])
+def test_a_new_main_counts_its_compile_on_top_of_the_longest_judgment(compile_s, words):
+    assert no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), 0.9, [300.0], 360.0,
+                            compile_s) == words
+
+
+@given(st.floats(0, 2), st.lists(st.floats(0, 9000), max_size=6), st.floats(0, 9000), st.floats(0, 900))
+def test_a_judgment_starts_only_while_the_longest_one_fits_in_the_wall_budget_left(hours, judged, first,
+                                                                                   compile_s):
+    why = no_time_to_judge(Budgets(attempts=3, tokens=10, wall_hours=1, cost_usd=2.0), hours, judged, first,
+                           compile_s)
     left = 3600 - hours * 3600
-    assert (why is None) == (left > 0 and left >= (max(judged) if judged else first))
+    assert (why is None) == (left > 0 and left >= (max(judged) + compile_s if judged else first))
 
 
 def test_a_commit_whose_judgment_would_outlast_the_wall_budget_waits_queued_and_the_loop_stops(tmp_path):
@@ -149,6 +162,25 @@ def test_a_commit_whose_judgment_would_outlast_the_wall_budget_waits_queued_and_
     assert orch.led.attempt(n).state == L.QUEUED and orch.led.attempt(n).commit_sha == main
     (end,) = orch.led.stops().values()
     assert (end.how, end.reason) == (L.RUN_BUDGET, report.stop)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_main_s_compile_is_counted_only_once_main_has_changed_since_it_was_compiled(tmp_path, compiled):
+    repo = light_repo(tmp_path, {"budgets.wall_hours": 1.0, "loop.concurrency": 1})
+    orch = orchestrator(repo)
+    main = orch.ctx.repo.main_sha()
+    n = orch.led.new_attempt(title="t", hypothesis="", target="moe.experts", backend="command",
+                             base_sha=main, phase_id=None)
+    orch.led.update(n, commit_sha=main)
+    # judgments of 60 s less their compile fit the hour; a compile of 3 700 s on top does not
+    orch.judged_s, orch.compile_main_s = [60.0], [3700.0]
+    orch.compiled_mains = {main} if compiled else {"0" * 40}
+    report = orch.tick(spawn=False)
+    if compiled:
+        assert report.stop is None and orch.led.attempt(n).state != L.QUEUED
+    else:
+        assert "this loop's longest judgment took 60 s and main's compile 3700 s" in report.stop
+        assert orch.led.attempt(n).state == L.QUEUED
 
 
 def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path):
