@@ -13,6 +13,8 @@ from pathlib import Path
 
 import git
 
+from gates.launch.checkout import worktrees_locked
+
 NOTES_REF = "kern"
 
 
@@ -44,12 +46,17 @@ class Repo:
     def open_attempt(self, number: int, base_sha: str, runs: Path) -> Path:
         """A fresh worktree on ``attempt/<n>`` at ``base_sha`` (replacing any leftover)."""
         path = self.worktree_for(number, runs)
-        self.close_attempt(number, runs, keep_branch=False)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.git.git.worktree("add", "-B", self.branch(number), str(path), base_sha)
+        with worktrees_locked(self.root):
+            self._close(number, runs, keep_branch=False)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.git.git.worktree("add", "-B", self.branch(number), str(path), base_sha)
         return path
 
     def close_attempt(self, number: int, runs: Path, keep_branch: bool = True) -> None:
+        with worktrees_locked(self.root):
+            self._close(number, runs, keep_branch)
+
+    def _close(self, number: int, runs: Path, keep_branch: bool) -> None:
         path = self.worktree_for(number, runs)
         if path.exists():
             try:
@@ -109,7 +116,8 @@ class Repo:
     def open_attempt_at_tip(self, number: int, runs: Path) -> Path:
         path = self.worktree_for(number, runs)
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.git.git.worktree("add", str(path), self.branch(number))
+        with worktrees_locked(self.root):
+            self.git.git.worktree("add", str(path), self.branch(number))
         return path
 
     def is_ancestor(self, sha: str, of: str) -> bool:

@@ -6,6 +6,7 @@ work tree itself (uncommitted edits) is the revision ``WORKTREE``.
 from __future__ import annotations
 
 import fcntl
+from contextlib import contextmanager
 from pathlib import Path
 
 import git
@@ -27,14 +28,25 @@ def resolve(repo: Path, rev: str) -> str:
                             f"commit SHA (git log --oneline lists them)") from None
 
 
+@contextmanager
+def worktrees_locked(repo: Path):
+    """Every worktree add, remove and prune on ``repo`` one at a time, across threads,
+    processes and runs folders (the lock lives in git's common folder): a prune beside an add
+    deletes the new worktree's record before git has written it (CI, 2026-12-07: "could not
+    open .git/worktrees/<x>/gitdir"). Not re-entrant: a holder calls nothing that takes it."""
+    common = Path(git.Repo(repo).common_dir)
+    with open(common / "kern-worktrees.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def checkout(repo: Path, sha: str, runs: Path) -> Path:
     """A directory holding ``sha``'s tree (``WORKTREE``: the repository itself)."""
     if sha == WORKTREE:
         return Path(repo).resolve()
     path = (runs / "worktrees" / sha[:12]).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / ".checkout.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # concurrent gates may ask for the same commit
+    with worktrees_locked(repo):  # concurrent gates may ask for the same commit
         if (path / ".git").exists():
             return path
         r = git.Repo(repo)
