@@ -800,6 +800,9 @@ class Orchestrator:
             return report
         if self.halt or spent:
             return self._stop(report, self.halt or spent, L.RUN_HALTED if self.halt else L.RUN_BUDGET)
+        if spawn and self._stopping():  # no judgment fits: a new main's profile and the agents
+            # briefed on it would be lost (the next loop profiles and briefs again)
+            return self._stop(report, self.out_of_time, L.RUN_BUDGET)
         if spawn:
             self.trial_merge(tick_id, report)
             self.plan_and_spawn(tick_id, report)

@@ -183,6 +183,40 @@ def test_main_s_compile_is_counted_only_once_main_has_changed_since_it_was_compi
         assert orch.led.attempt(n).state == L.QUEUED
 
 
+@pytest.mark.parametrize("merged", [False, True])
+def test_a_tick_whose_judgment_merged_with_no_time_left_to_judge_the_new_main_neither_profiles_nor_briefs(
+        tmp_path, merged):
+    repo = light_repo(tmp_path, {"budgets.wall_hours": 1.0, "loop.concurrency": 1,
+                                 "loop.trial_merge_parts": 0})
+    orch = orchestrator(repo)
+    # main was compiled; judgments take 60 s less main's compile, and a compile takes 3 700 s: a
+    # judgment against main fits the hour left, one against a new main does not
+    orch.judged_s, orch.compile_main_s = [60.0], [3700.0]
+    orch.compiled_mains = {orch.ctx.repo.main_sha()}
+    judge = orch.collect
+
+    def collect(report):  # this tick's judgment: it started in time, and merged (main moved)
+        judge(report)
+        if merged:
+            subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "merged"],
+                           check=True)
+    orch.collect = collect
+    profiled = []
+
+    def profile():
+        profiled.append(orch.ctx.repo.main_sha())
+        return {"profile": {"ops": [], "step_ms": 1.0}}
+    orch.profile = profile
+    report = orch.tick()
+    if not merged:
+        assert report.stop is None and profiled == [orch.ctx.repo.main_sha()]
+    else:
+        assert "main's compile 3700 s (main changed since it was compiled)" in report.stop
+        assert profiled == [] and report.spawned == []
+        (end,) = orch.led.stops().values()
+        assert (end.how, end.reason) == (L.RUN_BUDGET, report.stop)
+
+
 def test_a_tick_that_collects_nothing_while_an_agent_works_is_not_idle(tmp_path):
     repo = light_repo(tmp_path, {"loop.stop_after_idle_ticks": 1, "loop.concurrency": 1,
                                  "loop.trial_merge_parts": 0})
