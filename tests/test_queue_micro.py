@@ -104,3 +104,12 @@ def test_the_summary_sums_each_patchs_ops_and_says_what_never_ran():
     assert "no op of it was timed" in d.errors[0] and not d.identical
     table = queue_micro.summary_table([a, b, c, d])
     assert "+0.500" in table and "-0.500" in table and "did not apply" in table
+
+
+def test_the_result_names_the_gpu_and_versions_its_op_bench_processes_ran_on():
+    env = {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "triton": "3.6.0", "python": "3.12"}
+    families = {"moe": {"patches": ["p"], "op_bench": None},  # its process wrote nothing
+                "mla": {"patches": ["q"], "op_bench": {"environment": env}}}
+    assert queue_micro.measured_on(families) == {"gpu": "NVIDIA H200", "torch": "2.11.0+cu130",
+                                                 "triton": "3.6.0"}
+    assert all(v.startswith("not measured") for v in queue_micro.measured_on({"moe": families["moe"]}).values())

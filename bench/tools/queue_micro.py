@@ -118,6 +118,16 @@ class PatchSummary:
     errors: tuple[str, ...] = ()
 
 
+def measured_on(families: Mapping[str, dict]) -> dict:
+    """Pure: the GPU, torch and triton the families' op_bench processes ran on (the first
+    family with a document says; every family runs on the one device), or "not measured"."""
+    for fam in families.values():
+        env = (fam.get("op_bench") or {}).get("environment")
+        if env:
+            return {k: env.get(k, "unknown") for k in ("gpu", "torch", "triton")}
+    return {k: "not measured (no family's op_bench wrote its document)" for k in ("gpu", "torch", "triton")}
+
+
 def summarize(queue: Iterable[QueuedPatch], families: Mapping[str, dict]) -> list[PatchSummary]:
     """Pure: each patch's summary from the families' op_bench documents (a family's rerun of a
     patch alone, when there is one, stands for that patch), in queue order. A patch that did not
@@ -262,6 +272,7 @@ def main(argv=None) -> int:
                 args.out.write_text(json.dumps(result, indent=1, default=str))
     for q in queue:  # the trees op_bench read; the repository keeps no worktree of them
         git_or_none(ROOT, "worktree", "remove", "--force", str(args.work / variant_name(q.name)))
+    result.update(measured_on(result["families"]))
     summary = summarize(queue, result["families"])
     result["summary"] = [s.__dict__ for s in summary]
     args.out.write_text(json.dumps(result, indent=1, default=str))
