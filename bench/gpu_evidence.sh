@@ -39,6 +39,10 @@
 #            occupancy, registers, top warp stalls, instructions per weight word and a verdict per
 #            kernel (issue-, memory- or latency-bound); the reports in ncu_experts_reports.tgz.
 #            NCU_TIMEOUT (default 180 s) per row count. Fits an H100 up to 192 rows
+#   compile-rows [ROWS...] - issue 36: the compile baseline (bench/tools/compile_baseline.py: the tree's
+#            step, then every reference op under torch.compile, same process) at each row count
+#            (default 16 64), one process each so a limit at one keeps the others;
+#            $OUT/compile_baseline_<rows>.jsonl; COMPILE_TIMEOUT (default 250 s) per row count
 #   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set;
 #            LOOP_WALL_HOURS, TIMEOUT less a minute unless set: no judgment starts that could outlast it): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
@@ -145,6 +149,15 @@ compile-chain)  # [BUCKETS] - what seeding a new main's compile side saves on th
   python3 bench/tools/compile_chain.py ${2:+--buckets $2} --out $OUT/compile_chain.json 2>/tmp/compile_chain.err | tail -5
   rc=${PIPESTATUS[0]}; tail -25 /tmp/compile_chain.err
   echo "compile-chain: rc $rc, wall $(( $(date +%s)-t0 ))s"
+  ;;
+compile-rows)  # [ROWS...] - the compile baseline at each row count, apart
+  rows="${*:2}"; rows=${rows//,/ }
+  for r in ${rows:-16 64}; do
+    t0=$(date +%s); timeout ${COMPILE_TIMEOUT:-250} python3 bench/tools/compile_baseline.py $r \
+      > $OUT/compile_baseline_$r.jsonl 2>$OUT/compile_baseline_$r.err
+    rc=$?; tail -c 400 $OUT/compile_baseline_$r.jsonl; tail -3 $OUT/compile_baseline_$r.err
+    echo "compile baseline $r rows: rc $rc, wall $(( $(date +%s)-t0 ))s"
+  done
   ;;
 ncu-experts)  # [ROWS...] - is moe.experts issue-bound, memory-bound or latency-bound on this GPU
   rows="${*:2}"; rows=${rows//,/ }; rows=${rows:-16 64 128}

@@ -21,4 +21,6 @@ print(json.dumps({"stage": "prepare", **{k: v for k, v in b.prepare().items() if
 tree = b.time(rows, 10)
 print(json.dumps({"stage": "tree", "rows": rows, "times": tree["times"], "checks": tree["checks"]}), flush=True)
 r = b.baseline("compile", rows, 3)
-print(json.dumps({"stage": "compile", "rows": rows, **r, "torch": torch.__version__}), flush=True)
+# the peak says whether a smaller card holds this row count (the full config at 256 rows does not)
+print(json.dumps({"stage": "compile", "rows": rows, **r, "torch": torch.__version__,
+                  "peak_gib": torch.cuda.max_memory_allocated() / 2**30}), flush=True)
