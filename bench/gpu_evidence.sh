@@ -42,7 +42,8 @@
 #   compile-rows [ROWS...] - issue 36: the compile baseline (bench/tools/compile_baseline.py: the tree's
 #            step, then every reference op under torch.compile, same process) at each row count
 #            (default 16 64), one process each so a limit at one keeps the others;
-#            $OUT/compile_baseline_<rows>.jsonl; COMPILE_TIMEOUT (default 250 s) per row count
+#            $OUT/compile_baseline_<rows>.jsonl; COMPILE_TIMEOUT (default 450 s: on an H100 200 s did not
+#            finish compiling) per row count, so one row count a device call
 #   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set;
 #            LOOP_WALL_HOURS, TIMEOUT less a minute unless set: no judgment starts that could outlast it): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
@@ -153,7 +154,7 @@ compile-chain)  # [BUCKETS] - what seeding a new main's compile side saves on th
 compile-rows)  # [ROWS...] - the compile baseline at each row count, apart
   rows="${*:2}"; rows=${rows//,/ }
   for r in ${rows:-16 64}; do
-    t0=$(date +%s); timeout ${COMPILE_TIMEOUT:-250} python3 bench/tools/compile_baseline.py $r \
+    t0=$(date +%s); timeout ${COMPILE_TIMEOUT:-450} python3 bench/tools/compile_baseline.py $r \
       > $OUT/compile_baseline_$r.jsonl 2>$OUT/compile_baseline_$r.err
     rc=$?; tail -c 400 $OUT/compile_baseline_$r.jsonl; tail -3 $OUT/compile_baseline_$r.err
     echo "compile baseline $r rows: rc $rc, wall $(( $(date +%s)-t0 ))s"
