@@ -121,6 +121,12 @@ case "$phase" in
     fi
     ;;
 esac
+compile_baseline_at() {  # ROWS LIMIT: bench/tools/compile_baseline.py in its own process, $OUT/compile_baseline_ROWS.*
+  local t0=$(date +%s) rc
+  timeout $2 python3 bench/tools/compile_baseline.py $1 > $OUT/compile_baseline_$1.jsonl 2>$OUT/compile_baseline_$1.err
+  rc=$?; tail -c 600 $OUT/compile_baseline_$1.jsonl; tail -3 $OUT/compile_baseline_$1.err
+  echo "compile baseline $1 rows: rc $rc, wall $(( $(date +%s)-t0 ))s"
+}
 try_collect() {  # the ledger and the attempts' logs of a finished kern try, into $OUT
   python3 -c "import sqlite3; sqlite3.connect('runs/ledger.sqlite').execute('PRAGMA wal_checkpoint(TRUNCATE)')"
   cp runs/ledger.sqlite $OUT/
@@ -153,12 +159,7 @@ compile-chain)  # [BUCKETS] - what seeding a new main's compile side saves on th
   ;;
 compile-rows)  # [ROWS...] - the compile baseline at each row count, apart
   rows="${*:2}"; rows=${rows//,/ }
-  for r in ${rows:-16 64}; do
-    t0=$(date +%s); timeout ${COMPILE_TIMEOUT:-450} python3 bench/tools/compile_baseline.py $r \
-      > $OUT/compile_baseline_$r.jsonl 2>$OUT/compile_baseline_$r.err
-    rc=$?; tail -c 400 $OUT/compile_baseline_$r.jsonl; tail -3 $OUT/compile_baseline_$r.err
-    echo "compile baseline $r rows: rc $rc, wall $(( $(date +%s)-t0 ))s"
-  done
+  for r in ${rows:-16 64}; do compile_baseline_at $r ${COMPILE_TIMEOUT:-450}; done
   ;;
 ncu-experts)  # [ROWS...] - is moe.experts issue-bound, memory-bound or latency-bound on this GPU
   rows="${*:2}"; rows=${rows//,/ }; rows=${rows:-16 64 128}
@@ -433,8 +434,7 @@ ab)
   echo "kern bench evidence/extra-work --vs main (plain A/B): wall $(( $(date +%s)-t0 ))s"
   t0=$(date +%s); timeout 170 python3 -m pytest -q -p no:cacheprovider -rA tests/adversarial/test_gpu_hacks.py \
     2>&1 | tail -25 | tee $OUT/gpu_hacks.txt; echo "GPU hacks: wall $(( $(date +%s)-t0 ))s"
-  t0=$(date +%s); timeout ${2:-200} python3 bench/tools/compile_baseline.py 64 > $OUT/compile_baseline_64.jsonl \
-    2>$OUT/compile_baseline_64.err; tail -c 600 $OUT/compile_baseline_64.jsonl; echo "compile baseline 64: wall $(( $(date +%s)-t0 ))s"
+  compile_baseline_at 64 ${2:-200}
   ;;
 allreduce)  # issue 6: the one-shot all-reduce on 2 GPUs (latency vs NCCL and gather, bit identity)
   rev=${2:-main}
