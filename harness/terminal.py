@@ -259,8 +259,10 @@ def baseline_lines(res: BenchResult | dict) -> list[str]:
                 med = stats.median(r["times"])
                 ratio = med / sides["A" if "A" in sides else "B"].medians[int(b)]
                 # the first call compiles (torch.compile) or warms up: its time apart from the step's
+                warm = (f", then {r['warmup_steps']} warm-up step(s) in {r['warmup_s']:.1f} s"
+                        if r.get("warmup_steps") else "")
                 first = (f"  (first call {r['first_call_s']:.1f} s"
-                         + (", compiling" if kind == "compile" else "") + ")") if "first_call_s" in r else ""
+                         + (", compiling" if kind == "compile" else "") + warm + ")") if "first_call_s" in r else ""
                 lines.append(f"baseline   {kind} {int(b):4d} rows  {med:9.3f} ms  = {ratio:.2f}x the tree's step{first}")
     return lines
 

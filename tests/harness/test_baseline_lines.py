@@ -25,3 +25,10 @@ def test_eager_first_call_is_a_warm_up_and_a_failure_says_why():
 
 def test_no_baseline_no_line():
     assert baseline_lines(_res({})) == [] and baseline_lines({"analysis": {"sides": {}}}) == []
+
+
+def test_compile_warm_up_steps_are_reported_beside_the_first_call():
+    lines = baseline_lines(_res({"compile": {16: {"times": [6.0], "first_call_s": 90.0,
+                                                  "warmup_steps": 3, "warmup_s": 41.04}}}))
+    assert lines == ["baseline   compile   16 rows      6.000 ms  = 3.00x the tree's step  "
+                     "(first call 90.0 s, compiling, then 3 warm-up step(s) in 41.0 s)"]
