@@ -1,4 +1,5 @@
 """The compile baseline's warm-up: timed steps start only once a whole step compiled nothing."""
+import pytest
 from hypothesis import given, strategies as st
 
 from gates.side.replays import warm_until_stable
@@ -27,3 +28,26 @@ def test_a_step_that_always_compiles_is_run_limit_times():
 
     assert warm_until_stable(run, lambda: count[0], 4) == 4
     assert count[0] == 4
+
+
+@pytest.mark.slow
+def test_the_compile_baseline_times_steps_that_compile_nothing():
+    """On the small model, every reference op under torch.compile: warm-up steps until one
+    compiles nothing, then timed steps that compile nothing (dynamic=False recompiled every
+    new length inside them), and the model's caches as the baseline found them."""
+    import torch
+
+    from gates.protocol import BenchOptions
+    from gates.side.replays import BASELINE_TRIES, BASELINE_WARM_MAX, CapturedSteps
+
+    opts = BenchOptions(model="small", layout="tp2", seed=3, weight_sets=1, context=96, steps=12, rows=[3])
+    bench = CapturedSteps(opts, "cpu", sketch_seed=11, claim="bit")
+    bench.prepare()
+    caches = {k: t.clone() for k, t in bench.side.model.state.tensors()
+              if not k.startswith(("kda_state", "conv_window"))}
+    got = bench.baseline("compile", 3, 3)
+    assert "error" not in got, got
+    assert len(got["times"]) == 3 and 1 <= got["warmup_steps"] <= BASELINE_WARM_MAX * BASELINE_TRIES
+    assert got["compiled_ops"]
+    after = dict(bench.side.model.state.tensors())
+    assert all(torch.equal(after[k], t) for k, t in caches.items())
