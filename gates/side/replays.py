@@ -345,11 +345,12 @@ class CapturedSteps:
             first_s = time.monotonic() - t0
             # later steps meet new lengths (the references loop over rows and experts, and
             # branch on them): the timed steps start once a whole step compiled nothing, and
-            # are timed again, after more warm-up, while any of them compiled
+            # are timed again, after more warm-up, while any of them compiled (a discarded series
+            # counts as warm-up: warmup_s is everything between the first call and the kept series)
             warm, while_timed = 0, 0
             for _ in range(BASELINE_TRIES if hook else 1):
                 warm += warm_until_stable(run, graphs, BASELINE_WARM_MAX) if hook else 0
-                before = graphs()
+                before, timed_from = graphs(), time.monotonic()
                 times = Timer(step.run, self.dev).measure(n)
                 while_timed = graphs() - before
                 if not while_timed:
@@ -362,7 +363,7 @@ class CapturedSteps:
             return {"error": f"{kind} baseline: torch.compile compiled {while_timed} graph(s) during the "
                              f"last of {BASELINE_TRIES} timed series (expected none after {warm} warm-up step(s)); "
                              "no times kept"}
-        return {"times": times, "first_call_s": first_s, "warmup_s": time.monotonic() - t0 - first_s,
+        return {"times": times, "first_call_s": first_s, "warmup_s": timed_from - t0 - first_s,
                 "warmup_steps": warm, "compiled_ops": sorted(hook.compiled) if hook else None}
 
 
