@@ -124,7 +124,7 @@ esac
 compile_baseline_at() {  # ROWS LIMIT: bench/tools/compile_baseline.py in its own process, $OUT/compile_baseline_ROWS.*
   local t0=$(date +%s) rc
   timeout $2 python3 bench/tools/compile_baseline.py $1 > $OUT/compile_baseline_$1.jsonl 2>$OUT/compile_baseline_$1.err
-  rc=$?; tail -c 600 $OUT/compile_baseline_$1.jsonl; tail -3 $OUT/compile_baseline_$1.err
+  rc=$?; tail -c 600 $OUT/compile_baseline_$1.jsonl; grep "compile baseline" $OUT/compile_baseline_$1.err | tail -8; tail -2 $OUT/compile_baseline_$1.err
   echo "compile baseline $1 rows: rc $rc, wall $(( $(date +%s)-t0 ))s"
 }
 try_collect() {  # the ledger and the attempts' logs of a finished kern try, into $OUT

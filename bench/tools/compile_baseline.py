@@ -3,6 +3,7 @@ bucket, printing a JSON line per stage (so a time limit keeps what finished)."""
 import json
 import sys
 import time
+import warnings
 
 import torch
 
@@ -12,6 +13,8 @@ from gates.side.timing import Timer
 from gates.spec import side_spec
 from harness.settings import load
 
+# inductor's advice (online softmax, TF32) buries the baseline's progress lines on stderr
+warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._inductor")
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 cfg = load("kern.yaml").resolve(True)
 b = CapturedSteps(BenchOptions.parse(side_spec(cfg.target, cfg.machine, rows=[rows], steps=64)), "cuda")

@@ -335,9 +335,16 @@ class CapturedSteps:
         written = WrittenSlots(self.side.model.state, self.side.shapes, step.pos)
         graphs = compiled_graphs if hook else (lambda: 0)
 
+        ran = [0]
+
         def run() -> None:
+            t, g = time.monotonic(), graphs()
             step.run()
             self.side.sync()
+            ran[0] += 1
+            if hook:  # a compile baseline's steps take minutes at first: say where it is
+                log(f"compile baseline, {b} rows: untimed step {ran[0]} took {time.monotonic() - t:.1f} s, "
+                    f"compiled {graphs() - g} graph(s)")
 
         try:
             t0 = time.monotonic()
@@ -353,6 +360,9 @@ class CapturedSteps:
                 before, timed_from = graphs(), time.monotonic()
                 times = Timer(step.run, self.dev).measure(n)
                 while_timed = graphs() - before
+                if hook:
+                    log(f"compile baseline, {b} rows: {n} timed step(s) after {warm} warm-up step(s), "
+                        f"compiled {while_timed} graph(s)" + (" (timed again after more warm-up)" if while_timed else ""))
                 if not while_timed:
                     break
         except Exception as e:  # noqa: BLE001 - report any failure of a baseline as data
@@ -408,13 +418,18 @@ class CompiledReference:
         # would hit its recompile limit and silently fall back to eager); results are copied
         # into the step's buffers outside the compiled region, as the eager baseline does
         fn = self.compiled.get(spec.name)
-        if fn is None:
+        first, t = fn is None, time.monotonic()
+        if first:
             # automatic dynamic shapes (dynamic=None): the references slice by data-dependent
             # lengths (rows' contexts, experts' rows), and dynamic=False recompiled the resumed
             # frame for every new length, inside the timed steps too (2026-12-07: no compile
             # baseline finished in 450 s on an H100; on the CPU at 16 rows, seconds a step)
             fn = self.compiled[spec.name] = torch.compile(spec.reference, dynamic=None)
+            log(f"compile baseline: {spec.name} first used, compiling")
         result = fn(self.shapes, **{k: v for k, v in args.items() if k not in spec.outputs})
+        if first:  # where a first step of minutes goes, op by op
+            log(f"compile baseline: {spec.name} first call returned after {time.monotonic() - t:.1f} s "
+                f"({compiled_graphs()} graph(s) compiled so far)")
         for name in spec.outputs + spec.state:
             dst, src = args[name], result[name]
             if isinstance(dst, torch.Tensor) and src is not dst:
