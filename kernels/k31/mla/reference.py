@@ -30,7 +30,9 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
 def gather_cache_rows(block_table: torch.Tensor, row: int, tokens: torch.Tensor, page: int):
     """Physical (page, offset) of local tokens ``tokens`` of request ``row``."""
     tokens = tokens.long()
-    return block_table.long()[row, tokens // page], tokens % page
+    # row selected first: torch.compile keeps a plain select's int symbolic, where an int inside
+    # an advanced index is specialized (one compile per row in the compile baseline)
+    return block_table[row].long()[tokens // page], tokens % page
 
 
 def mla_prep(sh: Shapes, *, q_a, kv_a, idx_k, w_qa, w_kv, w_idxk, pos, block_table,
