@@ -366,6 +366,10 @@ class CapturedSteps:
                 if not while_timed:
                     break
         except Exception as e:  # noqa: BLE001 - report any failure of a baseline as data
+            if type(e).__name__ == "FailOnRecompileLimitHit":
+                return {"error": f"{kind} baseline failed: a reference function was compiled more than "
+                                 f"{RECOMPILE_LIMIT} times (expected fewer: past it, it would run eagerly "
+                                 f"inside the compiled step); no times kept. {type(e).__name__}: {e}"[:500]}
             return {"error": f"{kind} baseline failed: {type(e).__name__}: {e}"[:500]}
         finally:
             written.put_back()
@@ -378,6 +382,7 @@ class CapturedSteps:
 
 
 BASELINE_WARM_MAX = 8  # warm-up steps of the compile baseline before it gives up on a stable step
+RECOMPILE_LIMIT = 256  # compiles of one function (rows' and experts' lengths) before dynamo gives up
 BASELINE_TRIES = 4  # timed series of the compile baseline before it reports that it kept compiling
 
 
@@ -411,7 +416,11 @@ class CompiledReference:
 
         for name in ("recompile_limit", "cache_size_limit"):
             if hasattr(dynamo.config, name):
-                setattr(dynamo.config, name, 256)
+                setattr(dynamo.config, name, RECOMPILE_LIMIT)
+        # past the limit dynamo would run that frame eagerly and say nothing: the baseline would
+        # time a partly eager step as the compiled one; an error is reported instead
+        if hasattr(dynamo.config, "fail_on_recompile_limit_hit"):
+            dynamo.config.fail_on_recompile_limit_hit = True
 
     def __call__(self, spec, site, args, run):
         # compiled per reference function (dynamo caches by code object: one shared wrapper

@@ -30,8 +30,20 @@ def test_a_step_that_always_compiles_is_run_limit_times():
     assert count[0] == 4
 
 
+@pytest.fixture
+def dynamo_settings(monkeypatch):
+    """The compile baseline sets dynamo's process-wide limits: put them back after each test."""
+    import torch._dynamo as dynamo
+
+    for name in ("recompile_limit", "cache_size_limit", "fail_on_recompile_limit_hit"):
+        if hasattr(dynamo.config, name):
+            monkeypatch.setattr(dynamo.config, name, getattr(dynamo.config, name))
+    yield
+    dynamo.reset()
+
+
 @pytest.mark.slow
-def test_the_compile_baseline_times_steps_that_compile_nothing():
+def test_the_compile_baseline_times_steps_that_compile_nothing(dynamo_settings):
     """On the small model, every reference op under torch.compile: warm-up steps until one
     compiles nothing, then timed steps that compile nothing (dynamic=False recompiled every
     new length inside them), and the model's caches as the baseline found them."""
@@ -51,3 +63,19 @@ def test_the_compile_baseline_times_steps_that_compile_nothing():
     assert got["compiled_ops"]
     after = dict(bench.side.model.state.tensors())
     assert all(torch.equal(after[k], t) for k, t in caches.items())
+
+
+@pytest.mark.slow
+def test_a_function_past_its_recompile_limit_is_an_error_not_an_eager_time(monkeypatch, dynamo_settings):
+    """Past dynamo's recompile limit a frame would run eagerly without a word; the baseline
+    must not time that partly eager step as the compiled one."""
+    import gates.side.replays as replays
+    from gates.protocol import BenchOptions
+
+    monkeypatch.setattr(replays, "RECOMPILE_LIMIT", 1)
+    opts = BenchOptions(model="small", layout="tp2", seed=5, weight_sets=1, context=96, steps=12, rows=[3])
+    bench = replays.CapturedSteps(opts, "cpu", sketch_seed=13, claim="bit")
+    bench.prepare()
+    got = bench.baseline("compile", 3, 3)
+    assert "times" not in got
+    assert "compile baseline failed" in got["error"] and "limit" in got["error"].lower(), got
