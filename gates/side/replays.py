@@ -429,6 +429,7 @@ class CompiledReference:
         fn = self.compiled.get(spec.name)
         first, t = fn is None, time.monotonic()
         if first:
+            _keep_outside_graphs(spec.reference)
             # automatic dynamic shapes (dynamic=None): the references slice by data-dependent
             # lengths (rows' contexts, experts' rows), and dynamic=False recompiled the resumed
             # frame for every new length, inside the timed steps too (2026-12-07: no compile
@@ -443,6 +444,18 @@ class CompiledReference:
             dst, src = args[name], result[name]
             if isinstance(dst, torch.Tensor) and src is not dst:
                 dst.copy_(src)
+
+
+def _keep_outside_graphs(reference) -> None:
+    """The functions a reference's module names in ``OUTSIDE_COMPILED_GRAPHS`` (loops over
+    data-dependent counts) run as Python under torch.compile; what they call still compiles."""
+    module = sys.modules[reference.__module__]
+    for name in getattr(module, "OUTSIDE_COMPILED_GRAPHS", ()):
+        fn = getattr(module, name)
+        if not getattr(fn, "_kept_outside_graphs", False):
+            kept = torch.compiler.disable(fn, recursive=False)
+            kept._kept_outside_graphs = True
+            setattr(module, name, kept)
 
 
 def stray_threads(frames: dict, me: int, kernels_dir: str) -> int:

@@ -31,14 +31,17 @@ def test_a_step_that_always_compiles_is_run_limit_times():
 
 
 @pytest.fixture
-def dynamo_settings(monkeypatch):
-    """The compile baseline sets dynamo's process-wide limits: put them back after each test."""
+def dynamo_settings():
+    """The compile baseline sets dynamo's process-wide limits: put them back after each test
+    (read and set again by hand: dynamo's config module has no plain attributes to monkeypatch)."""
     import torch._dynamo as dynamo
 
-    for name in ("recompile_limit", "cache_size_limit", "fail_on_recompile_limit_hit"):
-        if hasattr(dynamo.config, name):
-            monkeypatch.setattr(dynamo.config, name, getattr(dynamo.config, name))
+    names = [n for n in ("recompile_limit", "cache_size_limit", "fail_on_recompile_limit_hit")
+             if hasattr(dynamo.config, n)]
+    saved = {n: getattr(dynamo.config, n) for n in names}
     yield
+    for name, value in saved.items():
+        setattr(dynamo.config, name, value)
     dynamo.reset()
 
 
@@ -79,3 +82,32 @@ def test_a_function_past_its_recompile_limit_is_an_error_not_an_eager_time(monke
     got = bench.baseline("compile", 3, 3)
     assert "times" not in got
     assert "compile baseline failed" in got["error"] and "limit" in got["error"].lower(), got
+
+
+@pytest.mark.slow
+def test_moe_experts_compiled_stops_compiling_once_each_routing_is_met(dynamo_settings):
+    """Traced whole, the reference's expert loop unrolls over the call's experts and every new
+    routing recompiles it; kept outside the graphs (its module's OUTSIDE_COMPILED_GRAPHS), its
+    callees compile a few graphs and then no new routing compiles anything."""
+    import torch
+
+    from gates.side.replays import CompiledReference, compiled_graphs
+    from kernels.k31.config import Dims, Layout, Shapes
+    from kernels.k31.contracts import OPS
+    from tests.kernels.test_moe import experts_args
+
+    sh = Shapes(Dims.small(n_experts=448, top_k=16), Layout.named("unsharded"))
+    spec = OPS["moe.experts"]
+    hook = CompiledReference(sh)
+    added = []
+    for seed in range(5):
+        args = experts_args(sh, 8, seed)
+        args["y"].fill_(float("nan"))
+        before = compiled_graphs()
+        hook(spec, None, args, None)
+        added.append(compiled_graphs() - before)
+        want = spec.reference(sh, **{k: v for k, v in args.items() if k != "y"})["y"]
+        # the compiled callees may round differently from eager (fused situ): close, not equal
+        rel_rms = float((args["y"].float() - want.float()).pow(2).mean().sqrt() / want.float().pow(2).mean().sqrt())
+        assert rel_rms <= 5e-3, rel_rms
+    assert added[0] > 0 and added[-2:] == [0, 0], added
