@@ -42,8 +42,10 @@
 #   compile-rows [ROWS...] - issue 36: the compile baseline (bench/tools/compile_baseline.py: the tree's
 #            step, then every reference op under torch.compile, same process) at each row count
 #            (default 16 64), one process each so a limit at one keeps the others;
-#            $OUT/compile_baseline_<rows>.jsonl; COMPILE_TIMEOUT (default 450 s; before the references
-#            compiled with dynamic shapes, 200 and 450 s did not finish on an H100) per row count
+#            $OUT/compile_baseline_<rows>.jsonl (its .err logs each op's first call and each untimed
+#            step); COMPILE_TIMEOUT (default 450 s) per row count. On an H100 on 2026-12-07 none finished
+#            (200, 450 s; 420 s with dynamic shapes): moe.experts' expert loop recompiled for every new
+#            routing until 3381858. Longer than one call: chain-start "COMPILE_TIMEOUT=1200 compile-rows 16"
 #   loop-start TICKS [TIMEOUT] [POLLS] / loop-wait [POLLS] - issue 26 (LOOP_CONCURRENCY replays a tick, 3 unless set;
 #            LOOP_WALL_HOURS, TIMEOUT less a minute unless set: no judgment starts that could outlast it): kern loop with the replay backend
 #            over bench/journey/patches/ (each patch names its target), the journey's ledger
