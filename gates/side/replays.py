@@ -326,7 +326,8 @@ class CapturedSteps:
     def baseline(self, kind: str, b: int, n: int) -> dict:
         """The step on the protected reference ops: eagerly, or with every reference op
         compiled by torch.compile (one compiled function per op; the 93-layer step as a single
-        graph is not compiled: its trace alone would outlast any bench)."""
+        graph is not compiled: its trace alone would outlast any bench; loops over data-dependent
+        counts that a reference's module names stay Python around compiled callees)."""
         from .timing import Timer
 
         hook = CompiledReference(self.side.shapes) if kind == "compile" else None
