@@ -335,37 +335,27 @@ class CapturedSteps:
         self.side.set_timed_inputs(step, self.cursor[b])
         written = WrittenSlots(self.side.model.state, self.side.shapes, step.pos)
         graphs = compiled_graphs if hook else (lambda: 0)
-
         ran = [0]
 
-        def run() -> None:
+        def run() -> None:  # an untimed step; the first ones take minutes when compiling
             t, g = time.monotonic(), graphs()
             step.run()
             self.side.sync()
             ran[0] += 1
-            if hook:  # a compile baseline's steps take minutes at first: say where it is
-                log(f"compile baseline, {b} rows: untimed step {ran[0]} took {time.monotonic() - t:.1f} s, "
-                    f"compiled {graphs() - g} graph(s)")
+            log(f"{kind} baseline, {b} rows: untimed step {ran[0]} took {time.monotonic() - t:.1f} s, "
+                f"compiled {graphs() - g} graph(s)")
+
+        def timed() -> list:
+            return Timer(step.run, self.dev).measure(n)
 
         try:
             t0 = time.monotonic()
             run()  # compiles every op on first use
             first_s = time.monotonic() - t0
-            # later steps meet new lengths (the references loop over rows and experts, and
-            # branch on them): the timed steps start once a whole step compiled nothing, and
-            # are timed again, after more warm-up, while any of them compiled (a discarded series
-            # counts as warm-up: warmup_s is everything between the first call and the kept series)
-            warm, while_timed = 0, 0
-            for _ in range(BASELINE_TRIES if hook else 1):
-                warm += warm_until_stable(run, graphs, BASELINE_WARM_MAX) if hook else 0
-                before, timed_from = graphs(), time.monotonic()
-                times = Timer(step.run, self.dev).measure(n)
-                while_timed = graphs() - before
-                if hook:
-                    log(f"compile baseline, {b} rows: {n} timed step(s) after {warm} warm-up step(s), "
-                        f"compiled {while_timed} graph(s)" + (" (timed again after more warm-up)" if while_timed else ""))
-                if not while_timed:
-                    break
+            if hook is None:
+                timed_from, times, warm, while_timed = time.monotonic(), timed(), 0, 0
+            else:
+                times, warm, while_timed, timed_from = timed_once_stable(run, timed, f"{kind} baseline, {b} rows")
         except Exception as e:  # noqa: BLE001 - report any failure of a baseline as data
             if type(e).__name__ == "FailOnRecompileLimitHit":
                 return {"error": f"{kind} baseline failed: a reference function was compiled more than "
@@ -392,6 +382,25 @@ def compiled_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"]["unique_graphs"])
+
+
+def timed_once_stable(run, timed, what: str) -> tuple[list, int, int, float]:
+    """The compiled step's timed series. Later steps meet new lengths (the references loop over
+    rows and experts, and branch on them): ``timed`` runs once a whole ``run`` compiled nothing,
+    and again, after more warm-up, while any of its steps compiled (a discarded series counts as
+    warm-up). Returns the times, the warm-up steps, the graphs the kept series compiled (0 unless
+    every try did) and when the kept series started."""
+    warm = 0
+    for _ in range(BASELINE_TRIES):
+        warm += warm_until_stable(run, compiled_graphs, BASELINE_WARM_MAX)
+        before, timed_from = compiled_graphs(), time.monotonic()
+        times = timed()
+        while_timed = compiled_graphs() - before
+        log(f"{what}: {len(times)} timed step(s) after {warm} warm-up step(s), compiled {while_timed} graph(s)"
+            + (" (timed again after more warm-up)" if while_timed else ""))
+        if not while_timed:
+            break
+    return times, warm, while_timed, timed_from
 
 
 def warm_until_stable(run, graphs, limit: int) -> int:
