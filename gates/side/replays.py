@@ -437,8 +437,9 @@ class CompiledReference:
         # would hit its recompile limit and silently fall back to eager); results are copied
         # into the step's buffers outside the compiled region, as the eager baseline does
         fn = self.compiled.get(spec.name)
-        first, t = fn is None, time.monotonic()
+        first = fn is None  # the timed steps' calls read no clock
         if first:
+            t = time.monotonic()
             _keep_outside_graphs(spec.reference)
             # automatic dynamic shapes (dynamic=None): the references slice by data-dependent
             # lengths (rows' contexts, experts' rows), and dynamic=False recompiled the resumed
