@@ -425,6 +425,7 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th: 
     ev["logits"] = logits.logit_stats(la, lb, th.near_tie_factor)
     if band is not None:
         ev["noise"], ev["noise_tap"] = band["noise"], band["noise_tap"]
+        ev["band_passes_s"] = band.get("passes_s")  # (made once per main: maybe by an earlier judgment)
         if band.get("band") is not None:
             ev["band"] = band["band"]
     ev["local"] = verdict.local_summary(b_res.get("pinned"), th)
@@ -1192,7 +1193,8 @@ def band_evidence(doc: dict, files: TapFiles, near_tie_factor: float) -> dict:
     la = torch.load(files / TapFiles.LOGITS_A)
     out = {"noise": logits.logit_stats(la, torch.load(files / TapFiles.LOGITS_A2), near_tie_factor),
            "noise_tap": verdict.tap_diff(doc["pass"], doc["repeat"]), "band": None,
-           "band_ops": doc.get("band_ops") or [], "rows": doc.get("rows")}
+           "band_ops": doc.get("band_ops") or [], "rows": doc.get("rows"),
+           "passes_s": doc.get("passes_s")}  # each pass's wall: where the band's time goes
     if doc.get("band_ops") and (files / TapFiles.LOGITS_AREF).exists():
         out["band"] = logits.logit_stats(la, torch.load(files / TapFiles.LOGITS_AREF), near_tie_factor)
     return out

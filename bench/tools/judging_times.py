@@ -54,7 +54,17 @@ def row(number: int, k: int, doc: dict, state: str | None, reason: str | None, l
             "total_s": t.total_s, **warm(t.accuracy_s, t.total_s, t.by_phase().get("compile_main")),
             "phases_recorded": doc.get("times") is not None,
             "phases": {g: t.by_part(g) for g in GATES if t.by_part(g)}, "by_phase": t.by_phase(),
-            "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside]}
+            "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside], **band_seconds(doc)}
+
+
+def band_seconds(doc: dict) -> dict:
+    """Pure: where a judgment's reference passes went: main's noise side's passes (``plain``,
+    ``repeat``, ``band``: None where the band was cached or not needed) and the scorer's timed
+    band (main's replays with the touched ops on the reference; None where none ran)."""
+    test = doc.get("test") or {}
+    ran = test.get("noise_wall_s") and not test.get("noise_cached")
+    return {"band_passes_s": (test.get("evidence") or {}).get("band_passes_s") if ran else None,
+            "timed_band_s": (doc.get("bench") or {}).get("timed_band_s")}
 
 
 def warm(accuracy_s, total_s, compile_main_s) -> dict:

@@ -89,8 +89,13 @@ def test_mains_band_passes_are_made_once_and_serve_the_next_hidden_draw(judged):
     assert band["inputs"] == band_inputs(ctx.cfg.target, ctx.cfg.machine, ctx.cfg.test).to_dict()
     assert band["inputs"]["input_seed"] == ctx.cfg.target.seed  # the visible seed
     assert band["inputs"]["extra_rows"] and band["band_ops"] == ["moe.combine"]
+    # each of its three passes timed, within the noise side's wall
+    assert set(band["passes_s"]) == {"plain", "repeat", "band"}
+    assert all(s > 0 for s in band["passes_s"].values())
+    assert sum(band["passes_s"].values()) < first["noise_wall_s"]
     for ev in (first["evidence"], second["evidence"]):
         assert ev["band"] == band["band"] and ev["noise"] == band["noise"]
+        assert ev["band_passes_s"] == band["passes_s"]
     assert list(Path(first["band_dir"]).rglob("*.pt")) == []  # its statistics are what is kept
     # its process's phases are in the first judgment only
     parts = {s["part"] for s in first["phases"]} - {s["part"] for s in second["phases"]}
@@ -156,5 +161,9 @@ def test_judging_times_exports_this_runs_judgments(judged, tmp_path):
             doc["times"]["accuracy_s"], doc["times"]["scorer_s"], doc["times"]["total_s"])
         assert r["by_phase"]["tap"] > 0 and "B replay" in r["phases"]["accuracy"]
         assert r["overlap_s"] is not None and 0 <= r["overlap_s"] <= r["beside"][0]["seconds"]
+    # the band's passes in the judgment that made them only; the identical one needed none
+    assert set(by[numbers["weights-bf16"]]["band_passes_s"]) == {"plain", "repeat", "band"}
+    assert by[numbers["products-bf16"]]["band_passes_s"] is None  # (cached)
+    assert by[numbers["identical"]]["band_passes_s"] is None
     assert rec["medians"]["PASS bit-identical"]["judgments"] == 1
     assert sum(m["judgments"] for m in rec["medians"].values()) == 3
