@@ -27,14 +27,6 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-def gather_cache_rows(block_table: torch.Tensor, row: int, tokens: torch.Tensor, page: int):
-    """Physical (page, offset) of local tokens ``tokens`` of request ``row``."""
-    tokens = tokens.long()
-    # row selected first: torch.compile keeps a plain select's int symbolic, where an int inside
-    # an advanced index is specialized (one compile per row in the compile baseline)
-    return block_table[row].long()[tokens // page], tokens % page
-
-
 def mla_prep(sh: Shapes, *, q_a, kv_a, idx_k, w_qa, w_kv, w_idxk, pos, block_table,
              kv_cache, kv_scale, idx_cache, idx_scale):
     """Norms, RoPE on the key's rope part, fp8 append to the latent and indexer-key caches.
@@ -71,6 +63,25 @@ def mla_absorb(sh: Shapes, *, qb, w_uk, pos):
     return {"q_full": torch.cat([lat, qr], dim=-1).to(BF16)}
 
 
+# rows the DSA chain's references take at once: one chunk's gathered rows ([chunk, capacity or
+# top-k, width] f32) bound their memory, and the launches and host syncs per row are gone (the
+# accuracy gate's band and the scorer's timed band run them on every call of a pass)
+ROW_CHUNK = 32
+
+
+def _row_chunks(rows: int):
+    for r0 in range(0, rows, ROW_CHUNK):
+        yield slice(r0, min(rows, r0 + ROW_CHUNK))
+
+
+def _pages(block_table: torch.Tensor, rows: slice, tokens: torch.Tensor, live: torch.Tensor, page: int):
+    """Physical (page, offset) of local tokens ``tokens [chunk, n]`` of requests ``rows``; a
+    token not ``live`` reads page 0 (a block table's unused entries are never read)."""
+    tokens = torch.where(live, tokens.long(), 0)
+    pg = torch.gather(block_table[rows].long(), 1, tokens // page)
+    return torch.where(live, pg, 0), tokens % page
+
+
 def mla_index_logits(sh: Shapes, *, q_idx, w_idx, idx_cache, idx_scale, block_table, ctx_len):
     """DSA indexer: ``logit[t] = c * sum_h w[h] relu(scale_t * q[h] . k[t])`` over the rank's
     context, ``c = (idx_dim * idx_heads) ** -0.5``; ``-inf`` past ``ctx_len``."""
@@ -79,15 +90,14 @@ def mla_index_logits(sh: Shapes, *, q_idx, w_idx, idx_cache, idx_scale, block_ta
     cap = block_table.shape[1] * dims.page_size
     out = torch.full((rows, cap), float("-inf"), dtype=F32, device=q_idx.device)
     c = (dims.idx_dim * dims.idx_heads) ** -0.5
-    for r in range(rows):
-        n = int(ctx_len[r])
-        if n == 0:
-            continue
-        t = torch.arange(n, device=q_idx.device)
-        pg, off = gather_cache_rows(block_table, r, t, dims.page_size)
-        k = fp8_rows_decode(idx_cache[pg, off], idx_scale[pg, off])  # [n, D]
-        s = torch.relu(q_idx[r].float() @ k.t())  # [heads, n]
-        out[r, :n] = c * (w_idx[r].float().unsqueeze(-1) * s).sum(0)
+    t = torch.arange(cap, device=q_idx.device)
+    for rs in _row_chunks(rows):
+        live = t < ctx_len[rs].long().unsqueeze(-1)  # [chunk, cap]
+        pg, off = _pages(block_table, rs, t.expand_as(live), live, dims.page_size)
+        k = fp8_rows_decode(idx_cache[pg, off], idx_scale[pg, off])  # [chunk, cap, D]
+        s = torch.relu(torch.einsum("rhd,rtd->rht", q_idx[rs].float(), k))  # [chunk, heads, cap]
+        logit = c * (w_idx[rs].float().unsqueeze(-1) * s).sum(1)
+        out[rs] = torch.where(live, logit, float("-inf"))
     return {"logits": out}
 
 
@@ -99,18 +109,19 @@ def mla_topk(sh: Shapes, *, logits, ctx_len):
     """
     k = sh.dims.idx_topk
     rows, cap = logits.shape
-    out = torch.full((rows, k), -1, dtype=torch.int32, device=logits.device)
-    for r in range(rows):
-        n = int(ctx_len[r])
-        if n <= k:
-            out[r, :n] = torch.arange(n, dtype=torch.int32, device=logits.device)
-            continue
-        v = logits[r, :n].double()
-        t = torch.arange(n, device=logits.device)
-        # sort by (value desc, index asc): a stable sort on -value keeps index order on ties
-        order = torch.sort(-v, stable=True).indices[:k]
-        out[r] = torch.sort(t[order]).values.to(torch.int32)
-    return {"idx": out}
+    n = ctx_len.long().unsqueeze(-1)  # [rows, 1]
+    slot = torch.arange(k, device=logits.device)
+    # sort by (value desc, index asc): a stable sort on -value keeps index order on ties; a
+    # second stable sort moves the tokens past ctx_len behind every token before it (NaN too)
+    order = torch.sort(-logits.double(), dim=-1, stable=True).indices
+    past = (order >= n).to(torch.int8)
+    order = torch.gather(order, 1, torch.sort(past, dim=-1, stable=True).indices)[:, :k]
+    top = torch.sort(order, dim=-1).values
+    if top.shape[1] < k:  # fewer tokens than slots: ctx_len <= K, answered below
+        top = torch.cat([top, top.new_zeros(rows, k - top.shape[1])], dim=1)
+    # ctx_len <= K: every token, then -1
+    top = torch.where(n <= k, torch.where(slot < n, slot, -1), top)
+    return {"idx": top.to(torch.int32)}
 
 
 def mla_sparse_decode(sh: Shapes, *, q_full, kv_cache, kv_scale, block_table, idx):
@@ -119,21 +130,24 @@ def mla_sparse_decode(sh: Shapes, *, q_full, kv_cache, kv_scale, block_table, id
     Scores ``q_full[h] . row_j * q_head_dim**-0.5`` (``row_j`` = latent || rope key, fp8 x scale);
     returns ``o_lat[h] = sum softmax_j * latent_j`` and ``lse[h] = logsumexp_j score_j`` (natural
     log) so that context-parallel partials can merge exactly. No chosen row: o = 0, lse = -inf.
+    Chosen rows are the entries of ``idx`` that are >= 0, wherever they are.
     """
     dims = sh.dims
     rows, heads, _ = q_full.shape
     o = torch.zeros(rows, heads, dims.kv_lora, dtype=F32, device=q_full.device)
     lse = torch.full((rows, heads), float("-inf"), dtype=F32, device=q_full.device)
     scale = dims.q_head_dim ** -0.5
-    for r in range(rows):
-        t = idx[r][idx[r] >= 0]
-        if t.numel() == 0:
-            continue
-        pg, off = gather_cache_rows(block_table, r, t, dims.page_size)
-        kv = fp8_rows_decode(kv_cache[pg, off], kv_scale[pg, off])  # [n, 576]
-        s = (q_full[r].float() @ kv.t()) * scale  # [heads, n]
-        lse[r] = torch.logsumexp(s, dim=-1)
-        o[r] = torch.softmax(s, dim=-1) @ kv[:, :dims.kv_lora]
+    for rs in _row_chunks(rows):
+        live = idx[rs] >= 0  # [chunk, K]
+        pg, off = _pages(block_table, rs, idx[rs], live, dims.page_size)
+        kv = fp8_rows_decode(kv_cache[pg, off], kv_scale[pg, off])  # [chunk, K, 576]
+        kv = torch.where(live.unsqueeze(-1), kv, 0.0)  # an unchosen slot adds nothing, NaN neither
+        s = torch.einsum("rhd,rkd->rhk", q_full[rs].float(), kv) * scale
+        s = s.masked_fill(~live.unsqueeze(1), float("-inf"))
+        lse[rs] = torch.logsumexp(s, dim=-1)
+        chosen = live.any(-1)[:, None, None]
+        p = torch.where(chosen, torch.softmax(s, dim=-1), 0.0)  # none chosen: softmax is NaN
+        o[rs] = torch.einsum("rhk,rkc->rhc", p, kv[..., :dims.kv_lora])
     return {"o_lat": o, "lse": lse}
 
 
