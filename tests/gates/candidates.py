@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # into main (bench/journey/), so an edit anchored on today's source would fail on tomorrow's
 # main; the gates under test are the working tree's. Its protected kernel files must equal the
 # working tree's (tests/gates/test_fixture_tree.py): move the pin when one of them changes.
-FIXTURE_KERNELS = "338185827fea1d259815963a5e1343cde52e753b"
+FIXTURE_KERNELS = "34997816ee1ffd6f4475349009f784c60ee20292"
 
 
 def fixture_kernels(dest: Path) -> None:
