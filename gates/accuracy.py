@@ -392,6 +392,8 @@ def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t
         # the early sides: what each had done at its hold point, and whose scorer they ran beside
         "early": early.to_dict() if early is not None else None,
         "noise_wall_s": n_wall, "noise_cached": bool(band and band.kind == "ok" and band.wall_s == 0.0),
+        # each of the noise side's passes, where this judgment ran them (None: cached or not run)
+        "noise_passes_s": band.evidence.get("passes_s") if band and band.evidence and band.wall_s else None,
         "band_dir": str(band.folder) if band else None,
         "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
         "b_log_tail": b_tail[-2000:] if b_kind not in ("ok", "not run") else "",
@@ -425,7 +427,6 @@ def _weigh(a_res, b_res, a_dir, b_dir, a_kind, b_kind, n_kind, prot, cross, th: 
     ev["logits"] = logits.logit_stats(la, lb, th.near_tie_factor)
     if band is not None:
         ev["noise"], ev["noise_tap"] = band["noise"], band["noise_tap"]
-        ev["band_passes_s"] = band.get("passes_s")  # (made once per main: maybe by an earlier judgment)
         if band.get("band") is not None:
             ev["band"] = band["band"]
     ev["local"] = verdict.local_summary(b_res.get("pinned"), th)

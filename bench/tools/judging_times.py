@@ -61,9 +61,7 @@ def band_seconds(doc: dict) -> dict:
     """Pure: where a judgment's reference passes went: main's noise side's passes (``plain``,
     ``repeat``, ``band``: None where the band was cached or not needed) and the scorer's timed
     band (main's replays with the touched ops on the reference; None where none ran)."""
-    test = doc.get("test") or {}
-    ran = test.get("noise_wall_s") and not test.get("noise_cached")
-    return {"band_passes_s": (test.get("evidence") or {}).get("band_passes_s") if ran else None,
+    return {"band_passes_s": (doc.get("test") or {}).get("noise_passes_s"),
             "timed_band_s": (doc.get("bench") or {}).get("timed_band_s")}
 
 
