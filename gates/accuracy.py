@@ -354,14 +354,17 @@ def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t
     for w in words if progress else ():
         progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
     beside = []  # what the replay did beside main's recording (not on the gate's path)
+    memory = {}  # each side's GPU memory (None off CUDA): whether more of them fit at once
     for part, ran in (("A record", sides.a_out), ("B replay", sides.b_out), ("A noise", band and band.out)):
         if ran is None and part == "A record" and a_wall > 0 and a_res is not None:
             # main recorded for this judgment and its side lives on for the batch's next
             # members: its spans up to RECORDED, from the document it published then
             spans += side_spans("accuracy", part, a_wall, a_res.get("phases"))
+            memory[part] = a_res.get("device_memory")
         if ran is None:  # cached, or never started
             continue
         doc = ran.result or {}
+        memory[part] = doc.get("device_memory")
         if part == "B replay" and sides.beside:  # its start and build ran beside main's record
             path, aside = split_at_hand_over("accuracy", part, ran.wall_s, doc.get("phases"),
                                              doc.get("hand_over"), sides.b_released_s)
@@ -395,6 +398,7 @@ def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t
         # each of the noise side's passes, where this judgment ran them (None: cached or not run)
         "noise_passes_s": band.evidence.get("passes_s") if band and band.evidence and band.wall_s else None,
         "band_dir": str(band.folder) if band else None,
+        "device_memory": memory,
         "a_cached": a_wall == 0.0 and a_kind == "ok", "evidence": ev,
         "b_log_tail": b_tail[-2000:] if b_kind not in ("ok", "not run") else "",
         "a_log_tail": a_tail[-2000:] if a_kind != "ok" else "",

@@ -54,7 +54,9 @@ def row(number: int, k: int, doc: dict, state: str | None, reason: str | None, l
             "total_s": t.total_s, **warm(t.accuracy_s, t.total_s, t.by_phase().get("compile_main")),
             "phases_recorded": doc.get("times") is not None,
             "phases": {g: t.by_part(g) for g in GATES if t.by_part(g)}, "by_phase": t.by_phase(),
-            "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside], **band_seconds(doc)}
+            "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside], **band_seconds(doc),
+            # each tap side's GPU memory (None off CUDA, or a report from before it was kept)
+            "device_memory": (doc.get("test") or {}).get("device_memory")}
 
 
 def band_seconds(doc: dict) -> dict:

@@ -115,8 +115,8 @@ def main(argv=None) -> int:
 
         def publish(doc: dict) -> None:  # main's record side: its document before it waits
             check_tamper(seal, audit)  # (its phases so far: a batch's gate reads them then)
-            out.write_text(json.dumps({**doc, "phases": phase_clock.CLOCK.phases().to_dict()},
-                                      indent=1, default=str))
+            out.write_text(json.dumps({**doc, "phases": phase_clock.CLOCK.phases().to_dict(),
+                                       "device_memory": device_memory(device)}, indent=1, default=str))
 
         result = tap.side_main(opts, device, out.parent, rank, lambda: receive_hidden(seal),
                                Channel(channel, seal), publish)
@@ -136,12 +136,28 @@ def main(argv=None) -> int:
     check_sources()  # whatever it imported while it worked came from where its name says
     check_tamper(seal, audit)
     result["phases"] = phase_clock.CLOCK.phases().to_dict()
+    result["device_memory"] = device_memory(device)
     out.write_text(json.dumps(result, indent=1, default=str))
     if rank or opts.world > 1:
         from .rank import leave
 
         leave()
     return 0
+
+
+def device_memory(device) -> dict | None:
+    """What this process held on its GPU at most (its own allocations: a store's weights it
+    attached count in the store's process) and what the device had free as it ended: whether
+    more sides could run at once. None off CUDA."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(dev)
+    return {"peak_allocated_gib": torch.cuda.max_memory_allocated(dev) / 2**30,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved(dev) / 2**30,
+            "device_free_gib": free / 2**30, "device_total_gib": total / 2**30}
 
 
 def hold_for_go(mode: str) -> None:

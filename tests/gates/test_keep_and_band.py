@@ -165,5 +165,10 @@ def test_judging_times_exports_this_runs_judgments(judged, tmp_path):
     assert set(by[numbers["weights-bf16"]]["band_passes_s"]) == {"plain", "repeat", "band"}
     assert by[numbers["products-bf16"]]["band_passes_s"] is None  # (cached)
     assert by[numbers["identical"]]["band_passes_s"] is None
+    # every tap side that ran in a judgment names its GPU memory (none on the CPU); the
+    # noise side only where it ran
+    assert set(by[numbers["weights-bf16"]]["device_memory"]) == {"A record", "B replay", "A noise"}
+    assert "A noise" not in by[numbers["identical"]]["device_memory"]
+    assert all(m is None for r in rec["rows"] for m in r["device_memory"].values())
     assert rec["medians"]["PASS bit-identical"]["judgments"] == 1
     assert sum(m["judgments"] for m in rec["medians"].values()) == 3
