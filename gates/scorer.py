@@ -279,6 +279,7 @@ def _run_bench(req: BenchRequest, place: Placement, progress=None,
                                               req.scorer.reference_calls_per_op,
                                               random.Random(secrets["sample_seed"]))
                 spent["verify"] += time.monotonic() - t_v
+                result.setdefault("verify_s", {})[k] = time.monotonic() - t_v  # main's vs the candidate's
                 if k == extra_key:
                     t_x = time.monotonic()
                     _extras(req, side, buckets, timeout, result)

@@ -54,17 +54,22 @@ def row(number: int, k: int, doc: dict, state: str | None, reason: str | None, l
             "total_s": t.total_s, **warm(t.accuracy_s, t.total_s, t.by_phase().get("compile_main")),
             "phases_recorded": doc.get("times") is not None,
             "phases": {g: t.by_part(g) for g in GATES if t.by_part(g)}, "by_phase": t.by_phase(),
-            "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside], **band_seconds(doc),
+            "overlap_s": t.overlap_s, "beside": [b.view() for b in t.beside], **checks_seconds(doc),
             # each tap side's GPU memory (None off CUDA, or a report from before it was kept)
             "device_memory": (doc.get("test") or {}).get("device_memory")}
 
 
-def band_seconds(doc: dict) -> dict:
-    """Pure: where a judgment's reference passes went: main's noise side's passes (``plain``,
-    ``repeat``, ``band``: None where the band was cached or not needed) and the scorer's timed
-    band (main's replays with the touched ops on the reference; None where none ran)."""
+def checks_seconds(doc: dict) -> dict:
+    """Pure: where a judgment's checking passes went: main's noise side's passes (``plain``,
+    ``repeat``, ``band``: None where the band was cached or not needed), the scorer's timed
+    band (main's replays with the touched ops on the reference; None where none ran) and its
+    verification by side."""
+    bench = doc.get("bench") or {}
     return {"band_passes_s": (doc.get("test") or {}).get("noise_passes_s"),
-            "timed_band_s": (doc.get("bench") or {}).get("timed_band_s")}
+            "timed_band_s": bench.get("timed_band_s"),
+            # the scorer's verification by side (A main's graph against eager; B that and its
+            # ops against the reference): what main's share of it costs a judgment
+            "verify_s": bench.get("verify_s")}
 
 
 def warm(accuracy_s, total_s, compile_main_s) -> dict:

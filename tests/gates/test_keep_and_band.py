@@ -170,5 +170,10 @@ def test_judging_times_exports_this_runs_judgments(judged, tmp_path):
     assert set(by[numbers["weights-bf16"]]["device_memory"]) == {"A record", "B replay", "A noise"}
     assert "A noise" not in by[numbers["identical"]]["device_memory"]
     assert all(m is None for r in rec["rows"] for m in r["device_memory"].values())
+    # the scorer's verification by side, where the scorer ran (an INCONCLUSIVE verdict stops before it)
+    scored = [r for r in rec["rows"] if r["scorer_s"] is not None]
+    assert by[numbers["identical"]] in scored
+    assert all(set(r["verify_s"]) == {"A", "B"} and min(r["verify_s"].values()) > 0 for r in scored)
+    assert all(r["verify_s"] is None for r in rec["rows"] if r not in scored)
     assert rec["medians"]["PASS bit-identical"]["judgments"] == 1
     assert sum(m["judgments"] for m in rec["medians"].values()) == 3
