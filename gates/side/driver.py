@@ -148,11 +148,12 @@ def main(argv=None) -> int:
 def device_memory(device) -> dict | None:
     """What this process held on its GPU at most (its own allocations: a store's weights it
     attached count in the store's process) and what the device had free as it ended: whether
-    more sides could run at once. None off CUDA."""
+    more sides could run at once. None off CUDA, or where this process never used it (no
+    context is made to answer)."""
     import torch
 
     dev = torch.device(device)
-    if dev.type != "cuda":
+    if dev.type != "cuda" or not torch.cuda.is_initialized():
         return None
     free, total = torch.cuda.mem_get_info(dev)
     return {"peak_allocated_gib": torch.cuda.max_memory_allocated(dev) / 2**30,
