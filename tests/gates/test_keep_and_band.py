@@ -162,9 +162,9 @@ def test_judging_times_exports_this_runs_judgments(judged, tmp_path):
         assert r["by_phase"]["tap"] > 0 and "B replay" in r["phases"]["accuracy"]
         assert r["overlap_s"] is not None and 0 <= r["overlap_s"] <= r["beside"][0]["seconds"]
     # the band's passes in the judgment that made them only; the identical one needed none
-    assert set(by[numbers["weights-bf16"]]["band_passes_s"]) == {"plain", "repeat", "band"}
-    assert by[numbers["products-bf16"]]["band_passes_s"] is None  # (cached)
-    assert by[numbers["identical"]]["band_passes_s"] is None
+    assert set(by[numbers["weights-bf16"]]["noise_passes_s"]) == {"plain", "repeat", "band"}
+    assert by[numbers["products-bf16"]]["noise_passes_s"] is None  # (cached)
+    assert by[numbers["identical"]]["noise_passes_s"] is None
     # every tap side that ran in a judgment names its GPU memory (none on the CPU); the
     # noise side only where it ran
     assert set(by[numbers["weights-bf16"]]["device_memory"]) == {"A record", "B replay", "A noise"}
