@@ -354,7 +354,9 @@ def _leased_test(req, place, progress, held, main, shared, lease: "_TapLease", t
     for w in words if progress else ():
         progress(SideEnded("accuracy gate", w.side, w.kind, w.last, w.log))
     beside = []  # what the replay did beside main's recording (not on the gate's path)
-    memory = {}  # each side's GPU memory (None off CUDA): whether more of them fit at once
+    # each side's GPU memory (None off CUDA): whether more of them fit at once. Self-reported,
+    # as its phases are: the candidate's is a figure for the operator, never a verdict's input
+    memory = {}
     for part, ran in (("A record", sides.a_out), ("B replay", sides.b_out), ("A noise", band and band.out)):
         if ran is None and part == "A record" and a_wall > 0 and a_res is not None:
             # main recorded for this judgment and its side lives on for the batch's next

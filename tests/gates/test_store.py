@@ -614,9 +614,14 @@ def test_a_judgments_tap_sides_and_scorer_lease_one_store_over_cuda_ipc(repo, tm
         phases = {(p["part"], p["phase"]) for p in test["phases"] + test["beside"]}
         assert ("A record", "attach") in phases and ("B replay", "attach") in phases
         assert ("A record", "build") not in phases and ("B replay", "build") not in phases
+        # each side says what it held on the card at most, below what the card has
+        mem = test["device_memory"]
+        assert set(mem) == {"A record", "B replay"} and all(
+            0 < m["peak_allocated_gib"] <= m["peak_reserved_gib"] < m["device_total_gib"] for m in mem.values()), mem
         bench = run_bench(bench_request(cfg, repo, "main", "main", repo / "runs", True, rounds=1, replays=2),
                           stores=stores).report
         assert bench["store"]["plan"] == "reuse" and stores.started == 1
+        assert set(bench["verify_s"]) == {"A", "B"} and min(bench["verify_s"].values()) > 0
         sha = candidate(repo, "weights-comment", [("kernels/k31/weights.py", '"""', '"""# a comment\n', )])
         other = run_test(accuracy_request(cfg, repo, sha, "main", repo / "runs", True), stores=stores).report
         assert other["store"]["attached"] == ["A"], other["store"]  # its tree builds its own
